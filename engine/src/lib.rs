@@ -1,0 +1,12 @@
+//! crossguard's in-process inference engine.
+//!
+//! It loads a Llama-architecture GGUF, tokenizes and renders chats with the model's own
+//! vocabulary and template, and generates tokens on the CPU (a CUDA backend follows),
+//! reporting for every token its log-probability, the predictive entropy and — once the
+//! paged KV cache lands — whose memory it attended to. It knows nothing of HTTP, tenants'
+//! API keys, storage or the firewall.
+#![deny(unsafe_code)]
+
+pub mod error;
+
+pub use error::{Error, Result};

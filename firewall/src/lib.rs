@@ -1,0 +1,2 @@
+//! The firewall.
+#![forbid(unsafe_code)]

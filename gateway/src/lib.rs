@@ -1,0 +1,2 @@
+//! The gateway library.
+#![forbid(unsafe_code)]
