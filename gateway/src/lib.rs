@@ -1,2 +1,21 @@
-//! The gateway library.
+//! crossguard's gateway: an OpenAI-compatible HTTP server in front of the in-process
+//! engine or any upstream OpenAI-compatible server.
+//!
+//! The request path: [`router`] (request id, metrics, logging) -> [`routes`] (auth via
+//! [`auth`], validation via [`api`]) -> a [`backend`] producing normalised events ->
+//! [`relay`] writing SSE chunks or one JSON object. Configuration is [`config`]; errors
+//! that reach a client are [`error::ApiError`]s, always in OpenAI's envelope.
 #![forbid(unsafe_code)]
+
+pub mod api;
+pub mod auth;
+pub mod backend;
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod metrics;
+pub mod relay;
+pub mod router;
+pub mod routes;
+pub mod server;
+pub mod state;

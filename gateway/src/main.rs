@@ -1,1 +1,80 @@
-fn main() {}
+//! The `crossguard` binary: parse the command line, set up logging, run one command.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use gateway::cli::{Cli, Command};
+use gateway::config::Config;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    match cli.command {
+        Command::Serve { config } => {
+            let config = match Config::load(config.as_deref()) {
+                Ok(c) => c,
+                Err(e) => return fail(&e),
+            };
+            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+                Ok(r) => r,
+                Err(e) => return fail(&e),
+            };
+            match runtime.block_on(gateway::server::run(config, shutdown_signal())) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(&e),
+            }
+        }
+        Command::CheckConfig { config } => match Config::load(config.as_deref()) {
+            Ok(c) => {
+                println!(
+                    "ok: listen {}, {} tenant(s), {} model(s), store {:?}",
+                    c.listen,
+                    c.tenants.len(),
+                    c.models.len(),
+                    c.store
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(&e),
+        },
+    }
+}
+
+fn fail(error: &dyn std::fmt::Display) -> ExitCode {
+    eprintln!("crossguard: error: {error}");
+    ExitCode::from(2)
+}
+
+/// Logs to stderr; `CROSSGUARD_LOG` filters (default `info`), `CROSSGUARD_LOG_FORMAT=json` structures.
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CROSSGUARD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if std::env::var("CROSSGUARD_LOG_FORMAT").is_ok_and(|f| f == "json") {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down");
+}

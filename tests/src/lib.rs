@@ -1,1 +1,68 @@
-//! Shared helpers for the end-to-end tests: spawn the real binary, scripted upstreams.
+//! Shared pieces of the end-to-end tests: a scripted upstream ([`mock_upstream`]) and a
+//! gateway served in-process on a real socket ([`TestGateway`]).
+
+pub mod mock_upstream;
+
+use std::net::SocketAddr;
+
+use gateway::config::Config;
+use gateway::state::AppState;
+
+/// A gateway serving on 127.0.0.1:0 until dropped.
+pub struct TestGateway {
+    pub addr: SocketAddr,
+    _shutdown: tokio::sync::oneshot::Sender<()>,
+}
+
+impl TestGateway {
+    /// Starts a gateway from config text (no environment overlay; `env` resolves `*_env` keys).
+    pub async fn start(config_toml: &str, env: &[(&str, &str)]) -> TestGateway {
+        let owned: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let lookup = move |name: &str| owned.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        let config = Config::from_parts(config_toml, "test.toml", &[], &lookup).expect("test config is valid");
+        let state = AppState::build(config).expect("gateway state builds");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind gateway");
+        let addr = listener.local_addr().expect("gateway address");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _ = gateway::server::serve(state, listener, async {
+                let _ = rx.await;
+            })
+            .await;
+        });
+        TestGateway { addr, _shutdown: tx }
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+}
+
+/// The config used by most tests: two tenants and one upstream model `mock`.
+pub fn upstream_config(base_url: &str, extra_model_keys: &str) -> String {
+    format!(
+        r#"
+[[tenants]]
+id = "acme"
+api_keys = ["sk-acme-1"]
+[[tenants]]
+id = "globex"
+api_keys = ["sk-globex-1"]
+[[models]]
+id = "mock"
+backend = "upstream"
+base_url = "{base_url}"
+upstream_model = "mock-upstream"
+api_key_env = "UPSTREAM_KEY"
+{extra_model_keys}
+"#
+    )
+}
+
+/// Splits an SSE body into its `data:` payloads.
+pub fn sse_data(body: &str) -> Vec<String> {
+    body.split("\n\n")
+        .filter_map(|frame| frame.strip_prefix("data: ").map(str::to_owned))
+        .collect()
+}

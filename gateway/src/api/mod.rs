@@ -1,0 +1,8 @@
+//! The OpenAI wire format: what clients send ([`request`]) and what the gateway answers
+//! ([`response`]). No behaviour lives here beyond parsing and validation.
+
+pub mod request;
+pub mod response;
+
+pub use request::ChatRequest;
+pub use response::Usage;

@@ -1,0 +1,357 @@
+//! `POST /v1/chat/completions` request: parsed from the raw JSON object, validated field by
+//! field with OpenAI's ranges, every error naming its `param`. The original object is kept
+//! whole (`raw`) so an upstream receives every field — known or not — untouched.
+
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+
+/// Roles OpenAI accepts in `messages`.
+const ROLES: &[&str] = &["system", "developer", "user", "assistant", "tool", "function"];
+
+/// A validated chat completion request.
+#[derive(Debug, Clone)]
+pub struct ChatRequest {
+    pub model: String,
+    pub messages: Vec<Map<String, Value>>,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub n: u32,
+    /// `max_completion_tokens`, else `max_tokens`.
+    pub max_tokens: Option<u32>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub seed: Option<i64>,
+    pub stop: Vec<String>,
+    pub logprobs: bool,
+    pub top_logprobs: u32,
+    pub presence_penalty: f32,
+    pub frequency_penalty: f32,
+    pub logit_bias: Vec<(u32, f32)>,
+    pub tools: Option<Value>,
+    pub user: Option<String>,
+    /// The request body exactly as received.
+    pub raw: Map<String, Value>,
+}
+
+impl ChatRequest {
+    /// Parses and validates a request body.
+    pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
+        let value: Value =
+            serde_json::from_slice(body).map_err(|e| ApiError::MalformedJson(e.to_string()))?;
+        let Value::Object(raw) = value else {
+            return Err(ApiError::MalformedJson("the body must be a JSON object".into()));
+        };
+        let f = Fields(&raw);
+        let model = f.string("model")?.ok_or_else(|| ApiError::param("model", "you must provide a model parameter"))?;
+        let messages = parse_messages(raw.get("messages"))?;
+        let stream = f.bool("stream")?.unwrap_or(false);
+        let include_usage = match raw.get("stream_options") {
+            None | Some(Value::Null) => false,
+            Some(Value::Object(o)) => {
+                if !stream {
+                    return Err(ApiError::param("stream_options", "stream_options is only allowed when stream is true"));
+                }
+                Fields(o).bool("include_usage").map_err(|e| rename_param(e, "stream_options.include_usage"))?.unwrap_or(false)
+            }
+            Some(_) => return Err(type_error("stream_options", "an object")),
+        };
+        let n = f.int("n", 1, 128)?.unwrap_or(1) as u32;
+        let max_tokens = f.int("max_tokens", 1, u32::MAX as i64)?;
+        let max_completion = f.int("max_completion_tokens", 1, u32::MAX as i64)?;
+        let logprobs = f.bool("logprobs")?.unwrap_or(false);
+        let top_logprobs = f.int("top_logprobs", 0, 20)?;
+        if top_logprobs.is_some_and(|k| k > 0) && !logprobs {
+            return Err(ApiError::param("top_logprobs", "top_logprobs requires logprobs to be true"));
+        }
+        Ok(ChatRequest {
+            model,
+            messages,
+            stream,
+            include_usage,
+            n,
+            max_tokens: max_completion.or(max_tokens).map(|v| v as u32),
+            temperature: f.number("temperature", 0.0, 2.0)?,
+            top_p: f.number("top_p", 0.0, 1.0)?,
+            seed: f.int("seed", i64::MIN, i64::MAX)?,
+            stop: parse_stop(raw.get("stop"))?,
+            logprobs,
+            top_logprobs: top_logprobs.unwrap_or(0) as u32,
+            presence_penalty: f.number("presence_penalty", -2.0, 2.0)?.unwrap_or(0.0),
+            frequency_penalty: f.number("frequency_penalty", -2.0, 2.0)?.unwrap_or(0.0),
+            logit_bias: parse_logit_bias(raw.get("logit_bias"))?,
+            tools: parse_tools(raw.get("tools"))?,
+            user: f.string("user")?,
+            raw,
+        })
+    }
+}
+
+/// Typed accessors over the request object; `null` counts as absent, as in OpenAI's API.
+struct Fields<'a>(&'a Map<String, Value>);
+
+impl Fields<'_> {
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.0.get(key).filter(|v| !v.is_null())
+    }
+
+    fn string(&self, key: &str) -> Result<Option<String>, ApiError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(type_error(key, "a string")),
+        }
+    }
+
+    fn bool(&self, key: &str) -> Result<Option<bool>, ApiError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(_) => Err(type_error(key, "a boolean")),
+        }
+    }
+
+    fn number(&self, key: &str, min: f64, max: f64) -> Result<Option<f32>, ApiError> {
+        let Some(v) = self.get(key) else { return Ok(None) };
+        let x = v.as_f64().ok_or_else(|| type_error(key, "a number"))?;
+        if !(min..=max).contains(&x) {
+            return Err(ApiError::param(key, format!("{key} must be between {min} and {max}, got {x}")));
+        }
+        Ok(Some(x as f32))
+    }
+
+    fn int(&self, key: &str, min: i64, max: i64) -> Result<Option<i64>, ApiError> {
+        let Some(v) = self.get(key) else { return Ok(None) };
+        let x = v.as_i64().ok_or_else(|| type_error(key, "an integer"))?;
+        if !(min..=max).contains(&x) {
+            let range = if max == u32::MAX as i64 || max == i64::MAX {
+                format!("at least {min}")
+            } else {
+                format!("between {min} and {max}")
+            };
+            return Err(ApiError::param(key, format!("{key} must be {range}, got {x}")));
+        }
+        Ok(Some(x))
+    }
+}
+
+fn type_error(param: &str, expected: &str) -> ApiError {
+    ApiError::param(param, format!("Invalid type for '{param}': expected {expected}."))
+}
+
+fn rename_param(err: ApiError, param: &str) -> ApiError {
+    match err {
+        ApiError::InvalidParam { message, .. } => ApiError::InvalidParam { param: param.into(), message },
+        other => other,
+    }
+}
+
+fn parse_messages(value: Option<&Value>) -> Result<Vec<Map<String, Value>>, ApiError> {
+    let list = match value {
+        None | Some(Value::Null) => return Err(ApiError::param("messages", "you must provide a messages parameter")),
+        Some(Value::Array(list)) => list,
+        Some(_) => return Err(type_error("messages", "an array")),
+    };
+    if list.is_empty() {
+        return Err(ApiError::param("messages", "messages must contain at least one message"));
+    }
+    list.iter().enumerate().map(|(i, m)| parse_message(i, m)).collect()
+}
+
+fn parse_message(i: usize, value: &Value) -> Result<Map<String, Value>, ApiError> {
+    let at = |k: &str| format!("messages[{i}].{k}");
+    let Value::Object(m) = value else { return Err(type_error(&format!("messages[{i}]"), "an object")) };
+    let role = match m.get("role") {
+        Some(Value::String(r)) => r.as_str(),
+        Some(_) => return Err(type_error(&at("role"), "a string")),
+        None => return Err(ApiError::param(at("role"), format!("{} is required", at("role")))),
+    };
+    if !ROLES.contains(&role) {
+        return Err(ApiError::param(
+            at("role"),
+            format!("Invalid value: '{role}'. Supported values are: {}.", ROLES.join(", ")),
+        ));
+    }
+    match m.get("content") {
+        Some(Value::String(_)) => {}
+        Some(Value::Array(parts)) => {
+            for (j, part) in parts.iter().enumerate() {
+                if part.get("type").and_then(Value::as_str).is_none() {
+                    return Err(ApiError::param(format!("messages[{i}].content[{j}].type"), "each content part needs a string `type`"));
+                }
+            }
+        }
+        None | Some(Value::Null) => {
+            let may_be_empty = role == "assistant" && (m.contains_key("tool_calls") || m.contains_key("function_call"));
+            if !may_be_empty && role != "assistant" {
+                return Err(ApiError::param(at("content"), format!("{} is required for role '{role}'", at("content"))));
+            }
+        }
+        Some(_) => return Err(type_error(&at("content"), "a string or an array of content parts")),
+    }
+    if role == "tool" && !m.get("tool_call_id").is_some_and(Value::is_string) {
+        return Err(ApiError::param(at("tool_call_id"), "messages with role 'tool' need a string tool_call_id"));
+    }
+    if let Some(calls) = m.get("tool_calls").filter(|v| !v.is_null()) {
+        if !calls.is_array() {
+            return Err(type_error(&at("tool_calls"), "an array"));
+        }
+    }
+    Ok(m.clone())
+}
+
+fn parse_stop(value: Option<&Value>) -> Result<Vec<String>, ApiError> {
+    let stops = match value {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(list)) => list
+            .iter()
+            .map(|v| v.as_str().map(str::to_owned).ok_or_else(|| type_error("stop", "a string or an array of strings")))
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(type_error("stop", "a string or an array of strings")),
+    };
+    if stops.len() > 4 {
+        return Err(ApiError::param("stop", format!("stop may hold at most 4 sequences, got {}", stops.len())));
+    }
+    if stops.iter().any(String::is_empty) {
+        return Err(ApiError::param("stop", "stop sequences must not be empty"));
+    }
+    Ok(stops)
+}
+
+fn parse_logit_bias(value: Option<&Value>) -> Result<Vec<(u32, f32)>, ApiError> {
+    let map = match value {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Object(map)) => map,
+        Some(_) => return Err(type_error("logit_bias", "an object mapping token ids to numbers")),
+    };
+    map.iter()
+        .map(|(token, bias)| {
+            let id: u32 = token
+                .parse()
+                .map_err(|_| ApiError::param("logit_bias", format!("logit_bias keys must be token ids, got {token:?}")))?;
+            let b = bias.as_f64().filter(|b| (-100.0..=100.0).contains(b)).ok_or_else(|| {
+                ApiError::param("logit_bias", format!("logit_bias[{token}] must be a number between -100 and 100"))
+            })?;
+            Ok((id, b as f32))
+        })
+        .collect()
+}
+
+fn parse_tools(value: Option<&Value>) -> Result<Option<Value>, ApiError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(list)) => {
+            for (i, tool) in list.iter().enumerate() {
+                let named = tool.get("function").and_then(|f| f.get("name")).is_some_and(Value::is_string);
+                if !named {
+                    return Err(ApiError::param(format!("tools[{i}].function.name"), "each tool needs function.name"));
+                }
+            }
+            Ok(Some(Value::Array(list.clone())))
+        }
+        Some(_) => Err(type_error("tools", "an array")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(v: Value) -> Result<ChatRequest, ApiError> {
+        ChatRequest::parse(v.to_string().as_bytes())
+    }
+
+    fn param_of(v: Value) -> String {
+        match parse(v) {
+            Err(ApiError::InvalidParam { param, .. }) => param,
+            other => panic!("expected a param error, got {other:?}"),
+        }
+    }
+
+    fn base() -> Value {
+        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    }
+
+    fn with(key: &str, value: Value) -> Value {
+        let mut v = base();
+        v[key] = value;
+        v
+    }
+
+    #[test]
+    fn minimal_request_parses_with_defaults() {
+        let r = parse(base()).unwrap();
+        assert_eq!((r.model.as_str(), r.n, r.stream, r.max_tokens), ("m", 1, false, None));
+    }
+
+    #[test]
+    fn unknown_fields_are_kept_for_upstream() {
+        let r = parse(with("reasoning_effort", json!("low"))).unwrap();
+        assert_eq!(r.raw["reasoning_effort"], "low");
+    }
+
+    #[test]
+    fn malformed_json_is_not_a_param_error() {
+        assert!(matches!(ChatRequest::parse(b"{\"model\": "), Err(ApiError::MalformedJson(_))));
+        assert!(matches!(ChatRequest::parse(b"[1,2]"), Err(ApiError::MalformedJson(_))));
+    }
+
+    #[test]
+    fn every_bad_field_names_its_param() {
+        let cases = [
+            (json!({"messages": [{"role": "user", "content": "x"}]}), "model"),
+            (json!({"model": "m"}), "messages"),
+            (with("messages", json!([])), "messages"),
+            (with("messages", json!("hi")), "messages"),
+            (with("messages", json!([{"role": "robot", "content": "x"}])), "messages[0].role"),
+            (with("messages", json!([{"content": "x"}])), "messages[0].role"),
+            (with("messages", json!([{"role": "user", "content": 5}])), "messages[0].content"),
+            (with("messages", json!([{"role": "tool", "content": "x"}])), "messages[0].tool_call_id"),
+            (with("temperature", json!(3)), "temperature"),
+            (with("temperature", json!("hot")), "temperature"),
+            (with("top_p", json!(1.5)), "top_p"),
+            (with("n", json!(0)), "n"),
+            (with("max_tokens", json!(0)), "max_tokens"),
+            (with("max_completion_tokens", json!(-1)), "max_completion_tokens"),
+            (with("presence_penalty", json!(-3)), "presence_penalty"),
+            (with("stop", json!(["a", "b", "c", "d", "e"])), "stop"),
+            (with("stream", json!("yes")), "stream"),
+            (with("top_logprobs", json!(5)), "top_logprobs"),
+            (with("logit_bias", json!({"abc": 1})), "logit_bias"),
+            (with("tools", json!([{"type": "function"}])), "tools[0].function.name"),
+            (with("stream_options", json!({"include_usage": true})), "stream_options"),
+        ];
+        for (body, param) in cases {
+            assert_eq!(param_of(body.clone()), param, "{body}");
+        }
+    }
+
+    #[test]
+    fn max_completion_tokens_wins_over_max_tokens() {
+        let mut v = with("max_tokens", json!(10));
+        v["max_completion_tokens"] = json!(20);
+        assert_eq!(parse(v).unwrap().max_tokens, Some(20));
+    }
+
+    #[test]
+    fn stream_options_and_stop_forms() {
+        let mut v = with("stream", json!(true));
+        v["stream_options"] = json!({"include_usage": true});
+        v["stop"] = json!("END");
+        let r = parse(v).unwrap();
+        assert!(r.include_usage);
+        assert_eq!(r.stop, vec!["END".to_string()]);
+    }
+
+    #[test]
+    fn assistant_tool_call_messages_may_omit_content() {
+        let msgs = json!([
+            {"role": "user", "content": "weather?"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "w", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"}
+        ]);
+        assert_eq!(parse(with("messages", msgs)).unwrap().messages.len(), 3);
+    }
+}

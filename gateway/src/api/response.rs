@@ -1,0 +1,156 @@
+//! OpenAI wire types the gateway writes: completions, stream chunks, usage, model lists.
+//! Field names and nullability follow OpenAI's API so unmodified SDKs parse them.
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// `usage` on a completion and on the final stream chunk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub total_tokens: u64,
+}
+
+/// A non-streaming `chat.completion` object.
+#[derive(Debug, Serialize)]
+pub struct ChatCompletion {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<Choice>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system_fingerprint: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Choice {
+    pub index: u32,
+    pub message: Message,
+    pub logprobs: Option<Logprobs>,
+    pub finish_reason: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Message {
+    pub role: String,
+    pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolCall {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: FunctionCall,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FunctionCall {
+    pub name: String,
+    pub arguments: String,
+}
+
+/// `logprobs` of a choice: one entry per generated token.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Logprobs {
+    pub content: Vec<Value>,
+}
+
+/// A `chat.completion.chunk` SSE payload.
+#[derive(Debug, Serialize)]
+pub struct ChatChunk<'a> {
+    pub id: &'a str,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: &'a str,
+    pub choices: Vec<ChunkChoice>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system_fingerprint: Option<&'a str>,
+    /// Present (as `null` or the totals) only when the client asked for usage.
+    #[serde(skip_serializing_if = "UsageField::is_absent")]
+    pub usage: UsageField,
+}
+
+/// The three states of a chunk's `usage` field.
+#[derive(Debug, Clone, Copy)]
+pub enum UsageField {
+    Absent,
+    Null,
+    Some(Usage),
+}
+
+impl UsageField {
+    fn is_absent(&self) -> bool {
+        matches!(self, UsageField::Absent)
+    }
+}
+
+impl Serialize for UsageField {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            UsageField::Absent | UsageField::Null => s.serialize_none(),
+            UsageField::Some(u) => u.serialize(s),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct ChunkChoice {
+    pub index: u32,
+    pub delta: Delta,
+    pub logprobs: Option<Logprobs>,
+    pub finish_reason: Option<String>,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Delta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCallChunk>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolCallChunk {
+    pub index: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    pub function: FunctionChunk,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct FunctionChunk {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<String>,
+}
+
+/// One entry of `GET /v1/models`.
+#[derive(Debug, Serialize)]
+pub struct ModelObject<'a> {
+    pub id: &'a str,
+    pub object: &'static str,
+    pub created: u64,
+    pub owned_by: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ModelList<'a> {
+    pub object: &'static str,
+    pub data: Vec<ModelObject<'a>>,
+}

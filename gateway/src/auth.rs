@@ -1,0 +1,143 @@
+//! API key -> tenant. Keys are held only as SHA-256 digests; a presented key is hashed and
+//! compared against every configured digest in constant time, without an early exit, so
+//! neither the position of a match nor the length of a common prefix leaks through timing.
+
+use std::fmt;
+use std::sync::Arc;
+
+use axum::http::HeaderMap;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::config::TenantConfig;
+use crate::error::ApiError;
+
+/// The gateway's name for a tenant. Cheap to clone.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TenantId(Arc<str>);
+
+impl TenantId {
+    pub fn new(id: &str) -> Self {
+        TenantId(Arc::from(id))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for TenantId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for TenantId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The tenant used when no tenants are configured (open mode, local trial only).
+pub const ANONYMOUS_TENANT: &str = "anonymous";
+
+/// Resolves bearer tokens to tenants.
+#[derive(Debug)]
+pub struct Authenticator {
+    /// (digest, tenant) for every configured key; empty = open mode.
+    keys: Vec<([u8; 32], TenantId)>,
+    anonymous: TenantId,
+}
+
+impl Authenticator {
+    pub fn new(tenants: &[TenantConfig]) -> Self {
+        let keys = tenants
+            .iter()
+            .flat_map(|t| {
+                let id = TenantId::new(&t.id);
+                t.key_digests.iter().map(move |d| (*d, id.clone()))
+            })
+            .collect();
+        Authenticator { keys, anonymous: TenantId::new(ANONYMOUS_TENANT) }
+    }
+
+    /// True when no tenant is configured and every request is the anonymous tenant.
+    pub fn is_open(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// The tenant whose key is in the `Authorization: Bearer` header.
+    pub fn authenticate(&self, headers: &HeaderMap) -> Result<TenantId, ApiError> {
+        if self.is_open() {
+            return Ok(self.anonymous.clone());
+        }
+        let value = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .ok_or(ApiError::Unauthorized(
+                "You didn't provide an API key. Send it as `Authorization: Bearer <key>`.",
+            ))?;
+        let key = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .ok_or(ApiError::Unauthorized(
+                "Malformed Authorization header: expected `Bearer <key>`.",
+            ))?;
+        self.lookup(key).ok_or(ApiError::Unauthorized("Incorrect API key provided."))
+    }
+
+    fn lookup(&self, key: &str) -> Option<TenantId> {
+        let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
+        let mut found: Option<&TenantId> = None;
+        for (candidate, tenant) in &self.keys {
+            // Every digest is compared; the branch only selects, it never stops the loop.
+            if bool::from(candidate.ct_eq(&digest)) {
+                found = Some(tenant);
+            }
+        }
+        found.cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn auth() -> Authenticator {
+        Authenticator::new(&[
+            TenantConfig { id: "acme".into(), key_digests: vec![Sha256::digest(b"sk-acme-1").into()] },
+            TenantConfig { id: "globex".into(), key_digests: vec![Sha256::digest(b"sk-globex-1").into()] },
+        ])
+    }
+
+    fn bearer(value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert("authorization", HeaderValue::from_str(value).unwrap());
+        h
+    }
+
+    #[test]
+    fn keys_map_to_their_tenant() {
+        let a = auth();
+        assert_eq!(a.authenticate(&bearer("Bearer sk-acme-1")).unwrap().as_str(), "acme");
+        assert_eq!(a.authenticate(&bearer("Bearer sk-globex-1")).unwrap().as_str(), "globex");
+    }
+
+    #[test]
+    fn wrong_missing_and_malformed_keys_are_401() {
+        let a = auth();
+        for h in [bearer("Bearer sk-acme-2"), bearer("sk-acme-1"), bearer("Bearer "), HeaderMap::new()] {
+            assert_eq!(a.authenticate(&h).unwrap_err().status(), 401);
+        }
+    }
+
+    #[test]
+    fn open_mode_admits_everyone_as_anonymous() {
+        let a = Authenticator::new(&[]);
+        assert!(a.is_open());
+        assert_eq!(a.authenticate(&HeaderMap::new()).unwrap().as_str(), ANONYMOUS_TENANT);
+    }
+}

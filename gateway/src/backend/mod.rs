@@ -1,0 +1,86 @@
+//! Backends produce completions as one normalised event stream, whatever their wire:
+//! [`BackendEvent`]s per choice (text and tool-call fragments, finish reasons, usage).
+//! The relay consumes that stream — and the firewall will sit between the two — so
+//! streaming and non-streaming clients, engine and upstream, share one path.
+
+pub mod sse;
+pub mod upstream;
+
+use std::pin::Pin;
+
+use futures::Stream;
+use serde_json::Value;
+
+use crate::api::response::ToolCallChunk;
+use crate::api::{ChatRequest, Usage};
+use crate::error::ApiError;
+
+pub use upstream::UpstreamBackend;
+
+/// One step of a completion.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BackendEvent {
+    /// New text and/or tool-call fragments for one choice.
+    Delta(ChoiceDelta),
+    /// A choice ended (`stop`, `length`, `tool_calls`, `content_filter`).
+    Finish { index: u32, reason: String },
+    /// Token counts for the whole request.
+    Usage(Usage),
+}
+
+/// Fragments for one choice; every field may be absent.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChoiceDelta {
+    pub index: u32,
+    pub role: Option<String>,
+    pub content: Option<String>,
+    pub refusal: Option<String>,
+    pub tool_calls: Vec<ToolCallChunk>,
+    /// OpenAI `logprobs.content` entries for the tokens of this delta.
+    pub logprobs: Vec<Value>,
+}
+
+/// The events of one completion; an `Err` ends the stream.
+pub type EventStream = Pin<Box<dyn Stream<Item = Result<BackendEvent, ApiError>> + Send>>;
+
+/// What a backend hands the relay once the completion has started.
+pub struct BackendResponse {
+    /// Upstream's `system_fingerprint`, passed through when present.
+    pub system_fingerprint: Option<String>,
+    pub events: EventStream,
+}
+
+/// Everything the backend needs to know about the request besides its body.
+#[derive(Debug, Clone)]
+pub struct RequestContext {
+    pub request_id: String,
+    pub tenant: crate::auth::TenantId,
+}
+
+/// Where one configured model's completions come from.
+pub enum Backend {
+    Upstream(UpstreamBackend),
+}
+
+impl Backend {
+    /// Starts a completion. Errors before the first event map to an HTTP status.
+    pub async fn complete(&self, request: &ChatRequest, ctx: &RequestContext) -> Result<BackendResponse, ApiError> {
+        match self {
+            Backend::Upstream(b) => b.complete(request, ctx).await,
+        }
+    }
+
+    /// Whether the backend can take requests now.
+    pub fn is_ready(&self) -> bool {
+        match self {
+            Backend::Upstream(_) => true,
+        }
+    }
+
+    /// A short name for health output and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Backend::Upstream(_) => "upstream",
+        }
+    }
+}

@@ -1,0 +1,617 @@
+//! Configuration: one TOML file, overlaid with `CROSSGUARD_*` environment variables, read
+//! in two phases — a raw, `deny_unknown_fields` mirror of the file, then a validated
+//! [`Config`] with defaults filled in. Every error names the key path (and the file or the
+//! environment variable it came from). The file's shape is a contract: keys are added,
+//! never renamed.
+//!
+//! Environment overlay: `CROSSGUARD_<KEY>` sets a top-level key, `__` descends into a table
+//! (`CROSSGUARD_STORE__URL`), values parse as TOML when they can (so arrays of tables work:
+//! `CROSSGUARD_TENANTS='[{id="a", api_keys=["k"]}]'`) and are strings otherwise. A few
+//! names are not config keys: see [`RESERVED_ENV`].
+
+use std::collections::HashSet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+/// Environment variables with the `CROSSGUARD_` prefix that are not config keys.
+pub const RESERVED_ENV: &[&str] = &[
+    "CROSSGUARD_ADMIN_TOKEN",
+    "CROSSGUARD_CACHE_DIR",
+    "CROSSGUARD_CONFIG",
+    "CROSSGUARD_LOG",
+    "CROSSGUARD_LOG_FORMAT",
+];
+
+const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
+const DEFAULT_FIRST_BYTE_TIMEOUT_MS: u64 = 120_000;
+const DEFAULT_IDLE_TIMEOUT_MS: u64 = 60_000;
+
+/// A configuration error: where it is and what is wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: cannot read config file: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{origin}: {message}")]
+    Syntax { origin: String, message: String },
+    #[error("{origin}: {key}: {message}")]
+    Invalid { origin: String, key: String, message: String },
+}
+
+/// A secret value that never shows up in `Debug` output or logs.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+// ---------------------------------------------------------------- raw (the file's mirror)
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    listen: Option<String>,
+    admin_token_env: Option<String>,
+    admin_token: Option<String>,
+    max_body_bytes: Option<usize>,
+    data_dir: Option<PathBuf>,
+    #[serde(default)]
+    tenants: Vec<RawTenant>,
+    #[serde(default)]
+    models: Vec<RawModel>,
+    store: Option<RawStore>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTenant {
+    id: String,
+    #[serde(default)]
+    api_keys: Vec<String>,
+    #[serde(default)]
+    api_key_sha256: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawModel {
+    id: String,
+    backend: BackendKind,
+    // upstream
+    base_url: Option<String>,
+    api_key_env: Option<String>,
+    upstream_model: Option<String>,
+    connect_timeout_ms: Option<u64>,
+    first_byte_timeout_ms: Option<u64>,
+    idle_timeout_ms: Option<u64>,
+    // engine
+    path: Option<PathBuf>,
+    threads: Option<usize>,
+    context_tokens: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum BackendKind {
+    Upstream,
+    Engine,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    kind: StoreKind,
+    url: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum StoreKind {
+    Memory,
+    Redis,
+}
+
+// ---------------------------------------------------------------- validated
+
+/// The validated configuration the gateway runs with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub admin_token: Option<Secret>,
+    pub max_body_bytes: usize,
+    pub data_dir: PathBuf,
+    /// Empty means open mode: one anonymous tenant, no authentication (local trial only).
+    pub tenants: Vec<TenantConfig>,
+    pub models: Vec<ModelConfig>,
+    pub store: StoreConfig,
+}
+
+/// One tenant and the SHA-256 digests of its API keys (plain keys are hashed at load).
+#[derive(Debug, Clone)]
+pub struct TenantConfig {
+    pub id: String,
+    pub key_digests: Vec<[u8; 32]>,
+}
+
+/// One served model id and where its completions come from.
+#[derive(Debug, Clone)]
+pub struct ModelConfig {
+    pub id: String,
+    pub backend: ModelBackend,
+}
+
+#[derive(Debug, Clone)]
+pub enum ModelBackend {
+    Upstream(UpstreamConfig),
+    Engine(EngineModelConfig),
+}
+
+/// An OpenAI-compatible server the gateway forwards to.
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    /// Base URL up to and including `/v1`, without a trailing slash.
+    pub base_url: String,
+    pub api_key: Option<Secret>,
+    /// The model name sent upstream (defaults to the gateway's model id).
+    pub upstream_model: String,
+    pub connect_timeout_ms: u64,
+    /// Time allowed until the upstream's response headers arrive.
+    pub first_byte_timeout_ms: u64,
+    /// Longest silence allowed between two chunks of a streamed body.
+    pub idle_timeout_ms: u64,
+}
+
+/// A GGUF served by the in-process engine.
+#[derive(Debug, Clone)]
+pub struct EngineModelConfig {
+    /// `None`: the default model, fetched into the cache directory when missing.
+    pub path: Option<PathBuf>,
+    pub threads: Option<usize>,
+    pub context_tokens: Option<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreConfig {
+    Memory,
+    Redis { url: String },
+}
+
+impl Config {
+    /// Loads `path` (or nothing) overlaid with the process environment.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let env: Vec<(String, String)> = std::env::vars().collect();
+        let (text, origin) = match path {
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .map_err(|source| ConfigError::Read { path: p.to_path_buf(), source })?;
+                (text, p.display().to_string())
+            }
+            None => (String::new(), "defaults".to_owned()),
+        };
+        Config::from_parts(&text, &origin, &env, &|name| std::env::var(name).ok())
+    }
+
+    /// Parses `text` (named `origin` in errors), applies the `CROSSGUARD_*` pairs in
+    /// `env`, and validates. `lookup` resolves secrets named by `*_env` keys.
+    pub fn from_parts(
+        text: &str,
+        origin: &str,
+        env: &[(String, String)],
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+            ConfigError::Syntax { origin: origin.to_owned(), message: e.to_string() }
+        })?;
+        let from_env = overlay_env(&mut table, env)?;
+        let raw: RawConfig = serde_path_to_error::deserialize(toml::Value::Table(table))
+            .map_err(|e| {
+                let key = e.path().to_string();
+                let top = key.split(['.', '[']).next().unwrap_or_default().to_owned();
+                let origin = match from_env.iter().find(|(k, _)| *k == top) {
+                    Some((_, var)) => format!("{origin} (key set by {var})"),
+                    None => origin.to_owned(),
+                };
+                ConfigError::Invalid { origin, key, message: e.into_inner().to_string() }
+            })?;
+        validate(raw, origin, lookup)
+    }
+}
+
+/// Applies `CROSSGUARD_*` variables onto `table`; returns (top-level key, variable) pairs.
+fn overlay_env(
+    table: &mut toml::Table,
+    env: &[(String, String)],
+) -> Result<Vec<(String, String)>, ConfigError> {
+    let mut applied = Vec::new();
+    for (name, value) in env {
+        let Some(rest) = name.strip_prefix("CROSSGUARD_") else { continue };
+        if RESERVED_ENV.contains(&name.as_str()) || rest.is_empty() {
+            continue;
+        }
+        let path: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
+        let parsed = format!("v = {value}")
+            .parse::<toml::Table>()
+            .ok()
+            .and_then(|mut t| t.remove("v"))
+            .unwrap_or_else(|| toml::Value::String(value.clone()));
+        let mut cursor = &mut *table;
+        for (i, key) in path.iter().enumerate() {
+            if i + 1 == path.len() {
+                cursor.insert(key.clone(), parsed.clone());
+                break;
+            }
+            let entry = cursor
+                .entry(key.clone())
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            cursor = match entry {
+                toml::Value::Table(t) => t,
+                _ => {
+                    return Err(ConfigError::Invalid {
+                        origin: name.clone(),
+                        key: path[..=i].join("."),
+                        message: "is not a table, cannot set a key inside it".into(),
+                    })
+                }
+            };
+        }
+        applied.push((path[0].clone(), name.clone()));
+    }
+    Ok(applied)
+}
+
+fn validate(
+    raw: RawConfig,
+    origin: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let invalid = |key: String, message: String| ConfigError::Invalid {
+        origin: origin.to_owned(),
+        key,
+        message,
+    };
+    let listen_text = raw.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
+    let listen: SocketAddr = listen_text.parse().map_err(|_| {
+        invalid("listen".into(), format!("expected an address like \"127.0.0.1:8080\", got {listen_text:?}"))
+    })?;
+
+    let admin_token = match (&raw.admin_token, &raw.admin_token_env) {
+        (Some(_), Some(_)) => {
+            return Err(invalid("admin_token".into(), "set admin_token or admin_token_env, not both".into()))
+        }
+        (Some(token), None) => Some(Secret(token.clone())),
+        (None, env_name) => {
+            let env_name = env_name.as_deref().unwrap_or("CROSSGUARD_ADMIN_TOKEN");
+            lookup(env_name).filter(|t| !t.is_empty()).map(Secret)
+        }
+    };
+    if let Some(token) = &admin_token {
+        if token.expose().len() < 16 {
+            return Err(invalid("admin_token".into(), "must be at least 16 characters long".into()));
+        }
+    }
+
+    let max_body_bytes = raw.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES);
+    if max_body_bytes < 1024 {
+        return Err(invalid("max_body_bytes".into(), format!("must be at least 1024, got {max_body_bytes}")));
+    }
+
+    let tenants = validate_tenants(raw.tenants, &invalid)?;
+    let models = validate_models(raw.models, &invalid, lookup)?;
+    let store = match raw.store {
+        None | Some(RawStore { kind: StoreKind::Memory, url: None }) => StoreConfig::Memory,
+        Some(RawStore { kind: StoreKind::Memory, url: Some(_) }) => {
+            return Err(invalid("store.url".into(), "only allowed with kind = \"redis\"".into()))
+        }
+        Some(RawStore { kind: StoreKind::Redis, url }) => {
+            let url = url.unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned());
+            if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+                return Err(invalid("store.url".into(), format!("must start with redis:// or rediss://, got {url:?}")));
+            }
+            StoreConfig::Redis { url }
+        }
+    };
+    let data_dir = raw.data_dir.unwrap_or_else(default_data_dir);
+    Ok(Config { listen, admin_token, max_body_bytes, data_dir, tenants, models, store })
+}
+
+type Invalid<'a> = dyn Fn(String, String) -> ConfigError + 'a;
+
+fn validate_tenants(raw: Vec<RawTenant>, invalid: &Invalid<'_>) -> Result<Vec<TenantConfig>, ConfigError> {
+    let mut ids = HashSet::new();
+    let mut digests_seen = HashSet::new();
+    let mut tenants = Vec::with_capacity(raw.len());
+    for (i, t) in raw.into_iter().enumerate() {
+        let at = |k: &str| format!("tenants[{i}].{k}");
+        check_id(&t.id, &at("id"), invalid)?;
+        if !ids.insert(t.id.clone()) {
+            return Err(invalid(at("id"), format!("duplicate tenant id {:?}", t.id)));
+        }
+        if t.api_keys.is_empty() && t.api_key_sha256.is_empty() {
+            return Err(invalid(at("api_keys"), "a tenant needs api_keys or api_key_sha256".into()));
+        }
+        let mut key_digests = Vec::new();
+        for (j, key) in t.api_keys.iter().enumerate() {
+            if key.len() < 8 || key.chars().any(char::is_whitespace) {
+                return Err(invalid(
+                    format!("tenants[{i}].api_keys[{j}]"),
+                    "must be at least 8 characters, without whitespace".into(),
+                ));
+            }
+            key_digests.push(Sha256::digest(key.as_bytes()).into());
+        }
+        for (j, hex_digest) in t.api_key_sha256.iter().enumerate() {
+            let digest = parse_sha256(hex_digest).ok_or_else(|| {
+                invalid(format!("tenants[{i}].api_key_sha256[{j}]"), "must be 64 hexadecimal characters".into())
+            })?;
+            key_digests.push(digest);
+        }
+        for d in &key_digests {
+            if !digests_seen.insert(*d) {
+                return Err(invalid(at("api_keys"), "an API key is used by more than one tenant or twice".into()));
+            }
+        }
+        tenants.push(TenantConfig { id: t.id, key_digests });
+    }
+    Ok(tenants)
+}
+
+fn validate_models(
+    raw: Vec<RawModel>,
+    invalid: &Invalid<'_>,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<ModelConfig>, ConfigError> {
+    let mut ids = HashSet::new();
+    let mut models = Vec::with_capacity(raw.len());
+    for (i, m) in raw.into_iter().enumerate() {
+        let at = |k: &str| format!("models[{i}].{k}");
+        check_model_id(&m.id, &at("id"), invalid)?;
+        if !ids.insert(m.id.clone()) {
+            return Err(invalid(at("id"), format!("duplicate model id {:?}", m.id)));
+        }
+        let backend = match m.backend {
+            BackendKind::Upstream => {
+                for (key, set) in [("path", m.path.is_some()), ("threads", m.threads.is_some()), ("context_tokens", m.context_tokens.is_some())] {
+                    if set {
+                        return Err(invalid(at(key), "only allowed with backend = \"engine\"".into()));
+                    }
+                }
+                ModelBackend::Upstream(validate_upstream(&m, &at, invalid, lookup)?)
+            }
+            BackendKind::Engine => {
+                for (key, set) in [("base_url", m.base_url.is_some()), ("api_key_env", m.api_key_env.is_some()), ("upstream_model", m.upstream_model.is_some())] {
+                    if set {
+                        return Err(invalid(at(key), "only allowed with backend = \"upstream\"".into()));
+                    }
+                }
+                if m.threads == Some(0) {
+                    return Err(invalid(at("threads"), "must be at least 1".into()));
+                }
+                if let Some(n) = m.context_tokens {
+                    if !(64..=1 << 20).contains(&n) {
+                        return Err(invalid(at("context_tokens"), format!("must be between 64 and 1048576, got {n}")));
+                    }
+                }
+                ModelBackend::Engine(EngineModelConfig { path: m.path, threads: m.threads, context_tokens: m.context_tokens })
+            }
+        };
+        models.push(ModelConfig { id: m.id, backend });
+    }
+    Ok(models)
+}
+
+fn validate_upstream(
+    m: &RawModel,
+    at: &dyn Fn(&str) -> String,
+    invalid: &Invalid<'_>,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<UpstreamConfig, ConfigError> {
+    let base_url = m
+        .base_url
+        .as_deref()
+        .ok_or_else(|| invalid(at("base_url"), "required for backend = \"upstream\"".into()))?;
+    let parsed = reqwest::Url::parse(base_url)
+        .map_err(|e| invalid(at("base_url"), format!("not a URL ({e}): {base_url:?}")))?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
+        return Err(invalid(at("base_url"), format!("must be an http:// or https:// URL, got {base_url:?}")));
+    }
+    let api_key = match &m.api_key_env {
+        None => None,
+        Some(var) => Some(Secret(lookup(var).filter(|v| !v.is_empty()).ok_or_else(|| {
+            invalid(at("api_key_env"), format!("environment variable {var} is not set"))
+        })?)),
+    };
+    let timeout = |key: &str, value: Option<u64>, default: u64| -> Result<u64, ConfigError> {
+        match value.unwrap_or(default) {
+            0 => Err(invalid(at(key), "must be greater than 0".into())),
+            v => Ok(v),
+        }
+    };
+    Ok(UpstreamConfig {
+        base_url: base_url.trim_end_matches('/').to_owned(),
+        api_key,
+        upstream_model: m.upstream_model.clone().unwrap_or_else(|| m.id.clone()),
+        connect_timeout_ms: timeout("connect_timeout_ms", m.connect_timeout_ms, DEFAULT_CONNECT_TIMEOUT_MS)?,
+        first_byte_timeout_ms: timeout("first_byte_timeout_ms", m.first_byte_timeout_ms, DEFAULT_FIRST_BYTE_TIMEOUT_MS)?,
+        idle_timeout_ms: timeout("idle_timeout_ms", m.idle_timeout_ms, DEFAULT_IDLE_TIMEOUT_MS)?,
+    })
+}
+
+/// Tenant ids: short, printable, safe in logs, metrics labels and Redis keys.
+fn check_id(id: &str, key: &str, invalid: &Invalid<'_>) -> Result<(), ConfigError> {
+    let ok = !id.is_empty()
+        && id.len() <= 64
+        && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(key.to_owned(), format!("must be 1-64 characters of [A-Za-z0-9._-], got {id:?}")))
+    }
+}
+
+/// Model ids additionally allow `/` and `:` (`org/model:tag`).
+fn check_model_id(id: &str, key: &str, invalid: &Invalid<'_>) -> Result<(), ConfigError> {
+    let ok = !id.is_empty()
+        && id.len() <= 128
+        && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/' | ':'));
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(key.to_owned(), format!("must be 1-128 characters of [A-Za-z0-9._/:-], got {id:?}")))
+    }
+}
+
+fn parse_sha256(text: &str) -> Option<[u8; 32]> {
+    let bytes = hex::decode(text.trim()).ok()?;
+    bytes.try_into().ok()
+}
+
+fn default_data_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir).join("crossguard");
+    }
+    match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        Some(home) => PathBuf::from(home).join(".local/share/crossguard"),
+        None => PathBuf::from(".crossguard"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::from_parts(text, "test.toml", &[], &|_| None)
+    }
+
+    fn parse_env(text: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_parts(text, "test.toml", &env, &|name| match name {
+            "UPSTREAM_KEY" => Some("upstream-secret".into()),
+            _ => None,
+        })
+    }
+
+    const CONTRACT: &str = r#"
+listen = "127.0.0.1:8080"
+admin_token_env = "CROSSGUARD_ADMIN_TOKEN"
+[[tenants]]
+id = "acme"
+api_keys = ["sk-acme-1"]
+[[models]]
+id = "mock"
+backend = "upstream"
+base_url = "http://127.0.0.1:9000/v1"
+api_key_env = "UPSTREAM_KEY"
+[store]
+kind = "memory"
+"#;
+
+    #[test]
+    fn the_contract_example_loads() {
+        let cfg = parse_env(CONTRACT, &[]).unwrap();
+        assert_eq!(cfg.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(cfg.tenants[0].id, "acme");
+        assert_eq!(cfg.tenants[0].key_digests[0], <[u8; 32]>::from(Sha256::digest(b"sk-acme-1")));
+        let ModelBackend::Upstream(up) = &cfg.models[0].backend else { panic!("upstream expected") };
+        assert_eq!(up.api_key.as_ref().unwrap().expose(), "upstream-secret");
+        assert_eq!(up.upstream_model, "mock");
+        assert_eq!(cfg.store, StoreConfig::Memory);
+    }
+
+    #[test]
+    fn no_file_gives_defaults() {
+        let cfg = parse("").unwrap();
+        assert_eq!(cfg.listen.to_string(), DEFAULT_LISTEN);
+        assert_eq!(cfg.max_body_bytes, 4 * 1024 * 1024);
+        assert!(cfg.tenants.is_empty() && cfg.models.is_empty());
+    }
+
+    #[test]
+    fn unknown_keys_name_their_path() {
+        let err = parse("[[tenants]]\nid = \"a\"\napi_keys = [\"12345678\"]\napi_kyes = []\n").unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("tenants[0]") && msg.contains("api_kyes"), "{msg}");
+        let err = parse("lisen = \"x\"").unwrap_err().to_string();
+        assert!(err.contains("lisen"), "{err}");
+    }
+
+    #[test]
+    fn wrong_types_and_values_name_their_path() {
+        let err = parse("max_body_bytes = \"big\"").unwrap_err().to_string();
+        assert!(err.starts_with("test.toml: max_body_bytes:"), "{err}");
+        let err = parse("[[models]]\nid = \"m\"\nbackend = \"cloud\"\n").unwrap_err().to_string();
+        assert!(err.contains("models[0].backend"), "{err}");
+        let err = parse("[[models]]\nid = \"m\"\nbackend = \"upstream\"\n").unwrap_err().to_string();
+        assert!(err.contains("models[0].base_url: required"), "{err}");
+        let err = parse("listen = \"nowhere\"").unwrap_err().to_string();
+        assert!(err.contains("listen: expected an address"), "{err}");
+        let err = parse("[store]\nkind = \"redis\"\nurl = \"http://x\"").unwrap_err().to_string();
+        assert!(err.contains("store.url"), "{err}");
+    }
+
+    #[test]
+    fn duplicates_are_rejected() {
+        let two = "[[tenants]]\nid = \"a\"\napi_keys = [\"key-one-1\"]\n[[tenants]]\nid = \"a\"\napi_keys = [\"key-two-2\"]\n";
+        assert!(parse(two).unwrap_err().to_string().contains("tenants[1].id: duplicate"));
+        let shared = "[[tenants]]\nid = \"a\"\napi_keys = [\"key-one-1\"]\n[[tenants]]\nid = \"b\"\napi_keys = [\"key-one-1\"]\n";
+        assert!(parse(shared).unwrap_err().to_string().contains("more than one tenant"));
+    }
+
+    #[test]
+    fn missing_upstream_key_variable_is_an_error() {
+        let err = parse(CONTRACT).unwrap_err().to_string();
+        assert!(err.contains("models[0].api_key_env: environment variable UPSTREAM_KEY is not set"), "{err}");
+    }
+
+    #[test]
+    fn hashed_keys_are_accepted_and_checked() {
+        let digest = hex::encode(Sha256::digest(b"sk-hashed-key"));
+        let cfg = parse(&format!("[[tenants]]\nid = \"h\"\napi_key_sha256 = [\"{digest}\"]\n")).unwrap();
+        assert_eq!(hex::encode(cfg.tenants[0].key_digests[0]), digest);
+        let err = parse("[[tenants]]\nid = \"h\"\napi_key_sha256 = [\"abc\"]\n").unwrap_err().to_string();
+        assert!(err.contains("tenants[0].api_key_sha256[0]"), "{err}");
+    }
+
+    #[test]
+    fn environment_overrides_the_file() {
+        let cfg = parse_env(
+            CONTRACT,
+            &[
+                ("CROSSGUARD_LISTEN", "0.0.0.0:9999"),
+                ("CROSSGUARD_STORE__KIND", "redis"),
+                ("CROSSGUARD_STORE__URL", "redis://127.0.0.1:6380"),
+                ("CROSSGUARD_MAX_BODY_BYTES", "2048"),
+                ("CROSSGUARD_ADMIN_TOKEN", "ignored-here-it-is-a-secret"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(cfg.listen.port(), 9999);
+        assert_eq!(cfg.store, StoreConfig::Redis { url: "redis://127.0.0.1:6380".into() });
+        assert_eq!(cfg.max_body_bytes, 2048);
+        let tenants = parse_env("", &[("CROSSGUARD_TENANTS", r#"[{id="t1", api_keys=["sk-t1-key-1"]}]"#)]).unwrap();
+        assert_eq!(tenants.tenants[0].id, "t1");
+        let err = parse_env("", &[("CROSSGUARD_LISTN", "x")]).unwrap_err().to_string();
+        assert!(err.contains("CROSSGUARD_LISTN") && err.contains("listn"), "{err}");
+    }
+
+    #[test]
+    fn secrets_do_not_debug_print() {
+        let cfg = parse("admin_token = \"0123456789abcdef-admin\"").unwrap();
+        assert!(!format!("{cfg:?}").contains("0123456789abcdef"));
+        assert!(parse("admin_token = \"short\"").is_err());
+    }
+}

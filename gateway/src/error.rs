@@ -1,0 +1,207 @@
+//! `ApiError`: every way a request can fail, each mapped to one HTTP status and an
+//! OpenAI error envelope `{"error":{"message","type","param","code"}}`.
+//!
+//! Handlers return `Result<_, ApiError>`; the conversion to a response happens here and
+//! nowhere else, so no route can answer with a plain-text error. The error is logged once,
+//! by the request middleware, from the `ApiErrorLog` extension this module attaches.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+/// A failed request, as the client will see it.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ApiError {
+    /// The body is not JSON at all.
+    #[error("We could not parse the JSON body of your request: {0}")]
+    MalformedJson(String),
+    /// A field has the wrong type, is missing, or is out of range.
+    #[error("{message}")]
+    InvalidParam { param: String, message: String },
+    /// Missing, malformed or unknown API key.
+    #[error("{0}")]
+    Unauthorized(&'static str),
+    /// The requested model is not configured.
+    #[error("The model `{0}` does not exist or you do not have access to it.")]
+    ModelNotFound(String),
+    /// No route matches the path.
+    #[error("Unknown request URL: {method} {path}.")]
+    RouteNotFound { method: String, path: String },
+    /// The route exists but not for this method.
+    #[error("Method {method} is not allowed for {path}.")]
+    MethodNotAllowed { method: String, path: String },
+    /// The body exceeds the configured limit.
+    #[error("Request body is larger than the limit of {limit_bytes} bytes.")]
+    PayloadTooLarge { limit_bytes: usize },
+    /// The upstream answered with a client error that the caller should see as such
+    /// (400, 404, 422, 429): its message is relayed, its status kept.
+    #[error("{message}")]
+    UpstreamRejected { status: u16, message: String, code: Option<String> },
+    /// The upstream failed: unreachable, 5xx, bad credentials, unparseable answer.
+    #[error("{0}")]
+    BadGateway(String),
+    /// The upstream did not answer in time.
+    #[error("{0}")]
+    GatewayTimeout(String),
+    /// The gateway cannot serve yet (model still loading) or is shutting down.
+    #[error("{0}")]
+    Unavailable(String),
+    /// A bug or an unexpected condition inside the gateway.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// A 400 naming the offending parameter.
+    pub fn param(param: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError::InvalidParam { param: param.into(), message: message.into() }
+    }
+
+    /// The HTTP status this error is answered with.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::MalformedJson(_) | ApiError::InvalidParam { .. } => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::ModelNotFound(_) | ApiError::RouteNotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UpstreamRejected { status, .. } => {
+                StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY)
+            }
+            ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
+            ApiError::GatewayTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// OpenAI's `type` field.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ApiError::MalformedJson(_)
+            | ApiError::InvalidParam { .. }
+            | ApiError::ModelNotFound(_)
+            | ApiError::RouteNotFound { .. }
+            | ApiError::MethodNotAllowed { .. }
+            | ApiError::PayloadTooLarge { .. } => "invalid_request_error",
+            ApiError::Unauthorized(_) => "authentication_error",
+            ApiError::UpstreamRejected { status: 429, .. } => "rate_limit_error",
+            ApiError::UpstreamRejected { .. } => "invalid_request_error",
+            ApiError::BadGateway(_) | ApiError::GatewayTimeout(_) => "upstream_error",
+            ApiError::Unavailable(_) | ApiError::Internal(_) => "server_error",
+        }
+    }
+
+    /// OpenAI's `code` field.
+    pub fn code(&self) -> Option<String> {
+        let code = match self {
+            ApiError::MalformedJson(_) => "invalid_json",
+            ApiError::InvalidParam { .. } => "invalid_value",
+            ApiError::Unauthorized(_) => "invalid_api_key",
+            ApiError::ModelNotFound(_) => "model_not_found",
+            ApiError::RouteNotFound { .. } => "unknown_url",
+            ApiError::MethodNotAllowed { .. } => "method_not_allowed",
+            ApiError::PayloadTooLarge { .. } => "request_too_large",
+            ApiError::UpstreamRejected { code, .. } => return code.clone(),
+            ApiError::BadGateway(_) => "upstream_error",
+            ApiError::GatewayTimeout(_) => "upstream_timeout",
+            ApiError::Unavailable(_) => "unavailable",
+            ApiError::Internal(_) => "internal_error",
+        };
+        Some(code.to_owned())
+    }
+
+    /// The parameter at fault, if any.
+    pub fn param_name(&self) -> Option<&str> {
+        match self {
+            ApiError::InvalidParam { param, .. } => Some(param),
+            ApiError::ModelNotFound(_) => Some("model"),
+            _ => None,
+        }
+    }
+
+    /// The OpenAI error envelope for this error.
+    pub fn envelope(&self) -> ErrorEnvelope<'_> {
+        ErrorEnvelope {
+            error: ErrorBody {
+                message: self.to_string(),
+                kind: self.kind(),
+                param: self.param_name(),
+                code: self.code(),
+            },
+        }
+    }
+}
+
+/// `{"error": {...}}`, the body of every error response and of an SSE error event.
+#[derive(Debug, Serialize)]
+pub struct ErrorEnvelope<'a> {
+    pub error: ErrorBody<'a>,
+}
+
+/// The inner object of [`ErrorEnvelope`].
+#[derive(Debug, Serialize)]
+pub struct ErrorBody<'a> {
+    pub message: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub param: Option<&'a str>,
+    pub code: Option<String>,
+}
+
+/// Attached to error responses so the logging middleware can log the error once.
+#[derive(Debug, Clone)]
+pub struct ApiErrorLog {
+    pub kind: &'static str,
+    pub message: String,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::to_vec(&self.envelope()).unwrap_or_else(|_| {
+            br#"{"error":{"message":"internal error","type":"server_error","param":null,"code":null}}"#
+                .to_vec()
+        });
+        let mut response = (self.status(), body).into_response();
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if matches!(self, ApiError::Unauthorized(_)) {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+            .extensions_mut()
+            .insert(ApiErrorLog { kind: self.kind(), message: self.to_string() });
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envelope_has_openai_shape() {
+        let err = ApiError::param("temperature", "temperature must be between 0 and 2, got 3");
+        let v = serde_json::to_value(err.envelope()).unwrap();
+        assert_eq!(v["error"]["param"], "temperature");
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert_eq!(v["error"]["code"], "invalid_value");
+        assert!(v["error"]["message"].as_str().unwrap().contains("got 3"));
+        assert_eq!(err.status(), StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn statuses_cover_the_contract() {
+        assert_eq!(ApiError::Unauthorized("x").status(), 401);
+        assert_eq!(ApiError::ModelNotFound("m".into()).status(), 404);
+        assert_eq!(ApiError::PayloadTooLarge { limit_bytes: 1 }.status(), 413);
+        assert_eq!(ApiError::BadGateway("x".into()).status(), 502);
+        assert_eq!(ApiError::GatewayTimeout("x".into()).status(), 504);
+        let rl = ApiError::UpstreamRejected { status: 429, message: "slow".into(), code: None };
+        assert_eq!(rl.status(), 429);
+        assert_eq!(rl.kind(), "rate_limit_error");
+    }
+}

@@ -1,0 +1,151 @@
+//! Prometheus metrics in the text exposition format, kept in process without a metrics
+//! crate: counters keyed by a few bounded labels (route template, status, model, tenant
+//! from config — never request text) and one latency histogram per route.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Upper bounds of the latency histogram buckets, in seconds.
+const BUCKETS_S: &[f64] = &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+
+#[derive(Debug, Default)]
+struct Histogram {
+    counts: Vec<u64>,
+    sum_s: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn observe(&mut self, seconds: f64) {
+        if self.counts.is_empty() {
+            self.counts = vec![0; BUCKETS_S.len()];
+        }
+        for (bound, c) in BUCKETS_S.iter().zip(self.counts.iter_mut()) {
+            if seconds <= *bound {
+                *c += 1;
+            }
+        }
+        self.sum_s += seconds;
+        self.count += 1;
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// (route, status) -> requests
+    requests: BTreeMap<(String, u16), u64>,
+    /// route -> latency
+    latency: BTreeMap<String, Histogram>,
+    /// (model, tenant, outcome) -> completions
+    completions: BTreeMap<(String, String, &'static str), u64>,
+    /// (model, kind) -> upstream/backend errors
+    backend_errors: BTreeMap<(String, &'static str), u64>,
+}
+
+/// The gateway's metrics registry.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    inner: Mutex<Inner>,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        Metrics::default()
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
+        // A poisoned lock only means another thread panicked mid-update; counters stay usable.
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut guard)
+    }
+
+    /// One HTTP request finished (for streams: when its headers were sent).
+    pub fn observe_request(&self, route: &str, status: u16, elapsed: Duration) {
+        self.with(|m| {
+            *m.requests.entry((route.to_owned(), status)).or_default() += 1;
+            m.latency.entry(route.to_owned()).or_default().observe(elapsed.as_secs_f64());
+        });
+    }
+
+    /// One completion was started for `tenant` on `model`; `outcome` is `ok` or an error kind.
+    pub fn observe_completion(&self, model: &str, tenant: &str, outcome: &'static str) {
+        self.with(|m| *m.completions.entry((model.to_owned(), tenant.to_owned(), outcome)).or_default() += 1);
+    }
+
+    /// A backend failed (`kind` from [`crate::error::ApiError::kind`]).
+    pub fn observe_backend_error(&self, model: &str, kind: &'static str) {
+        self.with(|m| *m.backend_errors.entry((model.to_owned(), kind)).or_default() += 1);
+    }
+
+    /// The text exposition of every metric, with `extra` appended (other subsystems').
+    pub fn render(&self, extra: &str) -> String {
+        let mut out = String::with_capacity(4096);
+        self.with(|m| {
+            out.push_str("# HELP crossguard_http_requests_total HTTP requests by route and status.\n");
+            out.push_str("# TYPE crossguard_http_requests_total counter\n");
+            for ((route, status), n) in &m.requests {
+                let _ = writeln!(out, "crossguard_http_requests_total{{route=\"{}\",status=\"{status}\"}} {n}", escape(route));
+            }
+            out.push_str("# HELP crossguard_http_request_duration_seconds Time to response headers by route.\n");
+            out.push_str("# TYPE crossguard_http_request_duration_seconds histogram\n");
+            for (route, h) in &m.latency {
+                let route = escape(route);
+                for (bound, c) in BUCKETS_S.iter().zip(&h.counts) {
+                    let _ = writeln!(out, "crossguard_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"{bound}\"}} {c}");
+                }
+                let _ = writeln!(out, "crossguard_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"+Inf\"}} {}", h.count);
+                let _ = writeln!(out, "crossguard_http_request_duration_seconds_sum{{route=\"{route}\"}} {}", h.sum_s);
+                let _ = writeln!(out, "crossguard_http_request_duration_seconds_count{{route=\"{route}\"}} {}", h.count);
+            }
+            out.push_str("# HELP crossguard_completions_total Chat completions by model, tenant and outcome.\n");
+            out.push_str("# TYPE crossguard_completions_total counter\n");
+            for ((model, tenant, outcome), n) in &m.completions {
+                let _ = writeln!(
+                    out,
+                    "crossguard_completions_total{{model=\"{}\",tenant=\"{}\",outcome=\"{outcome}\"}} {n}",
+                    escape(model),
+                    escape(tenant)
+                );
+            }
+            out.push_str("# HELP crossguard_backend_errors_total Backend failures by model and kind.\n");
+            out.push_str("# TYPE crossguard_backend_errors_total counter\n");
+            for ((model, kind), n) in &m.backend_errors {
+                let _ = writeln!(out, "crossguard_backend_errors_total{{model=\"{}\",kind=\"{kind}\"}} {n}", escape(model));
+            }
+        });
+        out.push_str(extra);
+        out
+    }
+}
+
+/// Label values escaped per the exposition format.
+fn escape(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_and_histograms() {
+        let m = Metrics::new();
+        m.observe_request("/v1/chat/completions", 200, Duration::from_millis(3));
+        m.observe_request("/v1/chat/completions", 200, Duration::from_millis(30));
+        m.observe_completion("mock", "acme", "ok");
+        m.observe_backend_error("mock", "upstream_error");
+        let text = m.render("");
+        assert!(text.contains("crossguard_http_requests_total{route=\"/v1/chat/completions\",status=\"200\"} 2"));
+        assert!(text.contains("le=\"0.005\"} 1"));
+        assert!(text.contains("le=\"+Inf\"} 2"));
+        assert!(text.contains("crossguard_completions_total{model=\"mock\",tenant=\"acme\",outcome=\"ok\"} 1"));
+        assert!(text.contains("crossguard_backend_errors_total{model=\"mock\",kind=\"upstream_error\"} 1"));
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("a\"b\\c\n"), "a\\\"b\\\\c\\n");
+    }
+}

@@ -1,0 +1,86 @@
+//! The HTTP surface: routes, the JSON 404/405 fallbacks, and one middleware that gives
+//! every request an `x-request-id`, records metrics, and logs each request once (with the
+//! error kind and message when it failed — never the body).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderValue, Method, Uri};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::error::{ApiError, ApiErrorLog};
+use crate::routes;
+use crate::state::AppState;
+
+/// The request's id: the client's `x-request-id` when it is sane, a fresh one otherwise.
+#[derive(Debug, Clone)]
+pub struct RequestId(pub String);
+
+/// The gateway's router, testable without a socket.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(routes::chat::create))
+        .route("/v1/models", get(routes::models::list))
+        .route("/v1/models/{*id}", get(routes::models::get))
+        .route("/healthz", get(routes::health::healthz))
+        .route("/readyz", get(routes::health::readyz))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), observe))
+        .with_state(state)
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+    (
+        [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        state.metrics.render(""),
+    )
+}
+
+async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError::RouteNotFound { method: method.to_string(), path: uri.path().to_owned() }
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::MethodNotAllowed { method: method.to_string(), path: uri.path().to_owned() }
+}
+
+async fn observe(State(state): State<Arc<AppState>>, mut request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let id = request
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
+        .map(str::to_owned)
+        .unwrap_or_else(|| format!("req_{}", uuid::Uuid::now_v7().simple()));
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let method = request.method().clone();
+    request.extensions_mut().insert(RequestId(id.clone()));
+    let mut response = next.run(request).await;
+    let elapsed = started.elapsed();
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert("x-request-id", value);
+    }
+    let status = response.status().as_u16();
+    state.metrics.observe_request(&route, status, elapsed);
+    match response.extensions().get::<ApiErrorLog>() {
+        Some(err) if status >= 500 => {
+            tracing::warn!(request_id = %id, %method, route, status, kind = err.kind, error = %err.message, "request failed")
+        }
+        Some(err) => {
+            tracing::info!(request_id = %id, %method, route, status, kind = err.kind, error = %err.message, "request rejected")
+        }
+        None => tracing::debug!(request_id = %id, %method, route, status, elapsed_us = elapsed.as_micros() as u64, "request"),
+    }
+    response
+}

@@ -1,0 +1,25 @@
+//! `GET /healthz` (the process answers) and `GET /readyz` (every backend can serve).
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use serde_json::{json, Value};
+
+use crate::state::AppState;
+
+pub async fn healthz() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+pub async fn readyz(State(state): State<Arc<AppState>>) -> (StatusCode, Json<Value>) {
+    let backends: serde_json::Map<String, Value> = state
+        .models
+        .iter()
+        .map(|(id, b)| (id.clone(), json!({"backend": b.kind(), "ready": b.is_ready()})))
+        .collect();
+    let ready = state.models.values().all(|b| b.is_ready());
+    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, Json(json!({"status": if ready { "ready" } else { "starting" }, "models": backends})))
+}

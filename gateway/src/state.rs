@@ -1,0 +1,74 @@
+//! The shared state behind every route: validated config, authenticator, one backend per
+//! model id, metrics. Built once at start-up; immutable afterwards except for what the
+//! pieces guard themselves (metrics counters, backend readiness).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::auth::Authenticator;
+use crate::backend::{Backend, UpstreamBackend};
+use crate::config::{Config, ModelBackend};
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+
+/// Everything a request handler can reach.
+pub struct AppState {
+    pub config: Arc<Config>,
+    pub auth: Authenticator,
+    /// Model id -> backend, in id order.
+    pub models: BTreeMap<String, Backend>,
+    pub metrics: Metrics,
+    /// Start-up time, seconds since the epoch (the `created` of listed models).
+    pub started_unix: u64,
+}
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("model {model}: {reason}")]
+    Model { model: String, reason: String },
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: std::net::SocketAddr, source: std::io::Error },
+    #[error("{0}")]
+    Serve(std::io::Error),
+}
+
+impl AppState {
+    /// Builds the backends named in `config`.
+    pub fn build(config: Config) -> Result<Arc<AppState>, StartError> {
+        let mut models = BTreeMap::new();
+        for model in &config.models {
+            let backend = match &model.backend {
+                ModelBackend::Upstream(up) => Backend::Upstream(
+                    UpstreamBackend::new(up.clone())
+                        .map_err(|e| StartError::Model { model: model.id.clone(), reason: e.to_string() })?,
+                ),
+                ModelBackend::Engine(_) => {
+                    return Err(StartError::Model {
+                        model: model.id.clone(),
+                        reason: "backend = \"engine\" is not available in this build yet".into(),
+                    })
+                }
+            };
+            models.insert(model.id.clone(), backend);
+        }
+        Ok(Arc::new(AppState {
+            auth: Authenticator::new(&config.tenants),
+            config: Arc::new(config),
+            models,
+            metrics: Metrics::new(),
+            started_unix: unix_now(),
+        }))
+    }
+
+    /// The backend serving `model`, or the OpenAI 404.
+    pub fn backend(&self, model: &str) -> Result<&Backend, ApiError> {
+        self.models.get(model).ok_or_else(|| ApiError::ModelNotFound(model.to_owned()))
+    }
+}
+
+/// Seconds since the Unix epoch (0 if the clock is before it).
+pub fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}

@@ -1,0 +1,201 @@
+//! A scripted OpenAI-compatible upstream, served in-process on port 0.
+//!
+//! The last message's content selects the behaviour, so each test states its script in
+//! the request itself:
+//! - `#slow <ms>`: wait before answering (tests first-byte timeouts);
+//! - `#stall`: stream two chunks, then go silent (idle timeouts);
+//! - `#die`: stream two chunks, then drop the connection without `[DONE]`;
+//! - `#status <code>`: answer with that HTTP status and an OpenAI error body;
+//! - `#garbage`: answer 200 with a body that is not JSON;
+//! - `#tools`: answer with a tool call whose arguments are streamed in fragments;
+//! - anything else: answer `Echo: <content>` (streamed word by word when asked).
+//!
+//! Every request's body and headers are kept for the test to inspect.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+/// A request the mock received.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub body: Value,
+    pub headers: HeaderMap,
+}
+
+/// A running mock upstream.
+pub struct MockUpstream {
+    pub addr: SocketAddr,
+    received: Arc<Mutex<Vec<Received>>>,
+    _shutdown: tokio::sync::oneshot::Sender<()>,
+}
+
+impl MockUpstream {
+    /// Starts the mock on 127.0.0.1:0.
+    pub async fn start() -> MockUpstream {
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let app = Router::new().route("/v1/chat/completions", post(chat)).with_state(received.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind mock upstream");
+        let addr = listener.local_addr().expect("mock address");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = rx.await;
+                })
+                .await;
+        });
+        MockUpstream { addr, received, _shutdown: tx }
+    }
+
+    /// `http://127.0.0.1:PORT/v1`
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Every request received so far.
+    pub fn received(&self) -> Vec<Received> {
+        self.received.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+}
+
+type Shared = Arc<Mutex<Vec<Received>>>;
+
+async fn chat(State(received): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if let Ok(mut r) = received.lock() {
+        r.push(Received { body: body.clone(), headers });
+    }
+    let script = body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or("")
+        .to_owned();
+    let stream = body["stream"].as_bool().unwrap_or(false);
+    let n = body["n"].as_u64().unwrap_or(1) as u32;
+    let include_usage = body["stream_options"]["include_usage"].as_bool().unwrap_or(false);
+    let model = body["model"].as_str().unwrap_or("mock").to_owned();
+    let mut words = script.split_whitespace();
+    match words.next() {
+        Some("#slow") => {
+            let ms = words.next().and_then(|w| w.parse().ok()).unwrap_or(1000);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            answer(&model, "slow answer", n, stream, include_usage)
+        }
+        Some("#status") => {
+            let code = words.next().and_then(|w| w.parse().ok()).unwrap_or(500);
+            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let err = json!({"error": {"message": format!("mock error {code}"), "type": "mock", "code": "mock_code"}});
+            (status, axum::Json(err)).into_response()
+        }
+        Some("#garbage") => (StatusCode::OK, "this is not json").into_response(),
+        Some("#stall") => broken_stream(&model, true),
+        Some("#die") => broken_stream(&model, false),
+        Some("#tools") => tools(&model, stream),
+        _ => answer(&model, &format!("Echo: {script}"), n, stream, include_usage),
+    }
+}
+
+fn chunk(model: &str, choices: Value) -> Value {
+    json!({"id": "mock-1", "object": "chat.completion.chunk", "created": 1, "model": model, "choices": choices})
+}
+
+fn sse(frames: Vec<Value>, done: bool) -> Vec<Result<Bytes, Infallible>> {
+    let mut out: Vec<Result<Bytes, Infallible>> =
+        frames.into_iter().map(|f| Ok(Bytes::from(format!("data: {f}\n\n")))).collect();
+    if done {
+        out.push(Ok(Bytes::from_static(b"data: [DONE]\n\n")));
+    }
+    out
+}
+
+fn sse_response(body: Body) -> Response {
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(body)
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+fn answer(model: &str, text: &str, n: u32, stream: bool, include_usage: bool) -> Response {
+    let words: Vec<String> = text.split_inclusive(' ').map(str::to_owned).collect();
+    let usage = json!({"prompt_tokens": 7, "completion_tokens": words.len() * n as usize, "total_tokens": 7 + words.len() * n as usize});
+    if !stream {
+        let choices: Vec<Value> = (0..n)
+            .map(|i| json!({"index": i, "message": {"role": "assistant", "content": text}, "logprobs": null, "finish_reason": "stop"}))
+            .collect();
+        let body = json!({"id": "mock-1", "object": "chat.completion", "created": 1, "model": model,
+                          "choices": choices, "usage": usage, "system_fingerprint": "fp_mock"});
+        return axum::Json(body).into_response();
+    }
+    let mut frames = Vec::new();
+    for i in 0..n {
+        frames.push(chunk(model, json!([{"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}])));
+    }
+    for w in &words {
+        for i in 0..n {
+            frames.push(chunk(model, json!([{"index": i, "delta": {"content": w}, "finish_reason": null}])));
+        }
+    }
+    for i in 0..n {
+        frames.push(chunk(model, json!([{"index": i, "delta": {}, "finish_reason": "stop"}])));
+    }
+    if include_usage {
+        let mut last = chunk(model, json!([]));
+        last["usage"] = usage;
+        frames.push(last);
+    }
+    sse_response(Body::from_stream(futures::stream::iter(sse(frames, true))))
+}
+
+fn tools(model: &str, stream: bool) -> Response {
+    let args = ["{\"ci", "ty\": \"Par", "is\"}"];
+    if !stream {
+        let body = json!({"id": "mock-1", "object": "chat.completion", "created": 1, "model": model,
+            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": null,
+                "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": args.concat()}}]}}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}});
+        return axum::Json(body).into_response();
+    }
+    let mut frames = vec![chunk(model, json!([{"index": 0, "delta": {"role": "assistant", "content": null,
+        "tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "weather", "arguments": ""}}]}, "finish_reason": null}]))];
+    for a in args {
+        frames.push(chunk(model, json!([{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": a}}]}, "finish_reason": null}])));
+    }
+    frames.push(chunk(model, json!([{"index": 0, "delta": {}, "finish_reason": "tool_calls"}])));
+    sse_response(Body::from_stream(futures::stream::iter(sse(frames, true))))
+}
+
+/// Two chunks, then silence (`stall`) or a dropped connection.
+fn broken_stream(model: &str, stall: bool) -> Response {
+    let first = sse(
+        vec![
+            chunk(model, json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}])),
+            chunk(model, json!([{"index": 0, "delta": {"content": "partial "}, "finish_reason": null}])),
+        ],
+        false,
+    );
+    let head = futures::stream::iter(first);
+    let tail = futures::stream::once(async move {
+        if stall {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok(Bytes::new())
+        } else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Err(std::io::Error::other("mock upstream died"))
+        }
+    });
+    use futures::StreamExt;
+    let body = head.map(|r| r.map_err(|never: Infallible| match never {})).chain(tail);
+    sse_response(Body::from_stream(body))
+}
