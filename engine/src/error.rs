@@ -13,6 +13,43 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The default model could not be fetched; `command` is what to run by hand instead.
+    #[error("cannot fetch the default model: {reason}\nrun this by hand instead:\n  {command}")]
+    ModelFetch { reason: String, command: String },
+    /// A downloaded file's digest is not the one pinned in the source.
+    #[error("{path}: SHA-256 is {actual}, expected {expected}")]
+    ChecksumMismatch {
+        path: PathBuf,
+        expected: String,
+        actual: String,
+    },
+    /// A GGUF file is malformed, truncated or uses something this reader does not support.
+    #[error("{origin}: invalid GGUF: {reason}")]
+    Gguf { origin: String, reason: String },
+    /// A metadata key is missing or has the wrong type or value.
+    #[error("GGUF metadata {key}: {reason}")]
+    Metadata { key: String, reason: String },
+    /// The model file has no tensor of this name.
+    #[error("tensor {name} is missing from the model file")]
+    MissingTensor { name: String },
+    /// The tokenizer could not be built from the GGUF vocabulary or could not encode/decode.
+    #[error("tokenizer: {reason}")]
+    Tokenizer { reason: String },
+    /// The chat template cannot be compiled or cannot render these messages.
+    #[error("chat template: {reason}")]
+    Template { reason: String },
+    /// A tensor's shape or byte size does not fit what the model or kernel needs.
+    #[error("tensor {tensor}: {reason}")]
+    Shape { tensor: String, reason: String },
+    /// A tensor is stored in a type the CPU kernels cannot multiply.
+    #[error("tensor {tensor}: type {ty} is not supported by the CPU backend")]
+    UnsupportedTensorType { tensor: String, ty: String },
+    /// The prompt does not fit the context window.
+    #[error("the prompt has {prompt_tokens} tokens, the context window holds {limit}")]
+    ContextOverflow { prompt_tokens: usize, limit: usize },
+    /// A generation request is malformed (empty prompt, token id outside the vocabulary...).
+    #[error("invalid generation request: {reason}")]
+    InvalidRequest { reason: String },
 }
 
 /// The engine's result type.

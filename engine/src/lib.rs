@@ -8,5 +8,7 @@
 #![deny(unsafe_code)]
 
 pub mod error;
+pub mod fetch;
+pub mod gguf;
 
 pub use error::{Error, Result};
