@@ -1,2 +1,50 @@
-//! The firewall.
+//! The crossguard firewall: rule files, a streaming scanner that never releases a complete
+//! match of a block rule, and the detectors that keep one tenant's data out of another's
+//! responses (secret rules, canaries, foreign n-grams, entropy, provenance).
+//!
+//! This crate is synchronous and does no I/O except [`Ruleset::load_dir`] reading the rule
+//! folder. What it needs from the gateway (n-gram owners, tenant baselines) it asks through
+//! the traits in [`detect`].
+//!
+//! Typical use:
+//! ```
+//! use std::sync::Arc;
+//! use firewall::{Detectors, Ruleset, ScanContext, StreamScanner};
+//! let rules = Arc::new(Ruleset::builtin().unwrap_or_else(|_| Ruleset::empty()));
+//! let mut s = StreamScanner::new(rules, ScanContext::new("acme"), Arc::new(Detectors::default()));
+//! let mut out = s.push("Hello, ").release;
+//! out += &s.push("world").release;
+//! out += &s.finish().release;
+//! assert_eq!(out, "Hello, world");
+//! ```
 #![forbid(unsafe_code)]
+
+pub mod detect;
+pub mod gitleaks;
+mod live;
+pub mod reload;
+pub mod rule;
+pub mod ruleset;
+pub mod scan;
+pub mod stream;
+pub mod verdict;
+
+pub use detect::{
+    fingerprints, Baseline, Baselines, Detectors, EntropyConfig, Metric, NgramConfig, NgramKey, NgramOwners, Observations,
+    OwnerSet, ProvenanceConfig, ScanContext, TokenSignals,
+};
+pub use reload::ReloadableRuleset;
+pub use rule::{Canary, Rule};
+pub use ruleset::{LoadError, LoadErrors, LoadOptions, Origin, Ruleset};
+pub use scan::{RuleSamples, SampleFailure, SampleReport};
+pub use stream::{Step, StreamScanner, MAX_HOLDBACK_BYTES};
+pub use verdict::{mask, Action, Detail, DetectorKind, Finding, Severity};
+
+/// Errors of this crate outside rule loading (which reports [`LoadErrors`]).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("rule files: {0}")]
+    Load(#[from] LoadErrors),
+    #[error("gitleaks config is not valid TOML at line {line}: {reason}")]
+    GitleaksSyntax { line: usize, reason: String },
+}

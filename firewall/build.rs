@@ -1,0 +1,26 @@
+//! Embeds the repository's default rules (`../rules/*.toml`) into the crate, so the binary
+//! carries its ruleset. Re-runs when the folder or any rule file changes.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+fn main() {
+    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| ".".into()));
+    let dir = manifest.join("..").join("rules");
+    println!("cargo:rerun-if-changed={}", dir.display());
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|rd| rd.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "toml")).collect())
+        .unwrap_or_default();
+    files.sort();
+    let mut src = String::from("/// `(file name, contents)` of every default rule file.\npub(crate) static FILES: &[(&str, &str)] = &[\n");
+    for f in &files {
+        println!("cargo:rerun-if-changed={}", f.display());
+        let name = f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let _ = writeln!(src, "    ({name:?}, include_str!({:?})),", f.display().to_string());
+    }
+    src.push_str("];\n");
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap_or_else(|_| ".".into())).join("builtin_rules.rs");
+    if let Err(e) = std::fs::write(&out, src) {
+        println!("cargo:warning=cannot write {}: {e}", out.display());
+    }
+}

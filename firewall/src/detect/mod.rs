@@ -1,0 +1,74 @@
+//! Detectors beyond the rule files: canary ownership lives in `scan`; here are the foreign
+//! n-gram, entropy and provenance detectors, the responding tenant's [`ScanContext`], and
+//! the [`Detectors`] configuration a stream is created with.
+//!
+//! Everything the detectors need from the outside world (who owns an n-gram, what a
+//! tenant's baseline is) comes through small synchronous traits the gateway implements from
+//! memory; nothing here does I/O.
+
+pub mod entropy;
+pub mod ngram;
+pub mod provenance;
+
+use crate::verdict::Finding;
+
+pub use entropy::{Baseline, Baselines, EntropyConfig, Metric, Observations, Observed};
+pub use ngram::{fingerprints, NgramConfig, NgramKey, NgramOwners, OwnerSet};
+pub use provenance::ProvenanceConfig;
+
+/// Whose response is being scanned.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ScanContext {
+    /// The responding tenant; empty = unknown, in which case every owner is foreign.
+    pub tenant: String,
+    /// Owners that are never foreign (e.g. the system prompt's owner).
+    pub trusted_owners: Vec<String>,
+}
+
+impl ScanContext {
+    pub fn new(tenant: impl Into<String>) -> ScanContext {
+        ScanContext { tenant: tenant.into(), trusted_owners: Vec::new() }
+    }
+
+    /// No responding tenant: used by one-shot CLI scans.
+    pub fn anonymous() -> ScanContext {
+        ScanContext::default()
+    }
+
+    /// Whether data owned by `owner` must not reach this tenant.
+    pub fn is_foreign(&self, owner: &str) -> bool {
+        owner != self.tenant && !self.trusted_owners.iter().any(|t| t == owner)
+    }
+}
+
+/// Which optional detectors run, and how. `Default` = none (secret rules and canaries only).
+#[derive(Clone, Default)]
+pub struct Detectors {
+    pub ngram: Option<NgramConfig>,
+    pub entropy: Option<EntropyConfig>,
+    pub provenance: Option<ProvenanceConfig>,
+}
+
+/// What an engine reports alongside one token's text.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TokenSignals {
+    /// Natural log of the sampled token's probability.
+    pub logprob: Option<f64>,
+    /// Entropy of the predictive distribution (nats).
+    pub entropy: Option<f64>,
+    /// Owners whose KV data this token attended to.
+    pub owners: Vec<String>,
+}
+
+/// The text-only detectors over a complete text (one-shot twin of the stream's path).
+pub(crate) fn scan_text(text: &str, ctx: &ScanContext, detectors: &Detectors, out: &mut Vec<Finding>) {
+    if let Some(cfg) = &detectors.ngram {
+        let mut st = ngram::NgramState::new(cfg.n);
+        st.feed(cfg, ctx, text, 0, out);
+        st.finish(cfg, ctx, text.len(), out);
+    }
+    if let Some(cfg) = &detectors.entropy {
+        let mut st = entropy::EntropyState::default();
+        st.feed_text(cfg, ctx, text, 0, out);
+    }
+}

@@ -1,0 +1,1 @@
+//! Import of gitleaks configurations (placeholder, filled in below).

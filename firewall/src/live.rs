@@ -1,0 +1,242 @@
+//! Liveness: which positions of a stream could still be the start of a match.
+//!
+//! For every pattern we build an *anchored* dense DFA of a relaxed version of its regex:
+//! look-around assertions are dropped and non-ASCII parts of classes widen to "any
+//! non-ASCII character". The relaxed language contains every string the real regex can
+//! match, so "no relaxed thread started at `p` is alive" soundly proves "no match can start
+//! at `p` and use bytes we have not seen yet". Being relaxed only ever costs holdback.
+//!
+//! [`Threads`] runs one anchored thread per (pattern, start position) over the stream, byte
+//! by byte, keeping only live ones. Two threads of one pattern in the same DFA state have
+//! the same future, so only the earlier start is kept: the thread set stays small (bounded
+//! by the number of DFA states), and the earliest live start is simply the first thread.
+//! A thread that passes through a match state reports `(pattern, start)`, which tells the
+//! scanner which patterns are worth confirming with the real regex.
+
+use regex_automata::dfa::{dense, Automaton, StartKind};
+use regex_automata::nfa::thompson::{self, WhichCaptures};
+use regex_automata::util::primitives::StateID;
+use regex_automata::{Anchored, Input, MatchKind};
+use regex_syntax::hir::{Class, ClassUnicode, ClassUnicodeRange, Hir, HirKind, Repetition};
+
+/// Size limit for one pattern's liveness DFA and for its determinisation (bytes).
+pub const LIVE_DFA_LIMIT: usize = 16 << 20;
+
+/// Over-approximates `hir`: same or larger language, no look-around, small classes.
+pub(crate) fn relax(hir: &Hir) -> Hir {
+    match hir.kind() {
+        HirKind::Look(_) => Hir::empty(),
+        HirKind::Empty | HirKind::Literal(_) => hir.clone(),
+        HirKind::Class(Class::Unicode(c)) => Hir::class(Class::Unicode(widen(c))),
+        HirKind::Class(Class::Bytes(_)) => hir.clone(),
+        HirKind::Repetition(r) => Hir::repetition(Repetition {
+            min: r.min,
+            max: r.max,
+            greedy: r.greedy,
+            sub: Box::new(relax(&r.sub)),
+        }),
+        HirKind::Capture(c) => relax(&c.sub),
+        HirKind::Concat(v) => Hir::concat(v.iter().map(relax).collect()),
+        HirKind::Alternation(v) => Hir::alternation(v.iter().map(relax).collect()),
+    }
+}
+
+/// Keeps the ASCII part of a class and replaces any non-ASCII part by all of non-ASCII.
+fn widen(c: &ClassUnicode) -> ClassUnicode {
+    if c.ranges().iter().all(|r| (r.end() as u32) < 0x80) {
+        return c.clone();
+    }
+    let mut ranges: Vec<ClassUnicodeRange> = c
+        .ranges()
+        .iter()
+        .filter(|r| (r.start() as u32) < 0x80)
+        .map(|r| ClassUnicodeRange::new(r.start(), r.end().min('\u{7f}')))
+        .collect();
+    ranges.push(ClassUnicodeRange::new('\u{80}', '\u{10FFFF}'));
+    ClassUnicode::new(ranges)
+}
+
+/// One pattern's anchored liveness automaton.
+#[derive(Clone, Debug)]
+pub(crate) struct LiveDfa {
+    dfa: dense::DFA<Vec<u32>>,
+    start: StateID,
+}
+
+impl LiveDfa {
+    pub(crate) fn build(hir: &Hir) -> Result<LiveDfa, String> {
+        let relaxed = relax(hir);
+        let nfa = thompson::Compiler::new()
+            .configure(thompson::Config::new().which_captures(WhichCaptures::None))
+            .build_from_hir(&relaxed)
+            .map_err(|e| format!("streaming automaton: {e}"))?;
+        let dfa = dense::Builder::new()
+            .configure(
+                dense::Config::new()
+                    .match_kind(MatchKind::All)
+                    .start_kind(StartKind::Anchored)
+                    .dfa_size_limit(Some(LIVE_DFA_LIMIT))
+                    .determinize_size_limit(Some(LIVE_DFA_LIMIT)),
+            )
+            .build_from_nfa(&nfa)
+            .map_err(|e| format!("streaming automaton over {} MiB limit or invalid: {e}", LIVE_DFA_LIMIT >> 20))?;
+        let start = dfa
+            .start_state_forward(&Input::new("").anchored(Anchored::Yes))
+            .map_err(|e| format!("streaming automaton start: {e}"))?;
+        Ok(LiveDfa { dfa, start })
+    }
+
+    pub(crate) fn memory_usage(&self) -> usize {
+        self.dfa.memory_usage()
+    }
+}
+
+/// All patterns' automata plus, per first byte, the patterns a thread can start with.
+#[derive(Clone, Debug)]
+pub(crate) struct Live {
+    dfas: Vec<LiveDfa>,
+    // [256][patterns that survive this first byte]
+    first: Vec<Vec<u32>>,
+}
+
+impl Live {
+    pub(crate) fn new(dfas: Vec<LiveDfa>) -> Live {
+        let mut first = vec![Vec::new(); 256];
+        for (p, d) in dfas.iter().enumerate() {
+            for b in 0..=255u8 {
+                if !d.dfa.is_dead_state(d.dfa.next_state(d.start, b)) {
+                    first[b as usize].push(p as u32);
+                }
+            }
+        }
+        Live { dfas, first }
+    }
+
+    pub(crate) fn memory_usage(&self) -> usize {
+        self.dfas.iter().map(LiveDfa::memory_usage).sum()
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Thread {
+    pattern: u32,
+    start: usize,
+    state: StateID,
+}
+
+/// The live anchored threads of one stream, in increasing start order.
+#[derive(Debug, Default)]
+pub(crate) struct Threads {
+    live: Vec<Thread>,
+    scratch: Vec<Thread>,
+}
+
+impl Threads {
+    /// Consumes `byte`, found at absolute position `pos`. `on_match(pattern, start)` is
+    /// called for each thread whose relaxed pattern matched `start..pos`.
+    pub(crate) fn step(&mut self, live: &Live, byte: u8, pos: usize, on_match: &mut impl FnMut(usize, usize)) {
+        let mut next = std::mem::take(&mut self.scratch);
+        next.clear();
+        for t in &self.live {
+            let dfa = &live.dfas[t.pattern as usize].dfa;
+            let state = dfa.next_state(t.state, byte);
+            if dfa.is_match_state(state) {
+                on_match(t.pattern as usize, t.start);
+                // Matches are reported one byte late; a match state with no way forward
+                // would otherwise hold its text back for one more byte.
+                if dies_after(dfa, state) {
+                    continue;
+                }
+            }
+            if !dfa.is_dead_state(state) {
+                push_unique(&mut next, Thread { state, ..*t });
+            }
+        }
+        for &p in &live.first[byte as usize] {
+            let d = &live.dfas[p as usize];
+            let state = d.dfa.next_state(d.start, byte);
+            push_unique(&mut next, Thread { pattern: p, start: pos, state });
+        }
+        self.scratch = std::mem::replace(&mut self.live, next);
+    }
+
+    /// Ends the stream: reports the matches that end exactly at the end and clears.
+    pub(crate) fn finish(&mut self, live: &Live, on_match: &mut impl FnMut(usize, usize)) {
+        for t in self.live.drain(..) {
+            let dfa = &live.dfas[t.pattern as usize].dfa;
+            if dfa.is_match_state(dfa.next_eoi_state(t.state)) {
+                on_match(t.pattern as usize, t.start);
+            }
+        }
+    }
+
+    /// The earliest position at which a match may be in progress.
+    pub(crate) fn earliest(&self) -> Option<usize> {
+        self.live.first().map(|t| t.start)
+    }
+
+    /// Abandons threads that started before `pos` (only when the holdback limit forces it).
+    pub(crate) fn drop_before(&mut self, pos: usize) {
+        self.live.retain(|t| t.start >= pos);
+    }
+}
+
+/// Whether every byte leads from `state` to the dead state.
+fn dies_after(dfa: &dense::DFA<Vec<u32>>, state: StateID) -> bool {
+    (0..=255u8).all(|b| dfa.is_dead_state(dfa.next_state(state, b)))
+}
+
+/// Appends `t` unless an earlier thread of the same pattern is already in its state.
+fn push_unique(v: &mut Vec<Thread>, t: Thread) {
+    if !v.iter().any(|u| u.pattern == t.pattern && u.state == t.state) {
+        v.push(t);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn live(patterns: &[&str]) -> Live {
+        let dfas = patterns
+            .iter()
+            .filter_map(|p| regex_syntax::parse(p).ok())
+            .filter_map(|h| LiveDfa::build(&h).ok())
+            .collect::<Vec<_>>();
+        assert_eq!(dfas.len(), patterns.len());
+        Live::new(dfas)
+    }
+
+    fn run(l: &Live, text: &str) -> (Option<usize>, Vec<(usize, usize)>) {
+        let mut t = Threads::default();
+        let mut hits = Vec::new();
+        for (i, b) in text.bytes().enumerate() {
+            t.step(l, b, i, &mut |p, s| hits.push((p, s)));
+        }
+        (t.earliest(), hits)
+    }
+
+    #[test]
+    fn idle_on_clean_text_and_alive_inside_a_candidate() {
+        let l = live(&[r"\bAKIA[A-Z0-9]{16}\b"]);
+        assert_eq!(run(&l, "hello world").0, None);
+        assert_eq!(run(&l, "key AKIA12").0, Some(4));
+        assert_eq!(run(&l, "key AKIA1234567890123456").0, Some(4), "pending match at the end is alive");
+        // DFA matches are reported one byte late; a finished match frees its thread then.
+        assert_eq!(run(&l, "key AKIA1234567890123456 ").1, vec![(0, 4)]);
+        assert_eq!(run(&l, "key AKIA1234567890123456 ").0, None);
+    }
+
+    #[test]
+    fn leading_loops_keep_the_earliest_start() {
+        // A thread from 0 and one from 1 share a state after "aa": the start 0 is kept.
+        let l = live(&["a*b"]);
+        assert_eq!(run(&l, "xaaa").0, Some(1));
+    }
+
+    #[test]
+    fn unicode_classes_are_widened_not_narrowed() {
+        let l = live(&[r"(?i)\w+ключ"]);
+        assert_eq!(run(&l, "секретный клю").0, Some(19));
+    }
+}

@@ -1,0 +1,2 @@
+//! Hot reload (placeholder).
+pub struct ReloadableRuleset;

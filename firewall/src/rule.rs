@@ -1,0 +1,329 @@
+//! One rule or canary: its on-disk shape ([`RawRule`], [`RawCanary`]) and its compiled,
+//! validated form ([`Rule`], [`Canary`]).
+//!
+//! Invariants of a compiled [`Rule`]: its regex compiled under [`REGEX_SIZE_LIMIT`], cannot
+//! match the empty string, its `secret_group` exists, its keywords are lowercase ASCII-folded
+//! and non-empty, and `min_entropy` lies in 0..=8. Whether its samples pass is checked by the
+//! loader (it needs the whole matching pipeline, which lives in `scan`).
+//!
+//! Matching semantics a rule author must know: a match counts only if one of the rule's
+//! `keywords` occurs (ASCII case-insensitively) *inside the whole match*; then the secret
+//! (the `secret_group`, or the whole match) must reach `min_entropy` bits per character and
+//! must not be matched by any `allow` regex. Keeping keywords inside the match is what makes
+//! a finding depend only on the text around it, so streaming agrees with one-shot scanning.
+
+use regex::{Regex, RegexBuilder};
+use regex_syntax::hir::Hir;
+use serde::{Deserialize, Serialize};
+
+use crate::verdict::{Action, Severity};
+
+/// Compiled-program size limit for every rule and allow regex (bytes).
+pub const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// The actions a rule file may name (`allow` is not one of them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuleAction {
+    Block,
+    Redact,
+    Log,
+}
+
+impl From<RuleAction> for Action {
+    fn from(a: RuleAction) -> Action {
+        match a {
+            RuleAction::Block => Action::Block,
+            RuleAction::Redact => Action::Redact,
+            RuleAction::Log => Action::Log,
+        }
+    }
+}
+
+/// `secret_group` is a capture index or a capture name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SecretGroup {
+    Index(usize),
+    Name(String),
+}
+
+/// A `[[rule]]` table exactly as written.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRule {
+    pub id: String,
+    pub description: String,
+    pub severity: Severity,
+    pub action: RuleAction,
+    pub regex: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_group: Option<SecretGroup>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keywords: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_entropy: Option<f64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    #[serde(default)]
+    pub must_match: Vec<String>,
+    #[serde(default)]
+    pub must_not_match: Vec<String>,
+}
+
+/// A `[[canary]]` table exactly as written.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCanary {
+    pub id: String,
+    pub owner: String,
+    pub strings: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// Shortest canary string accepted: shorter ones would fire on ordinary text.
+pub const MIN_CANARY_LEN: usize = 8;
+
+/// A validated secret rule.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    pub id: String,
+    pub description: String,
+    pub severity: Severity,
+    pub action: Action,
+    pub regex: Regex,
+    /// Capture index of the secret; 0 = the whole match.
+    pub secret_group: usize,
+    /// ASCII-lowercased keywords; empty = the rule runs on every text.
+    pub keywords: Vec<String>,
+    pub min_entropy: Option<f64>,
+    pub allow: Vec<Regex>,
+    pub tags: Vec<String>,
+    pub must_match: Vec<String>,
+    pub must_not_match: Vec<String>,
+    /// The parsed pattern, kept for building the streaming automaton.
+    pub(crate) hir: Hir,
+}
+
+/// A validated canary table.
+#[derive(Debug, Clone)]
+pub struct Canary {
+    pub id: String,
+    pub owner: String,
+    pub strings: Vec<String>,
+}
+
+/// A problem with one field of one rule: the key to point at and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldError {
+    pub key: &'static str,
+    pub reason: String,
+}
+
+fn field(key: &'static str, reason: impl Into<String>) -> FieldError {
+    FieldError { key, reason: reason.into() }
+}
+
+/// Rule ids are kebab-case: lowercase ASCII letters and digits joined by single hyphens.
+pub fn is_kebab(id: &str) -> bool {
+    !id.is_empty() && id.split('-').all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()))
+}
+
+/// Compiles a regex under the size limit, reporting the regex crate's message on one line.
+pub(crate) fn compile_regex(pattern: &str) -> Result<Regex, String> {
+    RegexBuilder::new(pattern)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|e| e.to_string().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" "))
+}
+
+impl RawRule {
+    /// Validates everything that can be checked on the rule alone; every problem is listed.
+    pub fn compile(self) -> Result<Rule, Vec<FieldError>> {
+        let mut errs = Vec::new();
+        if !is_kebab(&self.id) {
+            errs.push(field("id", format!("id `{}` is not kebab-case (a-z, 0-9, single hyphens)", self.id)));
+        }
+        if self.description.trim().is_empty() {
+            errs.push(field("description", "description is empty"));
+        }
+        let regex = compile_regex(&self.regex).map_err(|e| errs.push(field("regex", format!("bad regex: {e}")))).ok();
+        let hir = regex_syntax::ParserBuilder::new().build().parse(&self.regex).ok();
+        if let Some(h) = &hir {
+            if h.properties().minimum_len() == Some(0) {
+                errs.push(field("regex", "regex can match the empty string"));
+            }
+        }
+        let secret_group = regex.as_ref().and_then(|re| resolve_group(re, self.secret_group.as_ref()).map_err(|e| errs.push(e)).ok());
+        let keywords = check_keywords(&self.keywords).map_err(|e| errs.push(e)).ok();
+        if let Some(e) = self.min_entropy {
+            if !(0.0..=8.0).contains(&e) {
+                errs.push(field("min_entropy", format!("min_entropy must be within 0..=8 bits per character, got {e}")));
+            }
+        }
+        let mut allow = Vec::new();
+        for a in &self.allow {
+            match compile_regex(a) {
+                Ok(re) => allow.push(re),
+                Err(e) => errs.push(field("allow", format!("bad allow regex `{a}`: {e}"))),
+            }
+        }
+        match (regex, hir, secret_group, keywords) {
+            (Some(regex), Some(hir), Some(secret_group), Some(keywords)) if errs.is_empty() => Ok(Rule {
+                id: self.id,
+                description: self.description,
+                severity: self.severity,
+                action: self.action.into(),
+                regex,
+                secret_group,
+                keywords,
+                min_entropy: self.min_entropy,
+                allow,
+                tags: self.tags,
+                must_match: self.must_match,
+                must_not_match: self.must_not_match,
+                hir,
+            }),
+            _ => Err(errs),
+        }
+    }
+}
+
+fn resolve_group(re: &Regex, group: Option<&SecretGroup>) -> Result<usize, FieldError> {
+    match group {
+        None => Ok(0),
+        Some(SecretGroup::Index(i)) if *i < re.captures_len() => Ok(*i),
+        Some(SecretGroup::Index(i)) => Err(field(
+            "secret_group",
+            format!("secret_group {i} does not exist: the regex has {} capture group(s)", re.captures_len() - 1),
+        )),
+        Some(SecretGroup::Name(n)) => re
+            .capture_names()
+            .position(|c| c == Some(n.as_str()))
+            .ok_or_else(|| field("secret_group", format!("secret_group `{n}` names no capture group of the regex"))),
+    }
+}
+
+fn check_keywords(keywords: &[String]) -> Result<Vec<String>, FieldError> {
+    if let Some(k) = keywords.iter().find(|k| k.trim().is_empty()) {
+        return Err(field("keywords", format!("empty keyword `{k}`")));
+    }
+    Ok(keywords.iter().map(|k| k.to_ascii_lowercase()).collect())
+}
+
+impl RawCanary {
+    pub fn compile(self) -> Result<Canary, Vec<FieldError>> {
+        let mut errs = Vec::new();
+        if !is_kebab(&self.id) {
+            errs.push(field("id", format!("id `{}` is not kebab-case (a-z, 0-9, single hyphens)", self.id)));
+        }
+        if self.owner.trim().is_empty() {
+            errs.push(field("owner", "owner (a tenant id) is empty"));
+        }
+        if self.strings.is_empty() {
+            errs.push(field("strings", "a canary needs at least one string"));
+        }
+        for s in &self.strings {
+            if s.chars().count() < MIN_CANARY_LEN {
+                errs.push(field("strings", format!("canary string of {} chars is shorter than {MIN_CANARY_LEN}", s.chars().count())));
+            }
+        }
+        if errs.is_empty() {
+            Ok(Canary { id: self.id, owner: self.owner, strings: self.strings })
+        } else {
+            Err(errs)
+        }
+    }
+}
+
+/// Shannon entropy of `s` in bits per character.
+pub fn shannon_entropy(s: &str) -> f64 {
+    let mut counts = std::collections::HashMap::<char, usize>::new();
+    let mut total = 0usize;
+    for c in s.chars() {
+        *counts.entry(c).or_default() += 1;
+        total += 1;
+    }
+    if total == 0 {
+        return 0.0;
+    }
+    let n = total as f64;
+    counts.values().map(|&c| {
+        let p = c as f64 / n;
+        -p * p.log2()
+    }).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(regex: &str) -> RawRule {
+        RawRule {
+            id: "test-rule".into(),
+            description: "d".into(),
+            severity: Severity::High,
+            action: RuleAction::Block,
+            regex: regex.into(),
+            secret_group: None,
+            keywords: vec!["Tok".into()],
+            min_entropy: None,
+            allow: vec![],
+            tags: vec![],
+            must_match: vec![],
+            must_not_match: vec![],
+        }
+    }
+
+    #[test]
+    fn kebab_ids() {
+        assert!(is_kebab("aws-access-key-id"));
+        assert!(is_kebab("gcp2"));
+        for bad in ["", "Aws", "a--b", "-a", "a-", "a_b", "a b"] {
+            assert!(!is_kebab(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn compiles_and_lowercases_keywords() {
+        let r = raw(r"tok_[a-z]{8}").compile().map_err(|e| format!("{e:?}"));
+        assert!(matches!(&r, Ok(rule) if rule.keywords == ["tok"] && rule.secret_group == 0), "{r:?}");
+    }
+
+    #[test]
+    fn lists_every_problem() {
+        let mut r = raw(r"(a");
+        r.id = "Bad_Id".into();
+        r.min_entropy = Some(9.0);
+        r.allow = vec!["[".into()];
+        let errs = r.compile().err().unwrap_or_default();
+        let keys: Vec<_> = errs.iter().map(|e| e.key).collect();
+        assert_eq!(keys, ["id", "regex", "min_entropy", "allow"]);
+    }
+
+    #[test]
+    fn rejects_empty_matches_and_missing_groups() {
+        assert_eq!(raw("a*").compile().err().map(|e| e[0].key), Some("regex"));
+        let mut r = raw("tok(x)");
+        r.secret_group = Some(SecretGroup::Index(2));
+        assert_eq!(r.compile().err().map(|e| e[0].key), Some("secret_group"));
+        let mut r = raw("tok(?P<s>x)");
+        r.secret_group = Some(SecretGroup::Name("s".into()));
+        assert!(matches!(r.compile(), Ok(rule) if rule.secret_group == 1));
+    }
+
+    #[test]
+    fn regex_size_limit_applies() {
+        let errs = raw(r"\w{1000}\w{1000}").compile().err().unwrap_or_default();
+        assert!(errs.iter().any(|e| e.key == "regex" && e.reason.contains("size limit")), "{errs:?}");
+    }
+
+    #[test]
+    fn entropy() {
+        assert_eq!(shannon_entropy("aaaa"), 0.0);
+        assert!((shannon_entropy("abcd") - 2.0).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,415 @@
+//! Loading a ruleset: rule files in, one validated [`Ruleset`] or every error out.
+//!
+//! Invariants: a [`Ruleset`] exists only if every file parsed, every rule and canary
+//! validated, ids are unique across all files, the streaming automata built and (unless
+//! [`LoadOptions::check_samples`] is off) every sample behaved. There is no partial result:
+//! one bad file means `Err` with all errors, each naming file:line, the rule id and why.
+//! File reading happens only in [`Ruleset::load_dir`]; everything else works on strings, so
+//! the built-in set (embedded by `build.rs`) goes through the very same checks.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::rule::{Canary, FieldError, RawCanary, RawRule, Rule};
+use crate::scan::Engine;
+
+/// One problem in the rule files.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadError {
+    pub file: String,
+    /// 1-based; 0 when the problem concerns the file or folder as a whole.
+    pub line: usize,
+    pub rule_id: Option<String>,
+    pub reason: String,
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}: ", self.file, self.line)?;
+        if let Some(id) = &self.rule_id {
+            write!(f, "rule `{id}`: ")?;
+        }
+        f.write_str(&self.reason)
+    }
+}
+
+/// Every problem found while loading; never empty.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub struct LoadErrors {
+    pub errors: Vec<LoadError>,
+}
+
+impl fmt::Display for LoadErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{} error(s) in the rule files:", self.errors.len())?;
+        for e in &self.errors {
+            writeln!(f, "  {e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// How strict loading is.
+#[derive(Debug, Clone, Copy)]
+pub struct LoadOptions {
+    /// Reject rules whose `must_match` / `must_not_match` samples fail. `rules test` turns
+    /// this off to report per rule instead.
+    pub check_samples: bool,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions { check_samples: true }
+    }
+}
+
+/// Where a rule was written, for messages and sample reports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Origin {
+    pub file: String,
+    pub line: usize,
+    /// Line of each `must_match` sample, then of each `must_not_match` sample.
+    pub must_match_lines: Vec<usize>,
+    pub must_not_match_lines: Vec<usize>,
+}
+
+/// A compiled, validated set of rules and canaries. Immutable; share it through `Arc`.
+#[derive(Debug)]
+pub struct Ruleset {
+    pub(crate) rules: Vec<Rule>,
+    pub(crate) origins: Vec<Origin>,
+    pub(crate) canaries: Vec<Canary>,
+    pub(crate) engine: Engine,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    #[serde(default)]
+    rule: Vec<toml::Spanned<toml::Table>>,
+    #[serde(default)]
+    canary: Vec<toml::Spanned<toml::Table>>,
+}
+
+mod builtin {
+    include!(concat!(env!("OUT_DIR"), "/builtin_rules.rs"));
+}
+
+/// What one file contributed before the cross-file checks.
+#[derive(Default)]
+struct Parsed {
+    rules: Vec<(Rule, Origin)>,
+    canaries: Vec<(Canary, Origin)>,
+    errors: Vec<LoadError>,
+}
+
+impl Ruleset {
+    /// Loads every `*.toml` directly inside `dir` (sorted by name), with samples checked.
+    pub fn load_dir(dir: &Path) -> Result<Ruleset, LoadErrors> {
+        Self::load_dir_with(dir, LoadOptions::default())
+    }
+
+    pub fn load_dir_with(dir: &Path, opts: LoadOptions) -> Result<Ruleset, LoadErrors> {
+        let whole = |reason: String| LoadErrors {
+            errors: vec![LoadError { file: dir.display().to_string(), line: 0, rule_id: None, reason }],
+        };
+        let entries = std::fs::read_dir(dir).map_err(|e| whole(format!("cannot read the rules folder: {e}")))?;
+        let mut paths: Vec<_> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "toml") && p.is_file())
+            .collect();
+        paths.sort();
+        if paths.is_empty() {
+            return Err(whole("no *.toml rule files in this folder".into()));
+        }
+        let mut sources = Vec::new();
+        let mut errors = Vec::new();
+        for p in paths {
+            match std::fs::read_to_string(&p) {
+                Ok(text) => sources.push((p.display().to_string(), text)),
+                Err(e) => errors.push(LoadError { file: p.display().to_string(), line: 0, rule_id: None, reason: format!("cannot read: {e}") }),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(LoadErrors { errors });
+        }
+        Self::load_sources(&sources, opts)
+    }
+
+    /// The default ruleset shipped in the binary (the repository's `rules/*.toml`).
+    pub fn builtin() -> Result<Ruleset, LoadErrors> {
+        let sources: Vec<(String, String)> =
+            builtin::FILES.iter().map(|(name, text)| (format!("rules/{name}"), (*text).to_string())).collect();
+        Self::load_sources(&sources, LoadOptions::default())
+    }
+
+    /// Loads from `(file name, contents)` pairs; the file names only label messages.
+    pub fn load_sources(sources: &[(String, String)], opts: LoadOptions) -> Result<Ruleset, LoadErrors> {
+        let mut all = Parsed::default();
+        for (file, text) in sources {
+            let p = parse_file(file, text);
+            all.rules.extend(p.rules);
+            all.canaries.extend(p.canaries);
+            all.errors.extend(p.errors);
+        }
+        let duplicates = duplicate_ids(&all);
+        all.errors.extend(duplicates);
+        if !all.errors.is_empty() {
+            return Err(LoadErrors { errors: all.errors });
+        }
+        let (rules, origins): (Vec<_>, Vec<_>) = all.rules.into_iter().unzip();
+        let (canaries, canary_origins): (Vec<_>, Vec<_>) = all.canaries.into_iter().unzip();
+        let engine = Engine::build(&rules, &canaries).map_err(|errs| LoadErrors {
+            errors: errs
+                .into_iter()
+                .map(|(i, reason)| {
+                    let (o, id) = match i {
+                        Some(i) => (origins.get(i), rules.get(i).map(|r| r.id.clone())),
+                        None => (canary_origins.first(), None),
+                    };
+                    let (file, line) = o.map_or((String::new(), 0), |o| (o.file.clone(), o.line));
+                    LoadError { file, line, rule_id: id, reason }
+                })
+                .collect(),
+        })?;
+        let set = Ruleset { rules, origins, canaries, engine };
+        if opts.check_samples {
+            let errors = set.run_samples().into_errors();
+            if !errors.is_empty() {
+                return Err(LoadErrors { errors });
+            }
+        }
+        Ok(set)
+    }
+
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    pub fn origins(&self) -> &[Origin] {
+        &self.origins
+    }
+
+    pub fn canaries(&self) -> &[Canary] {
+        &self.canaries
+    }
+
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// Bytes held by the compiled automata (streaming DFAs and keyword prefilter).
+    pub fn memory_usage(&self) -> usize {
+        self.engine.memory_usage()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty() && self.canaries.is_empty()
+    }
+
+    /// An empty ruleset (no rules, no canaries): scanning finds nothing.
+    pub fn empty() -> Ruleset {
+        let engine = Engine::build(&[], &[]).unwrap_or_else(|_| Engine::default());
+        Ruleset { rules: Vec::new(), origins: Vec::new(), canaries: Vec::new(), engine }
+    }
+}
+
+/// Rule and canary ids share one namespace: a finding's `rule_id` names exactly one table.
+fn duplicate_ids(all: &Parsed) -> Vec<LoadError> {
+    let mut errors = Vec::new();
+    let mut seen: HashMap<&str, &Origin> = HashMap::new();
+    let ids = all.rules.iter().map(|(r, o)| (r.id.as_str(), o)).chain(all.canaries.iter().map(|(c, o)| (c.id.as_str(), o)));
+    for (id, o) in ids {
+        if let Some(first) = seen.get(id) {
+            errors.push(LoadError {
+                file: o.file.clone(),
+                line: o.line,
+                rule_id: Some(id.to_string()),
+                reason: format!("duplicate id, first defined at {}:{}", first.file, first.line),
+            });
+        } else {
+            seen.insert(id, o);
+        }
+    }
+    errors
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1
+}
+
+/// The line of `key = ...` inside the table spanning `span`, or the table's first line.
+fn key_line(text: &str, span: &std::ops::Range<usize>, key: &str) -> usize {
+    let body = text.get(span.clone()).unwrap_or("");
+    let mut off = span.start;
+    for l in body.split_inclusive('\n') {
+        if let Some(rest) = l.trim_start().strip_prefix(key) {
+            if rest.trim_start().starts_with('=') {
+                return line_of(text, off);
+            }
+        }
+        off += l.len();
+    }
+    line_of(text, span.start)
+}
+
+/// Line of each sample string inside the table, found by its literal text.
+fn sample_lines(text: &str, span: &std::ops::Range<usize>, key: &str, samples: &[String]) -> Vec<usize> {
+    let body = text.get(span.clone()).unwrap_or("");
+    let fallback = key_line(text, span, key);
+    samples.iter().map(|s| body.find(s.as_str()).filter(|_| !s.is_empty()).map_or(fallback, |i| line_of(text, span.start + i))).collect()
+}
+
+fn parse_file(file: &str, text: &str) -> Parsed {
+    let mut out = Parsed::default();
+    let raw: RawFile = match toml::from_str(text) {
+        Ok(r) => r,
+        Err(e) => {
+            let line = e.span().map_or(0, |s| line_of(text, s.start));
+            out.errors.push(LoadError { file: file.into(), line, rule_id: None, reason: e.message().trim().to_string() });
+            return out;
+        }
+    };
+    for table in raw.rule {
+        let span = table.span();
+        let t = table.into_inner();
+        let id = t.get("id").and_then(|v| v.as_str()).map(str::to_string);
+        let err = |line: usize, reason: String| LoadError { file: file.into(), line, rule_id: id.clone(), reason };
+        let parsed: RawRule = match toml::Value::Table(t.clone()).try_into() {
+            Ok(r) => r,
+            Err(e) => {
+                out.errors.push(err(field_error_line(text, &span, &t, e.message()), e.message().trim().to_string()));
+                continue;
+            }
+        };
+        let origin = Origin {
+            file: file.into(),
+            line: line_of(text, span.start),
+            must_match_lines: sample_lines(text, &span, "must_match", &parsed.must_match),
+            must_not_match_lines: sample_lines(text, &span, "must_not_match", &parsed.must_not_match),
+        };
+        match parsed.compile() {
+            Ok(rule) => out.rules.push((rule, origin)),
+            Err(errs) => out.errors.extend(errs.into_iter().map(|FieldError { key, reason }| err(key_line(text, &span, key), reason))),
+        }
+    }
+    for table in raw.canary {
+        let span = table.span();
+        let t = table.into_inner();
+        let id = t.get("id").and_then(|v| v.as_str()).map(str::to_string);
+        let err = |line: usize, reason: String| LoadError { file: file.into(), line, rule_id: id.clone(), reason };
+        let origin = Origin { file: file.into(), line: line_of(text, span.start), must_match_lines: vec![], must_not_match_lines: vec![] };
+        match toml::Value::Table(t.clone()).try_into::<RawCanary>() {
+            Ok(raw) => match raw.compile() {
+                Ok(c) => out.canaries.push((c, origin)),
+                Err(errs) => out.errors.extend(errs.into_iter().map(|FieldError { key, reason }| err(key_line(text, &span, key), reason))),
+            },
+            Err(e) => out.errors.push(err(field_error_line(text, &span, &t, e.message()), e.message().trim().to_string())),
+        }
+    }
+    out
+}
+
+/// Serde names the offending key in backticks (`unknown field `foo``, `missing field `id``);
+/// point at that key's line when it is in the table, else at the table.
+fn field_error_line(text: &str, span: &std::ops::Range<usize>, table: &toml::Table, message: &str) -> usize {
+    let named = message.split('`').nth(1).unwrap_or("");
+    let key = table.keys().find(|k| k.as_str() == named).map_or("", String::as_str);
+    if key.is_empty() {
+        line_of(text, span.start)
+    } else {
+        key_line(text, span, key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Ruleset, LoadErrors> {
+        Ruleset::load_sources(&[("a.toml".to_string(), text.to_string())], LoadOptions::default())
+    }
+
+    fn errors(text: &str) -> Vec<String> {
+        load(text).err().map(|e| e.errors.iter().map(ToString::to_string).collect()).unwrap_or_default()
+    }
+
+    const GOOD: &str = r#"
+[[rule]]
+id = "demo-token"
+description = "demo"
+severity = "high"
+action = "block"
+regex = '''\b(dmo_[a-z0-9]{12})\b'''
+secret_group = 1
+keywords = ["dmo_"]
+must_match = ["x dmo_abcdef123456 y"]
+must_not_match = ["dmo_short"]
+
+[[canary]]
+id = "acme-canary"
+owner = "acme"
+strings = ["ACME-CANARY-7f3a9c"]
+"#;
+
+    #[test]
+    fn loads_rules_and_canaries() {
+        let set = load(GOOD).map_err(|e| e.to_string());
+        assert!(matches!(&set, Ok(s) if s.len() == 1 && s.canaries().len() == 1), "{set:?}");
+        assert!(matches!(&set, Ok(s) if s.origins()[0].line == 2 && s.origins()[0].must_match_lines == [10]));
+    }
+
+    #[test]
+    fn unknown_key_names_its_line() {
+        let e = errors(&GOOD.replace("keywords =", "colour = 1\nkeywords ="));
+        assert_eq!(e, ["a.toml:9: rule `demo-token`: unknown field `colour`, expected one of `id`, `description`, `severity`, `action`, `regex`, `secret_group`, `keywords`, `min_entropy`, `allow`, `tags`, `must_match`, `must_not_match`"]);
+    }
+
+    #[test]
+    fn bad_regex_and_unknown_top_level_table() {
+        let e = errors(&GOOD.replace(r"\b(dmo_", r"\b((dmo_"));
+        assert_eq!(e.len(), 1);
+        assert!(e[0].starts_with("a.toml:7: rule `demo-token`: bad regex:"), "{e:?}");
+        let e = errors(&format!("{GOOD}\n[[rules2]]\nid = 'x'\n"));
+        assert_eq!(e, ["a.toml:18: unknown field `rules2`, expected `rule` or `canary`"]);
+    }
+
+    #[test]
+    fn failing_samples_name_the_sample_line() {
+        let e = errors(&GOOD.replace("x dmo_abcdef123456 y", "x dmo_abc y"));
+        assert_eq!(e, ["a.toml:10: rule `demo-token`: must_match sample 1 found nothing: \"x dmo_abc y\""]);
+        let e = errors(&GOOD.replace("\"dmo_short\"", "\"dmo_zzzzzzzzzzzz\""));
+        assert!(e[0].starts_with("a.toml:11: rule `demo-token`: must_not_match sample 1 matched"), "{e:?}");
+    }
+
+    #[test]
+    fn duplicates_across_files_and_every_error_listed() {
+        let two = [("a.toml".to_string(), GOOD.to_string()), ("b.toml".to_string(), GOOD.to_string())];
+        let e = Ruleset::load_sources(&two, LoadOptions::default()).err().map(|e| e.errors).unwrap_or_default();
+        assert_eq!(e.len(), 2);
+        assert_eq!(e[0].to_string(), "b.toml:2: rule `demo-token`: duplicate id, first defined at a.toml:2");
+        assert_eq!(e[1].to_string(), "b.toml:13: rule `acme-canary`: duplicate id, first defined at a.toml:13");
+    }
+
+    #[test]
+    fn syntax_errors_and_missing_fields() {
+        let e = errors("[[rule]]\nid = \"x\"\nregex = 'a\n");
+        assert!(e[0].starts_with("a.toml:3:"), "{e:?}");
+        let e = errors("[[rule]]\nid = \"x-y\"\n");
+        assert!(e[0].starts_with("a.toml:1: rule `x-y`: missing field"), "{e:?}");
+    }
+
+    #[test]
+    fn load_dir_reads_only_toml_and_rejects_empty_folders() {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string());
+        let Ok(dir) = dir else { return };
+        assert!(Ruleset::load_dir(dir.path()).is_err());
+        let _ = std::fs::write(dir.path().join("a.toml"), GOOD);
+        let _ = std::fs::write(dir.path().join("README.md"), "not rules");
+        assert!(matches!(Ruleset::load_dir(dir.path()), Ok(s) if s.len() == 1));
+    }
+}

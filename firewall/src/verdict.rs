@@ -1,0 +1,141 @@
+//! The words every detector answers in: [`Severity`], [`Action`], [`Finding`].
+//!
+//! Invariant: a [`Finding`] never carries the raw matched text. Its `excerpt` is produced by
+//! [`mask`], which keeps at most a short prefix and the length, so findings can be logged,
+//! audited and shown in a dashboard without re-leaking the secret they describe.
+
+use serde::{Deserialize, Serialize};
+
+use crate::detect::entropy::Metric;
+
+/// How bad a finding is, as the rule author judged it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Low,
+    Medium,
+    High,
+    Critical,
+}
+
+/// What the stream does about a finding. Ordered by strength, so the action of a step is
+/// the maximum over its findings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// Nothing found: let the text through.
+    Allow,
+    /// Record the finding, let the text through unchanged.
+    Log,
+    /// Replace the secret with `[REDACTED:<rule-id>]` and go on.
+    Redact,
+    /// Stop the stream; release only what precedes the match.
+    Block,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Low => "low",
+            Severity::Medium => "medium",
+            Severity::High => "high",
+            Severity::Critical => "critical",
+        }
+    }
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Allow => "allow",
+            Action::Log => "log",
+            Action::Redact => "redact",
+            Action::Block => "block",
+        }
+    }
+}
+
+/// Which detector raised a finding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DetectorKind {
+    /// A secret rule from the rule files.
+    Secret,
+    /// A `[[canary]]` string owned by another tenant.
+    Canary,
+    /// A word n-gram that another tenant sent or received.
+    Ngram,
+    /// An entropy or surprisal excursion from the tenant's baseline.
+    Entropy,
+    /// The backend reported that a token attended to another tenant's data.
+    Provenance,
+}
+
+/// Detector-specific evidence attached to a finding.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Detail {
+    /// Pattern rules carry no more than the span.
+    None,
+    /// Canary, n-gram or provenance: the tenants the text belongs to (never the responder).
+    Foreign { owners: Vec<String>, shared_by: usize },
+    /// Entropy detector: the observed value against the tenant's baseline.
+    Statistic { metric: Metric, value: f64, mean: f64, z_score: f64, p_value: f64 },
+}
+
+/// One thing a detector found in a response.
+///
+/// `start..end` is the byte span of the secret (the rule's `secret_group`, or the whole
+/// match); `match_start..match_end` is the whole regex match, which is what a block cuts at.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    pub rule_id: String,
+    pub start: usize,
+    pub end: usize,
+    pub match_start: usize,
+    pub match_end: usize,
+    pub severity: Severity,
+    pub action: Action,
+    /// Masked view of the secret: a short prefix, asterisks and the length.
+    pub excerpt: String,
+    pub kind: DetectorKind,
+    pub detail: Detail,
+}
+
+impl Finding {
+    /// The canonical order of findings: by span, then rule id. One-shot and streaming
+    /// results are compared in this order.
+    pub fn sort(findings: &mut [Finding]) {
+        findings.sort_by(|a, b| {
+            (a.start, a.end, a.match_start, &a.rule_id).cmp(&(b.start, b.end, b.match_start, &b.rule_id))
+        });
+    }
+}
+
+/// Masks `secret` for display: at most 4 leading characters (fewer for short secrets, so
+/// that at least three quarters stay hidden), up to 8 asterisks, and the character count.
+pub fn mask(secret: &str) -> String {
+    let len = secret.chars().count();
+    let shown = (len / 4).min(4);
+    let prefix: String = secret.chars().take(shown).collect();
+    let stars = "*".repeat((len - shown).min(8));
+    format!("{prefix}{stars} ({len} chars)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mask_hides_most_of_the_secret() {
+        assert_eq!(mask("AKIA2NGEVCHPZHKN4IV2"), "AKIA******** (20 chars)");
+        assert_eq!(mask("abc"), "*** (3 chars)");
+        assert_eq!(mask(""), " (0 chars)");
+        assert!(!mask("ghp_0123456789abcdefghijklmnopqrstuvwxyzAB").contains("0123"));
+    }
+
+    #[test]
+    fn actions_order_by_strength() {
+        assert!(Action::Block > Action::Redact && Action::Redact > Action::Log && Action::Log > Action::Allow);
+    }
+}

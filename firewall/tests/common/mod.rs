@@ -1,0 +1,108 @@
+//! Shared helpers for the firewall's integration tests.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use firewall::{Action, Detectors, Finding, Ruleset, ScanContext, StreamScanner};
+
+pub fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests").join("fixtures")
+}
+
+/// The fixture ruleset, compiled once per test binary.
+pub fn fixture_rules() -> Arc<Ruleset> {
+    static RULES: std::sync::OnceLock<Arc<Ruleset>> = std::sync::OnceLock::new();
+    RULES
+        .get_or_init(|| match Ruleset::load_dir(&fixtures()) {
+            Ok(r) => Arc::new(r),
+            Err(e) => panic!("fixture rules: {e}"),
+        })
+        .clone()
+}
+
+/// What a stream produced: released text, findings (canonical order), final action.
+#[derive(Debug)]
+pub struct Streamed {
+    pub released: String,
+    pub findings: Vec<Finding>,
+    pub blocked: bool,
+    pub max_held: usize,
+}
+
+/// Streams `text` cut at `cuts` (sorted byte offsets on char boundaries).
+pub fn stream(rules: &Arc<Ruleset>, ctx: &ScanContext, det: &Arc<Detectors>, text: &str, cuts: &[usize]) -> Streamed {
+    let mut s = StreamScanner::new(rules.clone(), ctx.clone(), det.clone());
+    let mut out = Streamed { released: String::new(), findings: Vec::new(), blocked: false, max_held: 0 };
+    let mut prev = 0;
+    for &c in cuts.iter().chain(std::iter::once(&text.len())) {
+        let step = s.push(&text[prev..c]);
+        out.max_held = out.max_held.max(s.held_bytes());
+        out.released.push_str(&step.release);
+        out.findings.extend(step.findings);
+        out.blocked |= step.action == Action::Block;
+        prev = c;
+    }
+    let step = s.finish();
+    out.released.push_str(&step.release);
+    out.findings.extend(step.findings);
+    out.blocked |= step.action == Action::Block;
+    Finding::sort(&mut out.findings);
+    out
+}
+
+/// Every char boundary of `text` as a cut: one char per push.
+pub fn char_cuts(text: &str) -> Vec<usize> {
+    text.char_indices().map(|(i, _)| i).filter(|&i| i > 0).collect()
+}
+
+/// Where a block stops `text`: the start of the earliest block match.
+pub fn block_cut(findings: &[Finding]) -> Option<usize> {
+    findings.iter().filter(|f| f.action == Action::Block).map(|f| f.match_start).min()
+}
+
+/// The one-shot findings a stream must report: all of them, or up to the block.
+pub fn expected_findings(findings: &[Finding]) -> Vec<Finding> {
+    let cut = block_cut(findings).unwrap_or(usize::MAX);
+    findings.iter().filter(|f| f.match_start <= cut).cloned().collect()
+}
+
+/// What the released text must be: the text with redactions applied, cut at the first
+/// block match.
+pub fn expected_release(text: &str, findings: &[Finding]) -> String {
+    let cut = block_cut(findings).unwrap_or(text.len());
+    let mut out = String::new();
+    let mut at = 0;
+    for f in findings.iter().filter(|f| f.action == Action::Redact && f.start < cut) {
+        if f.end <= at {
+            continue;
+        }
+        let a = f.start.max(at);
+        out.push_str(&text[at..a]);
+        out.push_str(&format!("[REDACTED:{}]", f.rule_id));
+        at = f.end;
+    }
+    if at < cut {
+        out.push_str(&text[at..cut]);
+    }
+    out
+}
+
+/// Checks one chunking of `text` against one-shot scanning.
+pub fn check_chunking(rules: &Arc<Ruleset>, ctx: &ScanContext, det: &Arc<Detectors>, text: &str, cuts: &[usize]) {
+    let whole = rules.scan_with(text, ctx, det);
+    let s = stream(rules, ctx, det, text, cuts);
+    let cut = block_cut(&whole);
+    let got: Vec<Finding> = s.findings.iter().filter(|f| cut.is_none_or(|c| f.match_start <= c)).cloned().collect();
+    assert_eq!(got, expected_findings(&whole), "findings differ for cuts {cuts:?} of {text:?}");
+    assert_eq!(s.blocked, cut.is_some(), "block state for cuts {cuts:?}");
+    assert_eq!(s.released, expected_release(text, &whole), "released text for cuts {cuts:?} of {text:?}");
+    // The release equals the text before the first block, so no blocked match is in it;
+    // say so directly where the match text is unique.
+    for f in whole.iter().filter(|f| f.action == Action::Block) {
+        let m = &text[f.match_start..f.match_end];
+        if text.matches(m).count() == 1 {
+            assert!(!s.released.contains(m), "blocked match released for cuts {cuts:?}");
+        }
+    }
+}
