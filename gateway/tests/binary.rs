@@ -1,0 +1,76 @@
+//! The `crossguard` binary itself: version, config errors on the terminal, and a real
+//! `serve` that answers on the address it logs and stops cleanly on SIGTERM.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_crossguard");
+
+fn write_config(text: &str) -> tempfile::NamedTempFile {
+    let mut f = tempfile::Builder::new().suffix(".toml").tempfile().expect("temp file");
+    std::io::Write::write_all(&mut f, text.as_bytes()).expect("write config");
+    f
+}
+
+#[test]
+fn version_is_printed() {
+    let out = Command::new(BIN).arg("--version").output().expect("binary runs");
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("crossguard {}", env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn config_errors_name_file_and_key_and_exit_2() {
+    let cfg = write_config("[[tenants]]\nid = \"acme\"\napi_keys = [\"sk-acme-1\"]\ncolour = \"blue\"\n");
+    let out = Command::new(BIN).args(["serve", "--config"]).arg(cfg.path()).env_clear().output().expect("binary runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&cfg.path().display().to_string()) && err.contains("tenants[0]") && err.contains("colour"), "{err}");
+
+    let out = Command::new(BIN).args(["serve", "--config", "/nonexistent/crossguard.toml"]).output().expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/crossguard.toml"));
+}
+
+#[test]
+fn check_config_reports_a_summary() {
+    let cfg = write_config("listen = \"127.0.0.1:0\"\n[[tenants]]\nid = \"acme\"\napi_keys = [\"sk-acme-1\"]\n");
+    let out = Command::new(BIN).args(["check-config", "--config"]).arg(cfg.path()).output().expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 tenant(s)"));
+}
+
+#[test]
+fn serve_answers_on_the_logged_address_and_stops_on_sigterm() {
+    let cfg = write_config("listen = \"127.0.0.1:0\"\n[[tenants]]\nid = \"acme\"\napi_keys = [\"sk-acme-1\"]\n");
+    let mut child = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(cfg.path())
+        .env("NO_COLOR", "1")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("binary starts");
+    let stderr = child.stderr.take().expect("stderr piped");
+    let mut lines = BufReader::new(stderr).lines();
+    let addr = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| l.split("addr=").nth(1).map(|a| a.split_whitespace().next().unwrap_or("").to_owned()))
+        .expect("the server logs its address");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let status = rt.block_on(async {
+        reqwest::get(format!("http://{addr}/healthz")).await.expect("healthz answers").status()
+    });
+    assert_eq!(status, 200);
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            assert!(s.success(), "clean exit on SIGTERM, got {s:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "server did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

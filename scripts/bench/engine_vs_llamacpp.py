@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""crossguard's engine next to llama.cpp (llama-cpp-python) on the same GGUF and threads.
+
+For each thread count, runs both engines back to back in separate processes (so peak RSS
+is each engine's own), REPEATS times each, and prints the medians and ratios: prompt
+processing tok/s (512-token prompt), decode tok/s (128 tokens, greedy, end tokens
+suppressed), time to first token on that prompt, peak RSS.
+
+    cargo build --release -p crossguard-engine --example bench_engine
+    /tmp/refvenv/bin/python scripts/bench/engine_vs_llamacpp.py [--threads 1 2] [--repeats 3]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+MODEL = os.path.expanduser("~/.cache/crossguard/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+OURS = os.path.join(ROOT, "target", "release", "examples", "bench_engine")
+TEXT = "The quick brown fox jumps over the lazy dog while the engine counts tokens. "
+
+
+def llama_child(model: str, threads: int, prompt_tokens: int, decode_tokens: int, repeats: int) -> None:
+    """Runs inside a child process: measures llama.cpp and prints JSON lines."""
+    import resource
+
+    import llama_cpp
+    import numpy as np
+
+    llm = llama_cpp.Llama(model_path=model, n_ctx=2048, n_batch=512, n_ubatch=512, n_threads=threads,
+                          n_threads_batch=threads, logits_all=False, verbose=False)
+    prompt = llm.tokenize((TEXT * (prompt_tokens // 8 + 1)).encode(), add_bos=False, special=False)[:prompt_tokens]
+    eos = llm.token_eos()
+    for _ in range(repeats):
+        llm.reset()
+        t0 = time.perf_counter()
+        llm.eval(prompt)
+        logits = np.array(llm.scores[llm.n_tokens - 1])
+        logits[eos] = -1e9
+        tok = int(np.argmax(logits))
+        ttft = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        for _ in range(decode_tokens):
+            llm.eval([tok])
+            logits = np.array(llm.scores[llm.n_tokens - 1])
+            logits[eos] = -1e9
+            tok = int(np.argmax(logits))
+        decode = time.perf_counter() - t1
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+        print(json.dumps({"engine": "llama.cpp", "threads": threads, "prompt_tokens": len(prompt),
+                          "prefill_tok_s": len(prompt) / ttft, "decode_tok_s": decode_tokens / decode,
+                          "ttft_ms": ttft * 1000.0, "peak_rss_mib": rss}), flush=True)
+
+
+def run(cmd) -> list:
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default=MODEL)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--prompt-tokens", type=int, default=512)
+    ap.add_argument("--decode-tokens", type=int, default=128)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        llama_child(a.model, a.threads[0], a.prompt_tokens, a.decode_tokens, a.repeats)
+        return
+    rows = []
+    for threads in a.threads:
+        ours = run([OURS, a.model, str(threads), str(a.prompt_tokens), str(a.decode_tokens), str(a.repeats)])
+        theirs = run([sys.executable, __file__, "--child", "--model", a.model, "--threads", str(threads),
+                      "--repeats", str(a.repeats), "--prompt-tokens", str(a.prompt_tokens),
+                      "--decode-tokens", str(a.decode_tokens)])
+        for name, res in (("crossguard", ours), ("llama.cpp", theirs)):
+            med = {k: statistics.median(r[k] for r in res) for k in ("prefill_tok_s", "decode_tok_s", "ttft_ms")}
+            med["peak_rss_mib"] = max(r["peak_rss_mib"] for r in res)
+            rows.append((threads, name, med))
+    print(f"| threads | engine | prefill tok/s ({a.prompt_tokens}) | decode tok/s ({a.decode_tokens}) | TTFT ms | peak RSS MiB |")
+    print("|---|---|---|---|---|---|")
+    for threads, name, m in rows:
+        print(f"| {threads} | {name} | {m['prefill_tok_s']:.0f} | {m['decode_tok_s']:.1f} | {m['ttft_ms']:.0f} | {m['peak_rss_mib']:.0f} |")
+    for threads in a.threads:
+        ours = next(m for t, n, m in rows if t == threads and n == "crossguard")
+        theirs = next(m for t, n, m in rows if t == threads and n == "llama.cpp")
+        print(f"threads={threads}: decode x{ours['decode_tok_s'] / theirs['decode_tok_s']:.2f}, "
+              f"prefill x{ours['prefill_tok_s'] / theirs['prefill_tok_s']:.2f}, "
+              f"TTFT x{theirs['ttft_ms'] / ours['ttft_ms']:.2f} faster")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The whole test suite, on a fresh machine with Rust and Python's pip: it installs and
+# starts what the tests need (Redis, a virtualenv with the `openai` SDK), then runs every
+# Rust test (unit, end-to-end, the real model) and every rule file's samples.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\n== %s\n' "$*" >&2; }
+
+ensure_redis() {
+    if redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then return; fi
+    if ! command -v redis-server >/dev/null 2>&1; then
+        log "installing redis-server"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+    fi
+    log "starting redis-server on 127.0.0.1:6379"
+    redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no
+    for _ in $(seq 50); do redis-cli ping >/dev/null 2>&1 && return; sleep 0.1; done
+    echo "redis-server did not start" >&2; exit 1
+}
+
+ensure_python() {
+    if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import openai' 2>/dev/null; then
+        log "creating .venv with the openai SDK"
+        python3 -m venv .venv
+        .venv/bin/python -m pip install -q --disable-pip-version-check 'openai>=1.40'
+    fi
+}
+
+ensure_redis
+ensure_python
+log "cargo test --workspace"
+cargo test --workspace --locked
