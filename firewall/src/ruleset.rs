@@ -142,9 +142,13 @@ impl Ruleset {
 
     /// The default ruleset shipped in the binary (the repository's `rules/*.toml`).
     pub fn builtin() -> Result<Ruleset, LoadErrors> {
+        Self::builtin_with(LoadOptions::default())
+    }
+
+    pub fn builtin_with(opts: LoadOptions) -> Result<Ruleset, LoadErrors> {
         let sources: Vec<(String, String)> =
             builtin::FILES.iter().map(|(name, text)| (format!("rules/{name}"), (*text).to_string())).collect();
-        Self::load_sources(&sources, LoadOptions::default())
+        Self::load_sources(&sources, opts)
     }
 
     /// Loads from `(file name, contents)` pairs; the file names only label messages.

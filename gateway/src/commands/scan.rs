@@ -1,0 +1,145 @@
+//! `crossguard scan`: one-shot scanning of files or of a JSONL corpus with the secret rules
+//! and canaries (no tenant: every canary counts as foreign).
+//!
+//! Output contract, one JSON object per line and per finding:
+//! `{"id":…,"rule_id":"…","start":N,"end":N,"severity":"…","action":"…"}` where `start..end`
+//! is the secret's byte span in the text; `id` is the file path for files (`-` for stdin)
+//! and the record's `id`, verbatim, for `--input-jsonl` records `{"id":…,"text":"…"}`.
+//! Exit status: 0 no findings, 1 findings, 2 an error (bad rules, unreadable input, a bad
+//! record — the other records are still scanned).
+
+use std::io::{BufRead, BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use firewall::{Action, Ruleset, Severity};
+
+pub struct ScanArgs {
+    /// Rules folder; `None` = the built-in ruleset.
+    pub rules: Option<PathBuf>,
+    /// Text files; `-` is stdin.
+    pub files: Vec<PathBuf>,
+    /// A JSONL corpus of `{"id":…,"text":"…"}` records; `-` is stdin.
+    pub input_jsonl: Option<PathBuf>,
+}
+
+#[derive(serde::Serialize)]
+struct Line<'a> {
+    id: &'a serde_json::Value,
+    rule_id: &'a str,
+    start: usize,
+    end: usize,
+    severity: Severity,
+    action: Action,
+}
+
+#[derive(serde::Deserialize)]
+struct Record {
+    id: serde_json::Value,
+    text: String,
+}
+
+/// Counts what happened, for the exit status.
+#[derive(Default)]
+struct Outcome {
+    findings: usize,
+    errors: usize,
+}
+
+pub fn scan(args: &ScanArgs) -> ExitCode {
+    let loaded = match &args.rules {
+        Some(dir) => Ruleset::load_dir(dir),
+        None => Ruleset::builtin(),
+    };
+    let rules = match loaded {
+        Ok(r) => r,
+        Err(e) => {
+            eprint!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    let mut outcome = Outcome::default();
+    if let Some(path) = &args.input_jsonl {
+        scan_jsonl(&rules, path, &mut out, &mut outcome);
+    }
+    for path in &args.files {
+        match read_text(path) {
+            Ok(text) => {
+                let id = serde_json::Value::String(path.display().to_string());
+                emit(&rules, &id, &text, &mut out, &mut outcome);
+            }
+            Err(e) => {
+                eprintln!("{}: {e}", path.display());
+                outcome.errors += 1;
+            }
+        }
+    }
+    if let Err(e) = out.flush() {
+        eprintln!("writing findings: {e}");
+        outcome.errors += 1;
+    }
+    match outcome {
+        Outcome { errors: 1.., .. } => ExitCode::from(2),
+        Outcome { findings: 1.., .. } => ExitCode::from(1),
+        _ => ExitCode::SUCCESS,
+    }
+}
+
+fn open(path: &Path) -> std::io::Result<Box<dyn Read>> {
+    if path.as_os_str() == "-" {
+        Ok(Box::new(std::io::stdin().lock()))
+    } else {
+        Ok(Box::new(std::fs::File::open(path)?))
+    }
+}
+
+fn read_text(path: &Path) -> Result<String, String> {
+    let mut bytes = Vec::new();
+    open(path).and_then(|mut r| r.read_to_end(&mut bytes)).map_err(|e| format!("cannot read: {e}"))?;
+    String::from_utf8(bytes).map_err(|e| format!("not UTF-8 text (first bad byte at {})", e.utf8_error().valid_up_to()))
+}
+
+fn scan_jsonl(rules: &Ruleset, path: &Path, out: &mut impl Write, outcome: &mut Outcome) {
+    let reader = match open(path) {
+        Ok(r) => BufReader::with_capacity(1 << 20, r),
+        Err(e) => {
+            eprintln!("{}: cannot read: {e}", path.display());
+            outcome.errors += 1;
+            return;
+        }
+    };
+    for (n, line) in reader.lines().enumerate() {
+        let line = match line {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("{}:{}: cannot read: {e}", path.display(), n + 1);
+                outcome.errors += 1;
+                return;
+            }
+        };
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Record>(&line) {
+            Ok(rec) => emit(rules, &rec.id, &rec.text, out, outcome),
+            Err(e) => {
+                eprintln!("{}:{}: not a {{\"id\",\"text\"}} record: {e}", path.display(), n + 1);
+                outcome.errors += 1;
+            }
+        }
+    }
+}
+
+fn emit(rules: &Ruleset, id: &serde_json::Value, text: &str, out: &mut impl Write, outcome: &mut Outcome) {
+    for f in rules.scan(text) {
+        let line = Line { id, rule_id: &f.rule_id, start: f.start, end: f.end, severity: f.severity, action: f.action };
+        let written = serde_json::to_writer(&mut *out, &line).map_err(std::io::Error::from).and_then(|()| out.write_all(b"\n"));
+        if let Err(e) = written {
+            eprintln!("writing findings: {e}");
+            outcome.errors += 1;
+            return;
+        }
+        outcome.findings += 1;
+    }
+}
