@@ -7,8 +7,11 @@
 //! API keys, storage or the firewall.
 #![deny(unsafe_code)]
 
+pub mod backend;
 pub mod error;
 pub mod fetch;
 pub mod gguf;
+pub mod stop;
+pub mod sample;
 
 pub use error::{Error, Result};

@@ -1,0 +1,140 @@
+//! Element-wise and per-row operations of a Llama layer, in f32.
+//!
+//! Owns RMSNorm, rotary position embedding, SwiGLU, softmax and the small dot/axpy
+//! loops attention is built from. Each follows the reference implementation's order of
+//! operations (llama.cpp's CPU path) where that order changes the rounding: RoPE angles
+//! are built by repeated multiplication, attention operands are rounded to f16 as the
+//! reference's f16 KV cache stores them.
+
+use half::f16;
+
+/// `out = x / sqrt(mean(x²) + eps) * weight`, one row.
+pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    // The reference accumulates the squares in f64.
+    let mean = (x.iter().map(|v| f64::from(v * v)).sum::<f64>() / x.len().max(1) as f64) as f32;
+    let scale = 1.0 / (mean + eps).sqrt();
+    for ((o, v), w) in out.iter_mut().zip(x).zip(weight) {
+        *o = v * scale * w;
+    }
+}
+
+/// Rotation angles for one position: `[dims / 2]` pairs of (cos, sin), with
+/// `theta_i = pos * base^(-2i / dims)` built by repeated multiplication like the reference.
+pub fn rope_table(pos: usize, dims: usize, base: f32, out: &mut Vec<(f32, f32)>) {
+    out.clear();
+    let step = base.powf(-2.0 / dims as f32);
+    let mut theta = pos as f32;
+    for _ in 0..dims / 2 {
+        out.push((theta.cos(), theta.sin()));
+        theta *= step;
+    }
+}
+
+/// Rotates adjacent pairs `(x[2i], x[2i+1])` of every head in `x` (`[heads, head_dim]`)
+/// — the "normal" RoPE of llama.cpp's LLM_ARCH_LLAMA, whose GGUF Q/K rows are permuted
+/// at conversion so that adjacent pairs are the rotated ones.
+pub fn rope(x: &mut [f32], head_dim: usize, table: &[(f32, f32)]) {
+    for head in x.chunks_exact_mut(head_dim) {
+        for (pair, (c, s)) in head.chunks_exact_mut(2).zip(table) {
+            let (a, b) = (pair[0], pair[1]);
+            pair[0] = a * c - b * s;
+            pair[1] = a * s + b * c;
+        }
+    }
+}
+
+/// `gate[i] = silu(gate[i]) * up[i]`.
+pub fn swiglu(gate: &mut [f32], up: &[f32]) {
+    for (g, u) in gate.iter_mut().zip(up) {
+        *g = *g / (1.0 + (-*g).exp()) * u;
+    }
+}
+
+/// In-place softmax over `x`; returns nothing, leaves probabilities summing to 1.
+pub fn softmax(x: &mut [f32]) {
+    let max = x.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
+    let mut sum = 0.0f32;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+    x.iter_mut().for_each(|v| *v *= inv);
+}
+
+/// `Σ a[i] * b[i]` with eight partial sums, so the compiler vectorises it.
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in ca.zip(cb) {
+        for k in 0..8 {
+            acc[k] += x[k] * y[k];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// `y += alpha * x`.
+pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
+    for (o, v) in y.iter_mut().zip(x) {
+        *o += alpha * v;
+    }
+}
+
+/// f16 -> f32 for a row of the KV cache.
+pub fn widen(src: &[f16], dst: &mut [f32]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = s.to_f32();
+    }
+}
+
+/// Rounds every value to f16 precision in place (the reference's f16 attention operands).
+pub fn round_to_f16(x: &mut [f32]) {
+    x.iter_mut().for_each(|v| *v = f16::from_f32(*v).to_f32());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rms_norm_unit_weight_gives_unit_rms() {
+        let x = [3.0, -4.0, 0.0, 1.0];
+        let mut out = [0.0; 4];
+        rms_norm(&x, &[1.0; 4], 0.0, &mut out);
+        let rms = (out.iter().map(|v| v * v).sum::<f32>() / 4.0).sqrt();
+        assert!((rms - 1.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn rope_at_position_zero_is_identity_and_preserves_norm() {
+        let mut t = Vec::new();
+        rope_table(0, 8, 10000.0, &mut t);
+        let mut x = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
+        rope(&mut x, 8, &t);
+        assert_eq!(x, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+        rope_table(17, 8, 10000.0, &mut t);
+        let before: f32 = x.iter().map(|v| v * v).sum();
+        rope(&mut x, 8, &t);
+        let after: f32 = x.iter().map(|v| v * v).sum();
+        assert!((before - after).abs() < 1e-3);
+        // The first pair turns by exactly `pos` radians.
+        let (c, s) = (17f32.cos(), 17f32.sin());
+        assert!((x[0] - (c - 2.0 * s)).abs() < 1e-5);
+    }
+
+    #[test]
+    fn softmax_sums_to_one_and_survives_large_values() {
+        let mut x = [1000.0, 1001.0, f32::NEG_INFINITY];
+        softmax(&mut x);
+        assert!((x.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        assert_eq!(x[2], 0.0);
+    }
+
+    #[test]
+    fn dot_handles_tails() {
+        let a: Vec<f32> = (0..13).map(|i| i as f32).collect();
+        assert_eq!(dot(&a, &a), (0..13).map(|i| (i * i) as f32).sum::<f32>());
+    }
+}

@@ -1,0 +1,301 @@
+//! Choosing the next token from the model's logits, and describing the distribution.
+//!
+//! Owns: the request's sampling parameters and their validation, the seeded random
+//! generator of one request (same seed + same logits -> same tokens), OpenAI's
+//! presence/frequency penalties over the tokens generated so far, logit bias, and the
+//! per-step statistics the firewall consumes.
+//!
+//! Statistics (`logprob`, `entropy`, `top`) describe the model's own distribution — the
+//! softmax of the raw logits — before bias, penalties and temperature: they measure what
+//! the model believes, and a client cannot hide an anomaly from the entropy statistics by
+//! tuning its sampling knobs. The token is chosen from the adjusted distribution.
+
+use std::collections::HashMap;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::error::{Error, Result};
+
+/// Most alternatives a step may report (OpenAI's limit for `top_logprobs`).
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// Candidates sorted before falling back to a full sort for nucleus sampling.
+const NUCLEUS_FIRST_PASS: usize = 256;
+
+/// How one request samples. `temperature == 0` is greedy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    pub temperature: f32,
+    /// Nucleus mass in (0, 1]; 1 disables.
+    pub top_p: f32,
+    /// Keep only the k most likely tokens; 0 disables.
+    pub top_k: usize,
+    /// Seeds the request's generator; `None` draws a seed from the OS.
+    pub seed: Option<u64>,
+    pub presence_penalty: f32,
+    pub frequency_penalty: f32,
+    /// Added to the logit of each listed token id.
+    pub logit_bias: Vec<(u32, f32)>,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams { temperature: 1.0, top_p: 1.0, top_k: 0, seed: None, presence_penalty: 0.0, frequency_penalty: 0.0, logit_bias: Vec::new() }
+    }
+}
+
+impl SamplingParams {
+    /// Greedy decoding.
+    pub fn greedy() -> SamplingParams {
+        SamplingParams { temperature: 0.0, ..SamplingParams::default() }
+    }
+
+    /// Checks ranges against OpenAI's documented limits and the vocabulary size.
+    pub fn validate(&self, vocab: usize) -> Result<()> {
+        let bad = |reason: String| Err(Error::InvalidRequest { reason });
+        if !(self.temperature.is_finite() && (0.0..=2.0).contains(&self.temperature)) {
+            return bad(format!("temperature must be in [0, 2], got {}", self.temperature));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return bad(format!("top_p must be in (0, 1], got {}", self.top_p));
+        }
+        for (name, v) in [("presence_penalty", self.presence_penalty), ("frequency_penalty", self.frequency_penalty)] {
+            if !(v.is_finite() && (-2.0..=2.0).contains(&v)) {
+                return bad(format!("{name} must be in [-2, 2], got {v}"));
+            }
+        }
+        for &(id, bias) in &self.logit_bias {
+            if id as usize >= vocab || !(bias.is_finite() && (-100.0..=100.0).contains(&bias)) {
+                return bad(format!("logit_bias entry {id}: {bias} (ids below {vocab}, bias in [-100, 100])"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One sampling step's outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sampled {
+    pub id: u32,
+    /// log p(id) under the model's distribution.
+    pub logprob: f32,
+    /// Predictive entropy of the model's distribution, in nats.
+    pub entropy: f32,
+    /// The most likely tokens and their log-probabilities, most likely first.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// The sampling state of one request.
+#[derive(Debug)]
+pub struct Sampler {
+    params: SamplingParams,
+    rng: StdRng,
+    /// Times each token id was generated so far (for the penalties).
+    counts: HashMap<u32, u32>,
+    /// `[vocab]` adjusted logits, reused across steps.
+    work: Vec<f32>,
+}
+
+impl Sampler {
+    pub fn new(params: &SamplingParams) -> Sampler {
+        let rng = match params.seed {
+            Some(seed) => StdRng::seed_from_u64(seed),
+            None => StdRng::from_entropy(),
+        };
+        Sampler { params: params.clone(), rng, counts: HashMap::new(), work: Vec::new() }
+    }
+
+    /// Picks the next token from `logits` (`[vocab]`), reports the statistics with the
+    /// `top_n` (at most 20) most likely alternatives, and counts the pick for penalties.
+    pub fn sample(&mut self, logits: &[f32], top_n: usize) -> Sampled {
+        let (log_z, entropy) = log_partition_and_entropy(logits);
+        self.adjust(logits);
+        let id = if self.params.temperature <= 0.0 { argmax(&self.work) } else { self.draw() };
+        *self.counts.entry(id).or_insert(0) += 1;
+        let logprob = logits.get(id as usize).map_or(f32::NEG_INFINITY, |l| l - log_z);
+        let top = top_n_ids(logits, top_n.min(MAX_TOP_LOGPROBS)).into_iter().map(|i| (i, logits[i as usize] - log_z)).collect();
+        Sampled { id, logprob, entropy, top }
+    }
+
+    /// `work = logits + bias - penalties`.
+    fn adjust(&mut self, logits: &[f32]) {
+        self.work.clear();
+        self.work.extend_from_slice(logits);
+        for &(id, bias) in &self.params.logit_bias {
+            if let Some(v) = self.work.get_mut(id as usize) {
+                *v += bias;
+            }
+        }
+        for (&id, &n) in &self.counts {
+            if let Some(v) = self.work.get_mut(id as usize) {
+                *v -= self.params.presence_penalty + self.params.frequency_penalty * n as f32;
+            }
+        }
+    }
+
+    /// Temperature, top-k, top-p, then a draw from what is left.
+    fn draw(&mut self) -> u32 {
+        let t = self.params.temperature;
+        let max = self.work.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
+        // Unnormalised probabilities; normalising is unnecessary for a draw.
+        let mut cand: Vec<(u32, f32)> = self.work.iter().enumerate().map(|(i, l)| (i as u32, ((l - max) / t).exp())).collect();
+        let k = if self.params.top_k == 0 { cand.len() } else { self.params.top_k.min(cand.len()) };
+        if k < cand.len() {
+            keep_largest(&mut cand, k);
+        }
+        if self.params.top_p < 1.0 {
+            nucleus(&mut cand, self.params.top_p);
+        }
+        let total: f32 = cand.iter().map(|c| c.1).sum();
+        let mut r = self.rng.gen::<f32>() * total;
+        for &(id, p) in &cand {
+            if r < p {
+                return id;
+            }
+            r -= p;
+        }
+        cand.last().map_or(0, |c| c.0)
+    }
+}
+
+/// Keeps the `k` largest candidates, sorted by probability (descending, then id).
+fn keep_largest(cand: &mut Vec<(u32, f32)>, k: usize) {
+    let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    if k > 0 && k < cand.len() {
+        cand.select_nth_unstable_by(k - 1, order);
+        cand.truncate(k);
+    }
+    cand.sort_unstable_by(order);
+}
+
+/// Keeps the smallest prefix (by descending probability) whose mass reaches `p`.
+fn nucleus(cand: &mut Vec<(u32, f32)>, p: f32) {
+    let total: f32 = cand.iter().map(|c| c.1).sum();
+    let target = p * total;
+    // Most mass sits in few tokens: try a short sorted prefix before sorting everything.
+    let mut sorted = cand.clone();
+    let first = NUCLEUS_FIRST_PASS.min(sorted.len());
+    keep_largest(&mut sorted, first);
+    if sorted.iter().map(|c| c.1).sum::<f32>() < target {
+        sorted = std::mem::take(cand);
+        keep_largest(&mut sorted, 0);
+    }
+    let mut acc = 0.0;
+    let cut = sorted.iter().position(|c| {
+        acc += c.1;
+        acc >= target
+    });
+    sorted.truncate(cut.map_or(sorted.len(), |i| i + 1));
+    *cand = sorted;
+}
+
+/// The first index of the largest value (ties go to the lowest id, as in the reference).
+fn argmax(x: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, v) in x.iter().enumerate() {
+        if *v > x[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// `(log Σ exp(l), -Σ p log p)` of the softmax of `logits`.
+fn log_partition_and_entropy(logits: &[f32]) -> (f32, f32) {
+    let max = logits.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
+    let (mut z, mut zl) = (0.0f64, 0.0f64);
+    for l in logits {
+        let e = f64::from(l - max).exp();
+        z += e;
+        zl += e * f64::from(l - max);
+    }
+    let log_z = z.ln();
+    // H = log Z - E[l - max]
+    (max + log_z as f32, (log_z - zl / z) as f32)
+}
+
+/// Ids of the `n` largest logits, largest first (ties by lower id).
+fn top_n_ids(logits: &[f32], n: usize) -> Vec<u32> {
+    let mut cand: Vec<(u32, f32)> = logits.iter().enumerate().map(|(i, l)| (i as u32, *l)).collect();
+    if n == 0 {
+        return Vec::new();
+    }
+    let n = n.min(cand.len());
+    keep_largest(&mut cand, n);
+    cand.into_iter().map(|c| c.0).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn logits() -> Vec<f32> {
+        (0..100).map(|i| ((i * 37 % 100) as f32) * 0.05).collect()
+    }
+
+    #[test]
+    fn greedy_takes_the_argmax_and_reports_statistics() {
+        let l = logits();
+        let mut s = Sampler::new(&SamplingParams::greedy());
+        let out = s.sample(&l, 5);
+        assert_eq!(out.id, argmax(&l));
+        assert_eq!(out.top.len(), 5);
+        assert_eq!(out.top[0].0, out.id);
+        assert!((out.top[0].1 - out.logprob).abs() < 1e-6);
+        assert!(out.top.windows(2).all(|w| w[0].1 >= w[1].1));
+        let p: f64 = l.iter().map(|v| f64::from(v - l.iter().cloned().fold(f32::MIN, f32::max)).exp()).sum();
+        assert!(out.logprob < 0.0 && out.logprob > -(p.ln() as f32) - 1e-3);
+    }
+
+    #[test]
+    fn entropy_of_uniform_is_log_n() {
+        let (_, h) = log_partition_and_entropy(&[0.5; 64]);
+        assert!((h - 64f32.ln()).abs() < 1e-5);
+    }
+
+    #[test]
+    fn same_seed_same_tokens() {
+        let l = logits();
+        let p = SamplingParams { temperature: 1.0, seed: Some(7), ..SamplingParams::default() };
+        let run = || {
+            let mut s = Sampler::new(&p);
+            (0..50).map(|_| s.sample(&l, 0).id).collect::<Vec<_>>()
+        };
+        let a = run();
+        assert_eq!(a, run());
+        assert!(a.iter().any(|id| *id != a[0]), "temperature 1 should vary");
+    }
+
+    #[test]
+    fn top_k_one_is_greedy_and_top_p_tiny_is_greedy() {
+        let l = logits();
+        for p in [
+            SamplingParams { top_k: 1, seed: Some(1), ..SamplingParams::default() },
+            SamplingParams { top_p: 1e-6, seed: Some(1), ..SamplingParams::default() },
+        ] {
+            let mut s = Sampler::new(&p);
+            assert!((0..20).all(|_| s.sample(&l, 0).id == argmax(&l)));
+        }
+    }
+
+    #[test]
+    fn logit_bias_and_penalties_steer_greedy() {
+        let l = logits();
+        let mut s = Sampler::new(&SamplingParams { logit_bias: vec![(3, 100.0)], ..SamplingParams::greedy() });
+        assert_eq!(s.sample(&l, 0).id, 3);
+        // With a strong frequency penalty greedy never repeats a token twice in a row.
+        let mut s = Sampler::new(&SamplingParams { frequency_penalty: 2.0, presence_penalty: 2.0, ..SamplingParams::greedy() });
+        let ids: Vec<u32> = (0..5).map(|_| s.sample(&l, 0).id).collect();
+        assert!(ids.windows(2).all(|w| w[0] != w[1]), "{ids:?}");
+    }
+
+    #[test]
+    fn validation_rejects_out_of_range() {
+        assert!(SamplingParams::default().validate(10).is_ok());
+        assert!(SamplingParams { temperature: -1.0, ..SamplingParams::default() }.validate(10).is_err());
+        assert!(SamplingParams { top_p: 0.0, ..SamplingParams::default() }.validate(10).is_err());
+        assert!(SamplingParams { logit_bias: vec![(10, 1.0)], ..SamplingParams::default() }.validate(10).is_err());
+        assert!(SamplingParams { frequency_penalty: f32::NAN, ..SamplingParams::default() }.validate(10).is_err());
+    }
+}
