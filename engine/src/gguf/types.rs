@@ -37,12 +37,12 @@ pub enum GgmlType {
 const TABLE: [(u32, GgmlType, usize, usize); 20] = [
     (0, GgmlType::F32, 1, 4),
     (1, GgmlType::F16, 1, 2),
-    (2, GgmlType::Q4_0, 32, 2 + 16),          // f16 d, 32 x 4-bit
-    (3, GgmlType::Q4_1, 32, 2 + 2 + 16),      // f16 d, f16 m, 32 x 4-bit
-    (6, GgmlType::Q5_0, 32, 2 + 4 + 16),      // f16 d, 32 high bits, 32 x 4-bit
-    (7, GgmlType::Q5_1, 32, 2 + 2 + 4 + 16),  // f16 d, f16 m, high bits, 4-bit
-    (8, GgmlType::Q8_0, 32, 2 + 32),          // f16 d, 32 x i8
-    (9, GgmlType::Q8_1, 32, 2 + 2 + 32),      // f16 d, f16 s, 32 x i8
+    (2, GgmlType::Q4_0, 32, 2 + 16),         // f16 d, 32 x 4-bit
+    (3, GgmlType::Q4_1, 32, 2 + 2 + 16),     // f16 d, f16 m, 32 x 4-bit
+    (6, GgmlType::Q5_0, 32, 2 + 4 + 16),     // f16 d, 32 high bits, 32 x 4-bit
+    (7, GgmlType::Q5_1, 32, 2 + 2 + 4 + 16), // f16 d, f16 m, high bits, 4-bit
+    (8, GgmlType::Q8_0, 32, 2 + 32),         // f16 d, 32 x i8
+    (9, GgmlType::Q8_1, 32, 2 + 2 + 32),     // f16 d, f16 s, 32 x i8
     (10, GgmlType::Q2_K, 256, 16 + 64 + 2 + 2),
     (11, GgmlType::Q3_K, 256, 32 + 64 + 12 + 2),
     (12, GgmlType::Q4_K, 256, 2 + 2 + 12 + 128),

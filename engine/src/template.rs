@@ -1,0 +1,423 @@
+//! The model's chat template (`tokenizer.chat_template`), rendered with minijinja.
+//!
+//! Hugging Face chat templates are Jinja2 run in a sandbox with `trim_blocks` and
+//! `lstrip_blocks`, a `raise_exception(message)` global, a `tojson` filter that formats
+//! like Python's `json.dumps(..., ensure_ascii=False)` and, for newer templates,
+//! `strftime_now(format)`. This module provides that environment, so the prompt text is
+//! the one the model was trained with. Whatever the template cannot render — a role it
+//! rejects, a `null` content it concatenates — is an [`Error::Template`] (a client error
+//! for the gateway), never a panic. Tokenizing the rendered prompt is the caller's job
+//! (with `parse_special = true`, so the template's control tokens are recognised).
+
+use minijinja::value::{Kwargs, Value, ValueKind};
+use minijinja::{Environment, ErrorKind};
+use serde::Serialize;
+
+use crate::gguf::GgufFile;
+use crate::{Error, Result};
+
+const TEMPLATE_NAME: &str = "chat";
+
+/// One chat message, in OpenAI's shape.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    /// `None` is passed to the template as `none`, as Hugging Face does.
+    pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    /// A message with a role and text content.
+    pub fn new(role: &str, content: &str) -> ChatMessage {
+        ChatMessage {
+            role: role.to_owned(),
+            content: Some(content.to_owned()),
+            ..ChatMessage::default()
+        }
+    }
+}
+
+/// A compiled chat template with the model's BOS and EOS token texts.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    bos_token: String,
+    eos_token: String,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate").finish_non_exhaustive()
+    }
+}
+
+fn template_error(e: &minijinja::Error) -> Error {
+    // The detail (line, the template's own raise_exception message) helps the client fix
+    // the request; the template source itself is not user data.
+    let mut reason = e.to_string();
+    if let Some(detail) = e.detail() {
+        if !reason.contains(detail) {
+            reason = format!("{reason}: {detail}");
+        }
+    }
+    Error::Template { reason }
+}
+
+impl ChatTemplate {
+    /// The template in `tokenizer.chat_template`, with BOS/EOS texts from the vocabulary.
+    pub fn from_gguf(file: &GgufFile) -> Result<ChatTemplate> {
+        let m = file.metadata();
+        let source = m.str("tokenizer.chat_template")?;
+        let tokens = m.string_array("tokenizer.ggml.tokens")?;
+        let token_text = |key: &str| -> Result<String> {
+            if m.get(key).is_none() {
+                return Ok(String::new());
+            }
+            let id = m.u32(key)? as usize;
+            tokens
+                .get(id)
+                .map(|t| (*t).to_owned())
+                .ok_or_else(|| Error::Metadata {
+                    key: key.to_owned(),
+                    reason: format!("token id {id} is outside the vocabulary ({})", tokens.len()),
+                })
+        };
+        let bos = token_text("tokenizer.ggml.bos_token_id")?;
+        let eos = token_text("tokenizer.ggml.eos_token_id")?;
+        ChatTemplate::new(source, &bos, &eos)
+    }
+
+    /// Compiles `source` with the Hugging Face environment.
+    pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<ChatTemplate> {
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", strftime_now);
+        env.add_filter("tojson", tojson);
+        env.add_template_owned(TEMPLATE_NAME, source.to_owned())
+            .map_err(|e| template_error(&e))?;
+        Ok(ChatTemplate {
+            env,
+            bos_token: bos_token.to_owned(),
+            eos_token: eos_token.to_owned(),
+        })
+    }
+
+    /// Renders a conversation; `tools` is OpenAI's tool list (or `none`).
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        let template = self
+            .env
+            .get_template(TEMPLATE_NAME)
+            .map_err(|e| template_error(&e))?;
+        let ctx = minijinja::context! {
+            messages => Value::from_serialize(messages),
+            tools => tools.map_or(Value::from(()), Value::from_serialize),
+            add_generation_prompt => add_generation_prompt,
+            bos_token => &self.bos_token,
+            eos_token => &self.eos_token,
+        };
+        template.render(ctx).map_err(|e| template_error(&e))
+    }
+}
+
+fn raise_exception(message: String) -> std::result::Result<Value, minijinja::Error> {
+    Err(minijinja::Error::new(ErrorKind::InvalidOperation, message))
+}
+
+/// `tojson(indent=None)`: Python's `json.dumps(value, ensure_ascii=False, indent=indent)`.
+fn tojson(
+    value: &Value,
+    indent: Option<usize>,
+    kwargs: Kwargs,
+) -> std::result::Result<Value, minijinja::Error> {
+    let indent = kwargs.get::<Option<usize>>("indent")?.or(indent);
+    kwargs.assert_all_used()?;
+    let mut out = String::new();
+    write_json(&mut out, value, indent, 0)?;
+    Ok(Value::from_safe_string(out))
+}
+
+fn write_json(
+    out: &mut String,
+    v: &Value,
+    indent: Option<usize>,
+    depth: usize,
+) -> std::result::Result<(), minijinja::Error> {
+    let json_err =
+        |e: serde_json::Error| minijinja::Error::new(ErrorKind::InvalidOperation, e.to_string());
+    match v.kind() {
+        ValueKind::Undefined | ValueKind::None => out.push_str("null"),
+        ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
+        ValueKind::Number => match v.as_i64() {
+            Some(i) => out.push_str(&i.to_string()),
+            None => {
+                out.push_str(&serde_json::to_string(&f64::try_from(v.clone())?).map_err(json_err)?)
+            }
+        },
+        ValueKind::String => {
+            out.push_str(&serde_json::to_string(v.as_str().unwrap_or("")).map_err(json_err)?)
+        }
+        ValueKind::Seq | ValueKind::Iterable | ValueKind::Map => {
+            let is_map = v.kind() == ValueKind::Map;
+            let (open, close) = if is_map { ('{', '}') } else { ('[', ']') };
+            let items: Vec<Value> = v.try_iter()?.collect();
+            out.push(open);
+            for (i, item) in items.iter().enumerate() {
+                out.push_str(match (i, indent) {
+                    (0, _) => "",
+                    (_, None) => ", ",
+                    (_, Some(_)) => ",",
+                });
+                if let Some(width) = indent {
+                    out.push('\n');
+                    out.push_str(&" ".repeat(width * (depth + 1)));
+                }
+                if is_map {
+                    write_json(out, &Value::from(item.to_string()), None, 0)?;
+                    out.push_str(": ");
+                    write_json(out, &v.get_item(item)?, indent, depth + 1)?;
+                } else {
+                    write_json(out, item, indent, depth + 1)?;
+                }
+            }
+            if let (Some(width), false) = (indent, items.is_empty()) {
+                out.push('\n');
+                out.push_str(&" ".repeat(width * depth));
+            }
+            out.push(close);
+        }
+        _ => {
+            return Err(minijinja::Error::new(
+                ErrorKind::InvalidOperation,
+                format!("tojson cannot serialize a {} value", v.kind()),
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// `strftime_now(format)`: the current UTC time; supports `%Y %y %m %d %e %B %b %A %a
+/// %H %M %S %j %%` (what chat templates use for "today's date").
+fn strftime_now(format: String) -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    strftime(&format, secs)
+}
+
+fn strftime(format: &str, unix_secs: u64) -> String {
+    const MONTHS: [&str; 12] = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ];
+    const DAYS: [&str; 7] = [
+        "Thursday",
+        "Friday",
+        "Saturday",
+        "Sunday",
+        "Monday",
+        "Tuesday",
+        "Wednesday",
+    ];
+    let days = unix_secs / 86_400;
+    let secs = unix_secs % 86_400;
+    let (year, month, day) = civil_from_days(days);
+    let month_name = MONTHS.get(month as usize - 1).copied().unwrap_or("");
+    let day_name = DAYS.get((days % 7) as usize).copied().unwrap_or("");
+    let day_of_year = days - days_from_civil(year, 1, 1) + 1;
+    let mut out = String::new();
+    let mut chars = format.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        let piece = match chars.next() {
+            Some('Y') => year.to_string(),
+            Some('y') => format!("{:02}", year % 100),
+            Some('m') => format!("{month:02}"),
+            Some('d') => format!("{day:02}"),
+            Some('e') => format!("{day:>2}"),
+            Some('B') => month_name.to_owned(),
+            Some('b') => month_name.get(..3).unwrap_or("").to_owned(),
+            Some('A') => day_name.to_owned(),
+            Some('a') => day_name.get(..3).unwrap_or("").to_owned(),
+            Some('H') => format!("{:02}", secs / 3600),
+            Some('M') => format!("{:02}", secs / 60 % 60),
+            Some('S') => format!("{:02}", secs % 60),
+            Some('j') => format!("{day_of_year:03}"),
+            Some('%') => "%".to_owned(),
+            Some(other) => format!("%{other}"),
+            None => "%".to_owned(),
+        };
+        out.push_str(&piece);
+    }
+    out
+}
+
+/// Days since 1970-01-01 to (year, month 1-12, day 1-31), proleptic Gregorian.
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    // Howard Hinnant's algorithm, shifted so March is month 0 and the era starts in 0000.
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+/// The inverse of [`civil_from_days`] (for years from 1970).
+fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y / 400;
+    let yoe = y % 400;
+    let mp = if month > 2 { month - 3 } else { month + 9 };
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    (era * 146_097 + doe).saturating_sub(719_468)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Deserialize)]
+    struct Fixture {
+        cases: Vec<Case>,
+    }
+
+    #[derive(serde::Deserialize)]
+    struct Case {
+        name: String,
+        messages: Vec<ChatMessage>,
+        add_generation_prompt: bool,
+        rendered: String,
+    }
+
+    fn smollm2() -> ChatTemplate {
+        let path = crate::fetch::ensure_default_model(&crate::fetch::default_cache_dir()).unwrap();
+        ChatTemplate::from_gguf(&GgufFile::open(&path).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn smollm2_renders_like_jinja2() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/tokenizer_chat_template.json"
+        );
+        let fixture: Fixture =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let template = smollm2();
+        for case in &fixture.cases {
+            let got = template
+                .render(&case.messages, None, case.add_generation_prompt)
+                .unwrap();
+            assert_eq!(got, case.rendered, "{}", case.name);
+        }
+    }
+
+    #[test]
+    fn smollm2_system_user_exact() {
+        let messages = [
+            ChatMessage::new("system", "You are a terse assistant."),
+            ChatMessage::new("user", "Hi"),
+        ];
+        let got = smollm2().render(&messages, None, true).unwrap();
+        assert_eq!(
+            got,
+            "<|im_start|>system\nYou are a terse assistant.<|im_end|>\n\
+             <|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+        );
+    }
+
+    #[test]
+    fn unrenderable_messages_are_template_errors() {
+        let messages = [ChatMessage {
+            role: "assistant".into(),
+            content: None,
+            tool_calls: Some(serde_json::json!([{"id": "1"}])),
+            ..ChatMessage::default()
+        }];
+        let err = smollm2().render(&messages, None, false).unwrap_err();
+        assert!(matches!(err, Error::Template { .. }), "{err}");
+
+        let strict = "{% for m in messages %}{% if m.role not in ['user', 'assistant'] %}\
+            {{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}\
+            {{ m.content }}{% endfor %}";
+        let template = ChatTemplate::new(strict, "<s>", "</s>").unwrap();
+        let err = template
+            .render(&[ChatMessage::new("tool", "x")], None, false)
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("Only user and assistant roles are supported!"),
+            "{err}"
+        );
+        assert_eq!(
+            template
+                .render(&[ChatMessage::new("user", "ok")], None, false)
+                .unwrap(),
+            "ok"
+        );
+
+        let err = ChatTemplate::new("{% for %}", "", "").unwrap_err();
+        assert!(matches!(err, Error::Template { .. }), "{err}");
+    }
+
+    #[test]
+    fn tojson_formats_like_python() {
+        let t = ChatTemplate::new(
+            "{{ tools | tojson }}|{{ tools | tojson(indent=2) }}|{{ bos_token }}",
+            "<s>",
+            "",
+        )
+        .unwrap();
+        let tools = serde_json::json!([{"a": 1, "b": [true, null, 0.5, "é<\"x\">"], "c": {}}]);
+        let got = t.render(&[], Some(&tools), false).unwrap();
+        let compact = r#"[{"a": 1, "b": [true, null, 0.5, "é<\"x\">"], "c": {}}]"#;
+        let pretty =
+            "[\n  {\n    \"a\": 1,\n    \"b\": [\n      true,\n      null,\n      0.5,\n      \
+                      \"é<\\\"x\\\">\"\n    ],\n    \"c\": {}\n  }\n]";
+        assert_eq!(got, format!("{compact}|{pretty}|<s>"));
+        let none = ChatTemplate::new("{{ tools is none }}", "", "").unwrap();
+        assert_eq!(none.render(&[], None, false).unwrap(), "True"); // as Jinja2 prints it
+    }
+
+    #[test]
+    fn strftime_formats_dates() {
+        // 2024-02-29 13:05:09 UTC, a Thursday.
+        let t = 1_709_211_909;
+        assert_eq!(strftime("%d %b %Y", t), "29 Feb 2024");
+        assert_eq!(
+            strftime("%A %B %e, %y %H:%M:%S %j %%", t),
+            "Thursday February 29, 24 13:05:09 060 %"
+        );
+        assert_eq!(strftime("%Y-%m-%d %a", 0), "1970-01-01 Thu");
+        assert!(!strftime_now("%Y".into()).is_empty());
+    }
+}
