@@ -117,37 +117,7 @@ impl Tokenizer {
 
         let control: Vec<bool> = types.iter().map(|&t| t == TOKEN_TYPE_CONTROL).collect();
         let (bytes, ends) = token_byte_table(&tokens, &types);
-        let vocab = tokens.len();
-        let id = |key: &str| -> Result<Option<u32>> {
-            match m.get(key) {
-                None => Ok(None),
-                Some(_) => {
-                    let id = m.u32(key)?;
-                    if id as usize >= vocab {
-                        return Err(err(format!(
-                            "{key} {id} is outside the vocabulary ({vocab})"
-                        )));
-                    }
-                    Ok(Some(id))
-                }
-            }
-        };
-        let bos_id = id("tokenizer.ggml.bos_token_id")?;
-        let mut eos_ids: Vec<u32> = ["eos", "eot", "eom"]
-            .iter()
-            .map(|k| id(&format!("tokenizer.ggml.{k}_token_id")))
-            .collect::<Result<Vec<_>>>()?
-            .into_iter()
-            .flatten()
-            .collect();
-        eos_ids.extend(
-            tokens
-                .iter()
-                .zip(0u32..)
-                .filter_map(|(t, i)| END_OF_GENERATION_TEXTS.contains(t).then_some(i)),
-        );
-        eos_ids.sort_unstable();
-        eos_ids.dedup();
+        let (bos_id, eos_ids) = special_ids(file, &tokens)?;
         let add_bos = match m.get("tokenizer.ggml.add_bos_token") {
             Some(_) => m.bool("tokenizer.ggml.add_bos_token")?,
             None => false,
@@ -249,6 +219,35 @@ impl Tokenizer {
             pending: Vec::new(),
         }
     }
+}
+
+/// BOS, and the sorted end-of-generation ids: eos/eot/eom from metadata plus any token
+/// whose text llama.cpp treats as end-of-generation.
+fn special_ids(file: &GgufFile, tokens: &[&str]) -> Result<(Option<u32>, Vec<u32>)> {
+    let m = file.metadata();
+    let vocab = tokens.len();
+    let id = |key: &str| -> Result<Option<u32>> {
+        if m.get(key).is_none() {
+            return Ok(None);
+        }
+        let id = m.u32(key)?;
+        if id as usize >= vocab {
+            return Err(err(format!(
+                "{key} {id} is outside the vocabulary ({vocab})"
+            )));
+        }
+        Ok(Some(id))
+    };
+    let bos_id = id("tokenizer.ggml.bos_token_id")?;
+    let mut eos_ids = Vec::new();
+    for key in ["eos", "eot", "eom"] {
+        eos_ids.extend(id(&format!("tokenizer.ggml.{key}_token_id"))?);
+    }
+    let by_text = tokens.iter().zip(0u32..);
+    eos_ids.extend(by_text.filter_map(|(t, i)| END_OF_GENERATION_TEXTS.contains(t).then_some(i)));
+    eos_ids.sort_unstable();
+    eos_ids.dedup();
+    Ok((bos_id, eos_ids))
 }
 
 /// The `tokenizers` pipeline: BPE model, pre-tokenizer for `pre`, byte-level decoder,
@@ -558,6 +557,14 @@ mod tests {
         assert_eq!(d.push(byte(b'a')), "\u{FFFD}a");
         assert_eq!(d.push(byte(0xE4)), "");
         assert_eq!(d.finish(), "\u{FFFD}");
+    }
+
+    #[test]
+    fn shareable_across_threads() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<Tokenizer>();
+        assert_send_sync::<GgufFile>();
+        assert_send_sync::<crate::template::ChatTemplate>();
     }
 
     #[test]

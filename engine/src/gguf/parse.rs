@@ -121,13 +121,7 @@ pub(super) fn parse(bytes: &[u8]) -> Parse<Layout> {
     // Smallest entry: key length (8), value type (4), a one-byte value.
     let n_kv = c.count(8 + 4 + 1, "metadata count")?;
 
-    let mut metadata = Metadata::default();
-    for i in 0..n_kv {
-        let key = c.string(&format!("metadata key #{i}"))?;
-        let ty = c.u32(&format!("metadata {key} type"))?;
-        let value = read_value(&mut c, ty, 0, &key)?;
-        metadata.insert(key, value)?;
-    }
+    let metadata = read_metadata(&mut c, n_kv)?;
 
     let n_tensors = usize::try_from(n_tensors)
         .ok()
@@ -161,6 +155,17 @@ pub(super) fn parse(bytes: &[u8]) -> Parse<Layout> {
         alignment,
         data_start,
     })
+}
+
+fn read_metadata(c: &mut Cursor<'_>, n_kv: usize) -> Parse<Metadata> {
+    let mut metadata = Metadata::default();
+    for i in 0..n_kv {
+        let key = c.string(&format!("metadata key #{i}"))?;
+        let ty = c.u32(&format!("metadata {key} type"))?;
+        let value = read_value(c, ty, 0, &key)?;
+        metadata.insert(key, value)?;
+    }
+    Ok(metadata)
 }
 
 /// Fixed size of a scalar value type, or the minimum size of a variable one.
