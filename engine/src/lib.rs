@@ -8,9 +8,11 @@
 #![deny(unsafe_code)]
 
 pub mod backend;
+pub mod engine;
 pub mod error;
 pub mod fetch;
 pub mod gguf;
+pub mod model;
 pub mod template;
 pub mod tokenizer;
 pub mod stop;

@@ -24,6 +24,13 @@ OURS = os.path.join(ROOT, "target", "release", "examples", "bench_engine")
 TEXT = "The quick brown fox jumps over the lazy dog while the engine counts tokens. "
 
 
+def last_logits(llm):
+    """The logits of the last evaluated token (llama-cpp-python keeps `scores` only
+    with logits_all, so read the context's output row directly)."""
+    import numpy as np
+    return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).astype(np.float64)
+
+
 def llama_child(model: str, threads: int, prompt_tokens: int, decode_tokens: int, repeats: int) -> None:
     """Runs inside a child process: measures llama.cpp and prints JSON lines."""
     import resource
@@ -39,14 +46,14 @@ def llama_child(model: str, threads: int, prompt_tokens: int, decode_tokens: int
         llm.reset()
         t0 = time.perf_counter()
         llm.eval(prompt)
-        logits = np.array(llm.scores[llm.n_tokens - 1])
+        logits = last_logits(llm)
         logits[eos] = -1e9
         tok = int(np.argmax(logits))
         ttft = time.perf_counter() - t0
         t1 = time.perf_counter()
         for _ in range(decode_tokens):
             llm.eval([tok])
-            logits = np.array(llm.scores[llm.n_tokens - 1])
+            logits = last_logits(llm)
             logits[eos] = -1e9
             tok = int(np.argmax(logits))
         decode = time.perf_counter() - t1

@@ -13,7 +13,7 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::quant::{Format, Q8Block, QK};
+use super::quant::{Format, Q8Block};
 
 /// Most activation rows one call multiplies against a weight row.
 pub const TILE: usize = 4;
@@ -230,7 +230,7 @@ unsafe fn tile<const F: u8, const N: usize>(row: *const u8, blocks: usize, a: [*
 
 #[cfg(test)]
 mod tests {
-    use super::super::quant::{dot_q8_scalar, quantize_q8, quantize_row, tests::wave};
+    use super::super::quant::{dot_q8_scalar, quantize_q8, quantize_row, tests::wave, QK};
     use super::*;
 
     #[test]

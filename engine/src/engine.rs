@@ -1,0 +1,253 @@
+//! The engine's public face: load a model, turn chats into prompts, generate tokens.
+//!
+//! Owns the generation loop of one request: batched prefill of the prompt, then one
+//! decode step per token — sample, detokenize incrementally, hold back text that may
+//! become a stop sequence, hand a [`TokenEvent`] to the caller — until an end-of-
+//! generation token, a stop sequence, the token budget, or the caller says stop.
+//!
+//! Invariants: every request gets its own KV cache and sampler (nothing of one request is
+//! visible to another); text a stop sequence covers is never handed out; each generated
+//! token yields exactly one event, so `completion_tokens` equals the events delivered.
+//! `generate` blocks: callers on an async runtime run it on a blocking thread.
+
+use std::ops::ControlFlow;
+use std::path::Path;
+
+use crate::backend::cpu::Cpu;
+use crate::error::{Error, Result};
+use crate::gguf::GgufFile;
+use crate::model::{self, KvCache, Llama, LlamaConfig, Scratch};
+use crate::sample::{Sampled, Sampler, MAX_TOP_LOGPROBS};
+use crate::stop::StopMatcher;
+use crate::template::{ChatMessage, ChatTemplate};
+use crate::tokenizer::Tokenizer;
+
+pub use crate::sample::SamplingParams;
+
+/// Prompt tokens per prefill batch: bounds scratch memory on long prompts.
+const PREFILL_BATCH_TOKENS: usize = 512;
+
+/// Context window when neither the options nor the model say otherwise.
+const DEFAULT_CONTEXT_TOKENS: usize = 8192;
+
+/// How to load and run the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineOptions {
+    /// Threads for the matrix products (at least 1).
+    pub threads: usize,
+    /// Context window in tokens; 0 means the model's trained context length.
+    pub ctx_tokens: usize,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions { threads: std::thread::available_parallelism().map_or(1, |n| n.get()), ctx_tokens: 0 }
+    }
+}
+
+/// One generation request (already tokenized).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerateRequest {
+    pub prompt: Vec<u32>,
+    pub max_tokens: usize,
+    pub stop: Vec<String>,
+    pub sampling: SamplingParams,
+    /// Alternatives to report per token (0..=20).
+    pub top_logprobs: usize,
+}
+
+/// One alternative token at a step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopLogprob {
+    pub id: u32,
+    pub text: String,
+    pub bytes: Vec<u8>,
+    pub logprob: f32,
+}
+
+/// One generated token.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenEvent {
+    pub id: u32,
+    /// Text released with this token; text covered by a stop sequence is never released,
+    /// and text that might still become one is released with a later token.
+    pub text: String,
+    /// log p(id) under the model's distribution.
+    pub logprob: f32,
+    /// Predictive entropy of the model's distribution at this step, in nats.
+    pub entropy: f32,
+    pub top_logprobs: Vec<TopLogprob>,
+}
+
+/// Why generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An end-of-generation token or a stop sequence.
+    Stop,
+    /// `max_tokens` or the context window.
+    Length,
+    /// The caller returned `ControlFlow::Break`.
+    Cancelled,
+}
+
+/// The outcome of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Generation {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub finish: FinishReason,
+}
+
+/// A loaded model ready to serve. `Send + Sync`: requests may run from several threads
+/// (their matrix products take turns on the shared thread pool).
+#[derive(Debug)]
+pub struct Engine {
+    model: Llama,
+    tokenizer: Tokenizer,
+    template: ChatTemplate,
+    cpu: Cpu,
+    ctx: usize,
+}
+
+impl Engine {
+    /// Loads the GGUF at `path`: weights, tokenizer and chat template.
+    pub fn load(path: &Path, options: EngineOptions) -> Result<Engine> {
+        let file = GgufFile::open(path)?;
+        let tokenizer = Tokenizer::from_gguf(&file)?;
+        let template = ChatTemplate::from_gguf(&file)?;
+        let config = LlamaConfig::from_metadata(file.metadata(), tokenizer.vocab_size())?;
+        let model = Llama::from_gguf(&file, config)?;
+        let trained = if model.config.context_length == 0 { DEFAULT_CONTEXT_TOKENS } else { model.config.context_length };
+        let ctx = if options.ctx_tokens == 0 { trained } else { options.ctx_tokens.min(trained) };
+        let cpu = Cpu::new(options.threads.max(1));
+        tracing::info!(path = %path.display(), layers = model.config.n_layer, ctx, threads = cpu.pool.threads(), kernels = cpu.kernels(), "model loaded");
+        Ok(Engine { model, tokenizer, template, cpu, ctx })
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    pub fn template(&self) -> &ChatTemplate {
+        &self.template
+    }
+
+    pub fn config(&self) -> &LlamaConfig {
+        &self.model.config
+    }
+
+    /// The context window: prompt plus completion tokens of one request.
+    pub fn context_tokens(&self) -> usize {
+        self.ctx
+    }
+
+    /// Bytes of weights read per generated token.
+    pub fn bytes_per_token(&self) -> usize {
+        self.model.bytes_per_token()
+    }
+
+    /// Renders `messages` with the model's chat template (with the generation prompt)
+    /// and tokenizes the result, special tokens included.
+    pub fn chat_prompt(&self, messages: &[ChatMessage], tools: Option<&serde_json::Value>) -> Result<Vec<u32>> {
+        let text = self.template.render(messages, tools, true)?;
+        let mut ids = self.tokenizer.encode(&text, true)?;
+        if let (true, Some(bos)) = (self.tokenizer.add_bos(), self.tokenizer.bos_id()) {
+            if ids.first() != Some(&bos) {
+                ids.insert(0, bos);
+            }
+        }
+        Ok(ids)
+    }
+
+    /// The logits after the whole `prompt` (`[vocab]`), fed `batch_tokens` at a time
+    /// (0: the default prefill batch), by the fast path or by the plain f32 reference
+    /// path. For tests and benchmarks.
+    pub fn prompt_logits(&self, prompt: &[u32], batch_tokens: usize, reference: bool) -> Result<Vec<f32>> {
+        let mut kv = KvCache::new(self.model.config.n_layer, self.model.config.kv_dim(), prompt.len());
+        let mut scratch = Scratch::default();
+        let path = if reference { model::Path::reference(&self.cpu) } else { model::Path::fast(&self.cpu) };
+        let batch = if batch_tokens == 0 { PREFILL_BATCH_TOKENS } else { batch_tokens };
+        for chunk in prompt.chunks(batch) {
+            self.model.forward(path, chunk, &mut kv, &mut scratch)?;
+        }
+        Ok(scratch.logits)
+    }
+
+    /// Generates tokens for `request`, calling `on_token` once per token.
+    pub fn generate(&self, request: &GenerateRequest, on_token: &mut dyn FnMut(&TokenEvent) -> ControlFlow<()>) -> Result<Generation> {
+        let budget = self.check(request)?;
+        let prompt = &request.prompt;
+        let mut done = Generation { prompt_tokens: prompt.len(), completion_tokens: 0, finish: FinishReason::Length };
+        if budget == 0 {
+            return Ok(done);
+        }
+        let cfg = &self.model.config;
+        let mut kv = KvCache::new(cfg.n_layer, cfg.kv_dim(), prompt.len() + budget);
+        let mut scratch = Scratch::default();
+        let path = model::Path::fast(&self.cpu);
+        for chunk in prompt.chunks(PREFILL_BATCH_TOKENS) {
+            self.model.forward(path, chunk, &mut kv, &mut scratch)?;
+        }
+        let mut sampler = Sampler::new(&request.sampling);
+        let mut decoder = self.tokenizer.stream_decoder();
+        let mut stops = StopMatcher::new(&request.stop);
+        loop {
+            let sampled = sampler.sample(&scratch.logits, request.top_logprobs);
+            done.completion_tokens += 1;
+            let eos = self.tokenizer.is_eos(sampled.id);
+            let delta = if eos { String::new() } else { decoder.push(sampled.id) };
+            let step = stops.push(&delta);
+            let mut text = step.release;
+            let out_of_budget = done.completion_tokens >= budget;
+            if step.stopped || eos {
+                done.finish = FinishReason::Stop;
+            }
+            let last = step.stopped || eos || out_of_budget;
+            if last && !step.stopped {
+                let tail = stops.push(&decoder.finish());
+                text.push_str(&tail.release);
+                if !tail.stopped {
+                    text.push_str(&stops.finish());
+                } else {
+                    done.finish = FinishReason::Stop;
+                }
+            }
+            if on_token(&self.event(&sampled, text)).is_break() {
+                done.finish = FinishReason::Cancelled;
+                return Ok(done);
+            }
+            if last {
+                return Ok(done);
+            }
+            self.model.forward(path, &[sampled.id], &mut kv, &mut scratch)?;
+        }
+    }
+
+    /// Validates `request`; returns how many tokens may be generated.
+    fn check(&self, request: &GenerateRequest) -> Result<usize> {
+        let vocab = self.model.config.vocab;
+        if request.prompt.is_empty() {
+            return Err(Error::InvalidRequest { reason: "the prompt is empty".into() });
+        }
+        if let Some(bad) = request.prompt.iter().find(|t| **t as usize >= vocab) {
+            return Err(Error::InvalidRequest { reason: format!("token id {bad} is outside the vocabulary of {vocab}") });
+        }
+        if request.top_logprobs > MAX_TOP_LOGPROBS {
+            return Err(Error::InvalidRequest { reason: format!("top_logprobs is {}, at most {MAX_TOP_LOGPROBS}", request.top_logprobs) });
+        }
+        request.sampling.validate(vocab)?;
+        if request.prompt.len() >= self.ctx {
+            return Err(Error::ContextOverflow { prompt_tokens: request.prompt.len(), limit: self.ctx });
+        }
+        Ok(request.max_tokens.min(self.ctx - request.prompt.len()))
+    }
+
+    fn event(&self, s: &Sampled, text: String) -> TokenEvent {
+        let top_logprobs = s
+            .top
+            .iter()
+            .map(|&(id, logprob)| TopLogprob { id, text: self.tokenizer.decode(&[id]).unwrap_or_default(), bytes: self.tokenizer.token_bytes(id), logprob })
+            .collect();
+        TokenEvent { id: s.id, text, logprob: s.logprob, entropy: s.entropy, top_logprobs }
+    }
+}

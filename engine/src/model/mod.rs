@@ -1,0 +1,132 @@
+//! A Llama-architecture model: its weights, and the forward pass over a KV cache.
+//!
+//! Owns the tensors of the model, copied out of the GGUF file into owned buffers at load
+//! (so the model outlives the file mapping and can be shared across threads), and their
+//! shape checks. The arithmetic lives in `forward.rs`; the kernels in `backend::cpu`.
+//!
+//! Invariants: every matrix has the shape the config implies (checked at load), so the
+//! forward pass indexes without further checks on weights.
+
+pub mod config;
+mod forward;
+pub mod kv;
+
+pub use config::LlamaConfig;
+pub use forward::{Path, Scratch};
+pub use kv::KvCache;
+
+use crate::backend::cpu::{Format, Matrix};
+use crate::error::{Error, Result};
+use crate::gguf::{GgmlType, GgufFile, Tensor};
+
+/// One transformer block's weights.
+#[derive(Debug)]
+pub(crate) struct Layer {
+    /// `[n_embd]`
+    pub attn_norm: Vec<f32>,
+    /// `[q_dim, n_embd]`, `[kv_dim, n_embd]`, `[kv_dim, n_embd]`
+    pub wq: Matrix,
+    pub wk: Matrix,
+    pub wv: Matrix,
+    /// `[n_embd, q_dim]`
+    pub wo: Matrix,
+    /// `[n_embd]`
+    pub ffn_norm: Vec<f32>,
+    /// `[n_ff, n_embd]` each
+    pub gate: Matrix,
+    pub up: Matrix,
+    /// `[n_embd, n_ff]`
+    pub down: Matrix,
+}
+
+/// A loaded model.
+#[derive(Debug)]
+pub struct Llama {
+    pub config: LlamaConfig,
+    /// `[vocab, n_embd]`
+    pub(crate) embed: Matrix,
+    pub(crate) layers: Vec<Layer>,
+    /// `[n_embd]`
+    pub(crate) norm: Vec<f32>,
+    /// `[vocab, n_embd]`; `None` when the head is tied to `embed`.
+    pub(crate) output: Option<Matrix>,
+}
+
+impl Llama {
+    /// Loads the weights named as llama.cpp names them (`blk.N.attn_q.weight`, ...).
+    pub fn from_gguf(file: &GgufFile, config: LlamaConfig) -> Result<Llama> {
+        let c = &config;
+        let layers = (0..c.n_layer)
+            .map(|i| {
+                let m = |name: &str, rows, cols| matrix(file, &format!("blk.{i}.{name}.weight"), rows, cols);
+                Ok(Layer {
+                    attn_norm: vector(file, &format!("blk.{i}.attn_norm.weight"), c.n_embd)?,
+                    wq: m("attn_q", c.q_dim(), c.n_embd)?,
+                    wk: m("attn_k", c.kv_dim(), c.n_embd)?,
+                    wv: m("attn_v", c.kv_dim(), c.n_embd)?,
+                    wo: m("attn_output", c.n_embd, c.q_dim())?,
+                    ffn_norm: vector(file, &format!("blk.{i}.ffn_norm.weight"), c.n_embd)?,
+                    gate: m("ffn_gate", c.n_ff, c.n_embd)?,
+                    up: m("ffn_up", c.n_ff, c.n_embd)?,
+                    down: m("ffn_down", c.n_embd, c.n_ff)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let output = match file.tensor("output.weight") {
+            Ok(_) => Some(matrix(file, "output.weight", c.vocab, c.n_embd)?),
+            Err(Error::MissingTensor { .. }) => None,
+            Err(e) => return Err(e),
+        };
+        Ok(Llama {
+            embed: matrix(file, "token_embd.weight", c.vocab, c.n_embd)?,
+            norm: vector(file, "output_norm.weight", c.n_embd)?,
+            layers,
+            output,
+            config,
+        })
+    }
+
+    /// Bytes of weights one decode step reads (every matrix once, the embedding row aside).
+    pub fn bytes_per_token(&self) -> usize {
+        let layers: usize = self.layers.iter().map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down].iter().map(|m| m.bytes()).sum::<usize>()).sum();
+        layers + self.head().bytes()
+    }
+
+    /// The output projection (the embedding when tied).
+    pub(crate) fn head(&self) -> &Matrix {
+        self.output.as_ref().unwrap_or(&self.embed)
+    }
+}
+
+/// The CPU format of a GGUF tensor type, if the kernels support it.
+fn format_of(t: &Tensor<'_>) -> Result<Format> {
+    Ok(match t.ty {
+        GgmlType::F32 => Format::F32,
+        GgmlType::F16 => Format::F16,
+        GgmlType::Q4_0 => Format::Q4_0,
+        GgmlType::Q4_1 => Format::Q4_1,
+        GgmlType::Q5_0 => Format::Q5_0,
+        GgmlType::Q5_1 => Format::Q5_1,
+        GgmlType::Q8_0 => Format::Q8_0,
+        other => return Err(Error::UnsupportedTensorType { tensor: t.name.to_owned(), ty: other.to_string() }),
+    })
+}
+
+/// A 2-D tensor of `rows` rows of `cols` elements, copied into an owned [`Matrix`].
+fn matrix(file: &GgufFile, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
+    let t = file.tensor(name)?;
+    let dims: Vec<usize> = t.dims.iter().map(|d| *d as usize).collect();
+    let shape_ok = dims.first() == Some(&cols) && dims.get(1).copied().unwrap_or(1) == rows && dims.iter().skip(2).all(|d| *d == 1);
+    if !shape_ok {
+        return Err(Error::Shape { tensor: name.to_owned(), reason: format!("dims {dims:?}, expected [{cols}, {rows}]") });
+    }
+    Matrix::new(name, format_of(&t)?, rows, cols, t.data.to_vec())
+}
+
+/// A 1-D tensor of `len` values as f32 (norm weights).
+fn vector(file: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>> {
+    let m = matrix(file, name, 1, len)?;
+    let mut out = vec![0.0; len];
+    m.dequantize_row(0, &mut out);
+    Ok(out)
+}
