@@ -203,7 +203,8 @@ def telegram(g):
 
 def twilio(g):
     if g.r.random() < 0.5:
-        return v("messaging", "twilio-api-key", "twilio api key", "SK" + g.s(HEX, 32))
+        # An API key SID is only a secret-shaped identifier without its name.
+        return v("messaging", "twilio-api-key", "twilio api key", "SK" + g.s(HEX, 32), needs_name=True)
     return v("messaging", "twilio-auth-token", "twilio auth token", g.s(HEX, 32), needs_name=True)
 
 
