@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 
 use super::{KvCache, Layer, Llama};
 
-/// Query positions per attention task: enough to reuse the widened K/V rows.
+/// Query positions per attention task: enough tasks to balance, few enough to be cheap.
 const ATTENTION_TOKEN_STEP: usize = 16;
 
 /// How matrix products are computed.
@@ -166,13 +166,6 @@ impl Llama {
             let head = cols.start / hd;
             let kvh = head / group;
             let readable = start + rows.end;
-            // [readable, hd] keys and values of this KV head, widened once per task.
-            let (mut keys, mut values) = (vec![0.0f32; readable * hd], vec![0.0f32; readable * hd]);
-            for p in 0..readable {
-                let (k, v) = (kv.key(li, p, readable), kv.value(li, p, readable));
-                ops::widen(k.get(kvh * hd..(kvh + 1) * hd).unwrap_or(&[]), &mut keys[p * hd..(p + 1) * hd]);
-                ops::widen(v.get(kvh * hd..(kvh + 1) * hd).unwrap_or(&[]), &mut values[p * hd..(p + 1) * hd]);
-            }
             let mut q = vec![0.0f32; hd];
             let mut scores = Vec::with_capacity(readable);
             for t in rows {
@@ -182,17 +175,22 @@ impl Llama {
                 ops::round_to_f16(&mut q);
                 let visible = start + t + 1;
                 scores.clear();
-                scores.extend(keys[..visible * hd].chunks_exact(hd).map(|k| ops::dot(&q, k) * scale));
+                scores.extend((0..visible).map(|p| ops::dot(&q, head_of(kv.key(li, p, readable), kvh, hd)) * scale));
                 ops::softmax(&mut scores);
                 ops::round_to_f16(&mut scores);
                 let o = tile.row(t);
                 o.fill(0.0);
                 for (p, w) in scores.iter().enumerate() {
-                    ops::axpy(*w, &values[p * hd..(p + 1) * hd], o);
+                    ops::axpy(*w, head_of(kv.value(li, p, readable), kvh, hd), o);
                 }
             }
         });
     }
+}
+
+/// KV head `kvh` (`[head_dim]`) of a cache row (`[kv_dim]`); empty if out of range.
+fn head_of(row: &[f32], kvh: usize, head_dim: usize) -> &[f32] {
+    row.get(kvh * head_dim..(kvh + 1) * head_dim).unwrap_or(&[])
 }
 
 /// RMSNorm of every `[width]` row of `x` into `out`.
