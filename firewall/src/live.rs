@@ -13,6 +13,9 @@
 //! A thread that passes through a match state reports `(pattern, start)`, which tells the
 //! scanner which patterns are worth confirming with the real regex.
 
+use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, Hasher};
+
 use regex_automata::dfa::{dense, Automaton, StartKind};
 use regex_automata::nfa::thompson::{self, WhichCaptures};
 use regex_automata::util::primitives::StateID;
@@ -129,6 +132,27 @@ struct Thread {
 pub(crate) struct Threads {
     live: Vec<Thread>,
     scratch: Vec<Thread>,
+    // (pattern, state) pairs already in `scratch` during one step
+    seen: HashSet<u64, BuildHasherDefault<MulHasher>>,
+}
+
+/// Multiply-shift hasher for the (pattern, state) keys of one step: they are small
+/// integers, and std's SipHash would cost more than the DFA transitions themselves.
+#[derive(Default)]
+struct MulHasher(u64);
+
+impl Hasher for MulHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (x ^ (x >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
 }
 
 impl Threads {
@@ -137,6 +161,7 @@ impl Threads {
     pub(crate) fn step(&mut self, live: &Live, byte: u8, pos: usize, on_match: &mut impl FnMut(usize, usize)) {
         let mut next = std::mem::take(&mut self.scratch);
         next.clear();
+        self.seen.clear();
         for t in &self.live {
             let dfa = &live.dfas[t.pattern as usize].dfa;
             let state = dfa.next_state(t.state, byte);
@@ -149,13 +174,13 @@ impl Threads {
                 }
             }
             if !dfa.is_dead_state(state) {
-                push_unique(&mut next, Thread { state, ..*t });
+                push_unique(&mut next, &mut self.seen, Thread { state, ..*t });
             }
         }
         for &p in &live.first[byte as usize] {
             let d = &live.dfas[p as usize];
             let state = d.dfa.next_state(d.start, byte);
-            push_unique(&mut next, Thread { pattern: p, start: pos, state });
+            push_unique(&mut next, &mut self.seen, Thread { pattern: p, start: pos, state });
         }
         self.scratch = std::mem::replace(&mut self.live, next);
     }
@@ -187,8 +212,8 @@ fn dies_after(dfa: &dense::DFA<Vec<u32>>, state: StateID) -> bool {
 }
 
 /// Appends `t` unless an earlier thread of the same pattern is already in its state.
-fn push_unique(v: &mut Vec<Thread>, t: Thread) {
-    if !v.iter().any(|u| u.pattern == t.pattern && u.state == t.state) {
+fn push_unique(v: &mut Vec<Thread>, seen: &mut HashSet<u64, BuildHasherDefault<MulHasher>>, t: Thread) {
+    if seen.insert((u64::from(t.pattern) << 32) | u64::from(t.state.as_u32())) {
         v.push(t);
     }
 }

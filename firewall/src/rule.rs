@@ -150,8 +150,13 @@ impl RawRule {
         if self.description.trim().is_empty() {
             errs.push(field("description", "description is empty"));
         }
-        let regex = compile_regex(&self.regex).map_err(|e| errs.push(field("regex", format!("bad regex: {e}")))).ok();
-        let hir = regex_syntax::ParserBuilder::new().build().parse(&self.regex).ok();
+        let checked = compile_regex(&self.regex).map_err(|e| errs.push(field("regex", format!("bad regex: {e}")))).ok();
+        let hir = regex_syntax::ParserBuilder::new().build().parse(&self.regex).ok().map(|h| ascii_boundaries(&h));
+        // The regex that runs is the ASCII-boundary twin of the one written (same groups).
+        let regex = match (&checked, &hir) {
+            (Some(_), Some(h)) => compile_regex(&h.to_string()).map_err(|e| errs.push(field("regex", format!("bad regex: {e}")))).ok(),
+            _ => None,
+        };
         if let Some(h) = &hir {
             if h.properties().minimum_len() == Some(0) {
                 errs.push(field("regex", "regex can match the empty string"));
@@ -189,6 +194,30 @@ impl RawRule {
             }),
             _ => Err(errs),
         }
+    }
+}
+
+/// Rewrites Unicode word-boundary assertions (`\b`, `\B`, `\b{start}`, ...) as their
+/// ASCII forms. Secrets are ASCII, and a Unicode `\b` makes the regex engine abandon its
+/// DFA on the first non-ASCII byte (Russian prose ran ~100x slower); with ASCII boundaries a
+/// non-ASCII letter next to a token counts as a boundary, which can only add findings.
+pub(crate) fn ascii_boundaries(hir: &Hir) -> Hir {
+    use regex_syntax::hir::{HirKind, Look};
+    match hir.kind() {
+        HirKind::Look(l) => Hir::look(match l {
+            Look::WordUnicode => Look::WordAscii,
+            Look::WordUnicodeNegate => Look::WordAsciiNegate,
+            Look::WordStartUnicode => Look::WordStartAscii,
+            Look::WordEndUnicode => Look::WordEndAscii,
+            Look::WordStartHalfUnicode => Look::WordStartHalfAscii,
+            Look::WordEndHalfUnicode => Look::WordEndHalfAscii,
+            other => *other,
+        }),
+        HirKind::Empty | HirKind::Literal(_) | HirKind::Class(_) => hir.clone(),
+        HirKind::Repetition(r) => Hir::repetition(regex_syntax::hir::Repetition { sub: Box::new(ascii_boundaries(&r.sub)), ..r.clone() }),
+        HirKind::Capture(c) => Hir::capture(regex_syntax::hir::Capture { sub: Box::new(ascii_boundaries(&c.sub)), ..c.clone() }),
+        HirKind::Concat(v) => Hir::concat(v.iter().map(ascii_boundaries).collect()),
+        HirKind::Alternation(v) => Hir::alternation(v.iter().map(ascii_boundaries).collect()),
     }
 }
 
@@ -319,6 +348,17 @@ mod tests {
     fn regex_size_limit_applies() {
         let errs = raw(r"\w{1000}\w{1000}").compile().err().unwrap_or_default();
         assert!(errs.iter().any(|e| e.key == "regex" && e.reason.contains("size limit")), "{errs:?}");
+    }
+
+    #[test]
+    fn word_boundaries_become_ascii_and_groups_survive() {
+        let mut r = raw(r"\btok_(?P<s>[a-z]{4})\b");
+        r.secret_group = Some(SecretGroup::Name("s".into()));
+        let Ok(rule) = r.compile() else { return assert!(false) };
+        assert_eq!(rule.secret_group, 1);
+        // A Cyrillic letter is not an ASCII word character, so it is a boundary.
+        assert!(rule.regex.is_match("ключtok_abcd"));
+        assert!(!rule.regex.is_match("xtok_abcd"));
     }
 
     #[test]
