@@ -25,9 +25,12 @@ use crate::verdict::{mask, Action, Detail, DetectorKind, Finding, Severity};
 /// Rule id of n-gram findings.
 pub const RULE_ID: &str = "foreign-ngram";
 
-/// Default window, in words. See BENCHMARKS.md for the measurement behind it: 8-word
-/// windows almost never recur between unrelated English/Russian texts, while shorter ones
-/// recur through stock phrases.
+/// Default window, in words. Measured with `examples/ngram_n.rs` over 259 crate READMEs
+/// (one per crate, treated as 259 tenants): the share of a document's n-grams that also
+/// occur in one or two other documents (what would alarm after the `common_at` filter)
+/// falls from 7.2% (n=3) to 4.0% (n=5) and 3.3% (n=8), then flattens (3.0% at n=12): what
+/// remains is copied boilerplate, not chance. 8 words sits past the knee while a leak of a
+/// single short sentence is still caught.
 pub const DEFAULT_N: usize = 8;
 
 /// Longest word piece, in bytes; longer runs are cut.
