@@ -25,4 +25,36 @@ pub enum Command {
         #[arg(long, short, env = "CROSSGUARD_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// Work with rule files.
+    #[command(subcommand)]
+    Rules(RulesCommand),
+    /// Scan text files (or `-` for stdin) or a JSONL corpus with the rules; one JSON line per finding.
+    Scan {
+        /// Rule folder (default: the rules built into the binary).
+        #[arg(long)]
+        rules: Option<PathBuf>,
+        /// Records `{"id": ..., "text": ...}`, one per line; offsets are bytes into `text`.
+        #[arg(long, conflicts_with = "files")]
+        input_jsonl: Option<PathBuf>,
+        /// Files to scan; `-` reads stdin.
+        files: Vec<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RulesCommand {
+    /// Validate every rule file; exit 1 listing every error (file:line, rule id, reason).
+    Check {
+        /// Rule folder (default: the built-in rules).
+        dir: Option<PathBuf>,
+    },
+    /// Run every rule's must_match / must_not_match samples and report per rule.
+    Test {
+        /// Rule folder (default: the built-in rules).
+        dir: Option<PathBuf>,
+    },
+    /// Convert a gitleaks TOML config to crossguard rules on stdout; what cannot be converted goes to stderr.
+    ImportGitleaks {
+        file: PathBuf,
+    },
 }

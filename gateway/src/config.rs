@@ -26,6 +26,8 @@ pub const RESERVED_ENV: &[&str] = &[
     "CROSSGUARD_LOG_FORMAT",
 ];
 
+/// The id under which a config without `[[models]]` serves the default model (a contract).
+pub const DEFAULT_MODEL_ID: &str = "smollm2-135m-instruct";
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
@@ -74,6 +76,14 @@ struct RawConfig {
     #[serde(default)]
     models: Vec<RawModel>,
     store: Option<RawStore>,
+    firewall: Option<RawFirewall>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFirewall {
+    rules_dir: Option<PathBuf>,
+    max_holdback_bytes: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -136,8 +146,19 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Empty means open mode: one anonymous tenant, no authentication (local trial only).
     pub tenants: Vec<TenantConfig>,
+    /// Never empty: without `[[models]]`, the default model on the engine.
     pub models: Vec<ModelConfig>,
     pub store: StoreConfig,
+    pub firewall: FirewallConfig,
+}
+
+/// The response firewall's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FirewallConfig {
+    /// Rule folder; `None` = the rule files built into the binary.
+    pub rules_dir: Option<PathBuf>,
+    /// Most bytes one stream may hold back while a match could still be in progress.
+    pub max_holdback_bytes: usize,
 }
 
 /// One tenant and the SHA-256 digests of its API keys (plain keys are hashed at load).
@@ -310,7 +331,13 @@ fn validate(
     }
 
     let tenants = validate_tenants(raw.tenants, &invalid)?;
-    let models = validate_models(raw.models, &invalid, lookup)?;
+    let mut models = validate_models(raw.models, &invalid, lookup)?;
+    if models.is_empty() {
+        models.push(ModelConfig {
+            id: DEFAULT_MODEL_ID.to_owned(),
+            backend: ModelBackend::Engine(EngineModelConfig { path: None, threads: None, context_tokens: None }),
+        });
+    }
     let store = match raw.store {
         None | Some(RawStore { kind: StoreKind::Memory, url: None }) => StoreConfig::Memory,
         Some(RawStore { kind: StoreKind::Memory, url: Some(_) }) => {
@@ -325,7 +352,13 @@ fn validate(
         }
     };
     let data_dir = raw.data_dir.unwrap_or_else(default_data_dir);
-    Ok(Config { listen, admin_token, max_body_bytes, data_dir, tenants, models, store })
+    let raw_fw = raw.firewall.unwrap_or_default();
+    let max_holdback_bytes = raw_fw.max_holdback_bytes.unwrap_or(4096);
+    if !(64..=1 << 20).contains(&max_holdback_bytes) {
+        return Err(invalid("firewall.max_holdback_bytes".into(), format!("must be between 64 and 1048576, got {max_holdback_bytes}")));
+    }
+    let firewall = FirewallConfig { rules_dir: raw_fw.rules_dir, max_holdback_bytes };
+    Ok(Config { listen, admin_token, max_body_bytes, data_dir, tenants, models, store, firewall })
 }
 
 type Invalid<'a> = dyn Fn(String, String) -> ConfigError + 'a;
@@ -537,7 +570,10 @@ kind = "memory"
         let cfg = parse("").unwrap();
         assert_eq!(cfg.listen.to_string(), DEFAULT_LISTEN);
         assert_eq!(cfg.max_body_bytes, 4 * 1024 * 1024);
-        assert!(cfg.tenants.is_empty() && cfg.models.is_empty());
+        assert!(cfg.tenants.is_empty());
+        assert_eq!(cfg.models.len(), 1);
+        assert_eq!(cfg.models[0].id, DEFAULT_MODEL_ID);
+        assert!(matches!(&cfg.models[0].backend, ModelBackend::Engine(e) if e.path.is_none()));
     }
 
     #[test]

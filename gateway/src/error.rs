@@ -18,6 +18,9 @@ pub enum ApiError {
     /// A field has the wrong type, is missing, or is out of range.
     #[error("{message}")]
     InvalidParam { param: String, message: String },
+    /// The prompt (plus room to answer) does not fit the model's context window.
+    #[error("{0}")]
+    ContextLengthExceeded(String),
     /// Missing, malformed or unknown API key.
     #[error("{0}")]
     Unauthorized(&'static str),
@@ -60,7 +63,9 @@ impl ApiError {
     /// The HTTP status this error is answered with.
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::MalformedJson(_) | ApiError::InvalidParam { .. } => StatusCode::BAD_REQUEST,
+            ApiError::MalformedJson(_) | ApiError::InvalidParam { .. } | ApiError::ContextLengthExceeded(_) => {
+                StatusCode::BAD_REQUEST
+            }
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::ModelNotFound(_) | ApiError::RouteNotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
@@ -80,6 +85,7 @@ impl ApiError {
         match self {
             ApiError::MalformedJson(_)
             | ApiError::InvalidParam { .. }
+            | ApiError::ContextLengthExceeded(_)
             | ApiError::ModelNotFound(_)
             | ApiError::RouteNotFound { .. }
             | ApiError::MethodNotAllowed { .. }
@@ -97,6 +103,7 @@ impl ApiError {
         let code = match self {
             ApiError::MalformedJson(_) => "invalid_json",
             ApiError::InvalidParam { .. } => "invalid_value",
+            ApiError::ContextLengthExceeded(_) => "context_length_exceeded",
             ApiError::Unauthorized(_) => "invalid_api_key",
             ApiError::ModelNotFound(_) => "model_not_found",
             ApiError::RouteNotFound { .. } => "unknown_url",
@@ -116,6 +123,7 @@ impl ApiError {
         match self {
             ApiError::InvalidParam { param, .. } => Some(param),
             ApiError::ModelNotFound(_) => Some("model"),
+            ApiError::ContextLengthExceeded(_) => Some("messages"),
             _ => None,
         }
     }

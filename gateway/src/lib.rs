@@ -8,14 +8,20 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod audit;
 pub mod auth;
 pub mod backend;
 pub mod cli;
+pub mod commands;
 pub mod config;
 pub mod error;
+pub mod guard;
 pub mod metrics;
+pub mod provenance;
 pub mod relay;
 pub mod router;
 pub mod routes;
 pub mod server;
 pub mod state;
+pub mod stats;
+pub mod store;

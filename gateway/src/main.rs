@@ -3,7 +3,8 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use gateway::cli::{Cli, Command};
+use gateway::cli::{Cli, Command, RulesCommand};
+use gateway::commands;
 use gateway::config::Config;
 
 fn main() -> ExitCode {
@@ -37,6 +38,12 @@ fn main() -> ExitCode {
             }
             Err(e) => fail(&e),
         },
+        Command::Rules(RulesCommand::Check { dir }) => commands::rules::check(&dir.unwrap_or_default()),
+        Command::Rules(RulesCommand::Test { dir }) => commands::rules::test(&dir.unwrap_or_default()),
+        Command::Rules(RulesCommand::ImportGitleaks { file }) => commands::rules::import_gitleaks(&file),
+        Command::Scan { rules, input_jsonl, files } => {
+            commands::scan::scan(&commands::scan::ScanArgs { rules, files, input_jsonl })
+        }
     }
 }
 

@@ -42,6 +42,8 @@ struct Inner {
     completions: BTreeMap<(String, String, &'static str), u64>,
     /// (model, kind) -> upstream/backend errors
     backend_errors: BTreeMap<(String, &'static str), u64>,
+    /// (tenant, rule id, action) -> firewall findings
+    findings: BTreeMap<(String, String, &'static str), u64>,
 }
 
 /// The gateway's metrics registry.
@@ -79,6 +81,11 @@ impl Metrics {
         self.with(|m| *m.backend_errors.entry((model.to_owned(), kind)).or_default() += 1);
     }
 
+    /// The firewall found `rule_id` in a response to `tenant` and took `action`.
+    pub fn observe_finding(&self, tenant: &str, rule_id: &str, action: &'static str) {
+        self.with(|m| *m.findings.entry((tenant.to_owned(), rule_id.to_owned(), action)).or_default() += 1);
+    }
+
     /// The text exposition of every metric, with `extra` appended (other subsystems').
     pub fn render(&self, extra: &str) -> String {
         let mut out = String::with_capacity(4096);
@@ -113,6 +120,16 @@ impl Metrics {
             out.push_str("# TYPE crossguard_backend_errors_total counter\n");
             for ((model, kind), n) in &m.backend_errors {
                 let _ = writeln!(out, "crossguard_backend_errors_total{{model=\"{}\",kind=\"{kind}\"}} {n}", escape(model));
+            }
+            out.push_str("# HELP crossguard_firewall_findings_total Firewall findings by tenant, rule and action.\n");
+            out.push_str("# TYPE crossguard_firewall_findings_total counter\n");
+            for ((tenant, rule, action), n) in &m.findings {
+                let _ = writeln!(
+                    out,
+                    "crossguard_firewall_findings_total{{tenant=\"{}\",rule=\"{}\",action=\"{action}\"}} {n}",
+                    escape(tenant),
+                    escape(rule)
+                );
             }
         });
         out.push_str(extra);

@@ -19,6 +19,7 @@ use crate::api::response::{
 use crate::api::Usage;
 use crate::backend::{BackendEvent, BackendResponse, ChoiceDelta, EventStream};
 use crate::error::ApiError;
+use crate::guard::Guard;
 
 /// Identity of the response being relayed.
 #[derive(Debug, Clone)]
@@ -29,12 +30,22 @@ pub struct ResponseMeta {
     pub include_usage: bool,
 }
 
-/// The SSE body for a streaming client.
-pub fn sse_body(meta: ResponseMeta, backend: BackendResponse) -> impl Stream<Item = Result<Bytes, Infallible>> + Send {
+/// Called once when a response has been relayed (or abandoned), with the firewall's view.
+pub type OnEnd = Box<dyn FnOnce(&Guard) + Send>;
+
+/// The SSE body for a streaming client: only what `guard` released goes out.
+pub fn sse_body(
+    meta: ResponseMeta,
+    backend: BackendResponse,
+    guard: Guard,
+    on_end: OnEnd,
+) -> impl Stream<Item = Result<Bytes, Infallible>> + Send {
     let state = StreamState {
         meta,
         fingerprint: backend.system_fingerprint,
-        events: backend.events,
+        events: Some(backend.events),
+        guard,
+        on_end: Some(on_end),
         role_sent: BTreeSet::new(),
         usage: None,
         ended: false,
@@ -43,42 +54,88 @@ pub fn sse_body(meta: ResponseMeta, backend: BackendResponse) -> impl Stream<Ite
         if st.ended {
             return None;
         }
-        loop {
-            match st.events.next().await {
-                Some(Ok(event)) => {
-                    if let Some(frame) = st.frame_for(event) {
-                        return Some((Ok(frame), st));
-                    }
-                }
-                Some(Err(error)) => {
-                    st.ended = true;
-                    return Some((Ok(error_frame(&error)), st));
-                }
-                None => {
-                    st.ended = true;
-                    let mut tail = Vec::new();
-                    if st.meta.include_usage {
-                        let usage = st.usage.unwrap_or_default();
-                        tail.extend_from_slice(&st.chunk(Vec::new(), UsageField::Some(usage)));
-                    }
-                    tail.extend_from_slice(b"data: [DONE]\n\n");
-                    return Some((Ok(Bytes::from(tail)), st));
-                }
-            }
-        }
+        let frames = st.next_frames().await;
+        Some((Ok(frames), st))
     })
 }
 
 struct StreamState {
     meta: ResponseMeta,
     fingerprint: Option<String>,
-    events: EventStream,
+    /// `None` once the backend is stopped or done.
+    events: Option<EventStream>,
+    guard: Guard,
+    on_end: Option<OnEnd>,
     role_sent: BTreeSet<u32>,
     usage: Option<Usage>,
     ended: bool,
 }
 
+impl Drop for StreamState {
+    fn drop(&mut self) {
+        // A client that goes away mid-stream still gets its response accounted for.
+        if let Some(on_end) = self.on_end.take() {
+            on_end(&self.guard);
+        }
+    }
+}
+
 impl StreamState {
+    /// The next non-empty batch of frames (the stream's tail when the backend is done).
+    async fn next_frames(&mut self) -> Bytes {
+        loop {
+            let next = match self.events.as_mut() {
+                Some(events) => events.next().await,
+                None => None,
+            };
+            let released = match next {
+                Some(Ok(event)) => self.guard.apply(event),
+                Some(Err(error)) => {
+                    self.end();
+                    return error_frame(&error);
+                }
+                None => {
+                    let rest = self.guard.finish_all();
+                    let mut tail = self.frames(rest);
+                    self.end();
+                    if self.meta.include_usage {
+                        if let Some(usage) = self.usage {
+                            tail.extend_from_slice(&self.chunk(Vec::new(), UsageField::Some(usage)));
+                        }
+                    }
+                    tail.extend_from_slice(b"data: [DONE]\n\n");
+                    return Bytes::from(tail);
+                }
+            };
+            if self.guard.blocked() && self.guard.all_finished() {
+                // Stop the backend now: dropping its stream aborts the generation or request.
+                self.events = None;
+            }
+            let frames = self.frames(released);
+            if !frames.is_empty() {
+                return Bytes::from(frames);
+            }
+        }
+    }
+
+    fn end(&mut self) {
+        self.ended = true;
+        self.events = None;
+        if let Some(on_end) = self.on_end.take() {
+            on_end(&self.guard);
+        }
+    }
+
+    fn frames(&mut self, events: Vec<BackendEvent>) -> Vec<u8> {
+        let mut out = Vec::new();
+        for event in events {
+            if let Some(frame) = self.frame_for(event) {
+                out.extend_from_slice(&frame);
+            }
+        }
+        out
+    }
+
     /// The SSE frame for one event, if it produces one now.
     fn frame_for(&mut self, event: BackendEvent) -> Option<Bytes> {
         let usage_field = if self.meta.include_usage { UsageField::Null } else { UsageField::Absent };
@@ -146,19 +203,30 @@ pub fn error_frame(error: &ApiError) -> Bytes {
     Bytes::from(frame)
 }
 
-/// Collects a whole completion for a non-streaming client. An error anywhere fails it:
-/// nothing has been sent yet, so the client gets a proper HTTP error instead.
-pub async fn collect(meta: ResponseMeta, backend: BackendResponse) -> Result<ChatCompletion, ApiError> {
+/// Collects a whole completion for a non-streaming client, scanned by `guard` before any
+/// byte is sent. An error anywhere fails it: nothing has been sent yet, so the client gets
+/// a proper HTTP error instead.
+pub async fn collect(meta: ResponseMeta, backend: BackendResponse, guard: &mut Guard) -> Result<ChatCompletion, ApiError> {
     let mut choices: BTreeMap<u32, ChoiceAcc> = BTreeMap::new();
     let mut usage = None;
     let mut events = backend.events;
+    let mut absorb = |released: Vec<BackendEvent>, choices: &mut BTreeMap<u32, ChoiceAcc>| {
+        for event in released {
+            match event {
+                BackendEvent::Delta(d) => choices.entry(d.index).or_default().absorb(d),
+                BackendEvent::Finish { index, reason } => choices.entry(index).or_default().finish = Some(reason),
+                BackendEvent::Usage(u) => usage = Some(u),
+            }
+        }
+    };
     while let Some(event) = events.next().await {
-        match event? {
-            BackendEvent::Delta(d) => choices.entry(d.index).or_default().absorb(d),
-            BackendEvent::Finish { index, reason } => choices.entry(index).or_default().finish = Some(reason),
-            BackendEvent::Usage(u) => usage = Some(u),
+        absorb(guard.apply(event?), &mut choices);
+        if guard.blocked() && guard.all_finished() {
+            break;
         }
     }
+    drop(events);
+    absorb(guard.finish_all(), &mut choices);
     Ok(ChatCompletion {
         id: meta.id,
         object: "chat.completion",
@@ -250,8 +318,13 @@ mod tests {
         Ok(BackendEvent::Finish { index, reason: "stop".into() })
     }
 
+    fn open_guard(n: u32) -> Guard {
+        let rules = std::sync::Arc::new(firewall::Ruleset::empty());
+        Guard::new(rules, firewall::ScanContext::new("t"), std::sync::Arc::new(firewall::Detectors::default()), n)
+    }
+
     async fn frames(events: Vec<Result<BackendEvent, ApiError>>, include_usage: bool) -> Vec<String> {
-        let body: Vec<_> = sse_body(meta(include_usage), backend(events)).collect().await;
+        let body: Vec<_> = sse_body(meta(include_usage), backend(events), open_guard(2), Box::new(|_| {})).collect().await;
         let joined: String = body.into_iter().map(|b| String::from_utf8(b.unwrap().to_vec()).unwrap()).collect();
         joined.split("\n\n").filter(|f| !f.is_empty()).map(|f| f.trim_start_matches("data: ").to_owned()).collect()
     }
@@ -295,7 +368,8 @@ mod tests {
                 ..Default::default()
             }))
         };
-        let c = collect(meta(false), backend(vec![text(0, "Hel"), text(0, "lo"), call(Some("c1"), "{\"q\":"), call(None, "1}"), finish(0)]))
+        let events = vec![text(0, "Hel"), text(0, "lo"), call(Some("c1"), "{\"q\":"), call(None, "1}"), finish(0)];
+        let c = collect(meta(false), backend(events), &mut open_guard(1))
             .await
             .unwrap();
         let v = serde_json::to_value(&c).unwrap();
@@ -307,7 +381,7 @@ mod tests {
 
     #[tokio::test]
     async fn collect_fails_whole_on_error() {
-        let r = collect(meta(false), backend(vec![text(0, "a"), Err(ApiError::GatewayTimeout("slow".into()))])).await;
+        let r = collect(meta(false), backend(vec![text(0, "a"), Err(ApiError::GatewayTimeout("slow".into()))]), &mut open_guard(1)).await;
         assert_eq!(r.unwrap_err().status(), 504);
     }
 }

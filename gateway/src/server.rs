@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
 use crate::config::Config;
@@ -29,5 +30,9 @@ pub async fn serve(
         tracing::warn!("no [[tenants]] configured: every request is served as tenant \"anonymous\" without authentication; configure tenants before exposing this gateway");
     }
     tracing::info!(addr = %local, models = state.models.len(), "listening");
+    // Without TCP_NODELAY each SSE frame waits for the client's delayed ACK (~40 ms).
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await.map_err(StartError::Serve)
 }

@@ -6,8 +6,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use firewall::{ReloadableRuleset, Ruleset};
+
 use crate::auth::Authenticator;
-use crate::backend::{Backend, UpstreamBackend};
+use crate::backend::{Backend, EngineBackend, UpstreamBackend};
 use crate::config::{Config, ModelBackend};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -19,6 +21,8 @@ pub struct AppState {
     /// Model id -> backend, in id order.
     pub models: BTreeMap<String, Backend>,
     pub metrics: Metrics,
+    /// The compiled rule files; swapped whole on reload.
+    pub rules: ReloadableRuleset,
     /// Start-up time, seconds since the epoch (the `created` of listed models).
     pub started_unix: u64,
 }
@@ -26,6 +30,8 @@ pub struct AppState {
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    #[error("rule files:\n{0}")]
+    Rules(firewall::LoadErrors),
     #[error("model {model}: {reason}")]
     Model { model: String, reason: String },
     #[error("cannot listen on {addr}: {source}")]
@@ -44,16 +50,18 @@ impl AppState {
                     UpstreamBackend::new(up.clone())
                         .map_err(|e| StartError::Model { model: model.id.clone(), reason: e.to_string() })?,
                 ),
-                ModelBackend::Engine(_) => {
-                    return Err(StartError::Model {
-                        model: model.id.clone(),
-                        reason: "backend = \"engine\" is not available in this build yet".into(),
-                    })
-                }
+                ModelBackend::Engine(e) => Backend::Engine(EngineBackend::spawn_load(&model.id, e)),
             };
             models.insert(model.id.clone(), backend);
         }
+        let rules = match &config.firewall.rules_dir {
+            Some(dir) => Ruleset::load_dir(dir),
+            None => Ruleset::builtin(),
+        }
+        .map_err(StartError::Rules)?;
+        tracing::info!(rules = rules.len(), canaries = rules.canaries().len(), "firewall rules loaded");
         Ok(Arc::new(AppState {
+            rules: ReloadableRuleset::new(rules),
             auth: Authenticator::new(&config.tenants),
             config: Arc::new(config),
             models,

@@ -8,6 +8,7 @@
 //! - `#status <code>`: answer with that HTTP status and an OpenAI error body;
 //! - `#garbage`: answer 200 with a body that is not JSON;
 //! - `#tools`: answer with a tool call whose arguments are streamed in fragments;
+//! - `#leak <text>`: answer `<text>`, streamed in 40 pieces of equal byte length;
 //! - anything else: answer `Echo: <content>` (streamed word by word when asked).
 //!
 //! Every request's body and headers are kept for the test to inspect.
@@ -103,6 +104,14 @@ async fn chat(State(received): State<Shared>, headers: HeaderMap, body: Bytes) -
         Some("#stall") => broken_stream(&model, true),
         Some("#die") => broken_stream(&model, false),
         Some("#tools") => tools(&model, stream),
+        Some("#leak") => {
+            let text = script.trim_start_matches("#leak").trim_start();
+            if stream {
+                pieces(&model, text, 40)
+            } else {
+                answer(&model, text, n, false, include_usage)
+            }
+        }
         _ => answer(&model, &format!("Echo: {script}"), n, stream, include_usage),
     }
 }
@@ -173,6 +182,18 @@ fn tools(model: &str, stream: bool) -> Response {
         frames.push(chunk(model, json!([{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": a}}]}, "finish_reason": null}])));
     }
     frames.push(chunk(model, json!([{"index": 0, "delta": {}, "finish_reason": "tool_calls"}])));
+    sse_response(Body::from_stream(futures::stream::iter(sse(frames, true))))
+}
+
+/// `text` (ASCII) streamed in `count` pieces of equal length, then `[DONE]`.
+fn pieces(model: &str, text: &str, count: usize) -> Response {
+    let step = text.len().div_ceil(count).max(1);
+    let mut frames = vec![chunk(model, json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]))];
+    for piece in text.as_bytes().chunks(step) {
+        let piece = String::from_utf8_lossy(piece).into_owned();
+        frames.push(chunk(model, json!([{"index": 0, "delta": {"content": piece}, "finish_reason": null}])));
+    }
+    frames.push(chunk(model, json!([{"index": 0, "delta": {}, "finish_reason": "stop"}])));
     sse_response(Body::from_stream(futures::stream::iter(sse(frames, true))))
 }
 

@@ -3,6 +3,7 @@
 //! The relay consumes that stream — and the firewall will sit between the two — so
 //! streaming and non-streaming clients, engine and upstream, share one path.
 
+pub mod engine;
 pub mod sse;
 pub mod upstream;
 
@@ -15,6 +16,7 @@ use crate::api::response::ToolCallChunk;
 use crate::api::{ChatRequest, Usage};
 use crate::error::ApiError;
 
+pub use engine::EngineBackend;
 pub use upstream::UpstreamBackend;
 
 /// One step of a completion.
@@ -60,6 +62,7 @@ pub struct RequestContext {
 /// Where one configured model's completions come from.
 pub enum Backend {
     Upstream(UpstreamBackend),
+    Engine(EngineBackend),
 }
 
 impl Backend {
@@ -67,6 +70,7 @@ impl Backend {
     pub async fn complete(&self, request: &ChatRequest, ctx: &RequestContext) -> Result<BackendResponse, ApiError> {
         match self {
             Backend::Upstream(b) => b.complete(request, ctx).await,
+            Backend::Engine(b) => b.complete(request, ctx).await,
         }
     }
 
@@ -74,6 +78,7 @@ impl Backend {
     pub fn is_ready(&self) -> bool {
         match self {
             Backend::Upstream(_) => true,
+            Backend::Engine(b) => b.is_ready(),
         }
     }
 
@@ -81,6 +86,7 @@ impl Backend {
     pub fn kind(&self) -> &'static str {
         match self {
             Backend::Upstream(_) => "upstream",
+            Backend::Engine(_) => "engine",
         }
     }
 }

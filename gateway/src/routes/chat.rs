@@ -12,6 +12,8 @@ use axum::Json;
 use crate::api::ChatRequest;
 use crate::backend::RequestContext;
 use crate::error::ApiError;
+use crate::guard::Guard;
+use firewall::{Detectors, ScanContext};
 use crate::relay::{self, ResponseMeta};
 use crate::router::RequestId;
 use crate::state::{unix_now, AppState};
@@ -46,18 +48,41 @@ pub async fn create(
         model: request.model.clone(),
         include_usage: request.include_usage,
     };
+    let guard = Guard::new(
+        state.rules.current(),
+        ScanContext::new(tenant.as_str()),
+        Arc::new(Detectors::default()),
+        request.n,
+    );
     if request.stream {
-        let mut response = Body::from_stream(relay::sse_body(meta, response)).into_response();
+        let on_end = report_findings(state.clone(), meta.id.clone(), tenant.as_str().to_owned());
+        let mut response = Body::from_stream(relay::sse_body(meta, response, guard, on_end)).into_response();
         let h = response.headers_mut();
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         h.insert("x-accel-buffering", HeaderValue::from_static("no"));
         return Ok(response);
     }
-    let completion = relay::collect(meta, response).await.inspect_err(|e| {
+    let mut guard = guard;
+    let id = meta.id.clone();
+    let completion = relay::collect(meta, response, &mut guard).await.inspect_err(|e| {
         state.metrics.observe_backend_error(&request.model, e.kind());
     })?;
+    report_findings(state.clone(), id, tenant.as_str().to_owned())(&guard);
     Ok((StatusCode::OK, Json(completion)).into_response())
+}
+
+/// Logs and counts what the firewall found in one response (rule ids and spans only).
+fn report_findings(state: Arc<AppState>, response_id: String, tenant: String) -> relay::OnEnd {
+    Box::new(move |guard: &Guard| {
+        for f in guard.findings() {
+            state.metrics.observe_finding(&tenant, &f.finding.rule_id, f.finding.action.as_str());
+        }
+        if guard.blocked() {
+            let rules: Vec<&str> = guard.findings().iter().map(|f| f.finding.rule_id.as_str()).collect();
+            tracing::warn!(response_id, tenant, ?rules, released_bytes = guard.released_bytes(), "response blocked by the firewall");
+        }
+    })
 }
 
 /// Reads the whole body, refusing (413) anything over `limit` bytes — by its declared

@@ -1,0 +1,350 @@
+//! The provenance index: which tenants sent or received each n-gram, by keyed hash.
+//!
+//! Owns the in-memory map `hash -> {(tenant, expiry)}` that answers the firewall's
+//! [`NgramOwners`] synchronously (a read lock and one lookup, no I/O on the token path).
+//! The gateway [`record`](ProvenanceIndex::record)s each prompt (all messages) and each
+//! released response under its tenant; the batch that returns goes to the store
+//! (`Store::append_fingerprints`), and [`refresh`](ProvenanceIndex::refresh) merges what
+//! other replicas recorded. Hashing and normalisation are the firewall's
+//! ([`firewall::fingerprints`]), so recording and checking always agree.
+//!
+//! Invariants: only keyed hashes are held, never text; an owner past its expiry is never
+//! reported; memory is bounded by `max_hashes` (past it, new hashes are not indexed and are
+//! counted in `dropped`, after expired ones have been pruned).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use firewall::{NgramKey, NgramOwners, OwnerSet};
+
+use crate::store::{now_ms, FingerprintBatch, FingerprintCursor, Store, StoreError};
+
+/// How the index fingerprints and how long it remembers.
+#[derive(Debug, Clone)]
+pub struct ProvenanceSettings {
+    /// Words per n-gram (the firewall's `NgramConfig::n` must be the same).
+    pub ngram_words: usize,
+    pub ttl_secs: u64,
+    /// The per-deployment SipHash key (the firewall's `NgramConfig::key` must be the same).
+    pub key: NgramKey,
+    /// Most distinct hashes held in memory.
+    pub max_hashes: usize,
+    /// Most tenants named in one answer (`shared_by` still counts them all).
+    pub max_owners_listed: usize,
+}
+
+impl ProvenanceSettings {
+    pub fn new(key: NgramKey) -> ProvenanceSettings {
+        ProvenanceSettings { ngram_words: firewall::detect::ngram::DEFAULT_N, ttl_secs: 86_400, key, max_hashes: 20_000_000, max_owners_listed: 8 }
+    }
+}
+
+/// Owners of one hash: (tenant index, expiry in Unix seconds). One owner is the common
+/// case and needs no allocation.
+#[derive(Debug, Clone)]
+enum Owners {
+    One((u32, u64)),
+    Many(Vec<(u32, u64)>),
+}
+
+impl Owners {
+    fn as_slice(&self) -> &[(u32, u64)] {
+        match self {
+            Owners::One(pair) => std::slice::from_ref(pair),
+            Owners::Many(v) => v,
+        }
+    }
+
+    /// Sets `tenant`'s expiry to at least `expires`; returns its previous expiry.
+    fn upsert(&mut self, tenant: u32, expires: u64) -> Option<u64> {
+        match self {
+            Owners::One((t, e)) if *t == tenant => {
+                let old = *e;
+                *e = old.max(expires);
+                Some(old)
+            }
+            Owners::One(pair) => {
+                *self = Owners::Many(vec![*pair, (tenant, expires)]);
+                None
+            }
+            Owners::Many(v) => match v.iter_mut().find(|(t, _)| *t == tenant) {
+                Some((_, e)) => {
+                    let old = *e;
+                    *e = old.max(expires);
+                    Some(old)
+                }
+                None => {
+                    v.push((tenant, expires));
+                    None
+                }
+            },
+        }
+    }
+
+    /// Drops expired owners; false when none is left.
+    fn retain_live(&mut self, now: u64) -> bool {
+        match self {
+            Owners::One((_, e)) => *e > now,
+            Owners::Many(v) => {
+                v.retain(|(_, e)| *e > now);
+                if let [one] = v.as_slice() {
+                    *self = Owners::One(*one);
+                }
+                !self.as_slice().is_empty()
+            }
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    // tenant names, interned: index -> name and name -> index
+    tenants: Vec<Arc<str>>,
+    tenant_ids: HashMap<Arc<str>, u32>,
+    map: HashMap<u64, Owners>,
+    last_prune_s: u64,
+}
+
+impl Inner {
+    fn tenant_id(&mut self, tenant: &str) -> u32 {
+        if let Some(id) = self.tenant_ids.get(tenant) {
+            return *id;
+        }
+        let id = self.tenants.len() as u32;
+        let name: Arc<str> = Arc::from(tenant);
+        self.tenants.push(name.clone());
+        self.tenant_ids.insert(name, id);
+        id
+    }
+
+    fn prune(&mut self, now: u64) {
+        self.map.retain(|_, o| o.retain_live(now));
+        self.last_prune_s = now;
+    }
+}
+
+/// The index. Share it as `Arc<ProvenanceIndex>`; it is also the firewall's `NgramOwners`.
+#[derive(Debug)]
+pub struct ProvenanceIndex {
+    settings: ProvenanceSettings,
+    replica: String,
+    inner: RwLock<Inner>,
+    cursor: tokio::sync::Mutex<FingerprintCursor>,
+    dropped: AtomicU64,
+}
+
+/// Sizes for `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProvenanceSize {
+    pub hashes: usize,
+    pub tenants: usize,
+    /// Hashes not indexed because the index was full.
+    pub dropped: u64,
+}
+
+impl ProvenanceIndex {
+    /// `replica` names this process in shared batches (e.g. `RedisSettings::replica_id`).
+    pub fn new(settings: ProvenanceSettings, replica: impl Into<String>) -> ProvenanceIndex {
+        ProvenanceIndex {
+            settings,
+            replica: replica.into(),
+            inner: RwLock::new(Inner::default()),
+            cursor: tokio::sync::Mutex::new(FingerprintCursor::default()),
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    pub fn settings(&self) -> &ProvenanceSettings {
+        &self.settings
+    }
+
+    /// Indexes `text` under `tenant` and returns the hashes to share through the store:
+    /// those new for this tenant or past half their time to live (so a hot n-gram is
+    /// re-shared about twice per TTL, not on every request). `None` when there is nothing
+    /// to share.
+    pub fn record(&self, tenant: &str, text: &str) -> Option<FingerprintBatch> {
+        let mut hashes = firewall::fingerprints(text, &self.settings.key, self.settings.ngram_words);
+        hashes.sort_unstable();
+        hashes.dedup();
+        let now = now_ms() / 1000;
+        let expires = now + self.settings.ttl_secs;
+        let refresh_before = now + self.settings.ttl_secs / 2;
+        let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        let id = inner.tenant_id(tenant);
+        hashes.retain(|h| match self.upsert(&mut inner, *h, id, expires, now) {
+            Some(old) => old <= refresh_before,
+            None => true,
+        });
+        drop(inner);
+        (!hashes.is_empty()).then(|| FingerprintBatch { tenant: tenant.to_owned(), expires_at_s: expires, replica: self.replica.clone(), hashes })
+    }
+
+    /// Inserts one owner; returns its previous expiry if it was already there.
+    fn upsert(&self, inner: &mut Inner, hash: u64, tenant: u32, expires: u64, now: u64) -> Option<u64> {
+        if let Some(o) = inner.map.get_mut(&hash) {
+            return o.upsert(tenant, expires);
+        }
+        if inner.map.len() >= self.settings.max_hashes {
+            // Full: prune expired owners, at most once a minute (it walks the whole map).
+            if now >= inner.last_prune_s + 60 {
+                inner.prune(now);
+            }
+            if inner.map.len() >= self.settings.max_hashes {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+        }
+        inner.map.insert(hash, Owners::One((tenant, expires)));
+        None
+    }
+
+    /// Merges a batch recorded elsewhere (another replica, or a reload).
+    pub fn merge(&self, batch: &FingerprintBatch) {
+        let now = now_ms() / 1000;
+        if batch.expires_at_s <= now {
+            return;
+        }
+        let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        let id = inner.tenant_id(&batch.tenant);
+        for h in &batch.hashes {
+            self.upsert(&mut inner, *h, id, batch.expires_at_s, now);
+        }
+    }
+
+    /// Pulls what other replicas recorded since the last refresh, and drops expired owners
+    /// (at most once a minute). Returns how many batches were merged.
+    pub async fn refresh(&self, store: &Store) -> Result<usize, StoreError> {
+        let mut cursor = self.cursor.lock().await;
+        let (batches, next) = store.read_fingerprints(&cursor).await?;
+        *cursor = next;
+        drop(cursor);
+        let foreign: Vec<&FingerprintBatch> = batches.iter().filter(|b| b.replica != self.replica).collect();
+        foreign.iter().for_each(|b| self.merge(b));
+        let now = now_ms() / 1000;
+        let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        if now >= inner.last_prune_s + 60 {
+            inner.prune(now);
+        }
+        Ok(foreign.len())
+    }
+
+    /// Drops every expired owner now.
+    pub fn prune(&self) {
+        self.inner.write().unwrap_or_else(|p| p.into_inner()).prune(now_ms() / 1000);
+    }
+
+    pub fn size(&self) -> ProvenanceSize {
+        let inner = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        ProvenanceSize { hashes: inner.map.len(), tenants: inner.tenants.len(), dropped: self.dropped.load(Ordering::Relaxed) }
+    }
+
+    /// `/metrics` lines for the index.
+    pub fn render_prometheus(&self) -> String {
+        let s = self.size();
+        format!(
+            "# HELP crossguard_provenance_hashes N-gram hashes in the provenance index.\n\
+             # TYPE crossguard_provenance_hashes gauge\ncrossguard_provenance_hashes {}\n\
+             # HELP crossguard_provenance_dropped_total Hashes not indexed because the index was full.\n\
+             # TYPE crossguard_provenance_dropped_total counter\ncrossguard_provenance_dropped_total {}\n",
+            s.hashes, s.dropped
+        )
+    }
+
+    fn owners_at(&self, hash: u64, now: u64) -> OwnerSet {
+        let inner = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        let Some(owners) = inner.map.get(&hash) else { return OwnerSet::default() };
+        let live = owners.as_slice().iter().filter(|(_, e)| *e > now);
+        let mut set = OwnerSet::default();
+        for (t, _) in live {
+            set.shared_by += 1;
+            if set.tenants.len() < self.settings.max_owners_listed {
+                if let Some(name) = inner.tenants.get(*t as usize) {
+                    set.tenants.push(name.to_string());
+                }
+            }
+        }
+        set
+    }
+}
+
+impl NgramOwners for ProvenanceIndex {
+    fn owners(&self, hash: u64) -> OwnerSet {
+        self.owners_at(hash, now_ms() / 1000)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: NgramKey = NgramKey(*b"0123456789abcdef");
+    const TEXT: &str = "the quarterly numbers for project nightingale show a deficit of four million";
+
+    fn index(replica: &str) -> ProvenanceIndex {
+        ProvenanceIndex::new(ProvenanceSettings { ngram_words: 4, ..ProvenanceSettings::new(KEY) }, replica)
+    }
+
+    fn first_hash(text: &str) -> u64 {
+        firewall::fingerprints(text, &KEY, 4)[0]
+    }
+
+    #[test]
+    fn recorded_text_is_owned_and_shared_counts_tenants() {
+        let idx = index("r1");
+        let batch = idx.record("acme", TEXT).unwrap();
+        assert_eq!(batch.hashes.len(), firewall::fingerprints(TEXT, &KEY, 4).len());
+        let h = first_hash(TEXT);
+        assert_eq!(idx.owners(h), OwnerSet { tenants: vec!["acme".into()], shared_by: 1 });
+        idx.record("globex", TEXT);
+        let o = idx.owners(h);
+        assert_eq!((o.shared_by, o.tenants.len()), (2, 2));
+        assert_eq!(idx.owners(first_hash("entirely different words go right here")), OwnerSet::default());
+    }
+
+    #[test]
+    fn recording_again_shares_nothing_new_until_half_the_ttl() {
+        let idx = index("r1");
+        assert!(idx.record("acme", TEXT).is_some());
+        assert!(idx.record("acme", TEXT).is_none());
+        assert!(idx.record("acme", "three words only").is_none());
+    }
+
+    #[test]
+    fn expired_owners_are_not_reported_and_are_pruned() {
+        let idx = index("r1");
+        let h = first_hash(TEXT);
+        let now = now_ms() / 1000;
+        idx.merge(&FingerprintBatch { tenant: "old".into(), expires_at_s: now + 5, replica: "r2".into(), hashes: vec![h] });
+        idx.record("acme", TEXT);
+        assert_eq!(idx.owners(h).shared_by, 2);
+        assert_eq!(idx.owners_at(h, now + 10).tenants, ["acme"]);
+        idx.merge(&FingerprintBatch { tenant: "gone".into(), expires_at_s: now.saturating_sub(1), replica: "r2".into(), hashes: vec![7] });
+        assert_eq!(idx.size().hashes, firewall::fingerprints(TEXT, &KEY, 4).len());
+    }
+
+    #[test]
+    fn the_index_is_bounded() {
+        let idx = ProvenanceIndex::new(ProvenanceSettings { ngram_words: 1, max_hashes: 3, ..ProvenanceSettings::new(KEY) }, "r1");
+        idx.record("acme", "a b c d e");
+        assert_eq!(idx.size(), ProvenanceSize { hashes: 3, tenants: 1, dropped: 2 });
+    }
+
+    #[test]
+    fn owner_lists_are_truncated_but_counted() {
+        let idx = ProvenanceIndex::new(ProvenanceSettings { ngram_words: 4, max_owners_listed: 2, ..ProvenanceSettings::new(KEY) }, "r1");
+        for t in ["a", "b", "c", "d"] {
+            idx.record(t, TEXT);
+        }
+        let o = idx.owners(first_hash(TEXT));
+        assert_eq!((o.tenants.len(), o.shared_by), (2, 4));
+    }
+
+    #[tokio::test]
+    async fn refresh_from_the_embedded_store_is_a_no_op() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::memory(dir.path(), 10).unwrap();
+        let idx = index("r1");
+        assert_eq!(idx.refresh(&store).await.unwrap(), 0);
+    }
+}
