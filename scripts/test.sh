@@ -31,3 +31,5 @@ ensure_redis
 ensure_python
 log "cargo test --workspace"
 cargo test --workspace --locked
+log "crossguard rules test rules/ (every rule's samples)"
+cargo run --locked -q -p crossguard -- rules test rules
