@@ -1,0 +1,269 @@
+//! The Redis store against a real Redis: two handles (two gateway replicas) sharing
+//! fingerprints, statistics and audit records through 127.0.0.1:6379 (scripts/test.sh
+//! starts it), and a Redis of our own that is stopped and restarted to check degraded mode
+//! (records spooled, none lost, none doubled). Every test uses its own key prefix and
+//! deletes its keys at the end.
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use firewall::{Action, Detail, DetectorKind, Finding, Metric, NgramKey, NgramOwners, Severity};
+use gateway::audit::{AuditContext, AuditQuery, AuditRecord};
+use gateway::provenance::{ProvenanceIndex, ProvenanceSettings};
+use gateway::stats::{Statistics, StatsSettings};
+use gateway::store::{RedisSettings, Store, StoreError};
+
+const SHARED_URL: &str = "redis://127.0.0.1:6379";
+const KEY: NgramKey = NgramKey(*b"test-key-0123456");
+
+fn settings(url: &str, prefix: &str, dir: &Path) -> RedisSettings {
+    RedisSettings { key_prefix: prefix.to_owned(), op_timeout_ms: 300, ..RedisSettings::new(url, dir) }
+}
+
+fn prefix() -> String {
+    format!("crossguard-test-{}:", uuid::Uuid::new_v4().simple())
+}
+
+async fn delete_keys(url: &str, prefix: &str) {
+    let Ok(client) = redis::Client::open(url) else { return };
+    let Ok(mut c) = client.get_multiplexed_async_connection().await else { return };
+    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}*")).query_async(&mut c).await.unwrap_or_default();
+    if !keys.is_empty() {
+        let _: redis::RedisResult<()> = redis::cmd("DEL").arg(keys).query_async(&mut c).await;
+    }
+}
+
+fn record(tenant: &str, rule: &str, action: Action) -> AuditRecord {
+    let finding = Finding {
+        rule_id: rule.into(),
+        start: 0,
+        end: 20,
+        match_start: 0,
+        match_end: 20,
+        severity: Severity::High,
+        action,
+        excerpt: firewall::mask("AKIA2NGEVCHPZHKN4IV2"),
+        kind: DetectorKind::Ngram,
+        detail: Detail::Foreign { owners: vec!["globex".into()], shared_by: 1 },
+    };
+    let ctx = AuditContext { tenant: tenant.into(), model: "mock".into(), request_id: "req_1".into() };
+    AuditRecord::new(ctx, action, &[finding], 12)
+}
+
+async fn all_ids(store: &Store, q: AuditQuery) -> Vec<String> {
+    let mut ids = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = store.list_audit(&AuditQuery { cursor, ..q.clone() }).await.unwrap();
+        ids.extend(page.records.iter().map(|r| r.id().to_owned()));
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => return ids,
+        }
+    }
+}
+
+#[tokio::test]
+async fn two_replicas_share_fingerprints_statistics_and_audit_records() {
+    let (p, d1, d2) = (prefix(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = Store::redis(settings(SHARED_URL, &p, d1.path())).await.unwrap();
+    let b = Store::redis(settings(SHARED_URL, &p, d2.path())).await.unwrap();
+    assert!(!a.health().degraded, "{:?}", a.health());
+
+    // fingerprints: a prompt recorded on replica A is owned by its tenant on replica B
+    let pset = ProvenanceSettings { ngram_words: 4, ..ProvenanceSettings::new(KEY) };
+    let (ia, ib) = (ProvenanceIndex::new(pset.clone(), "replica-a"), ProvenanceIndex::new(pset, "replica-b"));
+    let text = "the launch code for project nightingale is hidden under the blue lamp";
+    let batch = ia.record("acme", text).unwrap();
+    a.append_fingerprints(&batch).await.unwrap();
+    let h = firewall::fingerprints(text, &KEY, 4)[0];
+    assert_eq!(ib.owners(h).shared_by, 0);
+    assert_eq!(ib.refresh(&b).await.unwrap(), 1);
+    assert_eq!(ib.owners(h).tenants, ["acme"]);
+    assert_eq!(ia.refresh(&a).await.unwrap(), 0, "a replica skips its own batches");
+    assert_eq!(ib.refresh(&b).await.unwrap(), 0, "the cursor moved on");
+
+    // statistics add up across replicas
+    let (sa, sb) = (Statistics::new(StatsSettings { min_samples: 2 }), Statistics::new(StatsSettings { min_samples: 2 }));
+    [1.0, 2.0, 3.0].into_iter().for_each(|x| sa.observe_value("acme", Metric::Surprisal, x));
+    [4.0, 5.0].into_iter().for_each(|x| sb.observe_value("acme", Metric::Surprisal, x));
+    sa.sync(&a).await.unwrap();
+    sb.sync(&b).await.unwrap();
+    sa.sync(&a).await.unwrap();
+    for s in [&sa, &sb] {
+        let base = firewall::Baselines::baseline(s, "acme", Metric::Surprisal).unwrap();
+        assert_eq!((base.count, base.mean), (5, 3.0));
+        assert!((base.variance - 2.5).abs() < 1e-9);
+    }
+
+    // audit: written on either replica, listed and fetched on both, filters and paging
+    let mut written = Vec::new();
+    for i in 0..7 {
+        let r = record(if i % 2 == 0 { "acme" } else { "initech" }, if i < 3 { "aws-access-key" } else { "foreign-ngram" }, Action::Block);
+        if i % 2 == 0 { &a } else { &b }.append_audit(&r).await.unwrap();
+        written.push(r);
+    }
+    let newest_first: Vec<String> = written.iter().rev().map(|r| r.id().to_owned()).collect();
+    assert_eq!(all_ids(&a, AuditQuery { limit: 3, ..Default::default() }).await, newest_first);
+    assert_eq!(all_ids(&b, AuditQuery { limit: 2, tenant: Some("acme".into()), ..Default::default() }).await.len(), 4);
+    assert_eq!(all_ids(&b, AuditQuery { rule: Some("aws-access-key".into()), ..Default::default() }).await.len(), 3);
+    let since = written[5].time_ms();
+    assert!(all_ids(&a, AuditQuery { since_ms: Some(since), ..Default::default() }).await.len() >= 2);
+    assert_eq!(b.get_audit(written[2].id()).await.unwrap().as_ref(), Some(&written[2]));
+    assert_eq!(a.get_audit("no-such-id").await.unwrap(), None);
+    assert!(matches!(a.list_audit(&AuditQuery { cursor: Some("bogus".into()), ..Default::default() }).await, Err(StoreError::BadCursor(_))));
+    delete_keys(SHARED_URL, &p).await;
+}
+
+/// A redis-server of our own, with an append-only file so a restart keeps its data.
+struct OwnRedis {
+    port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl OwnRedis {
+    fn start(port: u16, dir: tempfile::TempDir) -> OwnRedis {
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes", "--appendfsync", "always"])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("redis-server must be installed: {e}"));
+        let mut own = OwnRedis { port, dir, child: Some(child) };
+        own.wait_until(true);
+        own
+    }
+
+    fn ping(&self) -> bool {
+        Command::new("redis-cli").args(["-p", &self.port.to_string(), "ping"]).output().is_ok_and(|o| o.stdout.starts_with(b"PONG"))
+    }
+
+    fn wait_until(&mut self, up: bool) {
+        for _ in 0..200 {
+            if self.ping() == up {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("redis on port {} did not come {}", self.port, if up { "up" } else { "down" });
+    }
+
+    fn stop(mut self) -> tempfile::TempDir {
+        let _ = Command::new("redis-cli").args(["-p", &self.port.to_string(), "shutdown", "nosave"]).output();
+        if let Some(mut c) = self.child.take() {
+            let _ = c.wait();
+        }
+        self.wait_until(false);
+        std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap())
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap()
+}
+
+/// Runs upkeep until the spool is empty (Redis is up, so this takes one or two rounds).
+async fn flush(store: &Store) {
+    for _ in 0..50 {
+        store.upkeep().await;
+        if store.health().buffered_audit == 0 && !store.health().degraded {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("spool not flushed: {:?}", store.health());
+}
+
+#[tokio::test]
+async fn redis_outage_spools_audit_records_and_flushes_them_on_reconnect() {
+    let port = free_port();
+    let server = OwnRedis::start(port, tempfile::tempdir().unwrap());
+    let (url, p, data) = (server.url(), prefix(), tempfile::tempdir().unwrap());
+    let store = Store::redis(settings(&url, &p, data.path())).await.unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let r = record("acme", "aws-access-key", Action::Block);
+        store.append_audit(&r).await.unwrap();
+        ids.push(r.id().to_owned());
+    }
+    assert_eq!(store.health().buffered_audit, 0);
+
+    let kept = server.stop();
+    for _ in 0..3 {
+        let r = record("acme", "aws-access-key", Action::Redact);
+        store.append_audit(&r).await.unwrap();
+        ids.push(r.id().to_owned());
+    }
+    let h = store.health();
+    assert!(h.degraded && h.reason.is_some(), "{h:?}");
+    assert_eq!(h.buffered_audit, 3);
+    assert!(store.list_audit(&AuditQuery::default()).await.is_err(), "listing needs Redis");
+    store.upkeep().await;
+    assert_eq!(store.health().buffered_audit, 3);
+
+    // the gateway restarts while Redis is still down: the spool is reloaded
+    drop(store);
+    let store = Store::redis(settings(&url, &p, data.path())).await.unwrap();
+    assert_eq!(store.health().buffered_audit, 3);
+    let r = record("globex", "foreign-ngram", Action::Block);
+    store.append_audit(&r).await.unwrap();
+    ids.push(r.id().to_owned());
+    assert_eq!(store.health().buffered_audit, 4);
+
+    let server = OwnRedis::start(port, kept);
+    flush(&store).await;
+    let mut listed = all_ids(&store, AuditQuery::default()).await;
+    listed.sort();
+    ids.sort();
+    assert_eq!(listed, ids, "every record exactly once");
+    let r = record("acme", "aws-access-key", Action::Block);
+    store.append_audit(&r).await.unwrap();
+    assert_eq!(store.health().buffered_audit, 0, "straight to Redis again");
+    drop(server);
+}
+
+#[tokio::test]
+async fn re_sending_a_record_never_doubles_it() {
+    let (p, d1, d2) = (prefix(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = Store::redis(settings(SHARED_URL, &p, d1.path())).await.unwrap();
+    let r = record("acme", "aws-access-key", Action::Block);
+    a.append_audit(&r).await.unwrap();
+    // a replica that spooled the same record (its acknowledgement was lost) flushes it again
+    std::fs::write(d2.path().join("audit-spool.jsonl"), format!("{}\n", serde_json::to_string(&r).unwrap())).unwrap();
+    let b = Store::redis(settings(SHARED_URL, &p, d2.path())).await.unwrap();
+    flush(&b).await;
+    assert_eq!(all_ids(&b, AuditQuery::default()).await, [r.id().to_owned()]);
+    delete_keys(SHARED_URL, &p).await;
+}
+
+#[tokio::test]
+async fn unreachable_redis_at_start_is_degraded_not_fatal() {
+    let (p, data) = (prefix(), tempfile::tempdir().unwrap());
+    let url = format!("redis://127.0.0.1:{}", free_port());
+    let store = Arc::new(Store::redis(settings(&url, &p, data.path())).await.unwrap());
+    assert!(store.health().degraded);
+    store.append_audit(&record("acme", "r", Action::Block)).await.unwrap();
+    assert_eq!(store.health().buffered_audit, 1);
+    assert!(matches!(store.load_stats().await, Err(StoreError::Unavailable(_) | StoreError::Timeout { .. })));
+    let spool = std::fs::read_to_string(data.path().join("audit-spool.jsonl")).unwrap();
+    assert_eq!(spool.lines().count(), 1);
+    assert!(!spool.contains("AKIA2NGEVCHPZHKN4IV2"), "no raw secret on disk");
+}
