@@ -37,7 +37,8 @@ impl Format {
         }
     }
 
-    /// Bytes per block.
+    /// Bytes per block. A `match` rather than the GGUF reader's table because kernels ask
+    /// per row; `layouts_agree_with_the_gguf_reader` pins the two together.
     pub fn block_bytes(self) -> usize {
         match self {
             Format::F32 => 4,
@@ -260,6 +261,23 @@ fn quantize_block(format: Format, c: &[f32], out: &mut Vec<u8>) {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn layouts_agree_with_the_gguf_reader() {
+        use crate::gguf::GgmlType;
+        let pairs = [
+            (Format::F32, GgmlType::F32),
+            (Format::F16, GgmlType::F16),
+            (Format::Q4_0, GgmlType::Q4_0),
+            (Format::Q4_1, GgmlType::Q4_1),
+            (Format::Q5_0, GgmlType::Q5_0),
+            (Format::Q5_1, GgmlType::Q5_1),
+            (Format::Q8_0, GgmlType::Q8_0),
+        ];
+        for (format, ty) in pairs {
+            assert_eq!((format.block_elems(), format.block_bytes()), (ty.block_elems(), ty.block_bytes()), "{format:?}");
+        }
+    }
 
     pub(crate) fn wave(n: usize, seed: f32) -> Vec<f32> {
         (0..n).map(|i| (i as f32 * 0.37 + seed).sin() * 1.7 + (i as f32 * 0.011).cos() * 0.3).collect()
