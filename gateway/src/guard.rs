@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use firewall::{Action, Detectors, Finding, Ruleset, ScanContext, Step, StreamScanner};
+use firewall::{Action, Detectors, Finding, Ruleset, ScanContext, Step, StreamScanner, TokenSignals};
 use serde_json::Value;
 
 use crate::api::response::{FunctionChunk, ToolCallChunk};
@@ -131,13 +131,13 @@ impl Guard {
             // Each delta from the engine is one token with its one entry; from an upstream,
             // a delta's entries cover its text, so the last one ends where the text ends.
             let entries: Vec<Value> = logprobs.by_ref().collect();
-            let step = self.push(index, Channel::Content, &text, entries);
+            let step = self.push(index, Channel::Content, &text, entries, d.signals.as_ref());
             if self.absorb_step(index, Channel::Content, step, &mut out) {
                 return self.blocked_events(index, out);
             }
         }
         if let Some(text) = d.refusal {
-            let step = self.push(index, Channel::Refusal, &text, Vec::new());
+            let step = self.push(index, Channel::Refusal, &text, Vec::new(), None);
             if self.absorb_step(index, Channel::Refusal, step, &mut out) {
                 return self.blocked_events(index, out);
             }
@@ -146,7 +146,7 @@ impl Guard {
             let mut fragment = ToolCallChunk { function: FunctionChunk { name: call.function.name, arguments: None }, ..call };
             if let Some(args) = call.function.arguments {
                 let channel = Channel::ToolArguments(call.index);
-                let step = self.push(index, channel, &args, Vec::new());
+                let step = self.push(index, channel, &args, Vec::new(), None);
                 let released = step.release.clone();
                 let stop = self.absorb_step(index, channel, step, &mut out);
                 fragment.function.arguments = Some(released);
@@ -175,7 +175,7 @@ impl Guard {
         })
     }
 
-    fn push(&mut self, index: u32, channel: Channel, text: &str, entries: Vec<Value>) -> Step {
+    fn push(&mut self, index: u32, channel: Channel, text: &str, entries: Vec<Value>, signals: Option<&TokenSignals>) -> Step {
         let s = self.scanned(index, channel);
         let start = s.pushed;
         s.pushed += text.len();
@@ -186,7 +186,10 @@ impl Guard {
             offset = if i + 1 == count { s.pushed } else { (offset + token_len).min(s.pushed) };
             s.pending_logprobs.push_back((offset, entry));
         }
-        s.scanner.push(text)
+        match signals {
+            Some(signals) => s.scanner.push_token(text, signals),
+            None => s.scanner.push(text),
+        }
     }
 
     /// Folds a step's release and findings into `out`; true when the step blocked.

@@ -12,6 +12,7 @@ use std::sync::{Arc, OnceLock};
 use engine::template::ChatMessage;
 use engine::engine::{Engine, EngineOptions, FinishReason, GenerateRequest, TokenEvent};
 use engine::sample::SamplingParams;
+use firewall::TokenSignals;
 use serde_json::{json, Map, Value};
 use tokio::sync::{mpsc, Semaphore};
 
@@ -136,6 +137,11 @@ fn run_choices(engine: &Engine, plans: &[GenerateRequest], want_logprobs: bool, 
                 index,
                 content: Some(ev.text.clone()),
                 logprobs: if want_logprobs { vec![logprob_entry(ev)] } else { Vec::new() },
+                signals: Some(TokenSignals {
+                    logprob: Some(f64::from(ev.logprob)),
+                    entropy: Some(f64::from(ev.entropy)),
+                    owners: Vec::new(),
+                }),
                 ..ChoiceDelta::default()
             };
             if ev.text.is_empty() && !want_logprobs {

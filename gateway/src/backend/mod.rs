@@ -40,6 +40,9 @@ pub struct ChoiceDelta {
     pub tool_calls: Vec<ToolCallChunk>,
     /// OpenAI `logprobs.content` entries for the tokens of this delta.
     pub logprobs: Vec<Value>,
+    /// Engine only: this delta is exactly one token, and these are its logprob, predictive
+    /// entropy and the owners of the KV it attended to (the firewall's provenance input).
+    pub signals: Option<firewall::TokenSignals>,
 }
 
 /// The events of one completion; an `Err` ends the stream.
