@@ -308,6 +308,7 @@ fn delta_from(index: u32, delta: &Map<String, Value>, logprobs: Option<&Value>) 
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default(),
+        signals: None,
     }
 }
 
