@@ -113,6 +113,12 @@ impl Ruleset {
     }
 
     pub fn load_dir_with(dir: &Path, opts: LoadOptions) -> Result<Ruleset, LoadErrors> {
+        Self::load_sources(&Self::dir_sources(dir)?, opts)
+    }
+
+    /// The `(file name, text)` of every `*.toml` directly inside `dir`, sorted by name: what
+    /// [`Ruleset::load_dir`] loads, for callers that add sources of their own.
+    pub fn dir_sources(dir: &Path) -> Result<Vec<(String, String)>, LoadErrors> {
         let whole = |reason: String| LoadErrors {
             errors: vec![LoadError { file: dir.display().to_string(), line: 0, rule_id: None, reason }],
         };
@@ -137,7 +143,7 @@ impl Ruleset {
         if !errors.is_empty() {
             return Err(LoadErrors { errors });
         }
-        Self::load_sources(&sources, opts)
+        Ok(sources)
     }
 
     /// The default ruleset shipped in the binary (the repository's `rules/*.toml`).
@@ -146,9 +152,12 @@ impl Ruleset {
     }
 
     pub fn builtin_with(opts: LoadOptions) -> Result<Ruleset, LoadErrors> {
-        let sources: Vec<(String, String)> =
-            builtin::FILES.iter().map(|(name, text)| (format!("rules/{name}"), (*text).to_string())).collect();
-        Self::load_sources(&sources, opts)
+        Self::load_sources(&Self::builtin_sources(), opts)
+    }
+
+    /// The `(file name, text)` of the rule files built into the binary.
+    pub fn builtin_sources() -> Vec<(String, String)> {
+        builtin::FILES.iter().map(|(name, text)| (format!("rules/{name}"), (*text).to_string())).collect()
     }
 
     /// Loads from `(file name, contents)` pairs; the file names only label messages.

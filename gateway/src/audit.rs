@@ -152,6 +152,9 @@ pub struct AuditRecord {
     source_tenants: Vec<String>,
     /// Response bytes the client received before the block (or in all, for a redaction).
     bytes_released: u64,
+    /// Why the response failed closed (a firewall or store error), if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    failure: Option<String>,
 }
 
 impl AuditRecord {
@@ -159,7 +162,12 @@ impl AuditRecord {
     /// `action` is what the response suffered (block or redact; a store or firewall error
     /// that failed closed is a block with whatever findings there were).
     pub fn new(ctx: AuditContext, action: Action, findings: &[Finding], bytes_released: u64) -> AuditRecord {
-        let id = uuid::Uuid::now_v7();
+        AuditRecord::with_id(uuid::Uuid::now_v7(), ctx, action, findings, bytes_released)
+    }
+
+    /// As [`AuditRecord::new`], under an id reserved earlier (a streamed response announces
+    /// its audit id in a header before it knows whether it will need a record).
+    pub fn with_id(id: uuid::Uuid, ctx: AuditContext, action: Action, findings: &[Finding], bytes_released: u64) -> AuditRecord {
         let time_ms = id
             .get_timestamp()
             .map(|t| {
@@ -185,7 +193,19 @@ impl AuditRecord {
             findings,
             source_tenants,
             bytes_released,
+            failure: None,
         }
+    }
+
+    /// Marks the record as a fail-closed block caused by `reason`.
+    pub fn failed_closed(mut self, reason: impl Into<String>) -> AuditRecord {
+        self.action = Action::Block;
+        self.failure = Some(reason.into());
+        self
+    }
+
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.as_deref()
     }
 
     pub fn id(&self) -> &str {

@@ -88,6 +88,24 @@ impl Authenticator {
         self.lookup(key).ok_or(ApiError::Unauthorized("Incorrect API key provided."))
     }
 
+    /// Admits a request bearing the admin token (`Authorization: Bearer <token>`); tenant
+    /// keys are not admin tokens. Without a configured token the admin API is off.
+    pub fn authorize_admin(headers: &HeaderMap, token: Option<&crate::config::Secret>) -> Result<(), ApiError> {
+        let token = token.ok_or(ApiError::AdminDisabled)?;
+        let presented = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+            .map(str::trim)
+            .ok_or(ApiError::Unauthorized("The admin API needs `Authorization: Bearer <admin token>`."))?;
+        let (a, b): ([u8; 32], [u8; 32]) = (Sha256::digest(presented.as_bytes()).into(), Sha256::digest(token.expose().as_bytes()).into());
+        if bool::from(a.ct_eq(&b)) {
+            Ok(())
+        } else {
+            Err(ApiError::Unauthorized("Incorrect admin token."))
+        }
+    }
+
     fn lookup(&self, key: &str) -> Option<TenantId> {
         let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
         let mut found: Option<&TenantId> = None;
@@ -108,8 +126,8 @@ mod tests {
 
     fn auth() -> Authenticator {
         Authenticator::new(&[
-            TenantConfig { id: "acme".into(), key_digests: vec![Sha256::digest(b"sk-acme-1").into()] },
-            TenantConfig { id: "globex".into(), key_digests: vec![Sha256::digest(b"sk-globex-1").into()] },
+            TenantConfig { id: "acme".into(), key_digests: vec![Sha256::digest(b"sk-acme-1").into()], fail_mode: Default::default(), canary: false },
+            TenantConfig { id: "globex".into(), key_digests: vec![Sha256::digest(b"sk-globex-1").into()], fail_mode: Default::default(), canary: false },
         ])
     }
 

@@ -24,6 +24,12 @@ pub enum ApiError {
     /// Missing, malformed or unknown API key.
     #[error("{0}")]
     Unauthorized(&'static str),
+    /// The admin API was called but no admin token is configured.
+    #[error("The admin API is disabled: configure admin_token (or CROSSGUARD_ADMIN_TOKEN) to enable it.")]
+    AdminDisabled,
+    /// A named resource (an audit record) does not exist.
+    #[error("{0}")]
+    ResourceNotFound(String),
     /// The requested model is not configured.
     #[error("The model `{0}` does not exist or you do not have access to it.")]
     ModelNotFound(String),
@@ -67,7 +73,10 @@ impl ApiError {
                 StatusCode::BAD_REQUEST
             }
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            ApiError::ModelNotFound(_) | ApiError::RouteNotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::ModelNotFound(_)
+            | ApiError::RouteNotFound { .. }
+            | ApiError::AdminDisabled
+            | ApiError::ResourceNotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UpstreamRejected { status, .. } => {
@@ -87,6 +96,8 @@ impl ApiError {
             | ApiError::InvalidParam { .. }
             | ApiError::ContextLengthExceeded(_)
             | ApiError::ModelNotFound(_)
+            | ApiError::AdminDisabled
+            | ApiError::ResourceNotFound(_)
             | ApiError::RouteNotFound { .. }
             | ApiError::MethodNotAllowed { .. }
             | ApiError::PayloadTooLarge { .. } => "invalid_request_error",
@@ -107,6 +118,8 @@ impl ApiError {
             ApiError::Unauthorized(_) => "invalid_api_key",
             ApiError::ModelNotFound(_) => "model_not_found",
             ApiError::RouteNotFound { .. } => "unknown_url",
+            ApiError::AdminDisabled => "admin_disabled",
+            ApiError::ResourceNotFound(_) => "not_found",
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::PayloadTooLarge { .. } => "request_too_large",
             ApiError::UpstreamRejected { code, .. } => return code.clone(),

@@ -8,19 +8,28 @@
 //!   entry whose token was redacted is stripped of its token text, so the token-level
 //!   channel cannot leak what the text channel held back;
 //! - a block ends its choice with `finish_reason: "content_filter"`; nothing of that
-//!   choice follows, and once every choice is done the backend is dropped (stopped).
+//!   choice follows, and once every choice is done the backend is dropped (stopped);
+//! - a scanner that fails (panics) fails closed — its choice is blocked — unless the
+//!   tenant's `fail_mode` is `open`, in which case the channel passes unscanned from then
+//!   on, text held at the failure included (recorded in [`Guard::failure`] either way).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
+use firewall::detect::Observations;
 use firewall::{Action, Detectors, Finding, Ruleset, ScanContext, Step, StreamScanner, TokenSignals};
 use serde_json::Value;
 
 use crate::api::response::{FunctionChunk, ToolCallChunk};
 use crate::backend::{BackendEvent, ChoiceDelta};
+use crate::config::FailMode;
 
 /// The `finish_reason` of a blocked choice.
 pub const CONTENT_FILTER: &str = "content_filter";
+
+/// Most released text kept for fingerprinting the response (the rest is not recorded).
+const MAX_RECORDED_BYTES: usize = 1 << 20;
 
 /// Which text of a choice a scanner watches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -39,6 +48,12 @@ struct Scanned {
     pending_logprobs: VecDeque<(usize, Value)>,
     /// Raw spans redacted so far.
     redacted: Vec<(usize, usize)>,
+    /// Raw text pushed but not yet released (what a fail-open channel still owes).
+    held: String,
+    /// The scanner failed and the tenant fails open: text passes unscanned.
+    bypass: bool,
+    /// What was released, for the provenance index (capped).
+    released: String,
 }
 
 /// A finding with the choice it was made in.
@@ -62,10 +77,17 @@ pub struct Guard {
     choices: u32,
     findings: Vec<ChoiceFinding>,
     released_bytes: usize,
+    fail_mode: FailMode,
+    /// Why a scanner failed, if one did.
+    failure: Option<String>,
 }
 
 impl Guard {
     pub fn new(rules: Arc<Ruleset>, ctx: ScanContext, detectors: Arc<Detectors>, choices: u32) -> Guard {
+        Guard::with_fail_mode(rules, ctx, detectors, choices, FailMode::Closed)
+    }
+
+    pub fn with_fail_mode(rules: Arc<Ruleset>, ctx: ScanContext, detectors: Arc<Detectors>, choices: u32, fail_mode: FailMode) -> Guard {
         Guard {
             rules,
             ctx,
@@ -76,7 +98,26 @@ impl Guard {
             choices: choices.max(1),
             findings: Vec::new(),
             released_bytes: 0,
+            fail_mode,
+            failure: None,
         }
+    }
+
+    /// Why a scanner failed on this response, if one did.
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.as_deref()
+    }
+
+    /// The text released to the client, one string per choice and channel (each capped),
+    /// for the provenance index.
+    pub fn released_texts(&self) -> impl Iterator<Item = &str> + '_ {
+        self.channels.values().map(|s| s.released.as_str())
+    }
+
+    /// What each content channel's scanner observed (character entropy, surprisal,
+    /// predictive entropy), for the tenant's statistics.
+    pub fn observations(&self) -> impl Iterator<Item = Observations> + '_ {
+        self.channels.iter().filter(|((_, ch), _)| *ch == Channel::Content).map(|(_, s)| s.scanner.observations())
     }
 
     /// Every finding so far (log, redact and block).
@@ -172,6 +213,9 @@ impl Guard {
             pushed: 0,
             pending_logprobs: VecDeque::new(),
             redacted: Vec::new(),
+            held: String::new(),
+            bypass: false,
+            released: String::new(),
         })
     }
 
@@ -186,15 +230,59 @@ impl Guard {
             offset = if i + 1 == count { s.pushed } else { (offset + token_len).min(s.pushed) };
             s.pending_logprobs.push_back((offset, entry));
         }
-        match signals {
-            Some(signals) => s.scanner.push_token(text, signals),
-            None => s.scanner.push(text),
+        self.scan(index, channel, text, |scanner| match signals {
+            Some(signals) => scanner.push_token(text, signals),
+            None => scanner.push(text),
+        })
+    }
+
+    /// Runs one scanner call, keeping `held` in step with it and containing a failure.
+    fn scan(&mut self, index: u32, channel: Channel, text: &str, call: impl FnOnce(&mut StreamScanner) -> Step) -> Step {
+        let fail_mode = self.fail_mode;
+        let s = self.scanned(index, channel);
+        if s.bypass {
+            return Step { release: text.to_owned(), findings: Vec::new(), action: Action::Log };
+        }
+        s.held.push_str(text);
+        match catch_unwind(AssertUnwindSafe(|| call(&mut s.scanner))) {
+            Ok(step) => {
+                let held = s.scanner.held_bytes().min(s.held.len());
+                let cut = s.held.len() - held;
+                // `held_bytes` counts raw bytes at the end: always a char boundary of the
+                // pushed text; if it is not, keep everything (never a broken string).
+                if s.held.is_char_boundary(cut) {
+                    s.held.drain(..cut);
+                }
+                step
+            }
+            Err(panic) => {
+                let reason = panic
+                    .downcast_ref::<&str>()
+                    .map(|m| (*m).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".to_owned());
+                let owed = std::mem::take(&mut s.held);
+                let step = match fail_mode {
+                    FailMode::Closed => Step { release: String::new(), findings: Vec::new(), action: Action::Block },
+                    FailMode::Open => {
+                        s.bypass = true;
+                        Step { release: owed, findings: Vec::new(), action: Action::Log }
+                    }
+                };
+                tracing::error!(choice = index, fail_mode = ?fail_mode, %reason, "the firewall failed on a response");
+                self.failure.get_or_insert_with(|| format!("firewall failed: {reason}"));
+                step
+            }
         }
     }
 
     /// Folds a step's release and findings into `out`; true when the step blocked.
     fn absorb_step(&mut self, index: u32, channel: Channel, step: Step, out: &mut ChoiceDelta) -> bool {
         self.released_bytes += step.release.len();
+        let recorded = &mut self.scanned(index, channel).released;
+        if recorded.len() + step.release.len() <= MAX_RECORDED_BYTES {
+            recorded.push_str(&step.release);
+        }
         for f in &step.findings {
             if f.action == Action::Redact {
                 self.scanned(index, channel).redacted.push((f.start, f.end));
@@ -253,7 +341,7 @@ impl Guard {
         let channels: Vec<Channel> = self.channels.keys().filter(|(c, _)| *c == index).map(|(_, ch)| *ch).collect();
         let mut out = ChoiceDelta { index, ..ChoiceDelta::default() };
         for channel in channels {
-            let step = self.scanned(index, channel).scanner.finish();
+            let step = self.scan(index, channel, "", StreamScanner::finish);
             let released = step.release.clone();
             let stop = self.absorb_step(index, channel, step, &mut out);
             if let Channel::ToolArguments(call) = channel {
@@ -427,6 +515,39 @@ must_not_match = ["rid_1"]
             .collect();
         assert!(!args.contains("tok_a1b2c3"), "{args}");
         assert!(g.blocked());
+    }
+
+    /// An owner index that fails: stands for any bug on the firewall's path.
+    struct Broken;
+
+    impl firewall::NgramOwners for Broken {
+        fn owners(&self, _: u64) -> firewall::OwnerSet {
+            panic!("index corrupted")
+        }
+    }
+
+    fn broken_guard(mode: FailMode) -> Guard {
+        let detectors = Detectors { ngram: Some(firewall::NgramConfig::new(firewall::NgramKey([0; 16]), Arc::new(Broken))), ..Detectors::default() };
+        Guard::with_fail_mode(Arc::new(Ruleset::empty()), ScanContext::new("acme"), Arc::new(detectors), 1, mode)
+    }
+
+    #[test]
+    fn a_failing_firewall_fails_closed() {
+        let mut g = broken_guard(FailMode::Closed);
+        let out = run(&mut g, &["one two three four ", "five six seven eight nine ten"]);
+        assert!(!released(&out).contains("eight"), "{}", released(&out));
+        assert!(matches!(out.last(), Some(BackendEvent::Finish { reason, .. }) if reason == CONTENT_FILTER));
+        assert!(g.failure().is_some_and(|f| f.contains("index corrupted")));
+    }
+
+    #[test]
+    fn fail_open_passes_everything_unscanned_once_it_failed() {
+        let mut g = broken_guard(FailMode::Open);
+        let text = ["one two three four ", "five six seven eight nine ten"];
+        let out = run(&mut g, &text);
+        assert_eq!(released(&out), text.concat());
+        assert!(matches!(out.last(), Some(BackendEvent::Finish { reason, .. }) if reason == "stop"));
+        assert!(g.failure().is_some());
     }
 
     #[test]

@@ -3,8 +3,11 @@
 //!
 //! The request path: [`router`] (request id, metrics, logging) -> [`routes`] (auth via
 //! [`auth`], validation via [`api`]) -> a [`backend`] producing normalised events ->
-//! [`relay`] writing SSE chunks or one JSON object. Configuration is [`config`]; errors
-//! that reach a client are [`error::ApiError`]s, always in OpenAI's envelope.
+//! [`guard`] (the firewall, per choice and channel) -> [`relay`] writing SSE chunks or one
+//! JSON object. Around it, [`protection`] fingerprints prompts and responses into the
+//! [`provenance`] index, feeds the tenants' [`stats`], and writes [`audit`] records to the
+//! [`store`]; [`routes::admin`] reads them back. Configuration is [`config`]; errors that
+//! reach a client are [`error::ApiError`]s, always in OpenAI's envelope.
 #![forbid(unsafe_code)]
 
 pub mod api;
@@ -17,6 +20,7 @@ pub mod config;
 pub mod error;
 pub mod guard;
 pub mod metrics;
+pub mod protection;
 pub mod provenance;
 pub mod relay;
 pub mod router;

@@ -44,6 +44,8 @@ struct Inner {
     backend_errors: BTreeMap<(String, &'static str), u64>,
     /// (tenant, rule id, action) -> firewall findings
     findings: BTreeMap<(String, String, &'static str), u64>,
+    /// (tenant, event) -> pipeline failures and their outcome
+    protection_events: BTreeMap<(String, &'static str), u64>,
 }
 
 /// The gateway's metrics registry.
@@ -84,6 +86,12 @@ impl Metrics {
     /// The firewall found `rule_id` in a response to `tenant` and took `action`.
     pub fn observe_finding(&self, tenant: &str, rule_id: &str, action: &'static str) {
         self.with(|m| *m.findings.entry((tenant.to_owned(), rule_id.to_owned(), action)).or_default() += 1);
+    }
+
+    /// Something went wrong on a response's protection path for `tenant`: `event` is
+    /// `failed_closed`, `failed_open` or `audit_write_failed`.
+    pub fn observe_protection_event(&self, tenant: &str, event: &'static str) {
+        self.with(|m| *m.protection_events.entry((tenant.to_owned(), event)).or_default() += 1);
     }
 
     /// The text exposition of every metric, with `extra` appended (other subsystems').
@@ -130,6 +138,11 @@ impl Metrics {
                     escape(tenant),
                     escape(rule)
                 );
+            }
+            out.push_str("# HELP crossguard_protection_events_total Firewall or store failures on the response path, by outcome.\n");
+            out.push_str("# TYPE crossguard_protection_events_total counter\n");
+            for ((tenant, event), n) in &m.protection_events {
+                let _ = writeln!(out, "crossguard_protection_events_total{{tenant=\"{}\",event=\"{event}\"}} {n}", escape(tenant));
             }
         });
         out.push_str(extra);

@@ -8,6 +8,12 @@
 //! other replicas recorded. Hashing and normalisation are the firewall's
 //! ([`firewall::fingerprints`]), so recording and checking always agree.
 //!
+//! Ownership has a [`Role`]: a tenant *sent* the n-grams of its prompts and *received* those
+//! of its responses. Received text is mostly the model's own words — boilerplate that every
+//! tenant gets sooner or later — so it never makes text foreign by itself: an n-gram with
+//! no sender is answered with no owners (it still counts in `shared_by`), and once it has a
+//! sender, a tenant that received it is listed too (it already has that text).
+//!
 //! Invariants: only keyed hashes are held, never text; an owner past its expiry is never
 //! reported; memory is bounded by `max_hashes` (past it, new hashes are not indexed and are
 //! counted in `dropped`, after expired ones have been pruned).
@@ -18,7 +24,7 @@ use std::sync::{Arc, RwLock};
 
 use firewall::{NgramKey, NgramOwners, OwnerSet};
 
-use crate::store::{now_ms, FingerprintBatch, FingerprintCursor, Store, StoreError};
+use crate::store::{now_ms, FingerprintBatch, FingerprintCursor, Role, Store, StoreError};
 
 /// How the index fingerprints and how long it remembers.
 #[derive(Debug, Clone)]
@@ -40,7 +46,11 @@ impl ProvenanceSettings {
     }
 }
 
-/// Owners of one hash: (tenant index, expiry in Unix seconds). One owner is the common
+/// Marks an owner that only received the n-gram (the top bit of its tenant word).
+const RECEIVED: u32 = 1 << 31;
+
+/// Owners of one hash: (tenant word, expiry in Unix seconds), where the tenant word is the
+/// tenant index, with [`RECEIVED`] set for a received-only owner. One owner is the common
 /// case and needs no allocation.
 #[derive(Debug, Clone)]
 enum Owners {
@@ -56,26 +66,28 @@ impl Owners {
         }
     }
 
-    /// Sets `tenant`'s expiry to at least `expires`; returns its previous expiry.
-    fn upsert(&mut self, tenant: u32, expires: u64) -> Option<u64> {
+    /// Sets `tenant`'s expiry to at least `expires` (`word` is its tenant word, so a
+    /// sender replaces a received-only owner); returns its previous expiry, or `None` when
+    /// it is new or its role was raised to sender (either needs sharing).
+    fn upsert(&mut self, word: u32, expires: u64) -> Option<u64> {
+        let update = |(w, e): &mut (u32, u64)| {
+            let raised = *w & RECEIVED != 0 && word & RECEIVED == 0;
+            let old = *e;
+            *w &= word | !RECEIVED;
+            *e = old.max(expires);
+            (!raised).then_some(old)
+        };
+        let same = |w: u32| w & !RECEIVED == word & !RECEIVED;
         match self {
-            Owners::One((t, e)) if *t == tenant => {
-                let old = *e;
-                *e = old.max(expires);
-                Some(old)
-            }
+            Owners::One(pair) if same(pair.0) => update(pair),
             Owners::One(pair) => {
-                *self = Owners::Many(vec![*pair, (tenant, expires)]);
+                *self = Owners::Many(vec![*pair, (word, expires)]);
                 None
             }
-            Owners::Many(v) => match v.iter_mut().find(|(t, _)| *t == tenant) {
-                Some((_, e)) => {
-                    let old = *e;
-                    *e = old.max(expires);
-                    Some(old)
-                }
+            Owners::Many(v) => match v.iter_mut().find(|(w, _)| same(*w)) {
+                Some(pair) => update(pair),
                 None => {
-                    v.push((tenant, expires));
+                    v.push((word, expires));
                     None
                 }
             },
@@ -159,11 +171,11 @@ impl ProvenanceIndex {
         &self.settings
     }
 
-    /// Indexes `text` under `tenant` and returns the hashes to share through the store:
-    /// those new for this tenant or past half their time to live (so a hot n-gram is
-    /// re-shared about twice per TTL, not on every request). `None` when there is nothing
-    /// to share.
-    pub fn record(&self, tenant: &str, text: &str) -> Option<FingerprintBatch> {
+    /// Indexes `text` under `tenant` in `role` and returns the hashes to share through the
+    /// store: those new for this tenant (or raised to sender) or past half their time to
+    /// live (so a hot n-gram is re-shared about twice per TTL, not on every request).
+    /// `None` when there is nothing to share.
+    pub fn record(&self, tenant: &str, role: Role, text: &str) -> Option<FingerprintBatch> {
         let mut hashes = firewall::fingerprints(text, &self.settings.key, self.settings.ngram_words);
         hashes.sort_unstable();
         hashes.dedup();
@@ -171,13 +183,14 @@ impl ProvenanceIndex {
         let expires = now + self.settings.ttl_secs;
         let refresh_before = now + self.settings.ttl_secs / 2;
         let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
-        let id = inner.tenant_id(tenant);
-        hashes.retain(|h| match self.upsert(&mut inner, *h, id, expires, now) {
+        let word = inner.tenant_id(tenant) | role_bit(role);
+        hashes.retain(|h| match self.upsert(&mut inner, *h, word, expires, now) {
             Some(old) => old <= refresh_before,
             None => true,
         });
         drop(inner);
-        (!hashes.is_empty()).then(|| FingerprintBatch { tenant: tenant.to_owned(), expires_at_s: expires, replica: self.replica.clone(), hashes })
+        (!hashes.is_empty())
+            .then(|| FingerprintBatch { tenant: tenant.to_owned(), expires_at_s: expires, replica: self.replica.clone(), role, hashes })
     }
 
     /// Inserts one owner; returns its previous expiry if it was already there.
@@ -206,9 +219,9 @@ impl ProvenanceIndex {
             return;
         }
         let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
-        let id = inner.tenant_id(&batch.tenant);
+        let word = inner.tenant_id(&batch.tenant) | role_bit(batch.role);
         for h in &batch.hashes {
-            self.upsert(&mut inner, *h, id, batch.expires_at_s, now);
+            self.upsert(&mut inner, *h, word, batch.expires_at_s, now);
         }
     }
 
@@ -254,17 +267,26 @@ impl ProvenanceIndex {
     fn owners_at(&self, hash: u64, now: u64) -> OwnerSet {
         let inner = self.inner.read().unwrap_or_else(|p| p.into_inner());
         let Some(owners) = inner.map.get(&hash) else { return OwnerSet::default() };
-        let live = owners.as_slice().iter().filter(|(_, e)| *e > now);
-        let mut set = OwnerSet::default();
-        for (t, _) in live {
-            set.shared_by += 1;
-            if set.tenants.len() < self.settings.max_owners_listed {
-                if let Some(name) = inner.tenants.get(*t as usize) {
-                    set.tenants.push(name.to_string());
-                }
+        let mut live: Vec<u32> = owners.as_slice().iter().filter(|(_, e)| *e > now).map(|(w, _)| *w).collect();
+        // Senders first (the bit is clear), so a truncated list names them.
+        live.sort_unstable_by_key(|w| w & RECEIVED);
+        let mut set = OwnerSet { tenants: Vec::new(), shared_by: live.len() };
+        if live.first().is_none_or(|w| w & RECEIVED != 0) {
+            return set;
+        }
+        for w in live.into_iter().take(self.settings.max_owners_listed) {
+            if let Some(name) = inner.tenants.get((w & !RECEIVED) as usize) {
+                set.tenants.push(name.to_string());
             }
         }
         set
+    }
+}
+
+fn role_bit(role: Role) -> u32 {
+    match role {
+        Role::Sent => 0,
+        Role::Received => RECEIVED,
     }
 }
 
@@ -290,13 +312,27 @@ mod tests {
     }
 
     #[test]
+    fn received_text_alone_is_never_foreign_but_counts_as_shared() {
+        let idx = index("r1");
+        let h = first_hash(TEXT);
+        idx.record("acme", Role::Received, TEXT);
+        assert_eq!(idx.owners(h), OwnerSet { tenants: vec![], shared_by: 1 });
+        idx.record("globex", Role::Sent, TEXT);
+        assert_eq!(idx.owners(h), OwnerSet { tenants: vec!["globex".into(), "acme".into()], shared_by: 2 });
+        // Receiving it again never lowers a sender; sending it raises a receiver (and is shared).
+        assert!(idx.record("globex", Role::Received, TEXT).is_none());
+        assert!(idx.record("acme", Role::Sent, TEXT).is_some());
+        assert_eq!(idx.owners(h).tenants, vec!["acme".to_owned(), "globex".to_owned()]);
+    }
+
+    #[test]
     fn recorded_text_is_owned_and_shared_counts_tenants() {
         let idx = index("r1");
-        let batch = idx.record("acme", TEXT).unwrap();
+        let batch = idx.record("acme", Role::Sent, TEXT).unwrap();
         assert_eq!(batch.hashes.len(), firewall::fingerprints(TEXT, &KEY, 4).len());
         let h = first_hash(TEXT);
         assert_eq!(idx.owners(h), OwnerSet { tenants: vec!["acme".into()], shared_by: 1 });
-        idx.record("globex", TEXT);
+        idx.record("globex", Role::Sent, TEXT);
         let o = idx.owners(h);
         assert_eq!((o.shared_by, o.tenants.len()), (2, 2));
         assert_eq!(idx.owners(first_hash("entirely different words go right here")), OwnerSet::default());
@@ -305,9 +341,9 @@ mod tests {
     #[test]
     fn recording_again_shares_nothing_new_until_half_the_ttl() {
         let idx = index("r1");
-        assert!(idx.record("acme", TEXT).is_some());
-        assert!(idx.record("acme", TEXT).is_none());
-        assert!(idx.record("acme", "three words only").is_none());
+        assert!(idx.record("acme", Role::Sent, TEXT).is_some());
+        assert!(idx.record("acme", Role::Sent, TEXT).is_none());
+        assert!(idx.record("acme", Role::Sent, "three words only").is_none());
     }
 
     #[test]
@@ -315,18 +351,18 @@ mod tests {
         let idx = index("r1");
         let h = first_hash(TEXT);
         let now = now_ms() / 1000;
-        idx.merge(&FingerprintBatch { tenant: "old".into(), expires_at_s: now + 5, replica: "r2".into(), hashes: vec![h] });
-        idx.record("acme", TEXT);
+        idx.merge(&FingerprintBatch { tenant: "old".into(), expires_at_s: now + 5, replica: "r2".into(), role: Role::Sent, hashes: vec![h] });
+        idx.record("acme", Role::Sent, TEXT);
         assert_eq!(idx.owners(h).shared_by, 2);
         assert_eq!(idx.owners_at(h, now + 10).tenants, ["acme"]);
-        idx.merge(&FingerprintBatch { tenant: "gone".into(), expires_at_s: now.saturating_sub(1), replica: "r2".into(), hashes: vec![7] });
+        idx.merge(&FingerprintBatch { tenant: "gone".into(), expires_at_s: now.saturating_sub(1), replica: "r2".into(), role: Role::Sent, hashes: vec![7] });
         assert_eq!(idx.size().hashes, firewall::fingerprints(TEXT, &KEY, 4).len());
     }
 
     #[test]
     fn the_index_is_bounded() {
         let idx = ProvenanceIndex::new(ProvenanceSettings { ngram_words: 1, max_hashes: 3, ..ProvenanceSettings::new(KEY) }, "r1");
-        idx.record("acme", "a b c d e");
+        idx.record("acme", Role::Sent, "a b c d e");
         assert_eq!(idx.size(), ProvenanceSize { hashes: 3, tenants: 1, dropped: 2 });
     }
 
@@ -334,7 +370,7 @@ mod tests {
     fn owner_lists_are_truncated_but_counted() {
         let idx = ProvenanceIndex::new(ProvenanceSettings { ngram_words: 4, max_owners_listed: 2, ..ProvenanceSettings::new(KEY) }, "r1");
         for t in ["a", "b", "c", "d"] {
-            idx.record(t, TEXT);
+            idx.record(t, Role::Sent, TEXT);
         }
         let o = idx.owners(first_hash(TEXT));
         assert_eq!((o.tenants.len(), o.shared_by), (2, 4));

@@ -29,6 +29,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(routes::health::healthz))
         .route("/readyz", get(routes::health::readyz))
         .route("/metrics", get(metrics))
+        .route("/admin/api/audit", get(routes::admin::list_audit))
+        .route("/admin/api/audit/{id}", get(routes::admin::get_audit))
+        .route("/admin/api/stats", get(routes::admin::stats))
+        .route("/admin/api/health", get(routes::admin::health))
+        .route("/admin/api/rules/reload", post(routes::admin::reload_rules))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), observe))
@@ -38,7 +43,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     (
         [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-        state.metrics.render(""),
+        state.metrics.render(&state.protection.render_prometheus()),
     )
 }
 

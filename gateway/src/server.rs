@@ -14,7 +14,7 @@ use crate::state::{AppState, StartError};
 /// Builds the state from `config`, binds `config.listen`, and serves until `shutdown`.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), StartError> {
     let addr = config.listen;
-    let state = AppState::build(config)?;
+    let state = AppState::build(config).await?;
     let listener = TcpListener::bind(addr).await.map_err(|source| StartError::Bind { addr, source })?;
     serve(state, listener, shutdown).await
 }

@@ -6,13 +6,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use firewall::{ReloadableRuleset, Ruleset};
+use firewall::ReloadableRuleset;
 
 use crate::auth::Authenticator;
 use crate::backend::{Backend, EngineBackend, UpstreamBackend};
 use crate::config::{Config, ModelBackend};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
+use crate::protection::{self, Protection, ProtectionError};
 
 /// Everything a request handler can reach.
 pub struct AppState {
@@ -25,6 +26,8 @@ pub struct AppState {
     pub rules: ReloadableRuleset,
     /// Start-up time, seconds since the epoch (the `created` of listed models).
     pub started_unix: u64,
+    /// Provenance index, statistics, store, detectors, canaries.
+    pub protection: Arc<Protection>,
 }
 
 /// Why the gateway could not start.
@@ -32,6 +35,8 @@ pub struct AppState {
 pub enum StartError {
     #[error("rule files:\n{0}")]
     Rules(firewall::LoadErrors),
+    #[error("{0}")]
+    Protection(#[from] ProtectionError),
     #[error("model {model}: {reason}")]
     Model { model: String, reason: String },
     #[error("cannot listen on {addr}: {source}")]
@@ -41,8 +46,10 @@ pub enum StartError {
 }
 
 impl AppState {
-    /// Builds the backends named in `config`.
-    pub fn build(config: Config) -> Result<Arc<AppState>, StartError> {
+    /// Opens the store and builds the backends named in `config`; starts the background
+    /// tasks (store upkeep, fingerprint and statistics sharing), so call it inside the
+    /// runtime that serves.
+    pub async fn build(config: Config) -> Result<Arc<AppState>, StartError> {
         let mut models = BTreeMap::new();
         for model in &config.models {
             let backend = match &model.backend {
@@ -54,13 +61,12 @@ impl AppState {
             };
             models.insert(model.id.clone(), backend);
         }
-        let rules = match &config.firewall.rules_dir {
-            Some(dir) => Ruleset::load_dir(dir),
-            None => Ruleset::builtin(),
-        }
-        .map_err(StartError::Rules)?;
+        let protection = Arc::new(Protection::open(&config).await?);
+        let rules = protection::load_rules(&config, &protection).map_err(StartError::Rules)?;
         tracing::info!(rules = rules.len(), canaries = rules.canaries().len(), "firewall rules loaded");
+        protection.spawn_background(&config);
         Ok(Arc::new(AppState {
+            protection,
             rules: ReloadableRuleset::new(rules),
             auth: Authenticator::new(&config.tenants),
             config: Arc::new(config),

@@ -2,6 +2,7 @@
 //! gateway served in-process on a real socket ([`TestGateway`]).
 
 pub mod mock_upstream;
+pub mod own_redis;
 
 use std::net::SocketAddr;
 
@@ -12,15 +13,22 @@ use gateway::state::AppState;
 pub struct TestGateway {
     pub addr: SocketAddr,
     _shutdown: tokio::sync::oneshot::Sender<()>,
+    /// The data directory when the config names none (audit log, fingerprint key).
+    _data_dir: Option<tempfile::TempDir>,
 }
 
 impl TestGateway {
     /// Starts a gateway from config text (no environment overlay; `env` resolves `*_env` keys).
+    /// Without `data_dir` in the config, a fresh temporary one is used.
     pub async fn start(config_toml: &str, env: &[(&str, &str)]) -> TestGateway {
         let owned: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let lookup = move |name: &str| owned.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
-        let config = Config::from_parts(config_toml, "test.toml", &[], &lookup).expect("test config is valid");
-        let state = AppState::build(config).expect("gateway state builds");
+        let mut config = Config::from_parts(config_toml, "test.toml", &[], &lookup).expect("test config is valid");
+        let data_dir = (!config_toml.contains("data_dir")).then(|| tempfile::tempdir().expect("temporary data dir"));
+        if let Some(dir) = &data_dir {
+            config.data_dir = dir.path().to_path_buf();
+        }
+        let state = AppState::build(config).await.expect("gateway state builds");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind gateway");
         let addr = listener.local_addr().expect("gateway address");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -30,7 +38,7 @@ impl TestGateway {
             })
             .await;
         });
-        TestGateway { addr, _shutdown: tx }
+        TestGateway { addr, _shutdown: tx, _data_dir: data_dir }
     }
 
     /// `http://127.0.0.1:PORT`

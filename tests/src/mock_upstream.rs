@@ -9,6 +9,9 @@
 //! - `#garbage`: answer 200 with a body that is not JSON;
 //! - `#tools`: answer with a tool call whose arguments are streamed in fragments;
 //! - `#leak <text>`: answer `<text>`, streamed in 40 pieces of equal byte length;
+//! - `#splice <request> <word> <count>`: the production bug — answer with `<count>` words,
+//!   from word `<word>` on, of the first user message of the `<request>`-th request this
+//!   mock received (0-based), wrapped in a sentence and streamed in 40 pieces;
 //! - anything else: answer `Echo: <content>` (streamed word by word when asked).
 //!
 //! Every request's body and headers are kept for the test to inspect.
@@ -74,15 +77,14 @@ type Shared = Arc<Mutex<Vec<Received>>>;
 
 async fn chat(State(received): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    if let Ok(mut r) = received.lock() {
-        r.push(Received { body: body.clone(), headers });
-    }
-    let script = body["messages"]
-        .as_array()
-        .and_then(|m| m.last())
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or("")
-        .to_owned();
+    let earlier: Vec<Value> = match received.lock() {
+        Ok(mut r) => {
+            r.push(Received { body: body.clone(), headers });
+            r.iter().map(|x| x.body.clone()).collect()
+        }
+        Err(_) => Vec::new(),
+    };
+    let script = last_message(&body);
     let stream = body["stream"].as_bool().unwrap_or(false);
     let n = body["n"].as_u64().unwrap_or(1) as u32;
     let include_usage = body["stream_options"]["include_usage"].as_bool().unwrap_or(false);
@@ -112,8 +114,29 @@ async fn chat(State(received): State<Shared>, headers: HeaderMap, body: Bytes) -
                 answer(&model, text, n, false, include_usage)
             }
         }
+        Some("#splice") => {
+            let mut arg = || words.next().and_then(|w| w.parse::<usize>().ok()).unwrap_or(0);
+            let (request, from, count) = (arg(), arg(), arg());
+            let source = earlier.get(request).map(first_user_message).unwrap_or_default();
+            let fragment: Vec<&str> = source.split_whitespace().skip(from).take(count).collect();
+            let text = format!("Here is what I found in the notes: {} Hope that helps.", fragment.join(" "));
+            if stream {
+                pieces(&model, &text, 40)
+            } else {
+                answer(&model, &text, n, false, include_usage)
+            }
+        }
         _ => answer(&model, &format!("Echo: {script}"), n, stream, include_usage),
     }
+}
+
+fn first_user_message(body: &Value) -> String {
+    let messages = body["messages"].as_array().map(Vec::as_slice).unwrap_or_default();
+    messages.iter().find(|m| m["role"] == "user").and_then(|m| m["content"].as_str()).unwrap_or("").to_owned()
+}
+
+fn last_message(body: &Value) -> String {
+    body["messages"].as_array().and_then(|m| m.last()).and_then(|m| m["content"].as_str()).unwrap_or("").to_owned()
 }
 
 fn chunk(model: &str, choices: Value) -> Value {

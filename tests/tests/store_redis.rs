@@ -4,17 +4,16 @@
 //! (records spooled, none lost, none doubled). Every test uses its own key prefix and
 //! deletes its keys at the end.
 
-use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crossguard_e2e::own_redis::{free_port, OwnRedis};
 use firewall::{Action, Detail, DetectorKind, Finding, Metric, NgramKey, NgramOwners, Severity};
 use gateway::audit::{AuditContext, AuditQuery, AuditRecord};
 use gateway::provenance::{ProvenanceIndex, ProvenanceSettings};
 use gateway::stats::{Statistics, StatsSettings};
-use gateway::store::{RedisSettings, Store, StoreError};
+use gateway::store::{RedisSettings, Role, Store, StoreError};
 
 const SHARED_URL: &str = "redis://127.0.0.1:6379";
 const KEY: NgramKey = NgramKey(*b"test-key-0123456");
@@ -77,7 +76,7 @@ async fn two_replicas_share_fingerprints_statistics_and_audit_records() {
     let pset = ProvenanceSettings { ngram_words: 4, ..ProvenanceSettings::new(KEY) };
     let (ia, ib) = (ProvenanceIndex::new(pset.clone(), "replica-a"), ProvenanceIndex::new(pset, "replica-b"));
     let text = "the launch code for project nightingale is hidden under the blue lamp";
-    let batch = ia.record("acme", text).unwrap();
+    let batch = ia.record("acme", Role::Sent, text).unwrap();
     a.append_fingerprints(&batch).await.unwrap();
     let h = firewall::fingerprints(text, &KEY, 4)[0];
     assert_eq!(ib.owners(h).shared_by, 0);
@@ -116,68 +115,6 @@ async fn two_replicas_share_fingerprints_statistics_and_audit_records() {
     assert_eq!(a.get_audit("no-such-id").await.unwrap(), None);
     assert!(matches!(a.list_audit(&AuditQuery { cursor: Some("bogus".into()), ..Default::default() }).await, Err(StoreError::BadCursor(_))));
     delete_keys(SHARED_URL, &p).await;
-}
-
-/// A redis-server of our own, with an append-only file so a restart keeps its data.
-struct OwnRedis {
-    port: u16,
-    dir: tempfile::TempDir,
-    child: Option<Child>,
-}
-
-impl OwnRedis {
-    fn start(port: u16, dir: tempfile::TempDir) -> OwnRedis {
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes", "--appendfsync", "always"])
-            .arg("--dir")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("redis-server must be installed: {e}"));
-        let mut own = OwnRedis { port, dir, child: Some(child) };
-        own.wait_until(true);
-        own
-    }
-
-    fn ping(&self) -> bool {
-        Command::new("redis-cli").args(["-p", &self.port.to_string(), "ping"]).output().is_ok_and(|o| o.stdout.starts_with(b"PONG"))
-    }
-
-    fn wait_until(&mut self, up: bool) {
-        for _ in 0..200 {
-            if self.ping() == up {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!("redis on port {} did not come {}", self.port, if up { "up" } else { "down" });
-    }
-
-    fn stop(mut self) -> tempfile::TempDir {
-        let _ = Command::new("redis-cli").args(["-p", &self.port.to_string(), "shutdown", "nosave"]).output();
-        if let Some(mut c) = self.child.take() {
-            let _ = c.wait();
-        }
-        self.wait_until(false);
-        std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap())
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for OwnRedis {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap()
 }
 
 /// Runs upkeep until the spool is empty (Redis is up, so this takes one or two rounds).

@@ -85,6 +85,72 @@ impl ChatRequest {
             raw,
         })
     }
+
+    /// Every text the client sent in `messages` (contents, text parts, tool-call arguments,
+    /// tool results), one per line: what the provenance index fingerprints.
+    pub fn prompt_text(&self) -> String {
+        let mut out = String::new();
+        for m in &self.messages {
+            let mut push = |text: &str| {
+                out.push_str(text);
+                out.push('\n');
+            };
+            match m.get("content") {
+                Some(Value::String(text)) => push(text),
+                Some(Value::Array(parts)) => {
+                    parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).for_each(&mut push);
+                }
+                _ => {}
+            }
+            for call in m.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
+                if let Some(args) = call.pointer("/function/arguments").and_then(Value::as_str) {
+                    push(args);
+                }
+            }
+        }
+        out
+    }
+
+    /// Adds `line` to the system prompt — at the start of the first system message, or at
+    /// the end of the last one — or as a new first system message when there is none.
+    /// `messages` and `raw` (what an upstream receives) change together.
+    pub fn add_system_line(&mut self, line: &str, at_start: bool) {
+        let is_system = |m: &Map<String, Value>| matches!(m.get("role").and_then(Value::as_str), Some("system" | "developer"));
+        let target = if at_start {
+            self.messages.iter().position(is_system)
+        } else {
+            self.messages.iter().rposition(is_system)
+        };
+        match target {
+            Some(i) => {
+                let content = self.messages[i].entry("content").or_insert(Value::String(String::new()));
+                match content {
+                    Value::Array(parts) => {
+                        let part = serde_json::json!({"type": "text", "text": line});
+                        if at_start {
+                            parts.insert(0, part);
+                        } else {
+                            parts.push(part);
+                        }
+                    }
+                    Value::String(text) if text.is_empty() => *text = line.to_owned(),
+                    Value::String(text) if at_start => *text = format!("{line}\n{text}"),
+                    Value::String(text) => {
+                        text.push('\n');
+                        text.push_str(line);
+                    }
+                    other => *other = Value::String(line.to_owned()),
+                }
+            }
+            None => {
+                let mut m = Map::new();
+                m.insert("role".into(), Value::String("system".into()));
+                m.insert("content".into(), Value::String(line.to_owned()));
+                self.messages.insert(0, m);
+            }
+        }
+        self.raw.insert("messages".into(), Value::Array(self.messages.iter().cloned().map(Value::Object).collect()));
+    }
 }
 
 /// Typed accessors over the request object; `null` counts as absent, as in OpenAI's API.
@@ -343,6 +409,25 @@ mod tests {
         let r = parse(v).unwrap();
         assert!(r.include_usage);
         assert_eq!(r.stop, vec!["END".to_string()]);
+    }
+
+    #[test]
+    fn system_lines_go_where_asked_and_reach_the_raw_body() {
+        let mut r = parse(json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})).unwrap();
+        r.add_system_line("canary-1", false);
+        assert_eq!(r.messages[0]["role"], "system");
+        assert_eq!(r.raw["messages"][0]["content"], "canary-1");
+        let mut r = parse(json!({"model": "m", "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "hello"}]},
+            {"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{\"q\":1}"}}]},
+            {"role": "tool", "tool_call_id": "c", "content": "result text"}
+        ]}))
+        .unwrap();
+        r.add_system_line("canary-2", true);
+        assert_eq!(r.messages[0]["content"], "canary-2\nbe brief");
+        assert_eq!(r.raw["messages"][0]["content"], "canary-2\nbe brief");
+        assert_eq!(r.prompt_text(), "canary-2\nbe brief\nhello\n{\"q\":1}\nresult text\n");
     }
 
     #[test]

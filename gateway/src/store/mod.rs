@@ -47,7 +47,20 @@ pub struct FingerprintBatch {
     pub expires_at_s: u64,
     /// The replica that recorded it (lets a replica skip its own batches on refresh).
     pub replica: String,
+    /// How the tenant came to own these n-grams.
+    pub role: Role,
     pub hashes: Vec<u64>,
+}
+
+/// How a tenant owns an n-gram.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    /// It was in a prompt the tenant sent: the tenant's own data.
+    #[default]
+    Sent,
+    /// It was only in a response the tenant received: the model's words, which may be
+    /// everyone's boilerplate; never enough on its own to call text foreign.
+    Received,
 }
 
 /// Where a fingerprint reader stopped; opaque. `Default` = from the beginning.

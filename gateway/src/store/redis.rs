@@ -3,7 +3,8 @@
 //! Layout, every key under `key_prefix`:
 //! - `fp`: a stream of fingerprint batches (`t` tenant, `x` expiry in Unix seconds, `r`
 //!   replica, `h` the hashes as packed little-endian u64s). Each add trims entries older
-//!   than the TTL (`MINID ~`), so the stream holds only live batches; replicas read it
+//!   than the TTL (`MINID ~`), so the stream holds only live batches (`k` = `r` marks a
+//!   batch the tenant only received, see [`Role`]); replicas read it
 //!   incrementally (`XREAD` from their cursor).
 //! - `stats`: one hash, field `<metric>:<tenant>` = `"<count> <mean> <m2>"`, merged
 //!   atomically by a Lua script (Chan's parallel Welford update).
@@ -33,7 +34,7 @@ use redis::{RedisError, RedisResult, Script, Value};
 
 use crate::audit::{metric_from_name, metric_name, AuditPage, AuditQuery, AuditRecord};
 use crate::store::journal::{self, Journal};
-use crate::store::{now_ms, FingerprintBatch, FingerprintCursor, Health, StatEntry, StoreError, Welford};
+use crate::store::{now_ms, FingerprintBatch, FingerprintCursor, Health, Role, StatEntry, StoreError, Welford};
 
 /// Connection settings and limits.
 #[derive(Debug, Clone)]
@@ -220,6 +221,9 @@ impl RedisStore {
         let mut cmd = redis::cmd("XADD");
         cmd.arg(self.key("fp")).arg("MINID").arg("~").arg(now.saturating_sub(ttl_ms)).arg("*");
         cmd.arg("t").arg(&batch.tenant).arg("x").arg(batch.expires_at_s).arg("r").arg(&batch.replica).arg("h").arg(packed);
+        if batch.role == Role::Received {
+            cmd.arg("k").arg("r");
+        }
         self.call(|mut c| async move { cmd.query_async::<Value>(&mut c).await }).await.map(drop)
     }
 
@@ -398,7 +402,9 @@ fn parse_batch(entry: &StreamId) -> Option<FingerprintBatch> {
             u64::from_le_bytes(b)
         })
         .collect();
-    Some(FingerprintBatch { tenant: field(entry, "t")?, expires_at_s: field(entry, "x")?, replica: field(entry, "r")?, hashes })
+    // `k` = "r" marks a received-only batch; absent (older entries) = sent.
+    let role = if field::<String>(entry, "k").as_deref() == Some("r") { Role::Received } else { Role::Sent };
+    Some(FingerprintBatch { tenant: field(entry, "t")?, expires_at_s: field(entry, "x")?, replica: field(entry, "r")?, role, hashes })
 }
 
 fn parse_record(entry: &StreamId) -> Option<AuditRecord> {

@@ -1,0 +1,365 @@
+//! The protection pipeline around every completion: what the gateway learns from each
+//! request and response, and what it records when the firewall acts.
+//!
+//! Before the backend runs: the tenant's canary line is injected (when configured) and the
+//! prompt is fingerprinted into the provenance index under the tenant. After the response
+//! (streamed or not, finished or abandoned): the released text is fingerprinted under the
+//! tenant too, the scanners' observations feed the tenant's statistics, and a block or a
+//! redaction becomes an audit record in the store. Sharing with other replicas (the
+//! fingerprints, the statistics) happens in background tasks; nothing here does I/O on the
+//! token path.
+//!
+//! Invariants: the firewall's n-gram detector and the index hash with the same key and
+//! window; a tenant's canary is derived from the deployment key, so every replica injects
+//! and recognises the same one; an audit record is written for every response whose
+//! findings include a block or a redaction, or that failed closed.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use firewall::{Action, Detectors, EntropyConfig, NgramConfig, NgramKey, ProvenanceConfig, Ruleset};
+use sha2::{Digest, Sha256};
+
+use crate::api::ChatRequest;
+use crate::audit::{AuditContext, AuditRecord};
+use crate::config::{CanaryPlacement, Config, FailMode, StoreConfig};
+use crate::guard::Guard;
+use crate::provenance::{ProvenanceIndex, ProvenanceSettings};
+use crate::stats::{Statistics, StatsSettings};
+use crate::store::{spawn_upkeep, RedisSettings, Role, Store, StoreError};
+
+/// Why protection could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtectionError {
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    #[error("fingerprint key {path}: {reason}")]
+    Key { path: String, reason: String },
+}
+
+/// Everything the pipeline shares between requests.
+pub struct Protection {
+    store: Arc<Store>,
+    index: Arc<ProvenanceIndex>,
+    stats: Arc<Statistics>,
+    detectors: Arc<Detectors>,
+    /// Tenant id -> its honeytoken, for tenants with `canary = true`.
+    canaries: HashMap<String, String>,
+    canary_text: String,
+    canary_placement: CanaryPlacement,
+    fail_modes: HashMap<String, FailMode>,
+}
+
+/// Identity of one response, for its audit record.
+#[derive(Debug, Clone)]
+pub struct ResponseRecord {
+    pub audit_id: uuid::Uuid,
+    pub tenant: String,
+    pub model: String,
+    pub request_id: String,
+}
+
+impl Protection {
+    /// Opens the store, loads the statistics and builds the detectors.
+    pub async fn open(config: &Config) -> Result<Protection, ProtectionError> {
+        let p = &config.provenance;
+        let key = match p.key {
+            Some(k) => k,
+            None => local_key(&config.data_dir.join("fingerprint.key"))?,
+        };
+        let (store, replica) = match &config.store {
+            StoreConfig::Memory { audit_max_len } => (Store::memory(&config.data_dir, *audit_max_len)?, "local".to_owned()),
+            StoreConfig::Redis(r) => {
+                let mut settings = RedisSettings::new(r.url.clone(), config.data_dir.clone());
+                settings.key_prefix = r.key_prefix.clone();
+                settings.audit_max_len = r.audit_max_len as u64;
+                settings.op_timeout_ms = r.op_timeout_ms;
+                if let Some(id) = &r.replica_id {
+                    settings.replica_id = id.clone();
+                }
+                let replica = settings.replica_id.clone();
+                (Store::redis(settings).await?, replica)
+            }
+        };
+        let mut settings = ProvenanceSettings::new(NgramKey(key));
+        settings.ngram_words = p.ngram_words;
+        settings.ttl_secs = p.ttl_secs;
+        settings.max_hashes = p.max_hashes;
+        let index = Arc::new(ProvenanceIndex::new(settings, replica));
+        let stats = Arc::new(Statistics::new(StatsSettings { min_samples: config.stats.min_samples }));
+        let store = Arc::new(store);
+        if let Err(e) = stats.sync(&store).await {
+            tracing::warn!(error = %e, "statistics not loaded from the store yet; starting from local state");
+        }
+        if let Err(e) = index.refresh(&store).await {
+            tracing::warn!(error = %e, "fingerprints not loaded from the store yet; starting from local state");
+        }
+
+        let mut ngram = NgramConfig::new(NgramKey(key), index.clone());
+        ngram.n = p.ngram_words;
+        ngram.common_at = p.common_at;
+        let mut entropy = EntropyConfig::new(stats.clone());
+        entropy.z_threshold = config.stats.z_threshold;
+        entropy.action = config.stats.action;
+        let detectors = Detectors { ngram: Some(ngram), entropy: Some(entropy), provenance: Some(ProvenanceConfig::default()) };
+
+        let canaries = config.tenants.iter().filter(|t| t.canary).map(|t| (t.id.clone(), honeytoken(&key, &t.id))).collect();
+        let fail_modes = config.tenants.iter().map(|t| (t.id.clone(), t.fail_mode)).collect();
+        Ok(Protection {
+            store,
+            index,
+            stats,
+            detectors: Arc::new(detectors),
+            canaries,
+            canary_text: config.canary.text.clone(),
+            canary_placement: config.canary.placement,
+            fail_modes,
+        })
+    }
+
+    /// Starts the background work: store upkeep (Redis reconnects, audit spool flushes),
+    /// pulling other replicas' fingerprints, merging statistics. The tasks end when the
+    /// protection is dropped.
+    pub fn spawn_background(self: &Arc<Self>, config: &Config) {
+        spawn_upkeep(self.store.clone(), Duration::from_secs(1));
+        if matches!(config.store, StoreConfig::Redis(_)) {
+            every(Arc::downgrade(self), Duration::from_millis(config.provenance.refresh_interval_ms), |p| async move {
+                if let Err(e) = p.index.refresh(&p.store).await {
+                    tracing::debug!(error = %e, "fingerprint refresh failed");
+                }
+            });
+        }
+        every(Arc::downgrade(self), Duration::from_millis(config.stats.sync_interval_ms), |p| async move {
+            if let Err(e) = p.stats.sync(&p.store).await {
+                tracing::debug!(error = %e, "statistics sync failed");
+            }
+        });
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    pub fn index(&self) -> &ProvenanceIndex {
+        &self.index
+    }
+
+    pub fn stats(&self) -> &Statistics {
+        &self.stats
+    }
+
+    /// `/metrics` lines of the index, the statistics and the store.
+    pub fn render_prometheus(&self) -> String {
+        let h = self.store.health();
+        format!(
+            "{}{}# HELP crossguard_store_degraded 1 while the shared store is unreachable (serving from local state).\n\
+             # TYPE crossguard_store_degraded gauge\ncrossguard_store_degraded{{kind=\"{}\"}} {}\n\
+             # HELP crossguard_audit_buffered Audit records held locally, waiting for the store.\n\
+             # TYPE crossguard_audit_buffered gauge\ncrossguard_audit_buffered {}\n",
+            self.index.render_prometheus(),
+            self.stats.render_prometheus(),
+            h.kind,
+            u8::from(h.degraded),
+            h.buffered_audit
+        )
+    }
+
+    pub fn detectors(&self) -> Arc<Detectors> {
+        self.detectors.clone()
+    }
+
+    pub fn fail_mode(&self, tenant: &str) -> FailMode {
+        self.fail_modes.get(tenant).copied().unwrap_or_default()
+    }
+
+    /// The injected canaries as a rule file (`[[canary]]` tables), to load with the rules;
+    /// `None` when no tenant has one.
+    pub fn canary_rules(&self) -> Option<(String, String)> {
+        if self.canaries.is_empty() {
+            return None;
+        }
+        let mut tenants: Vec<(&String, &String)> = self.canaries.iter().collect();
+        tenants.sort();
+        let mut text = String::new();
+        for (i, (tenant, token)) in tenants.into_iter().enumerate() {
+            let table = firewall::rule::RawCanary {
+                id: format!("injected-canary-{}", i + 1),
+                owner: tenant.clone(),
+                strings: vec![token.clone()],
+                description: Some(format!("the canary injected into {tenant}'s system prompts")),
+            };
+            let mut doc = toml::Table::new();
+            doc.insert("canary".into(), toml::Value::Array(vec![toml::Value::try_from(table).unwrap_or(toml::Value::Table(Default::default()))]));
+            text.push_str(&doc.to_string());
+        }
+        Some(("(injected canaries)".to_owned(), text))
+    }
+
+    /// Before the backend runs: injects the tenant's canary and fingerprints the prompt.
+    pub fn on_request(self: &Arc<Self>, tenant: &str, request: &mut ChatRequest) {
+        if let Some(token) = self.canaries.get(tenant) {
+            let line = self.canary_text.replace("{canary}", token);
+            request.add_system_line(&line, self.canary_placement == CanaryPlacement::SystemStart);
+        }
+        self.record(tenant, Role::Sent, &request.prompt_text());
+    }
+
+    /// Indexes `text` under `tenant` now; shares the new hashes in the background.
+    fn record(self: &Arc<Self>, tenant: &str, role: Role, text: &str) {
+        let Some(batch) = self.index.record(tenant, role, text) else { return };
+        if matches!(*self.store, Store::Memory(_)) {
+            return;
+        }
+        let store = self.store.clone();
+        spawn(async move {
+            if let Err(e) = store.append_fingerprints(&batch).await {
+                tracing::warn!(error = %e, tenant = batch.tenant, "fingerprints not shared with other replicas");
+            }
+        });
+    }
+
+    /// After the response: learns from what was released and builds the audit record the
+    /// response needs, if any (a block, a redaction, or a failure that failed closed).
+    pub fn on_response(self: &Arc<Self>, response: &ResponseRecord, guard: &Guard) -> Option<AuditRecord> {
+        for text in guard.released_texts() {
+            self.record(&response.tenant, Role::Received, text);
+        }
+        for obs in guard.observations() {
+            self.stats.observe(&response.tenant, &obs);
+        }
+        let findings: Vec<firewall::Finding> = guard.findings().iter().map(|f| f.finding.clone()).collect();
+        let action = findings.iter().map(|f| f.action).filter(|a| *a > Action::Log).max();
+        let failed_closed = guard.failure().filter(|_| self.fail_mode(&response.tenant) == FailMode::Closed);
+        if action.is_none() && failed_closed.is_none() {
+            return None;
+        }
+        let ctx = AuditContext { tenant: response.tenant.clone(), model: response.model.clone(), request_id: response.request_id.clone() };
+        let record = AuditRecord::with_id(response.audit_id, ctx, action.unwrap_or(Action::Block), &findings, guard.released_bytes() as u64);
+        Some(match failed_closed {
+            Some(reason) => record.failed_closed(reason),
+            None => record,
+        })
+    }
+
+    /// Writes `record` to the audit log; `Ok` once it is durable.
+    pub async fn audit(&self, record: &AuditRecord) -> Result<(), StoreError> {
+        self.store.append_audit(record).await
+    }
+
+    /// Writes `record` in the background (a stream that already ended cannot wait).
+    pub fn audit_later(self: &Arc<Self>, record: AuditRecord) {
+        let me = self.clone();
+        spawn(async move {
+            if let Err(e) = me.audit(&record).await {
+                tracing::error!(error = %e, audit_id = record.id(), "audit record could not be written");
+            }
+        });
+    }
+}
+
+/// The tenant's honeytoken: derived from the deployment key, so stable across restarts
+/// and replicas, and unguessable without the key.
+fn honeytoken(key: &[u8; 16], tenant: &str) -> String {
+    let digest = Sha256::new().chain_update(b"crossguard canary\0").chain_update(key).chain_update(tenant.as_bytes()).finalize();
+    format!("cg-{}", hex::encode(&digest[..12]))
+}
+
+/// The embedded deployment's fingerprint key: read from `path`, created (random, owner
+/// read-only) on first start.
+fn local_key(path: &Path) -> Result<[u8; 16], ProtectionError> {
+    let err = |reason: String| ProtectionError::Key { path: path.display().to_string(), reason };
+    match std::fs::read_to_string(path) {
+        Ok(text) => hex::decode(text.trim())
+            .ok()
+            .and_then(|b| <[u8; 16]>::try_from(b).ok())
+            .ok_or_else(|| err("does not hold 32 hexadecimal characters; delete it to make a new key".into())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).map_err(|e| err(format!("cannot create its folder: {e}")))?;
+            }
+            // Two v4 UUIDs hold 244 random bits (OS-seeded); hashing them gives 128 uniform ones.
+            let digest = Sha256::new().chain_update(uuid::Uuid::new_v4().as_bytes()).chain_update(uuid::Uuid::new_v4().as_bytes()).finalize();
+            let mut key = [0u8; 16];
+            key.copy_from_slice(&digest[..16]);
+            write_private(path, &hex::encode(key)).map_err(|e| err(format!("cannot write: {e}")))?;
+            Ok(key)
+        }
+        Err(e) => Err(err(format!("cannot read: {e}"))),
+    }
+}
+
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(path)?;
+    file.write_all(text.as_bytes())?;
+    file.sync_all()
+}
+
+/// Runs `work` every `period` while `target` is alive.
+fn every<F, Fut>(target: Weak<Protection>, period: Duration, work: F)
+where
+    F: Fn(Arc<Protection>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    spawn(async move {
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(p) = target.upgrade() else { return };
+            work(p).await;
+        }
+    });
+}
+
+/// Spawns on the current runtime; a response dropped outside one (shutdown) records nothing.
+fn spawn(task: impl std::future::Future<Output = ()> + Send + 'static) {
+    if let Ok(handle) = tokio::runtime::Handle::try_current() {
+        handle.spawn(task);
+    }
+}
+
+/// Loads the rule files (or the built-in ones) plus the injected canaries.
+pub fn load_rules(config: &Config, protection: &Protection) -> Result<Ruleset, firewall::LoadErrors> {
+    let mut sources = match &config.firewall.rules_dir {
+        Some(dir) => Ruleset::dir_sources(dir)?,
+        None => Ruleset::builtin_sources(),
+    };
+    sources.extend(protection.canary_rules());
+    Ruleset::load_sources(&sources, firewall::LoadOptions::default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn honeytokens_are_per_tenant_and_per_key() {
+        let a = honeytoken(&[1; 16], "acme");
+        assert_eq!(a, honeytoken(&[1; 16], "acme"));
+        assert_ne!(a, honeytoken(&[1; 16], "globex"));
+        assert_ne!(a, honeytoken(&[2; 16], "acme"));
+        assert_eq!(a.len(), 27);
+    }
+
+    #[test]
+    fn the_local_key_is_made_once_and_kept_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/fingerprint.key");
+        let first = local_key(&path).unwrap();
+        assert_eq!(first, local_key(&path).unwrap());
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        }
+        std::fs::write(&path, "nope").unwrap();
+        assert!(local_key(&path).unwrap_err().to_string().contains("32 hexadecimal"));
+    }
+}

@@ -1,0 +1,92 @@
+//! The admin JSON API, for the security team (admin token only; tenants cannot read it):
+//!
+//! - `GET /admin/api/audit?tenant=&rule=&action=&since_ms=&until_ms=&limit=&cursor=`:
+//!   audit records, newest first, one page (`{"records": [...], "next_cursor": ...}`);
+//! - `GET /admin/api/audit/{id}`: one record;
+//! - `GET /admin/api/stats`: every tenant's statistics and the global baselines;
+//! - `GET /admin/api/health`: store, provenance index and rules;
+//! - `POST /admin/api/rules/reload`: recompiles the rule files; the running rules stay
+//!   if the new ones do not load, and the errors come back.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, RawQuery, State};
+use axum::http::HeaderMap;
+use axum::Json;
+use serde_json::{json, Value};
+
+use crate::audit::{AuditPage, AuditQuery, AuditRecord};
+use crate::auth::Authenticator;
+use crate::error::ApiError;
+use crate::protection;
+use crate::state::AppState;
+
+fn admit(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    Authenticator::authorize_admin(headers, state.config.admin_token.as_ref())
+}
+
+fn store_error(e: crate::store::StoreError) -> ApiError {
+    match e {
+        crate::store::StoreError::BadCursor(_) => ApiError::param("cursor", e.to_string()),
+        other => ApiError::Unavailable(format!("the audit store cannot answer now: {other}")),
+    }
+}
+
+pub async fn list_audit(State(state): State<Arc<AppState>>, headers: HeaderMap, RawQuery(raw): RawQuery) -> Result<Json<AuditPage>, ApiError> {
+    admit(&state, &headers)?;
+    // Parsed by hand rather than by the `Query` extractor so that a bad filter is an
+    // OpenAI-style 400 naming it, not axum's plain-text rejection.
+    let uri: axum::http::Uri =
+        format!("/?{}", raw.unwrap_or_default()).parse().map_err(|_| ApiError::param("query", "malformed query string"))?;
+    let Query(query): Query<AuditQuery> = Query::try_from_uri(&uri).map_err(|e| ApiError::param("query", e.body_text()))?;
+    let page = state.protection.store().list_audit(&query).await.map_err(store_error)?;
+    Ok(Json(page))
+}
+
+pub async fn get_audit(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(id): Path<String>) -> Result<Json<AuditRecord>, ApiError> {
+    admit(&state, &headers)?;
+    match state.protection.store().get_audit(&id).await.map_err(store_error)? {
+        Some(record) => Ok(Json(record)),
+        None => Err(ApiError::ResourceNotFound(format!("No audit record with id {id:?}."))),
+    }
+}
+
+pub async fn stats(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    admit(&state, &headers)?;
+    Ok(Json(json!({"statistics": state.protection.stats().rows()})))
+}
+
+pub async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    admit(&state, &headers)?;
+    let p = &state.protection;
+    let size = p.index().size();
+    let rules = state.rules.current();
+    Ok(Json(json!({
+        "store": p.store().health(),
+        "provenance": {"hashes": size.hashes, "tenants": size.tenants, "dropped": size.dropped},
+        "rules": {"rules": rules.len(), "canaries": rules.canaries().len(), "generation": state.rules.generation()},
+        "models": state.models.iter().map(|(id, b)| json!({"id": id, "backend": b.kind(), "ready": b.is_ready()})).collect::<Vec<_>>(),
+    })))
+}
+
+pub async fn reload_rules(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    admit(&state, &headers)?;
+    let loaded = protection::load_rules(&state.config, &state.protection);
+    match loaded {
+        Ok(rules) => {
+            let (count, canaries) = (rules.len(), rules.canaries().len());
+            let generation = state.rules.swap(rules);
+            tracing::info!(rules = count, canaries, generation, "firewall rules reloaded");
+            Ok(Json(json!({"reloaded": true, "rules": count, "canaries": canaries, "generation": generation})))
+        }
+        Err(errors) => {
+            tracing::warn!(errors = errors.errors.len(), "rule reload rejected; the running rules stay");
+            let list: Vec<Value> = errors
+                .errors
+                .iter()
+                .map(|e| json!({"file": e.file, "line": e.line, "rule_id": e.rule_id, "reason": e.reason}))
+                .collect();
+            Ok(Json(json!({"reloaded": false, "generation": state.rules.generation(), "errors": list})))
+        }
+    }
+}

@@ -1,0 +1,402 @@
+//! The protection pipeline end to end, against the production bug replayed by a leaky
+//! upstream (`#splice`: fragments of an earlier request's prompt spliced into a later
+//! answer, 10–30 words, streamed in 40 pieces).
+//!
+//! - One gateway: no 8-word run of another tenant's prompt, and no other tenant's secret,
+//!   reaches any client; every leak is blocked with `content_filter`, carries
+//!   `x-crossguard-audit-id`, and its audit record names the source tenant. A tenant's own
+//!   text echoed back, text three tenants share, and fresh clean answers flow (false-block
+//!   rate ≤ 1%).
+//! - Two gateways sharing one real Redis: the prompt goes through one, the leak through
+//!   the other.
+//! - The embedded store across a gateway restart: audit records are still listed.
+//! - Redis stopped mid-run and restarted: serving goes on (degraded), no record is lost.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use crossguard_e2e::mock_upstream::MockUpstream;
+use crossguard_e2e::own_redis::{free_port, OwnRedis};
+use crossguard_e2e::{sse_data, TestGateway};
+use serde_json::{json, Value};
+
+const TENANTS: [&str; 4] = ["acme", "globex", "initech", "umbrella"];
+const ADMIN: &str = "admin-token-0123456789";
+const FP_KEY: &str = "00112233445566778899aabbccddeeff";
+
+/// Ordinary words: random runs of them are distinctive 8-grams, yet read like prose.
+const VOCAB: &str = "the quarterly report shows revenue growth in northern region while costs of shipping \
+    rose sharply after new contract with supplier was signed last spring our team plans to review \
+    budget before board meeting next month please send updated forecast and include notes about \
+    hiring freeze marketing campaign customer churn product launch delays server migration backup \
+    schedule security audit findings vendor invoice payment terms legal review partner agreement \
+    office move parking permits travel policy expense claims training sessions onboarding checklist \
+    release notes bug triage incident report database upgrade latency spikes weekend maintenance \
+    window support tickets escalation path pricing tiers discount approval warehouse inventory \
+    count supply chain risk weather delays river port customs paperwork pallet labels driver \
+    shortage fuel surcharge regional manager asked for summary of open issues and owners by friday";
+
+/// A tiny deterministic generator (xorshift), so every run sends the same text.
+struct Words {
+    vocab: Vec<&'static str>,
+    state: u64,
+}
+
+impl Words {
+    fn new(seed: u64) -> Words {
+        Words { vocab: VOCAB.split_whitespace().collect(), state: seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1 }
+    }
+
+    fn next(&mut self) -> &'static str {
+        self.state ^= self.state << 13;
+        self.state ^= self.state >> 7;
+        self.state ^= self.state << 17;
+        self.vocab[(self.state % self.vocab.len() as u64) as usize]
+    }
+
+    fn sentence(&mut self, n: usize) -> String {
+        (0..n).map(|_| self.next()).collect::<Vec<_>>().join(" ")
+    }
+}
+
+fn secret_of(tenant: &str) -> String {
+    // A GitHub-token-shaped secret, distinct per tenant (the built-in rules know the shape).
+    let body: String = format!("{tenant}XkJ3pQ9zLm7Wc2Rt8Yv5Nb1Hd6Fg4Sa0Ue").chars().filter(char::is_ascii_alphanumeric).take(36).collect();
+    format!("ghp_{body:0<36}")
+}
+
+/// Normalised words, as the firewall compares them.
+fn norm_words(text: &str) -> Vec<String> {
+    text.split_whitespace()
+        .map(|w| w.chars().filter(|c| c.is_alphanumeric()).flat_map(char::to_lowercase).collect::<String>())
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+/// True if any run of 8 consecutive words of `fragment` appears in `delivered`.
+fn carries_8_words_of(delivered: &str, fragment: &str) -> bool {
+    let d = norm_words(delivered);
+    let f = norm_words(fragment);
+    let runs: HashSet<&[String]> = d.windows(8).collect();
+    f.windows(8).any(|w| runs.contains(w))
+}
+
+fn config(base_url: &str, store: &str) -> String {
+    let mut text = format!("admin_token = \"{ADMIN}\"\n");
+    for t in TENANTS {
+        text.push_str(&format!("[[tenants]]\nid = \"{t}\"\napi_keys = [\"sk-{t}-key\"]\n"));
+    }
+    text.push_str(&format!(
+        "[[models]]\nid = \"mock\"\nbackend = \"upstream\"\nbase_url = \"{base_url}\"\n\
+         [provenance]\nrefresh_interval_ms = 50\n{store}"
+    ));
+    text
+}
+
+/// What one client received.
+struct Delivered {
+    text: String,
+    finish: String,
+    audit_id: Option<String>,
+}
+
+async fn complete(gw: &TestGateway, tenant: &str, messages: Value, stream: bool) -> Delivered {
+    let resp = reqwest::Client::new()
+        .post(gw.url("/v1/chat/completions"))
+        .bearer_auth(format!("sk-{tenant}-key"))
+        .json(&json!({"model": "mock", "stream": stream, "messages": messages}))
+        .send()
+        .await
+        .expect("gateway answers");
+    assert_eq!(resp.status(), 200);
+    let audit_id = resp.headers().get("x-crossguard-audit-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    if stream {
+        let frames = sse_data(&resp.text().await.unwrap());
+        assert_eq!(frames.last().map(String::as_str), Some("[DONE]"));
+        let chunks: Vec<Value> = frames[..frames.len() - 1].iter().map(|f| serde_json::from_str(f).unwrap()).collect();
+        let text = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+        let finish = chunks.iter().filter_map(|c| c["choices"][0]["finish_reason"].as_str()).last().unwrap_or("").to_owned();
+        Delivered { text, finish, audit_id }
+    } else {
+        let v: Value = resp.json().await.unwrap();
+        let text = v["choices"][0]["message"]["content"].as_str().unwrap_or("").to_owned();
+        Delivered { text, finish: v["choices"][0]["finish_reason"].as_str().unwrap_or("").to_owned(), audit_id }
+    }
+}
+
+/// Sends `prompt` as a tenant's first message (the upstream just acknowledges it).
+async fn seed(gw: &TestGateway, tenant: &str, prompt: &str) {
+    let messages = json!([{"role": "user", "content": prompt}, {"role": "assistant", "content": "Noted."}, {"role": "user", "content": "#leak Noted, thanks."}]);
+    let d = complete(gw, tenant, messages, false).await;
+    assert_eq!(d.finish, "stop");
+}
+
+async fn leak(gw: &TestGateway, tenant: &str, request: usize, from: usize, count: usize, stream: bool) -> Delivered {
+    complete(gw, tenant, json!([{"role": "user", "content": format!("#splice {request} {from} {count}")}]), stream).await
+}
+
+async fn admin_get(gw: &TestGateway, path: &str) -> Value {
+    let resp = reqwest::Client::new().get(gw.url(path)).bearer_auth(ADMIN).send().await.unwrap();
+    assert_eq!(resp.status(), 200, "{path}");
+    resp.json().await.unwrap()
+}
+
+/// An audit record by id. A stream's record is written as the stream ends, just after the
+/// client saw `[DONE]`, so this waits for it a little.
+async fn audit_record(gw: &TestGateway, id: &str) -> Value {
+    for _ in 0..200 {
+        let resp = reqwest::Client::new().get(gw.url(&format!("/admin/api/audit/{id}"))).bearer_auth(ADMIN).send().await.unwrap();
+        if resp.status() == 200 {
+            return resp.json().await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no audit record {id}");
+}
+
+/// The first user message of each seeded request, in the order the upstream got them.
+struct Seeded {
+    prompts: Vec<(String, String)>,
+}
+
+impl Seeded {
+    /// Two distinctive prompts per tenant (one holding its secret), then a paragraph that
+    /// acme, globex and initech all send (common text, not a leak when it comes back).
+    async fn run(gw: &TestGateway, words: &mut Words, common: &str) -> Seeded {
+        let mut prompts = Vec::new();
+        for round in 0..2 {
+            for t in TENANTS {
+                let prompt = if round == 0 {
+                    format!("{} my deploy token is {} {}", words.sentence(14), secret_of(t), words.sentence(30))
+                } else {
+                    words.sentence(45)
+                };
+                seed(gw, t, &prompt).await;
+                prompts.push((t.to_owned(), prompt));
+            }
+        }
+        for t in &TENANTS[..3] {
+            seed(gw, t, common).await;
+            prompts.push(((*t).to_owned(), common.to_owned()));
+        }
+        Seeded { prompts }
+    }
+}
+
+#[tokio::test]
+async fn a_leak_storm_delivers_no_foreign_fragment_and_ordinary_traffic_flows() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&config(&mock.base_url(), ""), &[]).await;
+    let mut words = Words::new(7);
+    let common = format!("Company policy reminder: {}", words.sentence(30));
+    let seeded = Seeded::run(&gw, &mut words, &common).await;
+
+    // The storm: every tenant receives fragments of every other tenant's prompts.
+    let mut leaks = 0;
+    for (j, (owner, prompt)) in seeded.prompts.iter().enumerate().take(8) {
+        for (k, victim) in TENANTS.iter().filter(|t| *t != owner).enumerate() {
+            let count = 10 + (j * 7 + k * 5) % 21;
+            let total = prompt.split_whitespace().count();
+            let from = (j * 3 + k * 11) % (total - count);
+            let fragment: String = prompt.split_whitespace().skip(from).take(count).collect::<Vec<_>>().join(" ");
+            let d = leak(&gw, victim, j, from, count, (j + k) % 2 == 0).await;
+            assert!(!carries_8_words_of(&d.text, &fragment), "{victim} got 8+ words of {owner}'s prompt: {:?}", d.text);
+            assert!(!d.text.contains(&secret_of(owner)[..8]), "{victim} got {owner}'s secret");
+            assert_eq!(d.finish, "content_filter", "{victim} <- {owner}: {:?}", d.text);
+            let id = d.audit_id.expect("a blocked response names its audit record");
+            let record = audit_record(&gw, &id).await;
+            assert_eq!(record["tenant"], *victim);
+            assert_eq!(record["action"], "block");
+            let sources: Vec<&str> = record["source_tenants"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+            let secret_rule = record["findings"].as_array().unwrap().iter().any(|f| f["rule_id"] != "foreign-ngram");
+            assert!(sources.contains(&owner.as_str()) || secret_rule, "{record}");
+            assert!(!record.to_string().contains(&fragment), "the audit log never holds the text");
+            leaks += 1;
+        }
+    }
+    assert_eq!(leaks, 24);
+
+    // Ordinary traffic: own text echoed back, common text, and fresh answers.
+    let mut clean = 0;
+    let mut blocked = Vec::new();
+    for (j, (owner, _)) in seeded.prompts.iter().enumerate().take(8) {
+        let own = leak(&gw, owner, j, 20, 15, j % 2 == 0).await;
+        clean += 1;
+        if own.finish != "stop" {
+            blocked.push(format!("{owner} own echo: {}", own.text));
+        }
+    }
+    let common_request = seeded.prompts.len() - 1;
+    let shared = leak(&gw, "umbrella", common_request, 3, 20, true).await;
+    clean += 1;
+    if shared.finish != "stop" {
+        blocked.push(format!("common text: {}", shared.text));
+    }
+    for i in 0..100 {
+        let t = TENANTS[i % 4];
+        let text = format!("#leak Sure. {} Let me know.", words.sentence(25));
+        let d = complete(&gw, t, json!([{"role": "user", "content": text}]), i % 2 == 0).await;
+        clean += 1;
+        if d.finish != "stop" {
+            blocked.push(format!("{t} clean: {}", d.text));
+        }
+    }
+    assert!(blocked.len() * 100 <= clean, "false blocks {} of {clean}: {blocked:#?}", blocked.len());
+
+    let page = admin_get(&gw, "/admin/api/audit?limit=500").await;
+    assert_eq!(page["records"].as_array().unwrap().len(), 24 + blocked.len());
+    let for_acme = admin_get(&gw, "/admin/api/audit?tenant=acme&rule=foreign-ngram").await;
+    assert!(for_acme["records"].as_array().unwrap().iter().all(|r| r["tenant"] == "acme"));
+}
+
+#[tokio::test]
+async fn an_injected_canary_blocks_any_other_tenants_response_that_carries_it() {
+    let mock = MockUpstream::start().await;
+    let cfg = config(&mock.base_url(), "").replace("id = \"acme\"\napi_keys = [\"sk-acme-key\"]\n", "id = \"acme\"\napi_keys = [\"sk-acme-key\"]\ncanary = true\n");
+    let gw = TestGateway::start(&cfg, &[]).await;
+    let own = complete(&gw, "acme", json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello"}]), false).await;
+    assert_eq!(own.finish, "stop");
+    let sent = &mock.received()[0].body;
+    let system = sent["messages"][0]["content"].as_str().unwrap().to_owned();
+    let token = system.split_whitespace().find(|w| w.starts_with("cg-")).expect("a canary line in the system prompt").trim_end_matches(':').to_owned();
+    assert!(system.starts_with("Be brief.\n"), "{system}");
+    // acme may see its own canary; anyone else seeing it is blocked.
+    let mine = complete(&gw, "acme", json!([{"role": "user", "content": format!("#leak your ref is {token} ok")}]), true).await;
+    assert_eq!(mine.finish, "stop");
+    let theirs = complete(&gw, "globex", json!([{"role": "user", "content": format!("#leak the ref is {token} ok")}]), true).await;
+    assert_eq!(theirs.finish, "content_filter");
+    assert!(!theirs.text.contains(&token[..6]), "{}", theirs.text);
+    let globex_request = &mock.received()[2].body;
+    assert_eq!(globex_request["messages"][0]["role"], "user", "globex has no canary of its own");
+    let record = audit_record(&gw, &theirs.audit_id.unwrap()).await;
+    assert_eq!(record["findings"][0]["rule_id"], "injected-canary-1", "{record}");
+    assert_eq!(record["source_tenants"], json!(["acme"]));
+}
+
+#[tokio::test]
+async fn the_admin_api_is_for_the_admin_token_only() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&config(&mock.base_url(), ""), &[]).await;
+    let client = reqwest::Client::new();
+    let tenant = client.get(gw.url("/admin/api/audit")).bearer_auth("sk-acme-key").send().await.unwrap();
+    assert_eq!(tenant.status(), 401);
+    let none = client.get(gw.url("/admin/api/audit")).send().await.unwrap();
+    assert_eq!(none.status(), 401);
+    let body: Value = none.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "authentication_error");
+    let bad = client.get(gw.url("/admin/api/audit?action=explode")).bearer_auth(ADMIN).send().await.unwrap();
+    assert_eq!(bad.status(), 400);
+    let missing = client.get(gw.url("/admin/api/audit/nope")).bearer_auth(ADMIN).send().await.unwrap();
+    assert_eq!(missing.status(), 404);
+
+    let off = TestGateway::start(&config(&mock.base_url(), "").replace(&format!("admin_token = \"{ADMIN}\"\n"), ""), &[]).await;
+    let resp = client.get(off.url("/admin/api/audit")).bearer_auth(ADMIN).send().await.unwrap();
+    assert_eq!(resp.status(), 404);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "admin_disabled");
+}
+
+#[tokio::test]
+async fn two_replicas_on_one_redis_catch_a_leak_of_a_prompt_sent_through_the_other() {
+    let mock = MockUpstream::start().await;
+    let prefix = format!("crossguard-test-{}:", uuid::Uuid::new_v4().simple());
+    let store = format!("[store]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:6379\"\nkey_prefix = \"{prefix}\"\n");
+    let env = [("CROSSGUARD_FINGERPRINT_KEY", FP_KEY)];
+    let a = TestGateway::start(&config(&mock.base_url(), &store), &env).await;
+    let b = TestGateway::start(&config(&mock.base_url(), &store), &env).await;
+    let mut words = Words::new(11);
+    let prompt = words.sentence(40);
+    seed(&a, "globex", &prompt).await;
+    // Replica b pulls what a recorded (every 50 ms here).
+    let mut synced = false;
+    for _ in 0..100 {
+        let health = admin_get(&b, "/admin/api/health").await;
+        if health["provenance"]["tenants"].as_u64().unwrap_or(0) >= 1 {
+            synced = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(synced, "replica b never saw replica a's fingerprints");
+    let d = leak(&b, "acme", 0, 5, 20, true).await;
+    let fragment: String = prompt.split_whitespace().skip(5).take(20).collect::<Vec<_>>().join(" ");
+    assert!(!carries_8_words_of(&d.text, &fragment), "{}", d.text);
+    assert_eq!(d.finish, "content_filter");
+    // The stream's record is written as the stream ends; it is shared, so replica a lists it.
+    let found = audit_record(&a, &d.audit_id.expect("audit id header")).await;
+    assert_eq!(found["source_tenants"], json!(["globex"]), "{found}");
+    delete_keys(&prefix).await;
+}
+
+#[tokio::test]
+async fn embedded_audit_records_survive_a_gateway_restart() {
+    let mock = MockUpstream::start().await;
+    let data = tempfile::tempdir().unwrap();
+    let cfg = format!("data_dir = \"{}\"\n{}", data.path().display(), config(&mock.base_url(), ""));
+    let first = TestGateway::start(&cfg, &[]).await;
+    let mut words = Words::new(3);
+    let prompt = words.sentence(40);
+    seed(&first, "acme", &prompt).await;
+    let d = leak(&first, "globex", 0, 0, 25, false).await;
+    assert_eq!(d.finish, "content_filter");
+    let id = d.audit_id.expect("audit id header");
+    drop(first);
+
+    let second = TestGateway::start(&cfg, &[]).await;
+    let record = audit_record(&second, &id).await;
+    assert_eq!(record["tenant"], "globex");
+    assert_eq!(record["source_tenants"], json!(["acme"]));
+    let page = admin_get(&second, "/admin/api/audit").await;
+    assert_eq!(page["records"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_redis_outage_mid_run_loses_no_audit_record_and_serving_goes_on() {
+    let mock = MockUpstream::start().await;
+    let server = OwnRedis::start(free_port(), tempfile::tempdir().unwrap());
+    let port = server.port();
+    let store = format!("[store]\nkind = \"redis\"\nurl = \"{}\"\nop_timeout_ms = 300\n", server.url());
+    let gw = TestGateway::start(&config(&mock.base_url(), &store), &[("CROSSGUARD_FINGERPRINT_KEY", FP_KEY)]).await;
+    let mut words = Words::new(5);
+    let prompt = words.sentence(40);
+    seed(&gw, "initech", &prompt).await;
+    let mut ids = vec![leak(&gw, "acme", 0, 0, 20, false).await.audit_id.expect("id")];
+
+    let kept = server.stop();
+    for i in 0..4 {
+        let d = leak(&gw, TENANTS[i % 2], 0, i, 20, false).await;
+        assert_eq!(d.finish, "content_filter", "still blocking from local state");
+        ids.push(d.audit_id.expect("id"));
+    }
+    let ready: Value = reqwest::get(gw.url("/readyz")).await.unwrap().json().await.unwrap();
+    assert_eq!(ready["status"], "degraded", "{ready}");
+    assert!(ready["store"]["buffered_audit"].as_u64().unwrap_or(0) >= 1, "{ready}");
+
+    let _server = OwnRedis::start(port, kept);
+    let mut listed = Vec::new();
+    for _ in 0..200 {
+        let resp = reqwest::Client::new().get(gw.url("/admin/api/audit?limit=100")).bearer_auth(ADMIN).send().await.unwrap();
+        if resp.status() == 200 {
+            let page: Value = resp.json().await.unwrap();
+            listed = page["records"].as_array().unwrap().iter().filter_map(|r| r["id"].as_str().map(str::to_owned)).collect();
+            if listed.len() == ids.len() {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    listed.sort();
+    ids.sort();
+    assert_eq!(listed, ids, "every record, once");
+    let ready: Value = reqwest::get(gw.url("/readyz")).await.unwrap().json().await.unwrap();
+    assert_eq!(ready["status"], "ready", "{ready}");
+}
+
+async fn delete_keys(prefix: &str) {
+    let Ok(client) = redis::Client::open("redis://127.0.0.1:6379") else { return };
+    let Ok(mut c) = client.get_multiplexed_async_connection().await else { return };
+    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}*")).query_async(&mut c).await.unwrap_or_default();
+    if !keys.is_empty() {
+        let _: Result<(), _> = redis::cmd("DEL").arg(keys).query_async(&mut c).await;
+    }
+}
