@@ -15,7 +15,7 @@
 //! findings include a block or a redaction, or that failed closed.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -50,7 +50,12 @@ pub struct Protection {
     canary_text: String,
     canary_placement: CanaryPlacement,
     fail_modes: HashMap<String, FailMode>,
+    /// Embedded store only: where the provenance index is snapshotted.
+    snapshot: Option<PathBuf>,
 }
+
+/// How often the embedded store's provenance index is snapshotted (and at shutdown).
+const SNAPSHOT_EVERY: Duration = Duration::from_secs(30);
 
 /// Identity of one response, for its audit record.
 #[derive(Debug, Clone)]
@@ -88,6 +93,14 @@ impl Protection {
         settings.ttl_secs = p.ttl_secs;
         settings.max_hashes = p.max_hashes;
         let index = Arc::new(ProvenanceIndex::new(settings, replica));
+        let snapshot = matches!(config.store, StoreConfig::Memory { .. }).then(|| config.data_dir.join("fingerprints.idx"));
+        if let Some(path) = &snapshot {
+            match index.load(path) {
+                Ok(n) => tracing::info!(entries = n, "provenance index reloaded"),
+                // Not fatal: the index refills from new traffic; the bad file is overwritten.
+                Err(e) => tracing::warn!(path = %path.display(), error = %e, "provenance snapshot not loaded; starting empty"),
+            }
+        }
         let stats = Arc::new(Statistics::new(StatsSettings { min_samples: config.stats.min_samples }));
         let store = Arc::new(store);
         if let Err(e) = stats.sync(&store).await {
@@ -116,7 +129,16 @@ impl Protection {
             canary_text: config.canary.text.clone(),
             canary_placement: config.canary.placement,
             fail_modes,
+            snapshot,
         })
+    }
+
+    /// Snapshots the provenance index if this store keeps one and it changed.
+    fn save_index(&self) {
+        let Some(path) = &self.snapshot else { return };
+        if let Err(e) = self.index.save(path) {
+            tracing::warn!(path = %path.display(), error = %e, "provenance snapshot not written");
+        }
     }
 
     /// Starts the background work: store upkeep (Redis reconnects, audit spool flushes),
@@ -129,6 +151,11 @@ impl Protection {
                 if let Err(e) = p.index.refresh(&p.store).await {
                     tracing::debug!(error = %e, "fingerprint refresh failed");
                 }
+            });
+        }
+        if self.snapshot.is_some() {
+            every(Arc::downgrade(self), SNAPSHOT_EVERY, |p| async move {
+                let _ = tokio::task::spawn_blocking(move || p.save_index()).await;
             });
         }
         every(Arc::downgrade(self), Duration::from_millis(config.stats.sync_interval_ms), |p| async move {
@@ -287,6 +314,13 @@ fn local_key(path: &Path) -> Result<[u8; 16], ProtectionError> {
             Ok(key)
         }
         Err(e) => Err(err(format!("cannot read: {e}"))),
+    }
+}
+
+impl Drop for Protection {
+    /// The last snapshot, at shutdown.
+    fn drop(&mut self) {
+        self.save_index();
     }
 }
 

@@ -14,6 +14,10 @@
 //! no sender is answered with no owners (it still counts in `shared_by`), and once it has a
 //! sender, a tenant that received it is listed too (it already has that text).
 //!
+//! With the embedded store the index is the only copy, so it is snapshotted to a file
+//! ([`ProvenanceIndex::save`], written aside then renamed) and reloaded at start
+//! ([`ProvenanceIndex::load`]), expired owners dropped.
+//!
 //! Invariants: only keyed hashes are held, never text; an owner past its expiry is never
 //! reported; memory is bounded by `max_hashes` (past it, new hashes are not indexed and are
 //! counted in `dropped`, after expired ones have been pruned).
@@ -144,7 +148,16 @@ pub struct ProvenanceIndex {
     inner: RwLock<Inner>,
     cursor: tokio::sync::Mutex<FingerprintCursor>,
     dropped: AtomicU64,
+    /// Bumped by every record or merge; `saved` is its value at the last snapshot.
+    changes: AtomicU64,
+    saved: AtomicU64,
 }
+
+/// One snapshot entry: (hash, tenant word, expiry in Unix seconds).
+type SnapshotEntry = (u64, u32, u64);
+
+/// First bytes of a snapshot file (format version 1).
+const SNAPSHOT_MAGIC: &[u8; 8] = b"CGFPIDX1";
 
 /// Sizes for `/metrics`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,7 +177,79 @@ impl ProvenanceIndex {
             inner: RwLock::new(Inner::default()),
             cursor: tokio::sync::Mutex::new(FingerprintCursor::default()),
             dropped: AtomicU64::new(0),
+            changes: AtomicU64::new(0),
+            saved: AtomicU64::new(0),
         }
+    }
+
+    /// Writes the live owners to `path` (a temporary file, synced, then renamed over it)
+    /// unless nothing changed since the last save. Returns whether it wrote.
+    ///
+    /// Layout (little-endian): magic, tenant count u32, each tenant as u16 length + UTF-8,
+    /// entry count u64, each entry as hash u64, tenant word u32, expiry u64.
+    pub fn save(&self, path: &std::path::Path) -> std::io::Result<bool> {
+        use std::io::Write as _;
+        let changes = self.changes.load(Ordering::Acquire);
+        if changes == self.saved.load(Ordering::Acquire) && path.exists() {
+            return Ok(false);
+        }
+        let now = now_ms() / 1000;
+        // Copied under the read lock, written without it.
+        let (tenants, entries): (Vec<Arc<str>>, Vec<SnapshotEntry>) = {
+            let inner = self.inner.read().unwrap_or_else(|p| p.into_inner());
+            let entries =
+                inner.map.iter().flat_map(|(h, o)| o.as_slice().iter().filter(|(_, e)| *e > now).map(move |(w, e)| (*h, *w, *e))).collect();
+            (inner.tenants.clone(), entries)
+        };
+        let mut buf = Vec::with_capacity(16 + entries.len() * 20);
+        buf.extend_from_slice(SNAPSHOT_MAGIC);
+        buf.extend_from_slice(&(tenants.len() as u32).to_le_bytes());
+        for t in &tenants {
+            let bytes = t.as_bytes();
+            buf.extend_from_slice(&(bytes.len().min(u16::MAX as usize) as u16).to_le_bytes());
+            buf.extend_from_slice(&bytes[..bytes.len().min(u16::MAX as usize)]);
+        }
+        buf.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+        for (h, w, e) in &entries {
+            buf.extend_from_slice(&h.to_le_bytes());
+            buf.extend_from_slice(&w.to_le_bytes());
+            buf.extend_from_slice(&e.to_le_bytes());
+        }
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let tmp = path.with_extension("tmp");
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(&buf)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        self.saved.store(changes, Ordering::Release);
+        Ok(true)
+    }
+
+    /// Merges a snapshot written by [`ProvenanceIndex::save`]; returns the live entries
+    /// loaded. A missing file is an empty index; a malformed one is an error (and nothing
+    /// of it is loaded).
+    pub fn load(&self, path: &std::path::Path) -> std::io::Result<usize> {
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(e),
+        };
+        let (tenants, entries) = parse_snapshot(&bytes)
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "not a provenance snapshot, or truncated"))?;
+        let now = now_ms() / 1000;
+        let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        let ids: Vec<u32> = tenants.iter().map(|t| inner.tenant_id(t)).collect();
+        let mut loaded = 0;
+        for (h, w, e) in entries {
+            let Some(id) = ids.get((w & !RECEIVED) as usize) else { continue };
+            if e > now {
+                self.upsert(&mut inner, h, id | (w & RECEIVED), e, now);
+                loaded += 1;
+            }
+        }
+        Ok(loaded)
     }
 
     pub fn settings(&self) -> &ProvenanceSettings {
@@ -184,6 +269,7 @@ impl ProvenanceIndex {
         let refresh_before = now + self.settings.ttl_secs / 2;
         let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
         let word = inner.tenant_id(tenant) | role_bit(role);
+        self.changes.fetch_add(1, Ordering::AcqRel);
         hashes.retain(|h| match self.upsert(&mut inner, *h, word, expires, now) {
             Some(old) => old <= refresh_before,
             None => true,
@@ -220,6 +306,7 @@ impl ProvenanceIndex {
         }
         let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
         let word = inner.tenant_id(&batch.tenant) | role_bit(batch.role);
+        self.changes.fetch_add(1, Ordering::AcqRel);
         for h in &batch.hashes {
             self.upsert(&mut inner, *h, word, batch.expires_at_s, now);
         }
@@ -283,6 +370,36 @@ impl ProvenanceIndex {
     }
 }
 
+/// The tenants and (hash, tenant word, expiry) entries of a snapshot; `None` if malformed.
+fn parse_snapshot(bytes: &[u8]) -> Option<(Vec<String>, Vec<SnapshotEntry>)> {
+    let mut at = bytes.strip_prefix(SNAPSHOT_MAGIC.as_slice())?;
+    let mut take = |n: usize| -> Option<&[u8]> {
+        let (head, rest) = (at.get(..n)?, at.get(n..)?);
+        at = rest;
+        Some(head)
+    };
+    let count = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
+    let mut tenants = Vec::with_capacity(count.min(1 << 16));
+    for _ in 0..count {
+        let len = u16::from_le_bytes(take(2)?.try_into().ok()?) as usize;
+        tenants.push(String::from_utf8(take(len)?.to_vec()).ok()?);
+    }
+    let n = u64::from_le_bytes(take(8)?.try_into().ok()?);
+    let n = usize::try_from(n).ok()?;
+    // Checked against the bytes left before allocating: a corrupt count cannot exhaust memory.
+    let body = take(n.checked_mul(20)?)?;
+    let entries = body
+        .chunks_exact(20)
+        .map(|c| {
+            let h = u64::from_le_bytes(c[..8].try_into().unwrap_or_default());
+            let w = u32::from_le_bytes(c[8..12].try_into().unwrap_or_default());
+            let e = u64::from_le_bytes(c[12..].try_into().unwrap_or_default());
+            (h, w, e)
+        })
+        .collect();
+    Some((tenants, entries))
+}
+
 fn role_bit(role: Role) -> u32 {
     match role {
         Role::Sent => 0,
@@ -309,6 +426,28 @@ mod tests {
 
     fn first_hash(text: &str) -> u64 {
         firewall::fingerprints(text, &KEY, 4)[0]
+    }
+
+    #[test]
+    fn a_snapshot_restores_owners_and_roles_and_a_corrupt_one_loads_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fingerprints.idx");
+        let idx = index("r1");
+        idx.record("acme", Role::Sent, TEXT);
+        idx.record("globex", Role::Received, TEXT);
+        assert!(idx.save(&path).unwrap());
+        assert!(!idx.save(&path).unwrap(), "unchanged: not rewritten");
+        let back = index("r1");
+        assert_eq!(back.load(&path).unwrap(), 2 * firewall::fingerprints(TEXT, &KEY, 4).len());
+        assert_eq!(back.owners(first_hash(TEXT)), idx.owners(first_hash(TEXT)));
+        let bytes = std::fs::read(&path).unwrap();
+        for cut in [0, 9, bytes.len() / 2, bytes.len() - 1] {
+            std::fs::write(&path, &bytes[..cut]).unwrap();
+            let fresh = index("r1");
+            assert!(fresh.load(&path).is_err(), "cut at {cut}");
+            assert_eq!(fresh.size().hashes, 0);
+        }
+        assert_eq!(index("r1").load(&dir.path().join("missing")).unwrap(), 0);
     }
 
     #[test]

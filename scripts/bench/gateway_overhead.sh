@@ -1,22 +1,28 @@
 #!/usr/bin/env bash
-# Gateway overhead (issue 2): the same load sent straight to a fast mock upstream and
-# through crossguard in front of it, back to back, on loopback.
+# Gateway overhead: the same load sent straight to a fast mock upstream and through
+# crossguard in front of it (full firewall and protection pipeline on), back to back, on
+# loopback — and, when LITELLM_BIN names a LiteLLM proxy executable, through LiteLLM on the
+# same mock in the same run (one worker, no database).
 #
 #   scripts/bench/gateway_overhead.sh            # build (release), run, print tables
+#   python3 -m venv /tmp/litellm && /tmp/litellm/bin/pip install 'litellm[proxy]'
+#   LITELLM_BIN=/tmp/litellm/bin/litellm scripts/bench/gateway_overhead.sh
 #
-# Scenarios, each run REPS times (direct then crossguard, alternating):
+# Scenarios, each run REPS times (direct, crossguard, litellm, alternating):
 #   c1, c16, c64   non-streaming, closed loop at concurrency 1, 16, 64
-#   r1000          non-streaming, open loop at 1,000 req/s
-#   s1, s16        streaming (16 content chunks), closed loop at concurrency 1, 16
+#   r1000          non-streaming, open loop at 1,000 req/s (not sent to LiteLLM: it would
+#                  only queue)
+#   s1, s16        streaming (STREAM_CHUNKS content chunks), closed loop at concurrency 1, 16
 # Every run: WARMUP_S seconds not counted, then SECONDS_PER_RUN measured. CPU time per
 # request of the server hit (the mock for direct runs, the gateway for the others) comes
 # from /proc/<pid>/stat (utime + stime) around each run.
 # Raw lines go to $OUT_DIR/runs.jsonl, the tables to stdout and $OUT_DIR/summary.md.
 #
 # Knobs (environment): SECONDS_PER_RUN (4), WARMUP_S (1), REPS (3), MOCK_PORT (19001),
-# GATEWAY_PORT (19002), OUT_DIR (target/bench/gateway_overhead), SKIP_BUILD=1.
-# The measured part takes about 6 × 2 × REPS × (SECONDS_PER_RUN + WARMUP_S) s = 3 min
-# with the defaults, and is cut off at 4 minutes.
+# GATEWAY_PORT (19002), LITELLM_PORT (19003), STREAM_CHUNKS (40),
+# OUT_DIR (target/bench/gateway_overhead), SKIP_BUILD=1, LITELLM_BIN.
+# The measured part takes about 6 × REPS × (SECONDS_PER_RUN + WARMUP_S) s = 1.5 min per
+# target with the defaults, and is cut off at 8 minutes.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -26,11 +32,14 @@ WARMUP_S=${WARMUP_S:-1}
 REPS=${REPS:-3}
 MOCK_PORT=${MOCK_PORT:-19001}
 GATEWAY_PORT=${GATEWAY_PORT:-19002}
+LITELLM_PORT=${LITELLM_PORT:-19003}
+STREAM_CHUNKS=${STREAM_CHUNKS:-40}
+LITELLM_BIN=${LITELLM_BIN:-}
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 OUT_DIR=${OUT_DIR:-$TARGET_DIR/bench/gateway_overhead}
 BIN=$TARGET_DIR/release
 KEY=sk-bench-1
-DEADLINE=$((SECONDS + 240))
+DEADLINE=$((SECONDS + 480))
 
 if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
   echo "== building (release): crossguard, mock_upstream, loadgen" >&2
@@ -59,7 +68,7 @@ wait_for() { # url: until it answers, at most 10 s
   echo "no answer from $1" >&2; return 1
 }
 
-"$BIN/examples/mock_upstream" --port "$MOCK_PORT" --threads 1 --stream-chunks 16 >"$WORK/mock.log" 2>&1 &
+"$BIN/examples/mock_upstream" --port "$MOCK_PORT" --threads 1 --stream-chunks "$STREAM_CHUNKS" >"$WORK/mock.log" 2>&1 &
 MOCK_PID=$!
 PIDS+=("$MOCK_PID")
 cat >"$WORK/crossguard.toml" <<EOF
@@ -85,6 +94,29 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 
+LITELLM_PID=
+if [[ -n "$LITELLM_BIN" ]]; then
+  cat >"$WORK/litellm.yaml" <<EOF
+model_list:
+  - model_name: mock
+    litellm_params:
+      model: openai/mock
+      api_base: http://127.0.0.1:$MOCK_PORT/v1
+      api_key: unused
+general_settings:
+  master_key: $KEY
+EOF
+  "$LITELLM_BIN" --config "$WORK/litellm.yaml" --host 127.0.0.1 --port "$LITELLM_PORT" --num_workers 1 >"$WORK/litellm.log" 2>&1 &
+  LITELLM_PID=$!
+  PIDS+=("$LITELLM_PID")
+  for _ in $(seq 900); do
+    curl -fs -o /dev/null -H "Authorization: Bearer $KEY" "http://127.0.0.1:$LITELLM_PORT/v1/models" && break
+    sleep 0.1
+  done
+  curl -fs -o /dev/null -H "Authorization: Bearer $KEY" "http://127.0.0.1:$LITELLM_PORT/v1/models" \
+    || { echo "LiteLLM did not come up; its log:" >&2; tail -30 "$WORK/litellm.log" >&2; exit 1; }
+fi
+
 DIRECT=http://127.0.0.1:$MOCK_PORT/v1/chat/completions
 THROUGH=http://127.0.0.1:$GATEWAY_PORT/v1/chat/completions
 RUNS=$OUT_DIR/runs.jsonl
@@ -95,7 +127,11 @@ one() { # scenario rep target -- loadgen args...
   shift 4
   if (( SECONDS > DEADLINE )); then echo "time budget spent; skipping $scenario/$rep/$target" >&2; return 0; fi
   # CPU per request of the server the load hits: the mock alone, or the gateway.
-  if [[ $target == direct ]]; then url=$DIRECT pid=$MOCK_PID; else url=$THROUGH pid=$GATEWAY_PID; fi
+  case $target in
+    direct) url=$DIRECT pid=$MOCK_PID ;;
+    crossguard) url=$THROUGH pid=$GATEWAY_PID ;;
+    litellm) url=http://127.0.0.1:$LITELLM_PORT/v1/chat/completions pid=$LITELLM_PID ;;
+  esac
   timeout 60 "$BIN/examples/loadgen" run --url "$url" --key "$KEY" --model mock \
     --duration-s "$SECONDS_PER_RUN" --warmup-s "$WARMUP_S" --cpu-pid "$pid" \
     --label "scenario=$scenario" --label "target=$target" --label "rep=$rep" "$@" | tee -a "$RUNS" >&2
@@ -107,6 +143,7 @@ scenario() { # name -- loadgen args...
   for rep in $(seq "$REPS"); do
     one "$name" "$rep" direct -- "$@"
     one "$name" "$rep" crossguard -- "$@"
+    if [[ -n "$LITELLM_PID" && $name != r1000 ]]; then one "$name" "$rep" litellm -- "$@"; fi
   done
 }
 

@@ -16,10 +16,10 @@
 //! CPU time (utime + stime from `/proc/PID/stat`) over the whole run, warm-up included, is
 //! divided by every request completed, warm-up included. One JSON line goes to stdout.
 //!
-//! `loadgen summarize FILE` reads those lines (labelled `scenario`, `target` = `direct` or
-//! `crossguard`, `rep`) and prints Markdown tables of medians over the repetitions; an
-//! "added" figure is the median over repetitions of (crossguard − direct) of the same
-//! repetition, which were run back to back.
+//! `loadgen summarize FILE` reads those lines (labelled `scenario`, `target` = `direct`,
+//! `crossguard` or a peer gateway such as `litellm`, `rep`) and prints Markdown tables of
+//! medians over the repetitions; an "added" figure is the median over repetitions of
+//! (gateway − direct) of the same repetition, which were run back to back.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -363,7 +363,12 @@ fn med(runs: &Runs, target: &str, pointer: &str) -> Option<f64> {
 
 /// Median over repetitions of (crossguard − direct), pairing runs by `rep`.
 fn added(runs: &Runs, pointer: &str) -> Option<f64> {
-    let (direct, through) = (runs.get("direct")?, runs.get("crossguard")?);
+    added_by(runs, "crossguard", pointer)
+}
+
+/// Median over repetitions of (`target` − direct), pairing runs by `rep`.
+fn added_by(runs: &Runs, target: &str, pointer: &str) -> Option<f64> {
+    let (direct, through) = (runs.get("direct")?, runs.get(target)?);
     let diffs = through
         .iter()
         .filter_map(|(rep, t)| Some(figure(t, pointer)? - figure(direct.get(rep)?, pointer)?))
@@ -423,6 +428,28 @@ fn stream_row(name: &str, runs: &Runs) -> String {
     )
 }
 
+/// crossguard against a peer gateway (`target` = `litellm`) on the same mock, same run.
+fn peer_row(name: &str, runs: &Runs, peer: &str) -> String {
+    let (l50, l99, rps, t50, cpu) = ("/latency_us/p50", "/latency_us/p99", "/rps", "/ttfb_us/p50", "/cpu_us_per_req");
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.1}×", a / b),
+        _ => "–".to_owned(),
+    };
+    format!(
+        "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+        ms(added_by(runs, "crossguard", l50)),
+        ms(added_by(runs, peer, l50)),
+        ms(added_by(runs, peer, l99)),
+        ms(med(runs, peer, t50)),
+        num(med(runs, "crossguard", rps)),
+        num(med(runs, peer, rps)),
+        ratio(med(runs, "crossguard", rps), med(runs, peer, rps)),
+        num(med(runs, "crossguard", cpu)),
+        num(med(runs, peer, cpu)),
+        ratio(med(runs, peer, cpu), med(runs, "crossguard", cpu)),
+    )
+}
+
 /// Reads the run lines into scenario -> runs, keeping the scenarios' first-seen order.
 fn read_runs(text: &str) -> Result<Vec<(String, Runs)>, String> {
     let mut scenarios: Vec<(String, Runs)> = Vec::new();
@@ -453,6 +480,14 @@ fn summarize(text: &str) -> Result<String, String> {
         "| streaming | direct TTFB p50 | direct TTFB p99 | crossguard TTFB p50 | crossguard TTFB p99 | added TTFB p50 | added TTFB p99 | direct end p50 | crossguard end p50 | added end p99 | mock CPU µs/req | gateway CPU µs/req | errors |".to_owned(),
         "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|".to_owned(),
     ];
+    let peer = scenarios.iter().flat_map(|(_, runs)| runs.keys()).find(|t| !matches!(t.as_str(), "direct" | "crossguard")).cloned();
+    let mut peers = match &peer {
+        Some(p) => vec![
+            format!("| vs {p} | crossguard added p50 | {p} added p50 | {p} added p99 | {p} TTFB p50 | crossguard req/s | {p} req/s | req/s ratio | crossguard CPU µs/req | {p} CPU µs/req | CPU ratio |"),
+            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|".to_owned(),
+        ],
+        None => Vec::new(),
+    };
     let mut loads = Vec::new();
     for (name, runs) in &scenarios {
         let head = first(runs);
@@ -465,6 +500,9 @@ fn summarize(text: &str) -> Result<String, String> {
         } else {
             closed.push(closed_row(&label, runs));
         }
+        if let Some(p) = peer.as_ref().filter(|p| runs.contains_key(*p)) {
+            peers.push(peer_row(&label, runs, p));
+        }
         loads.extend(runs.values().flat_map(|m| m.values()).filter_map(|r| r["loadavg_1m"].as_f64()));
     }
     let load_range = match (loads.iter().copied().reduce(f64::min), loads.iter().copied().reduce(f64::max)) {
@@ -472,9 +510,10 @@ fn summarize(text: &str) -> Result<String, String> {
         _ => "load average: not recorded".to_owned(),
     };
     Ok(format!(
-        "Latencies in ms (medians over repetitions); added = median of per-repetition (crossguard − direct).\n\n{}\n\n{}\n\n{load_range}\n",
+        "Latencies in ms (medians over repetitions); added = median of per-repetition (crossguard − direct).\n\n{}\n\n{}\n\n{}{load_range}\n",
         closed.join("\n"),
-        stream.join("\n")
+        stream.join("\n"),
+        if peers.is_empty() { String::new() } else { format!("{}\n\n", peers.join("\n")) }
     ))
 }
 

@@ -12,7 +12,8 @@ use gateway::state::AppState;
 /// A gateway serving on 127.0.0.1:0 until dropped.
 pub struct TestGateway {
     pub addr: SocketAddr,
-    _shutdown: tokio::sync::oneshot::Sender<()>,
+    shutdown: tokio::sync::oneshot::Sender<()>,
+    served: tokio::task::JoinHandle<()>,
     /// The data directory when the config names none (audit log, fingerprint key).
     _data_dir: Option<tempfile::TempDir>,
 }
@@ -32,13 +33,20 @@ impl TestGateway {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind gateway");
         let addr = listener.local_addr().expect("gateway address");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(async move {
+        let served = tokio::spawn(async move {
             let _ = gateway::server::serve(state, listener, async {
                 let _ = rx.await;
             })
             .await;
         });
-        TestGateway { addr, _shutdown: tx, _data_dir: data_dir }
+        TestGateway { addr, shutdown: tx, served, _data_dir: data_dir }
+    }
+
+    /// Shuts the gateway down gracefully and waits until it has stopped (its state, and
+    /// with it the embedded store's last snapshot, written).
+    pub async fn stop(self) {
+        let _ = self.shutdown.send(());
+        let _ = self.served.await;
     }
 
     /// `http://127.0.0.1:PORT`

@@ -9,7 +9,8 @@
 //!   rate ≤ 1%).
 //! - Two gateways sharing one real Redis: the prompt goes through one, the leak through
 //!   the other.
-//! - The embedded store across a gateway restart: audit records are still listed.
+//! - The embedded store across a gateway restart: audit records are still listed, and the
+//!   provenance index is back.
 //! - Redis stopped mid-run and restarted: serving goes on (degraded), no record is lost.
 
 use std::collections::HashSet;
@@ -340,7 +341,8 @@ async fn embedded_audit_records_survive_a_gateway_restart() {
     let d = leak(&first, "globex", 0, 0, 25, false).await;
     assert_eq!(d.finish, "content_filter");
     let id = d.audit_id.expect("audit id header");
-    drop(first);
+    first.stop().await;
+    assert!(data.path().join("fingerprints.idx").exists(), "the index is snapshotted at shutdown");
 
     let second = TestGateway::start(&cfg, &[]).await;
     let record = audit_record(&second, &id).await;
@@ -348,6 +350,9 @@ async fn embedded_audit_records_survive_a_gateway_restart() {
     assert_eq!(record["source_tenants"], json!(["acme"]));
     let page = admin_get(&second, "/admin/api/audit").await;
     assert_eq!(page["records"].as_array().unwrap().len(), 1);
+    // The provenance index came back too: a leak of the pre-restart prompt is still caught.
+    let again = leak(&second, "initech", 0, 10, 20, false).await;
+    assert_eq!(again.finish, "content_filter", "{}", again.text);
 }
 
 #[tokio::test]
