@@ -220,6 +220,11 @@ impl Guard {
     }
 
     fn push(&mut self, index: u32, channel: Channel, text: &str, entries: Vec<Value>, signals: Option<&TokenSignals>) -> Step {
+        // An upstream's logprobs give per-token signals too, when its entries spell the text.
+        let tokens = match signals {
+            None => upstream_tokens(text, &entries),
+            Some(_) => Vec::new(),
+        };
         let s = self.scanned(index, channel);
         let start = s.pushed;
         s.pushed += text.len();
@@ -229,6 +234,16 @@ impl Guard {
             let token_len = entry.get("token").and_then(Value::as_str).map_or(0, str::len);
             offset = if i + 1 == count { s.pushed } else { (offset + token_len).min(s.pushed) };
             s.pending_logprobs.push_back((offset, entry));
+        }
+        if !tokens.is_empty() {
+            let mut step = Step { release: String::new(), findings: Vec::new(), action: Action::Allow };
+            for (piece, signals) in &tokens {
+                let next = self.scan(index, channel, piece, |scanner| scanner.push_token(piece, signals));
+                step.release.push_str(&next.release);
+                step.findings.extend(next.findings);
+                step.action = step.action.max(next.action);
+            }
+            return step;
         }
         self.scan(index, channel, text, |scanner| match signals {
             Some(signals) => scanner.push_token(text, signals),
@@ -377,6 +392,39 @@ impl Guard {
     }
 }
 
+/// The (token text, signals) of an upstream delta whose logprob entries spell its text
+/// exactly; empty otherwise (the text is then scanned as plain text). The predictive
+/// entropy comes from `top_logprobs` (the probability left outside them counted as one
+/// more outcome, so it is a lower bound).
+fn upstream_tokens(text: &str, entries: &[Value]) -> Vec<(String, TokenSignals)> {
+    let tokens: Vec<(&str, f64)> = entries
+        .iter()
+        .filter_map(|e| Some((e.get("token")?.as_str()?, e.get("logprob")?.as_f64()?)))
+        .collect();
+    if tokens.is_empty() || tokens.len() != entries.len() || tokens.iter().map(|(t, _)| t.len()).sum::<usize>() != text.len() {
+        return Vec::new();
+    }
+    if tokens.iter().map(|(t, _)| *t).collect::<String>() != text {
+        return Vec::new();
+    }
+    tokens
+        .into_iter()
+        .zip(entries)
+        .map(|((token, logprob), entry)| {
+            let top: Vec<f64> = entry
+                .get("top_logprobs")
+                .and_then(Value::as_array)
+                .map(|t| t.iter().filter_map(|x| x.get("logprob").and_then(Value::as_f64)).map(f64::exp).collect())
+                .unwrap_or_default();
+            let entropy = (!top.is_empty()).then(|| {
+                let rest = (1.0 - top.iter().sum::<f64>()).max(0.0);
+                top.iter().chain(std::iter::once(&rest)).filter(|p| **p > 0.0).map(|p| -p * p.ln()).sum::<f64>()
+            });
+            (token.to_owned(), TokenSignals { logprob: Some(logprob), entropy, owners: Vec::new() })
+        })
+        .collect()
+}
+
 fn is_empty_delta(d: &ChoiceDelta) -> bool {
     d.role.is_none() && d.content.is_none() && d.refusal.is_none() && d.tool_calls.is_empty() && d.logprobs.is_empty()
 }
@@ -490,6 +538,29 @@ must_not_match = ["rid_1"]
         assert_eq!(entries.len(), 4);
         let tokens: Vec<&str> = entries.iter().map(|e| e["token"].as_str().unwrap()).collect();
         assert_eq!(tokens, ["id ", "", "", " ok"]);
+    }
+
+    #[test]
+    fn upstream_logprobs_feed_the_statistics() {
+        struct NoBaseline;
+        impl firewall::Baselines for NoBaseline {
+            fn baseline(&self, _: &str, _: firewall::Metric) -> Option<firewall::Baseline> {
+                None
+            }
+        }
+        let detectors = Detectors { entropy: Some(firewall::EntropyConfig::new(Arc::new(NoBaseline))), ..Detectors::default() };
+        let mut g = Guard::new(Arc::new(Ruleset::empty()), ScanContext::new("acme"), Arc::new(detectors), 1);
+        let entry = |t: &str, lp: f64| serde_json::json!({"token": t, "logprob": lp, "top_logprobs": [{"token": t, "logprob": lp}]});
+        let delta = ChoiceDelta { index: 0, content: Some("Hello world".into()), logprobs: vec![entry("Hello", -0.5), entry(" world", -1.5)], ..Default::default() };
+        let mut out = g.apply(BackendEvent::Delta(delta));
+        out.extend(g.apply(BackendEvent::Finish { index: 0, reason: "stop".into() }));
+        assert_eq!(released(&out), "Hello world");
+        let obs: Vec<_> = g.observations().collect();
+        assert_eq!(obs[0].surprisal.count, 2);
+        assert!((obs[0].surprisal.mean - 1.0).abs() < 1e-9);
+        assert_eq!(obs[0].predictive_entropy.count, 2);
+        // Entries that do not spell the text leave it plain text.
+        assert!(upstream_tokens("Hello", &[entry("Help", -0.1)]).is_empty());
     }
 
     #[test]
