@@ -52,7 +52,12 @@ pub struct Protection {
     fail_modes: HashMap<String, FailMode>,
     /// Embedded store only: where the provenance index is snapshotted.
     snapshot: Option<PathBuf>,
+    /// Every audit record written by this replica, as it is written (live views).
+    written: tokio::sync::broadcast::Sender<Arc<AuditRecord>>,
 }
+
+/// Audit records a slow live subscriber may fall behind by before it misses some.
+const LIVE_BUFFER: usize = 256;
 
 /// How often the embedded store's provenance index is snapshotted (and at shutdown).
 const SNAPSHOT_EVERY: Duration = Duration::from_secs(30);
@@ -130,6 +135,7 @@ impl Protection {
             canary_placement: config.canary.placement,
             fail_modes,
             snapshot,
+            written: tokio::sync::broadcast::channel(LIVE_BUFFER).0,
         })
     }
 
@@ -270,9 +276,19 @@ impl Protection {
         })
     }
 
-    /// Writes `record` to the audit log; `Ok` once it is durable.
+    /// Writes `record` to the audit log; `Ok` once it is durable (and then announced to
+    /// [`Protection::subscribe`]rs).
     pub async fn audit(&self, record: &AuditRecord) -> Result<(), StoreError> {
-        self.store.append_audit(record).await
+        self.store.append_audit(record).await?;
+        // No subscriber is not an error.
+        let _ = self.written.send(Arc::new(record.clone()));
+        Ok(())
+    }
+
+    /// Audit records as this replica writes them, from now on (a lagging receiver is told
+    /// how many it missed).
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Arc<AuditRecord>> {
+        self.written.subscribe()
     }
 
     /// Writes `record` in the background (a stream that already ended cannot wait).
