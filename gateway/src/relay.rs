@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 
 use bytes::Bytes;
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 
 use crate::api::response::{
     ChatChunk, ChatCompletion, Choice, ChunkChoice, Delta, FunctionCall, Logprobs, Message, ToolCall, UsageField,
@@ -20,6 +20,9 @@ use crate::api::Usage;
 use crate::backend::{BackendEvent, BackendResponse, ChoiceDelta, EventStream};
 use crate::error::ApiError;
 use crate::guard::Guard;
+
+/// A batch of frames stops growing past this many bytes.
+const COALESCE_BYTES: usize = 16 * 1024;
 
 /// Identity of the response being relayed.
 #[derive(Debug, Clone)]
@@ -82,40 +85,53 @@ impl Drop for StreamState {
 
 impl StreamState {
     /// The next non-empty batch of frames (the stream's tail when the backend is done).
+    /// Events the backend has already produced are taken in the same batch, so a fast
+    /// upstream's burst goes out in one write rather than one per chunk; nothing waits for
+    /// events that are not there yet.
     async fn next_frames(&mut self) -> Bytes {
+        let mut out = Vec::new();
         loop {
             let next = match self.events.as_mut() {
-                Some(events) => events.next().await,
                 None => None,
+                Some(events) if out.is_empty() => events.next().await,
+                Some(events) => match events.next().now_or_never() {
+                    Some(next) => next,
+                    None => break,
+                },
             };
-            let released = match next {
-                Some(Ok(event)) => self.guard.apply(event),
+            match next {
+                Some(Ok(event)) => {
+                    let released = self.guard.apply(event);
+                    if self.guard.blocked() && self.guard.all_finished() {
+                        // Stop the backend now: dropping its stream aborts the generation or request.
+                        self.events = None;
+                    }
+                    out.extend_from_slice(&self.frames(released));
+                }
                 Some(Err(error)) => {
                     self.end();
-                    return error_frame(&error);
+                    out.extend_from_slice(&error_frame(&error));
+                    break;
                 }
                 None => {
                     let rest = self.guard.finish_all();
-                    let mut tail = self.frames(rest);
+                    let tail = self.frames(rest);
+                    out.extend_from_slice(&tail);
                     self.end();
                     if self.meta.include_usage {
                         if let Some(usage) = self.usage {
-                            tail.extend_from_slice(&self.chunk(Vec::new(), UsageField::Some(usage)));
+                            out.extend_from_slice(&self.chunk(Vec::new(), UsageField::Some(usage)));
                         }
                     }
-                    tail.extend_from_slice(b"data: [DONE]\n\n");
-                    return Bytes::from(tail);
+                    out.extend_from_slice(b"data: [DONE]\n\n");
+                    break;
                 }
-            };
-            if self.guard.blocked() && self.guard.all_finished() {
-                // Stop the backend now: dropping its stream aborts the generation or request.
-                self.events = None;
             }
-            let frames = self.frames(released);
-            if !frames.is_empty() {
-                return Bytes::from(frames);
+            if out.len() >= COALESCE_BYTES {
+                break;
             }
         }
+        Bytes::from(out)
     }
 
     fn end(&mut self) {
