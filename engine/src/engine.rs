@@ -5,18 +5,22 @@
 //! become a stop sequence, hand a [`TokenEvent`] to the caller — until an end-of-
 //! generation token, a stop sequence, the token budget, or the caller says stop.
 //!
-//! Invariants: every request gets its own KV cache and sampler (nothing of one request is
-//! visible to another); text a stop sequence covers is never handed out; each generated
-//! token yields exactly one event, so `completion_tokens` equals the events delivered.
-//! `generate` blocks: callers on an async runtime run it on a blocking thread.
+//! Invariants: every request gets its own sequence in the shared KV pool, owned by its
+//! tenant (it reads no other tenant's blocks; only the tenant's own cached prefixes are
+//! shared) and its own sampler; each event names the tenants whose KV the step read;
+//! text a stop sequence covers is never handed out; each generated token yields exactly
+//! one event, so `completion_tokens` equals the events delivered. `generate` blocks:
+//! callers on an async runtime run it on a blocking thread.
 
 use std::ops::ControlFlow;
 use std::path::Path;
 
 use crate::backend::cpu::Cpu;
 use crate::error::{Error, Result};
+use crate::fault::FaultConfig;
 use crate::gguf::GgufFile;
-use crate::model::{self, KvCache, Llama, LlamaConfig, Scratch};
+use crate::kv::{BlockShape, KvPool, KvStats, Owner, SequenceKv, Tenant, DEFAULT_BLOCK_TOKENS};
+use crate::model::{self, Llama, LlamaConfig, Scratch};
 use crate::sample::{Sampled, Sampler, MAX_TOP_LOGPROBS};
 use crate::stop::StopMatcher;
 use crate::template::{ChatMessage, ChatTemplate};
@@ -30,6 +34,9 @@ const PREFILL_BATCH_TOKENS: usize = 512;
 /// Context window when neither the options nor the model say otherwise.
 const DEFAULT_CONTEXT_TOKENS: usize = 8192;
 
+/// Default KV pool size, in full context windows.
+const DEFAULT_POOL_CONTEXTS: usize = 4;
+
 /// How to load and run the model.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineOptions {
@@ -42,6 +49,23 @@ pub struct EngineOptions {
 impl Default for EngineOptions {
     fn default() -> Self {
         EngineOptions { threads: std::thread::available_parallelism().map_or(1, |n| n.get()), ctx_tokens: 0 }
+    }
+}
+
+/// How the KV cache is laid out and which isolation defences are (exceptionally) off.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KvOptions {
+    /// Positions per KV block (a power of two).
+    pub block_tokens: usize,
+    /// Positions the whole pool holds; 0 means four context windows. Memory is touched
+    /// only as blocks are used.
+    pub pool_tokens: usize,
+    pub fault: FaultConfig,
+}
+
+impl Default for KvOptions {
+    fn default() -> Self {
+        KvOptions { block_tokens: DEFAULT_BLOCK_TOKENS, pool_tokens: 0, fault: FaultConfig::default() }
     }
 }
 
@@ -77,6 +101,9 @@ pub struct TokenEvent {
     /// Predictive entropy of the model's distribution at this step, in nats.
     pub entropy: f32,
     pub top_logprobs: Vec<TopLogprob>,
+    /// Tenants whose KV blocks attention read to produce this token: normally exactly the
+    /// request's own tenant (sorted, no repeats).
+    pub owners: Vec<Tenant>,
 }
 
 /// Why generation ended.
@@ -107,11 +134,18 @@ pub struct Engine {
     template: ChatTemplate,
     cpu: Cpu,
     ctx: usize,
+    pool: KvPool,
 }
 
 impl Engine {
-    /// Loads the GGUF at `path`: weights, tokenizer and chat template.
+    /// Loads the GGUF at `path`: weights, tokenizer and chat template, with the default
+    /// KV cache (every isolation defence on).
     pub fn load(path: &Path, options: EngineOptions) -> Result<Engine> {
+        Engine::load_with(path, options, KvOptions::default())
+    }
+
+    /// [`Engine::load`] with a KV cache laid out (and, for tests, weakened) as `kv` says.
+    pub fn load_with(path: &Path, options: EngineOptions, kv: KvOptions) -> Result<Engine> {
         let file = GgufFile::open(path)?;
         let tokenizer = Tokenizer::from_gguf(&file)?;
         let template = ChatTemplate::from_gguf(&file)?;
@@ -119,9 +153,22 @@ impl Engine {
         let model = Llama::from_gguf(&file, config)?;
         let trained = if model.config.context_length == 0 { DEFAULT_CONTEXT_TOKENS } else { model.config.context_length };
         let ctx = if options.ctx_tokens == 0 { trained } else { options.ctx_tokens.min(trained) };
+        let shape = BlockShape { layers: model.config.n_layer, block_tokens: kv.block_tokens, kv_dim: model.config.kv_dim() };
+        let pool_tokens = if kv.pool_tokens == 0 { DEFAULT_POOL_CONTEXTS * ctx } else { kv.pool_tokens.max(ctx) };
+        let pool = KvPool::new(shape, pool_tokens.div_ceil(kv.block_tokens.max(1)), kv.fault)?;
         let cpu = Cpu::new(options.threads.max(1));
-        tracing::info!(path = %path.display(), layers = model.config.n_layer, ctx, threads = cpu.pool.threads(), kernels = cpu.kernels(), "model loaded");
-        Ok(Engine { model, tokenizer, template, cpu, ctx })
+        tracing::info!(path = %path.display(), layers = model.config.n_layer, ctx, threads = cpu.pool.threads(), kernels = cpu.kernels(), kv_blocks = pool.total_blocks(), kv_block_tokens = shape.block_tokens, "model loaded");
+        Ok(Engine { model, tokenizer, template, cpu, ctx, pool })
+    }
+
+    /// The KV pool's counters (blocks, zero-fills, isolation violations, prefix hits).
+    pub fn kv_stats(&self) -> KvStats {
+        self.pool.stats()
+    }
+
+    /// The KV pool (for isolation tests and accounting audits).
+    pub fn kv_pool(&self) -> &KvPool {
+        &self.pool
     }
 
     pub fn tokenizer(&self) -> &Tokenizer {
@@ -163,7 +210,8 @@ impl Engine {
     /// (0: the default prefill batch), by the fast path or by the plain f32 reference
     /// path. For tests and benchmarks.
     pub fn prompt_logits(&self, prompt: &[u32], batch_tokens: usize, reference: bool) -> Result<Vec<f32>> {
-        let mut kv = KvCache::new(self.model.config.n_layer, self.model.config.kv_dim(), prompt.len());
+        // No prefix reuse either way: callers compare batchings of the same prompt.
+        let mut kv = SequenceKv::uncached(&self.pool, Owner::local(), prompt.len());
         let mut scratch = Scratch::default();
         let path = if reference { model::Path::reference(&self.cpu) } else { model::Path::fast(&self.cpu) };
         let batch = if batch_tokens == 0 { PREFILL_BATCH_TOKENS } else { batch_tokens };
@@ -173,19 +221,26 @@ impl Engine {
         Ok(scratch.logits)
     }
 
-    /// Generates tokens for `request`, calling `on_token` once per token.
+    /// Generates tokens for `request` as the single local tenant ([`Owner::local`]; for
+    /// tests, benchmarks and embedding without tenants), calling `on_token` per token.
     pub fn generate(&self, request: &GenerateRequest, on_token: &mut dyn FnMut(&TokenEvent) -> ControlFlow<()>) -> Result<Generation> {
+        self.generate_for(&Owner::local(), request, on_token)
+    }
+
+    /// Generates tokens for `request` in a sequence owned by `owner`, calling `on_token`
+    /// once per token. A KV isolation violation stops the request with
+    /// [`Error::Isolation`]; its blocks are released (and zero-filled) either way.
+    pub fn generate_for(&self, owner: &Owner, request: &GenerateRequest, on_token: &mut dyn FnMut(&TokenEvent) -> ControlFlow<()>) -> Result<Generation> {
         let budget = self.check(request)?;
         let prompt = &request.prompt;
         let mut done = Generation { prompt_tokens: prompt.len(), completion_tokens: 0, finish: FinishReason::Length };
         if budget == 0 {
             return Ok(done);
         }
-        let cfg = &self.model.config;
-        let mut kv = KvCache::new(cfg.n_layer, cfg.kv_dim(), prompt.len() + budget);
+        let mut kv = SequenceKv::for_prompt(&self.pool, owner.clone(), sequence_capacity(prompt.len(), budget, self.pool.shape()), prompt);
         let mut scratch = Scratch::default();
         let path = model::Path::fast(&self.cpu);
-        for chunk in prompt.chunks(PREFILL_BATCH_TOKENS) {
+        for chunk in prompt[kv.cached_prompt_tokens()..].chunks(PREFILL_BATCH_TOKENS) {
             self.model.forward(path, chunk, &mut kv, &mut scratch)?;
         }
         let mut sampler = Sampler::new(&request.sampling);
@@ -212,7 +267,7 @@ impl Engine {
                     done.finish = FinishReason::Stop;
                 }
             }
-            if on_token(&self.event(&sampled, text)).is_break() {
+            if on_token(&self.event(&sampled, text, kv.read_owners())).is_break() {
                 done.finish = FinishReason::Cancelled;
                 return Ok(done);
             }
@@ -242,12 +297,18 @@ impl Engine {
         Ok(request.max_tokens.min(self.ctx - request.prompt.len()))
     }
 
-    fn event(&self, s: &Sampled, text: String) -> TokenEvent {
+    fn event(&self, s: &Sampled, text: String, owners: &[Tenant]) -> TokenEvent {
         let top_logprobs = s
             .top
             .iter()
             .map(|&(id, logprob)| TopLogprob { id, text: self.tokenizer.decode(&[id]).unwrap_or_default(), bytes: self.tokenizer.token_bytes(id), logprob })
             .collect();
-        TokenEvent { id: s.id, text, logprob: s.logprob, entropy: s.entropy, top_logprobs }
+        TokenEvent { id: s.id, text, logprob: s.logprob, entropy: s.entropy, top_logprobs, owners: owners.to_vec() }
     }
+}
+
+/// Positions a request's sequence may hold: its prompt and budget, plus one block of room
+/// that only a (fault-injected) stale block at its head can take.
+fn sequence_capacity(prompt: usize, budget: usize, shape: BlockShape) -> usize {
+    prompt + budget + shape.block_tokens
 }

@@ -50,6 +50,16 @@ pub enum Error {
     /// A generation request is malformed (empty prompt, token id outside the vocabulary...).
     #[error("invalid generation request: {reason}")]
     InvalidRequest { reason: String },
+    /// Engine options are out of range (block size, pool size, fault switches).
+    #[error("invalid engine options: {reason}")]
+    InvalidOptions { reason: String },
+    /// The KV cache refused a read or write that would cross isolation; the request is
+    /// stopped and no data was returned.
+    #[error("KV isolation violation: {violation}")]
+    Isolation { violation: crate::kv::Violation },
+    /// Every KV block is in use.
+    #[error("the KV cache is full (all {blocks} blocks are in use)")]
+    KvExhausted { blocks: usize },
 }
 
 /// The engine's result type.

@@ -2,16 +2,18 @@
 //!
 //! It loads a Llama-architecture GGUF, tokenizes and renders chats with the model's own
 //! vocabulary and template, and generates tokens on the CPU (a CUDA backend follows),
-//! reporting for every token its log-probability, the predictive entropy and — once the
-//! paged KV cache lands — whose memory it attended to. It knows nothing of HTTP, tenants'
-//! API keys, storage or the firewall.
+//! reporting for every token its log-probability, the predictive entropy and whose KV
+//! memory it attended to (the paged, owner-checked cache in `kv`). It knows nothing of
+//! HTTP, tenants' API keys, storage or the firewall.
 #![deny(unsafe_code)]
 
 pub mod backend;
 pub mod engine;
 pub mod error;
+pub mod fault;
 pub mod fetch;
 pub mod gguf;
+pub mod kv;
 pub mod model;
 pub mod template;
 pub mod tokenizer;

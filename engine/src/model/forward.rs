@@ -12,8 +12,9 @@
 
 use crate::backend::cpu::{matmul_reference, ops, Activations, Cpu, Matrix};
 use crate::error::{Error, Result};
+use crate::kv::{LayerKv, SequenceKv};
 
-use super::{KvCache, Layer, Llama};
+use super::{Layer, Llama};
 
 /// Query positions per attention task: enough tasks to balance, few enough to be cheap.
 const ATTENTION_TOKEN_STEP: usize = 16;
@@ -85,8 +86,9 @@ pub struct Scratch {
 
 impl Llama {
     /// Runs `tokens` at positions `kv.len()..` through the model, appends their keys and
-    /// values to `kv`, and leaves the last token's logits in `scratch.logits`.
-    pub fn forward(&self, path: Path<'_>, tokens: &[u32], kv: &mut KvCache, s: &mut Scratch) -> Result<()> {
+    /// values to `kv`, and leaves the last token's logits in `scratch.logits`. An
+    /// isolation violation of the KV cache stops the pass with its error.
+    pub fn forward(&self, path: Path<'_>, tokens: &[u32], kv: &mut SequenceKv<'_>, s: &mut Scratch) -> Result<()> {
         let c = &self.config;
         let start = kv.len();
         if tokens.is_empty() || start + tokens.len() > kv.capacity() {
@@ -95,6 +97,7 @@ impl Llama {
         if let Some(bad) = tokens.iter().find(|t| **t as usize >= c.vocab) {
             return Err(Error::InvalidRequest { reason: format!("token id {bad} is outside the vocabulary of {}", c.vocab) });
         }
+        kv.reserve(tokens)?;
         s.x.resize(tokens.len() * c.n_embd, 0.0);
         for (t, row) in tokens.iter().zip(s.x.chunks_exact_mut(c.n_embd)) {
             self.embed.dequantize_row(*t as usize, row);
@@ -103,7 +106,7 @@ impl Llama {
             self.attention_block(path, i, layer, start, kv, s)?;
             self.ffn_block(path, layer, s)?;
         }
-        kv.commit(start + tokens.len());
+        kv.commit();
         let last = &s.x[(tokens.len() - 1) * c.n_embd..];
         s.xn.resize(c.n_embd, 0.0);
         ops::rms_norm(last, &self.norm, c.rms_eps, &mut s.xn);
@@ -111,7 +114,7 @@ impl Llama {
     }
 
     /// `x += Wo · attention(rope(Wq·n(x)), rope(Wk·n(x)), Wv·n(x))`, caching K and V.
-    fn attention_block(&self, path: Path<'_>, li: usize, l: &Layer, start: usize, kv: &mut KvCache, s: &mut Scratch) -> Result<()> {
+    fn attention_block(&self, path: Path<'_>, li: usize, l: &Layer, start: usize, kv: &mut SequenceKv<'_>, s: &mut Scratch) -> Result<()> {
         let c = &self.config;
         let n = s.x.len() / c.n_embd;
         norm_rows(&s.x, &l.attn_norm, c.rms_eps, c.n_embd, &mut s.xn);
@@ -123,12 +126,13 @@ impl Llama {
             let (k, v) = rest.split_at_mut(kd);
             rope_heads(q, c.head_dim, &s.rope);
             rope_heads(k, c.head_dim, &s.rope);
-            if !kv.write(li, start + t, k, v) {
-                return Err(Error::ContextOverflow { prompt_tokens: start + t + 1, limit: kv.capacity() });
-            }
+            kv.write(li, start + t, k, v)?;
         }
+        // Owner and bounds are checked here, once per block of this layer.
+        let view = kv.layer(li, start + n)?;
         s.attn.resize(n * qd, 0.0);
-        self.attend(path.cpu, li, start, kv, &s.qkv, &mut s.attn);
+        self.attend(path.cpu, start, &view, &s.qkv, &mut s.attn);
+        drop(view);
         path.project(&[&l.wo], &s.attn, qd, &mut s.acts, &mut s.proj)?;
         s.x.iter_mut().zip(&s.proj).for_each(|(x, p)| *x += p);
         Ok(())
@@ -157,7 +161,7 @@ impl Llama {
 
     /// Causal grouped-query attention of the batch's queries over cache positions
     /// `0..=start + t`, one task per (head, block of queries). `out` is `[tokens, q_dim]`.
-    fn attend(&self, cpu: &Cpu, li: usize, start: usize, kv: &KvCache, qkv: &[f32], out: &mut [f32]) {
+    fn attend(&self, cpu: &Cpu, start: usize, kv: &LayerKv<'_>, qkv: &[f32], out: &mut [f32]) {
         let c = &self.config;
         let (hd, qd, kd) = (c.head_dim, c.q_dim(), c.kv_dim());
         let group = c.n_head / c.n_head_kv;
@@ -165,9 +169,8 @@ impl Llama {
         cpu.pool.par_tiles(out, qd, ATTENTION_TOKEN_STEP, hd, &|rows, cols, tile| {
             let head = cols.start / hd;
             let kvh = head / group;
-            let readable = start + rows.end;
             let mut q = vec![0.0f32; hd];
-            let mut scores = Vec::with_capacity(readable);
+            let mut scores = Vec::with_capacity(start + rows.end);
             for t in rows {
                 let row = &qkv[t * (qd + 2 * kd)..];
                 q.copy_from_slice(&row[head * hd..(head + 1) * hd]);
@@ -175,13 +178,13 @@ impl Llama {
                 ops::round_to_f16(&mut q);
                 let visible = start + t + 1;
                 scores.clear();
-                scores.extend((0..visible).map(|p| ops::dot(&q, head_of(kv.key(li, p, readable), kvh, hd)) * scale));
+                scores.extend((0..visible).map(|p| ops::dot(&q, head_of(kv.key(p), kvh, hd)) * scale));
                 ops::softmax(&mut scores);
                 ops::round_to_f16(&mut scores);
                 let o = tile.row(t);
                 o.fill(0.0);
                 for (p, w) in scores.iter().enumerate() {
-                    ops::axpy(*w, head_of(kv.value(li, p, readable), kvh, hd), o);
+                    ops::axpy(*w, head_of(kv.value(p), kvh, hd), o);
                 }
             }
         });

@@ -1,4 +1,5 @@
-//! A Llama-architecture model: its weights, and the forward pass over a KV cache.
+//! A Llama-architecture model: its weights, and the forward pass over a sequence's paged
+//! KV cache (`crate::kv`).
 //!
 //! Owns the tensors of the model, copied out of the GGUF file into owned buffers at load
 //! (so the model outlives the file mapping and can be shared across threads), and their
@@ -9,11 +10,9 @@
 
 pub mod config;
 mod forward;
-pub mod kv;
 
 pub use config::LlamaConfig;
 pub use forward::{Path, Scratch};
-pub use kv::KvCache;
 
 use crate::backend::cpu::{Format, Matrix};
 use crate::error::{Error, Result};

@@ -1,0 +1,280 @@
+//! One sequence's view of the pool: its block table, its length, and the checked reads
+//! and writes the forward pass makes through it.
+//!
+//! Owns the block table (position `p` lives in block `table[p / block_tokens]`, slot
+//! `p % block_tokens`), the tokens behind each position (for the prefix cache), and the
+//! provenance of the last forward step (whose blocks attention read). The pool owns the
+//! memory; the forward pass owns the arithmetic.
+//!
+//! Invariants:
+//! - Positions `0..len` are committed; a forward step reserves `len..len + pending`,
+//!   writes every layer's rows there, then commits.
+//! - A layer view checks every block once against the sequence's tenant and its length;
+//!   a violation is an [`Error::Isolation`](crate::Error::Isolation) and no data.
+//! - Writes go only to blocks the sequence holds alone (copy-on-write first) and owns.
+//! - Dropping the sequence releases every block (zero-filled before reuse), so aborts and
+//!   errors cannot leak blocks.
+
+use std::sync::RwLockReadGuard;
+
+use super::owner::{Owner, Tenant};
+use super::pool::{Block, BlockId, KvPool};
+use super::prefix::ROOT;
+use super::Violation;
+use crate::backend::cpu::ops::round_f16;
+use crate::error::{Error, Result};
+
+/// The KV cache of one sequence, backed by pool blocks.
+#[derive(Debug)]
+pub struct SequenceKv<'p> {
+    pool: &'p KvPool,
+    owner: Owner,
+    /// Block of each run of `block_tokens` positions.
+    table: Vec<BlockId>,
+    /// `[len + pending]` token at each position (placeholders under a stale block).
+    tokens: Vec<u32>,
+    /// Chained prefix hash of each leading full block registered or found so far.
+    chain: Vec<u64>,
+    /// False once positions hold data whose tokens are unknown (a stale block).
+    cacheable: bool,
+    len: usize,
+    pending: usize,
+    capacity: usize,
+    /// Leading prompt tokens whose KV came from the prefix cache.
+    cached_prompt: usize,
+    /// Tenants whose blocks the last forward step read, sorted, without repeats.
+    read_owners: Vec<Tenant>,
+}
+
+impl<'p> SequenceKv<'p> {
+    /// An empty sequence of at most `capacity` positions.
+    pub fn new(pool: &'p KvPool, owner: Owner, capacity: usize) -> SequenceKv<'p> {
+        SequenceKv { pool, owner, table: Vec::new(), tokens: Vec::new(), chain: Vec::new(), cacheable: true, len: 0, pending: 0, capacity, cached_prompt: 0, read_owners: Vec::new() }
+    }
+
+    /// A sequence that neither reuses nor offers cached prefixes (tests and benchmarks
+    /// that compare ways of computing the same prompt).
+    pub fn uncached(pool: &'p KvPool, owner: Owner, capacity: usize) -> SequenceKv<'p> {
+        let mut seq = SequenceKv::new(pool, owner, capacity);
+        seq.cacheable = false;
+        seq
+    }
+
+    /// A sequence about to process `prompt`: starts with the tenant's cached blocks for
+    /// the prompt's leading full blocks, so `cached_prompt_tokens()` need no computing. At
+    /// least the last prompt token is always left to compute (its logits are needed).
+    ///
+    /// Under the `stale_kv` fault it may instead start with another tenant's released,
+    /// unzeroed block as readable context — the production bug, re-created.
+    pub fn for_prompt(pool: &'p KvPool, owner: Owner, capacity: usize, prompt: &[u32]) -> SequenceKv<'p> {
+        let mut seq = SequenceKv::new(pool, owner, capacity);
+        let bt = pool.shape().block_tokens;
+        if pool.fault().draw_stale() && capacity > bt + prompt.len() {
+            if let Some(id) = pool.take_stale(&seq.owner.tenant) {
+                seq.table.push(id);
+                seq.tokens.resize(bt, 0);
+                seq.len = bt;
+                seq.cacheable = false;
+                return seq;
+            }
+        }
+        for (id, hash) in pool.lookup_prefix(&seq.owner.tenant, prompt) {
+            seq.table.push(id);
+            seq.chain.push(hash);
+        }
+        seq.len = (seq.table.len() * bt).min(prompt.len().saturating_sub(1));
+        seq.cached_prompt = seq.len;
+        seq.tokens.extend_from_slice(&prompt[..seq.len]);
+        seq
+    }
+
+    /// How many leading prompt tokens are already in the cache (feed the rest).
+    pub fn cached_prompt_tokens(&self) -> usize {
+        self.cached_prompt
+    }
+
+    pub fn owner(&self) -> &Owner {
+        &self.owner
+    }
+
+    /// Committed positions.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The block ids of the table, in position order.
+    pub fn blocks(&self) -> &[BlockId] {
+        &self.table
+    }
+
+    /// Tenants whose blocks attention read during the last forward step.
+    pub fn read_owners(&self) -> &[Tenant] {
+        &self.read_owners
+    }
+
+    /// Makes room for `tokens` at positions `len..`: allocates blocks, copies a shared
+    /// block before it is written, and clears the step's provenance.
+    pub fn reserve(&mut self, tokens: &[u32]) -> Result<()> {
+        let end = self.len + tokens.len();
+        if end > self.capacity {
+            return Err(Error::ContextOverflow { prompt_tokens: end, limit: self.capacity });
+        }
+        let shift = self.pool.shape().block_tokens.trailing_zeros();
+        let first = self.len >> shift;
+        if let Some(id) = self.table.get(first).copied() {
+            self.table[first] = self.pool.make_private(&self.owner, id)?;
+        }
+        while self.table.len() << shift < end {
+            self.table.push(self.pool.allocate(&self.owner)?);
+        }
+        self.tokens.truncate(self.len);
+        self.tokens.extend_from_slice(tokens);
+        self.pending = tokens.len();
+        self.read_owners.clear();
+        Ok(())
+    }
+
+    /// Writes `layer`'s key and value rows (`[kv_dim]` each) of reserved position `pos`,
+    /// rounded to f16 precision like the reference's f16 cache.
+    pub fn write(&self, layer: usize, pos: usize, key: &[f32], value: &[f32]) -> Result<()> {
+        let shape = self.pool.shape();
+        let readable = self.len + self.pending;
+        if pos < self.len || pos >= readable {
+            return Err(self.pool.violation(Violation::OutOfBounds { position: pos, readable }));
+        }
+        let shift = shape.block_tokens.trailing_zeros();
+        let Some(&id) = self.table.get(pos >> shift) else {
+            return Err(self.pool.violation(Violation::OutOfBounds { position: pos, readable }));
+        };
+        let mut block = self.pool.write(id);
+        if block.owner.as_ref().is_none_or(|o| o.tenant != self.owner.tenant) {
+            drop(block);
+            return Err(self.pool.violation(Violation::ForeignBlock { block: id, position: pos }));
+        }
+        let slot = (pos & (shape.block_tokens - 1)) * shape.kv_dim;
+        let (k_at, v_at) = (shape.key_offset(layer) + slot, shape.value_offset(layer) + slot);
+        for (dst, src) in block.data[k_at..k_at + shape.kv_dim].iter_mut().zip(key) {
+            *dst = round_f16(*src);
+        }
+        for (dst, src) in block.data[v_at..v_at + shape.kv_dim].iter_mut().zip(value) {
+            *dst = round_f16(*src);
+        }
+        Ok(())
+    }
+
+    /// `layer`'s keys and values at positions `0..readable`, each block checked once:
+    /// it must belong to this sequence's tenant and lie within its length. Records the
+    /// tenants read for the step's provenance.
+    pub fn layer(&mut self, layer: usize, readable: usize) -> Result<LayerKv<'p>> {
+        let shape = self.pool.shape();
+        let faults = self.pool.fault();
+        let written = self.len + self.pending;
+        if readable > written && !faults.skip_bounds_check {
+            return Err(self.pool.violation(Violation::OutOfBounds { position: readable - 1, readable: written }));
+        }
+        let shift = shape.block_tokens.trailing_zeros();
+        let blocks = readable.div_ceil(shape.block_tokens);
+        let mut guards = Vec::with_capacity(blocks);
+        for i in 0..blocks {
+            let position = i << shift;
+            let id = match self.table.get(i) {
+                Some(&id) => id,
+                // Fault mode: past the table, read the physically next blocks.
+                None if faults.skip_bounds_check => self.neighbour(i),
+                None => return Err(self.pool.violation(Violation::OutOfBounds { position, readable: written })),
+            };
+            let Some(block) = self.pool.try_read(id) else {
+                return Err(self.pool.violation(Violation::OutOfBounds { position, readable: written }));
+            };
+            let holder = block.owner.as_ref().map(|o| o.tenant.clone());
+            if holder.as_ref() != Some(&self.owner.tenant) && !faults.skip_owner_check {
+                drop(block);
+                return Err(self.pool.violation(Violation::ForeignBlock { block: id, position }));
+            }
+            if let Some(tenant) = holder {
+                if let Err(at) = self.read_owners.binary_search(&tenant) {
+                    self.read_owners.insert(at, tenant);
+                }
+            }
+            guards.push(block);
+        }
+        let kv_dim = shape.kv_dim;
+        Ok(LayerKv { guards, key_at: shape.key_offset(layer), value_at: shape.value_offset(layer), shift, mask: shape.block_tokens - 1, kv_dim, readable })
+    }
+
+    /// Marks the reserved positions as written and offers newly full blocks to the
+    /// tenant's prefix cache.
+    pub fn commit(&mut self) {
+        self.len += self.pending;
+        self.pending = 0;
+        if !self.cacheable {
+            return;
+        }
+        let bt = self.pool.shape().block_tokens;
+        while (self.chain.len() + 1) * bt <= self.len {
+            let i = self.chain.len();
+            let parent = self.chain.last().copied().unwrap_or(ROOT);
+            let hash = self.pool.register_prefix(&self.owner.tenant, parent, &self.tokens[i * bt..(i + 1) * bt], self.table[i]);
+            self.chain.push(hash);
+        }
+    }
+
+    /// The block physically after the table's last one (what "reading past its own
+    /// blocks" reads in a flat buffer); only under the `skip_bounds_check` fault.
+    fn neighbour(&self, i: usize) -> BlockId {
+        let last = self.table.last().copied().unwrap_or(0);
+        (last + 1 + i - self.table.len()) % self.pool.total_blocks()
+    }
+}
+
+impl Drop for SequenceKv<'_> {
+    fn drop(&mut self) {
+        self.pool.release(&self.table);
+    }
+}
+
+/// One layer's checked keys and values of a sequence, held read-locked while attention
+/// runs. Rows are contiguous `[kv_dim]` slices within a block.
+#[derive(Debug)]
+pub struct LayerKv<'p> {
+    guards: Vec<RwLockReadGuard<'p, Block>>,
+    key_at: usize,
+    value_at: usize,
+    shift: u32,
+    mask: usize,
+    kv_dim: usize,
+    readable: usize,
+}
+
+impl LayerKv<'_> {
+    /// Positions readable through this view.
+    pub fn readable(&self) -> usize {
+        self.readable
+    }
+
+    /// The key row (`[kv_dim]`) at `pos`; empty past the checked range.
+    pub fn key(&self, pos: usize) -> &[f32] {
+        self.row(self.key_at, pos)
+    }
+
+    /// The value row (`[kv_dim]`) at `pos`; empty past the checked range.
+    pub fn value(&self, pos: usize) -> &[f32] {
+        self.row(self.value_at, pos)
+    }
+
+    fn row(&self, base: usize, pos: usize) -> &[f32] {
+        if pos >= self.readable {
+            return &[];
+        }
+        let at = base + (pos & self.mask) * self.kv_dim;
+        self.guards.get(pos >> self.shift).and_then(|b| b.data.get(at..at + self.kv_dim)).unwrap_or(&[])
+    }
+}

@@ -1,0 +1,283 @@
+//! Isolation and accounting tests of the KV pool, without a model: rows are written with
+//! recognisable values and read back through the same views attention uses. Each defence
+//! has a test that it holds and a test that its fault switch defeats it.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::*;
+use crate::error::{Error, Result};
+use crate::fault::FaultConfig;
+
+const SHAPE: BlockShape = BlockShape { layers: 2, block_tokens: 4, kv_dim: 3 };
+
+fn pool(blocks: usize, fault: FaultConfig) -> Result<KvPool> {
+    KvPool::new(SHAPE, blocks, fault)
+}
+
+fn faults(f: impl FnOnce(&mut FaultConfig)) -> FaultConfig {
+    let mut fault = FaultConfig::default();
+    f(&mut fault);
+    fault
+}
+
+/// One forward step without a model: every layer's rows of `tokens` hold `value`, then
+/// each layer is read through a checked view, then the step is committed.
+fn step(seq: &mut SequenceKv<'_>, tokens: &[u32], value: f32) -> Result<()> {
+    let start = seq.len();
+    seq.reserve(tokens)?;
+    let row = [value; 3];
+    for layer in 0..SHAPE.layers {
+        for pos in start..start + tokens.len() {
+            seq.write(layer, pos, &row, &row)?;
+        }
+        seq.layer(layer, start + tokens.len())?;
+    }
+    seq.commit();
+    Ok(())
+}
+
+/// The value of position `pos`'s key row in layer 0, read through a checked view.
+fn key_at(seq: &mut SequenceKv<'_>, pos: usize, readable: usize) -> Result<Vec<f32>> {
+    Ok(seq.layer(0, readable)?.key(pos).to_vec())
+}
+
+fn is_isolation(r: &Result<impl Sized>) -> bool {
+    matches!(r, Err(Error::Isolation { .. }))
+}
+
+#[test]
+fn released_blocks_read_back_zeros() -> Result<()> {
+    let pool = pool(1, FaultConfig::default())?;
+    let mut a = SequenceKv::new(&pool, Owner::new("a", "1"), 64);
+    step(&mut a, &[1, 2, 3], 7.0)?;
+    assert_eq!(key_at(&mut a, 2, 3)?, [7.0; 3]);
+    drop(a);
+    // The only block is reused; what the new owner can read of it is zeros.
+    let mut b = SequenceKv::new(&pool, Owner::new("b", "2"), 64);
+    step(&mut b, &[9], 1.0)?;
+    assert_eq!(b.blocks(), [0]);
+    let view = b.layer(0, 1)?;
+    assert_eq!(view.key(0), [1.0; 3]);
+    drop(view);
+    let block = pool.read(0);
+    assert!(block.data.iter().filter(|v| **v != 1.0).all(|v| *v == 0.0), "old rows were cleared");
+    assert!(pool.stats().zero_fills >= 1);
+    Ok(())
+}
+
+#[test]
+fn skip_zero_fill_leaves_the_old_rows_in_a_reused_block() -> Result<()> {
+    let pool = pool(1, faults(|f| f.skip_zero_fill = true))?;
+    let mut a = SequenceKv::new(&pool, Owner::new("a", "1"), 64);
+    step(&mut a, &[1, 2, 3], 7.0)?;
+    drop(a);
+    let mut b = SequenceKv::new(&pool, Owner::new("b", "2"), 64);
+    step(&mut b, &[9], 1.0)?;
+    assert_eq!(pool.read(0).data[SHAPE.kv_dim], 7.0, "a's row 1 survived the release");
+    assert_eq!(pool.stats().zero_fills, 0);
+    Ok(())
+}
+
+/// Tenant `a` writes a block and finishes; tenant `b` starts under `stale_kv = 1`.
+fn stale_handout(pool: &KvPool) -> Result<SequenceKv<'_>> {
+    let mut a = SequenceKv::new(pool, Owner::new("a", "1"), 64);
+    // A partial block: not offered to the prefix cache, so released at once.
+    step(&mut a, &[1, 2, 3], 7.0)?;
+    drop(a);
+    let b = SequenceKv::for_prompt(pool, Owner::new("b", "2"), 64, &[5, 6]);
+    assert_eq!((b.len(), b.cached_prompt_tokens()), (SHAPE.block_tokens, 0), "b starts with a's block as context");
+    Ok(b)
+}
+
+#[test]
+fn a_foreign_block_in_the_table_is_refused_and_counted() -> Result<()> {
+    let pool = pool(4, faults(|f| f.stale_kv = 1.0))?;
+    let mut b = stale_handout(&pool)?;
+    let refused = step(&mut b, &[5, 6], 1.0);
+    assert!(is_isolation(&refused), "{refused:?}");
+    assert!(is_isolation(&b.layer(0, 1)));
+    let stats = pool.stats();
+    assert_eq!((stats.stale_handouts, stats.isolation_violations), (1, 2));
+    drop(b);
+    pool.audit().map_err(|reason| Error::InvalidRequest { reason })?;
+    Ok(())
+}
+
+#[test]
+fn skip_owner_check_reads_the_foreign_block_and_provenance_names_its_tenant() -> Result<()> {
+    let pool = pool(4, faults(|f| {
+        f.stale_kv = 1.0;
+        f.skip_owner_check = true;
+    }))?;
+    let mut b = stale_handout(&pool)?;
+    step(&mut b, &[5, 6], 1.0)?;
+    assert_eq!(key_at(&mut b, 1, 6)?, [7.0; 3], "a's key row, read by b");
+    let owners: Vec<&str> = b.read_owners().iter().map(Tenant::as_str).collect();
+    assert_eq!(owners, ["a", "b"]);
+    Ok(())
+}
+
+#[test]
+fn reads_past_the_written_length_or_the_table_are_refused() -> Result<()> {
+    let pool = pool(4, FaultConfig::default())?;
+    let mut b = SequenceKv::new(&pool, Owner::new("b", "1"), 64);
+    step(&mut b, &[1, 2], 1.0)?;
+    assert!(is_isolation(&b.layer(0, 3)), "inside the block, past the length");
+    assert!(is_isolation(&b.layer(0, 9)), "past the table");
+    assert!(is_isolation(&b.write(0, 5, &[0.0; 3], &[0.0; 3])), "a write outside the reserved positions");
+    assert_eq!(pool.stats().isolation_violations, 3);
+    Ok(())
+}
+
+#[test]
+fn skip_bounds_check_reads_past_the_length_and_past_the_table() -> Result<()> {
+    let pool = pool(4, faults(|f| {
+        f.skip_bounds_check = true;
+        f.skip_owner_check = true;
+    }))?;
+    // b gets block 0, a the physically next block 1.
+    let mut b = SequenceKv::new(&pool, Owner::new("b", "1"), 64);
+    step(&mut b, &[1, 2], 1.0)?;
+    let mut a = SequenceKv::new(&pool, Owner::new("a", "2"), 64);
+    step(&mut a, &[3, 4, 5], 7.0)?;
+    assert_eq!(key_at(&mut b, 2, 3)?.len(), SHAPE.kv_dim, "a row past the length");
+    assert_eq!(key_at(&mut b, SHAPE.block_tokens, SHAPE.block_tokens + 1)?, [7.0; 3], "a's row, past b's table");
+    assert!(b.read_owners().iter().any(|t| t.as_str() == "a"));
+    Ok(())
+}
+
+#[test]
+fn skip_bounds_check_alone_is_still_stopped_by_the_owner_check() -> Result<()> {
+    let pool = pool(4, faults(|f| f.skip_bounds_check = true))?;
+    let mut b = SequenceKv::new(&pool, Owner::new("b", "1"), 64);
+    step(&mut b, &[1, 2], 1.0)?;
+    let mut a = SequenceKv::new(&pool, Owner::new("a", "2"), 64);
+    step(&mut a, &[3], 7.0)?;
+    assert!(is_isolation(&b.layer(0, SHAPE.block_tokens + 1)));
+    Ok(())
+}
+
+/// Runs `prompt` to completion for `owner` and returns the block table (sequence kept).
+fn prefilled<'p>(pool: &'p KvPool, owner: Owner, prompt: &[u32]) -> Result<SequenceKv<'p>> {
+    let mut seq = SequenceKv::for_prompt(pool, owner, 64, prompt);
+    let rest = prompt[seq.cached_prompt_tokens()..].to_vec();
+    step(&mut seq, &rest, 1.0)?;
+    Ok(seq)
+}
+
+const PROMPT: [u32; 10] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
+
+#[test]
+fn two_tenants_with_the_same_prompt_share_no_block() -> Result<()> {
+    let pool = pool(16, FaultConfig::default())?;
+    let a = prefilled(&pool, Owner::new("a", "1"), &PROMPT)?;
+    let b = prefilled(&pool, Owner::new("b", "2"), &PROMPT)?;
+    assert_eq!(b.cached_prompt_tokens(), 0);
+    assert!(a.blocks().iter().all(|x| !b.blocks().contains(x)), "{:?} {:?}", a.blocks(), b.blocks());
+    assert_eq!(pool.stats().prefix_hits, 0);
+    Ok(())
+}
+
+#[test]
+fn unsalted_prefix_cache_shares_blocks_across_tenants() -> Result<()> {
+    let pool = pool(16, faults(|f| f.unsalted_prefix_cache = true))?;
+    let a = prefilled(&pool, Owner::new("a", "1"), &PROMPT)?;
+    let b = SequenceKv::for_prompt(&pool, Owner::new("b", "2"), 64, &PROMPT);
+    assert_eq!(b.cached_prompt_tokens(), 8);
+    assert_eq!(a.blocks()[..2], b.blocks()[..2]);
+    Ok(())
+}
+
+#[test]
+fn one_tenants_repeated_prefix_is_shared() -> Result<()> {
+    let pool = pool(16, FaultConfig::default())?;
+    let first = prefilled(&pool, Owner::new("a", "1"), &PROMPT)?;
+    let again = prefilled(&pool, Owner::new("a", "2"), &PROMPT)?;
+    assert_eq!(again.cached_prompt_tokens(), 8);
+    assert_eq!(first.blocks()[..2], again.blocks()[..2]);
+    assert_ne!(first.blocks()[2], again.blocks()[2], "the partial block is private");
+    assert_eq!(pool.stats().prefix_hits, 2);
+    Ok(())
+}
+
+#[test]
+fn a_shared_block_is_copied_before_it_is_written() -> Result<()> {
+    let pool = pool(16, FaultConfig::default())?;
+    // Exactly two blocks: the second request must recompute the last token, inside the
+    // second shared block.
+    let prompt = &PROMPT[..8];
+    let first = prefilled(&pool, Owner::new("a", "1"), prompt)?;
+    let mut again = SequenceKv::for_prompt(&pool, Owner::new("a", "2"), 64, prompt);
+    assert_eq!(again.cached_prompt_tokens(), 7);
+    step(&mut again, &prompt[7..], 5.0)?;
+    assert_eq!(first.blocks()[0], again.blocks()[0]);
+    assert_ne!(first.blocks()[1], again.blocks()[1]);
+    let mut first = first;
+    assert_eq!(key_at(&mut first, 7, 8)?, [1.0; 3], "the shared original is untouched");
+    assert_eq!(key_at(&mut again, 6, 8)?, [1.0; 3], "the copy kept the cached rows");
+    assert_eq!(key_at(&mut again, 7, 8)?, [5.0; 3]);
+    Ok(())
+}
+
+#[test]
+fn block_size_must_be_a_power_of_two() {
+    let odd = BlockShape { block_tokens: 12, ..SHAPE };
+    assert!(matches!(KvPool::new(odd, 4, FaultConfig::default()), Err(Error::InvalidOptions { .. })));
+}
+
+/// 1,000 requests from 5 tenants over a small pool, several alive at once: prompts from a
+/// tiny alphabet (so prefixes repeat), decode steps, aborts at random points, and pool
+/// exhaustion. Afterwards every block is free or held by the prefix cache alone, free
+/// blocks are zero and untagged, and free + used == total.
+#[test]
+fn accounting_is_exact_after_a_randomized_workload_with_aborts() -> Result<()> {
+    let pool = pool(24, FaultConfig::default())?;
+    let mut rng = StdRng::seed_from_u64(5);
+    let mut live: Vec<(SequenceKv<'_>, usize)> = Vec::new();
+    let (mut started, mut exhausted) = (0, 0);
+    while started < 1000 || !live.is_empty() {
+        if started < 1000 && (live.len() < 6 && rng.gen_bool(0.5)) {
+            let tenant = format!("t{}", rng.gen_range(0..5));
+            let prompt: Vec<u32> = (0..rng.gen_range(1..20)).map(|_| rng.gen_range(0..3)).collect();
+            let mut seq = SequenceKv::for_prompt(&pool, Owner::new(&tenant, &started.to_string()), 64, &prompt);
+            started += 1;
+            let rest = prompt[seq.cached_prompt_tokens()..].to_vec();
+            match step(&mut seq, &rest, 1.0) {
+                Ok(()) => live.push((seq, rng.gen_range(0..12))),
+                Err(Error::KvExhausted { .. }) => exhausted += 1,
+                Err(e) => return Err(e),
+            }
+            continue;
+        }
+        let Some(i) = (!live.is_empty()).then(|| rng.gen_range(0..live.len())) else { continue };
+        let (seq, left) = &mut live[i];
+        let abort = rng.gen_bool(0.1);
+        if *left == 0 || abort {
+            live.swap_remove(i);
+            continue;
+        }
+        *left -= 1;
+        match step(seq, &[rng.gen_range(0..3)], 2.0) {
+            Ok(()) => {}
+            Err(Error::KvExhausted { .. }) => {
+                exhausted += 1;
+                live.swap_remove(i);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    pool.audit().map_err(|reason| Error::InvalidRequest { reason })?;
+    let stats = pool.stats();
+    assert_eq!(stats.blocks_free + stats.blocks_used, stats.blocks_total);
+    assert_eq!(stats.blocks_used, stats.blocks_cached, "only the prefix cache holds blocks");
+    assert_eq!((stats.blocks_pending_zero, stats.isolation_violations), (0, 0));
+    assert!(stats.prefix_hits > 0 && exhausted > 0, "the workload exercised sharing ({}) and exhaustion ({exhausted})", stats.prefix_hits);
+    for id in 0..pool.total_blocks() {
+        let block = pool.read(id);
+        if block.owner.is_none() {
+            assert!(block.data.iter().all(|v| *v == 0.0), "free block {id} is not zero");
+        }
+    }
+    Ok(())
+}
