@@ -10,6 +10,7 @@
 //! reach a client are [`error::ApiError`]s, always in OpenAI's envelope.
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod api;
 pub mod audit;
 pub mod auth;

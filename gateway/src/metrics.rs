@@ -48,6 +48,15 @@ struct Inner {
     protection_events: BTreeMap<(String, &'static str), u64>,
 }
 
+/// One firewall findings counter, as [`Metrics::finding_counts`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FindingCount {
+    pub tenant: String,
+    pub rule_id: String,
+    pub action: &'static str,
+    pub count: u64,
+}
+
 /// The gateway's metrics registry.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -92,6 +101,29 @@ impl Metrics {
     /// `failed_closed`, `failed_open` or `audit_write_failed`.
     pub fn observe_protection_event(&self, tenant: &str, event: &'static str) {
         self.with(|m| *m.protection_events.entry((tenant.to_owned(), event)).or_default() += 1);
+    }
+
+    /// Completions started per tenant since start-up, every model and outcome summed
+    /// (the dashboard's request counts).
+    pub fn completions_by_tenant(&self) -> BTreeMap<String, u64> {
+        self.with(|m| {
+            let mut out = BTreeMap::new();
+            for ((_, tenant, _), n) in &m.completions {
+                *out.entry(tenant.clone()).or_default() += n;
+            }
+            out
+        })
+    }
+
+    /// Every (tenant, rule id, action) finding counter since start-up (the dashboard's
+    /// rule hit counts).
+    pub fn finding_counts(&self) -> Vec<FindingCount> {
+        self.with(|m| {
+            m.findings
+                .iter()
+                .map(|((tenant, rule_id, action), n)| FindingCount { tenant: tenant.clone(), rule_id: rule_id.clone(), action, count: *n })
+                .collect()
+        })
     }
 
     /// The text exposition of every metric, with `extra` appended (other subsystems').
@@ -172,6 +204,19 @@ mod tests {
         assert!(text.contains("le=\"+Inf\"} 2"));
         assert!(text.contains("crossguard_completions_total{model=\"mock\",tenant=\"acme\",outcome=\"ok\"} 1"));
         assert!(text.contains("crossguard_backend_errors_total{model=\"mock\",kind=\"upstream_error\"} 1"));
+    }
+
+    #[test]
+    fn accessors_sum_what_render_shows() {
+        let m = Metrics::new();
+        m.observe_completion("a", "acme", "ok");
+        m.observe_completion("b", "acme", "upstream_error");
+        m.observe_completion("a", "globex", "ok");
+        m.observe_finding("acme", "aws-access-key", "block");
+        m.observe_finding("acme", "aws-access-key", "block");
+        assert_eq!(m.completions_by_tenant().into_iter().collect::<Vec<_>>(), [("acme".to_owned(), 2), ("globex".to_owned(), 1)]);
+        let hits = m.finding_counts();
+        assert_eq!(hits, [FindingCount { tenant: "acme".into(), rule_id: "aws-access-key".into(), action: "block", count: 2 }]);
     }
 
     #[test]

@@ -34,6 +34,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/admin/api/stats", get(routes::admin::stats))
         .route("/admin/api/health", get(routes::admin::health))
         .route("/admin/api/rules/reload", post(routes::admin::reload_rules))
+        .merge(crate::admin::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), observe))
