@@ -165,7 +165,7 @@ impl StreamState {
                 let role = self.take_role(d.index, d.role.clone());
                 let choice = ChunkChoice {
                     index: d.index,
-                    logprobs: (!d.logprobs.is_empty()).then(|| Logprobs { content: d.logprobs }),
+                    logprobs: (!d.logprobs.is_empty()).then_some(Logprobs { content: d.logprobs }),
                     delta: Delta { role, content: d.content, refusal: d.refusal, tool_calls: d.tool_calls },
                     finish_reason: None,
                 };
@@ -307,7 +307,7 @@ impl ChoiceAcc {
                 refusal: self.refusal,
                 tool_calls: self.tool_calls.into_values().collect(),
             },
-            logprobs: (!self.logprobs.is_empty()).then(|| Logprobs { content: self.logprobs }),
+            logprobs: (!self.logprobs.is_empty()).then_some(Logprobs { content: self.logprobs }),
             finish_reason: Some(self.finish.unwrap_or_else(|| "stop".to_owned())),
         }
     }
