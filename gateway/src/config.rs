@@ -156,6 +156,19 @@ struct RawModel {
     path: Option<PathBuf>,
     threads: Option<usize>,
     context_tokens: Option<usize>,
+    kv_block_tokens: Option<usize>,
+    fault: Option<RawFault>,
+}
+
+/// `[models.fault]`: switches that disable one KV isolation defence each (tests only).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFault {
+    stale_kv: Option<f64>,
+    skip_zero_fill: Option<bool>,
+    skip_owner_check: Option<bool>,
+    skip_bounds_check: Option<bool>,
+    unsalted_prefix_cache: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -311,12 +324,16 @@ pub struct UpstreamConfig {
 }
 
 /// A GGUF served by the in-process engine.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct EngineModelConfig {
     /// `None`: the default model, fetched into the cache directory when missing.
     pub path: Option<PathBuf>,
     pub threads: Option<usize>,
     pub context_tokens: Option<usize>,
+    /// Positions per KV block; `None`: the engine's default.
+    pub kv_block_tokens: Option<usize>,
+    /// KV isolation defences switched off on purpose (all on by default; start-up warns).
+    pub fault: engine::fault::FaultConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -465,7 +482,7 @@ fn validate(
     if models.is_empty() {
         models.push(ModelConfig {
             id: DEFAULT_MODEL_ID.to_owned(),
-            backend: ModelBackend::Engine(EngineModelConfig { path: None, threads: None, context_tokens: None }),
+            backend: ModelBackend::Engine(EngineModelConfig::default()),
         });
     }
     let store = validate_store(raw.store, &invalid)?;
@@ -649,7 +666,14 @@ fn validate_models(
         }
         let backend = match m.backend {
             BackendKind::Upstream => {
-                for (key, set) in [("path", m.path.is_some()), ("threads", m.threads.is_some()), ("context_tokens", m.context_tokens.is_some())] {
+                let engine_keys = [
+                    ("path", m.path.is_some()),
+                    ("threads", m.threads.is_some()),
+                    ("context_tokens", m.context_tokens.is_some()),
+                    ("kv_block_tokens", m.kv_block_tokens.is_some()),
+                    ("fault", m.fault.is_some()),
+                ];
+                for (key, set) in engine_keys {
                     if set {
                         return Err(invalid(at(key), "only allowed with backend = \"engine\"".into()));
                     }
@@ -670,12 +694,32 @@ fn validate_models(
                         return Err(invalid(at("context_tokens"), format!("must be between 64 and 1048576, got {n}")));
                     }
                 }
-                ModelBackend::Engine(EngineModelConfig { path: m.path, threads: m.threads, context_tokens: m.context_tokens })
+                if let Some(n) = m.kv_block_tokens {
+                    if !n.is_power_of_two() || n > 1024 {
+                        return Err(invalid(at("kv_block_tokens"), format!("must be a power of two between 1 and 1024, got {n}")));
+                    }
+                }
+                let fault = validate_fault(m.fault.unwrap_or_default(), &at, invalid)?;
+                ModelBackend::Engine(EngineModelConfig { path: m.path, threads: m.threads, context_tokens: m.context_tokens, kv_block_tokens: m.kv_block_tokens, fault })
             }
         };
         models.push(ModelConfig { id: m.id, backend });
     }
     Ok(models)
+}
+
+fn validate_fault(raw: RawFault, at: &dyn Fn(&str) -> String, invalid: &Invalid<'_>) -> Result<engine::fault::FaultConfig, ConfigError> {
+    let stale_kv = raw.stale_kv.unwrap_or(0.0);
+    if !(0.0..=1.0).contains(&stale_kv) {
+        return Err(invalid(at("fault.stale_kv"), format!("must be a probability between 0 and 1, got {stale_kv}")));
+    }
+    Ok(engine::fault::FaultConfig {
+        stale_kv,
+        skip_zero_fill: raw.skip_zero_fill.unwrap_or(false),
+        skip_owner_check: raw.skip_owner_check.unwrap_or(false),
+        skip_bounds_check: raw.skip_bounds_check.unwrap_or(false),
+        unsalted_prefix_cache: raw.unsalted_prefix_cache.unwrap_or(false),
+    })
 }
 
 fn validate_upstream(
@@ -921,6 +965,27 @@ placement = "system_start"
         }
         let err = Config::from_parts("", "t", &[], &|n| (n == "CROSSGUARD_FINGERPRINT_KEY").then(|| "zz".to_owned())).unwrap_err();
         assert!(err.to_string().contains("32 hexadecimal"), "{err}");
+    }
+
+    #[test]
+    fn engine_kv_keys_and_fault_switches_load_and_are_checked() {
+        let text = "[[models]]\nid = \"m\"\nbackend = \"engine\"\nkv_block_tokens = 32\n[models.fault]\nstale_kv = 0.5\nskip_owner_check = true\n";
+        let cfg = parse(text).unwrap();
+        let ModelBackend::Engine(e) = &cfg.models[0].backend else { panic!("engine expected") };
+        assert_eq!(e.kv_block_tokens, Some(32));
+        assert_eq!(e.fault.active(), ["stale_kv", "skip_owner_check"]);
+        let defaults = parse("").unwrap();
+        let ModelBackend::Engine(e) = &defaults.models[0].backend else { panic!("engine expected") };
+        assert!(e.fault.active().is_empty(), "every defence is on by default");
+        let err = parse(&text.replace("0.5", "2.0")).unwrap_err().to_string();
+        assert!(err.contains("models[0].fault.stale_kv: must be a probability"), "{err}");
+        let err = parse(&text.replace("32", "12")).unwrap_err().to_string();
+        assert!(err.contains("models[0].kv_block_tokens: must be a power of two"), "{err}");
+        let err = parse(&text.replace("skip_owner_check", "skip_owner_chek")).unwrap_err().to_string();
+        assert!(err.contains("skip_owner_chek"), "{err}");
+        let upstream = "[[models]]\nid = \"m\"\nbackend = \"upstream\"\nbase_url = \"http://127.0.0.1:1/v1\"\n[models.fault]\nskip_zero_fill = true\n";
+        let err = parse(upstream).unwrap_err().to_string();
+        assert!(err.contains("models[0].fault: only allowed with backend = \"engine\""), "{err}");
     }
 
     #[test]

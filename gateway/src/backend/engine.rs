@@ -4,13 +4,16 @@
 //! the async workers, one generation at a time (the scheduler with continuous batching
 //! replaces the permit), and streams [`BackendEvent`]s through a bounded channel; a
 //! client that goes away closes the channel and the generation stops at the next token.
+//! Each sequence is owned by the request's tenant, and each token's KV owners (the
+//! engine's provenance) reach the firewall in the delta's signals.
 
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use engine::template::ChatMessage;
-use engine::engine::{Engine, EngineOptions, FinishReason, GenerateRequest, TokenEvent};
+use engine::engine::{Engine, EngineOptions, FinishReason, GenerateRequest, KvOptions, TokenEvent};
+use engine::kv::Owner;
 use engine::sample::SamplingParams;
 use firewall::TokenSignals;
 use serde_json::{json, Map, Value};
@@ -69,7 +72,7 @@ impl EngineBackend {
         matches!(self.state.get(), Some(Load::Ready(_)))
     }
 
-    pub async fn complete(&self, request: &ChatRequest, _ctx: &RequestContext) -> Result<BackendResponse, ApiError> {
+    pub async fn complete(&self, request: &ChatRequest, ctx: &RequestContext) -> Result<BackendResponse, ApiError> {
         let engine = match self.state.get() {
             Some(Load::Ready(engine)) => engine,
             Some(Load::Failed(reason)) => return Err(ApiError::Unavailable(format!("model `{}` failed to load: {reason}", self.model_id))),
@@ -99,10 +102,11 @@ impl EngineBackend {
         let permit = self.permit.clone().acquire_owned().await.map_err(|_| ApiError::Unavailable("engine shutting down".into()))?;
         let state = self.state.clone();
         let want_logprobs = request.logprobs;
+        let owner = Owner::new(ctx.tenant.as_str(), &ctx.request_id);
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
             if let Some(Load::Ready(engine)) = state.get() {
-                run_choices(engine, &plans, want_logprobs, &tx);
+                run_choices(engine, &owner, &plans, want_logprobs, &tx);
             }
         });
         Ok(BackendResponse {
@@ -124,15 +128,34 @@ fn load(config: &EngineModelConfig) -> Result<Engine, String> {
     if let Some(c) = config.context_tokens {
         options.ctx_tokens = c;
     }
-    Engine::load(&path, options).map_err(|e| e.to_string())
+    let mut kv = KvOptions { fault: config.fault.clone(), ..KvOptions::default() };
+    if let Some(b) = config.kv_block_tokens {
+        kv.block_tokens = b;
+    }
+    let weakened = kv.fault.active();
+    if !weakened.is_empty() {
+        tracing::warn!(
+            faults = ?weakened,
+            stale_kv = kv.fault.stale_kv,
+            "KV FAULT INJECTION IS ON: engine isolation defences are switched off on purpose; never run this outside tests"
+        );
+    }
+    Engine::load_with(&path, options, kv).map_err(|e| e.to_string())
 }
 
 /// Generates every choice in turn, sending events until done or until the client is gone.
-fn run_choices(engine: &Engine, plans: &[GenerateRequest], want_logprobs: bool, tx: &mpsc::Sender<Result<BackendEvent, ApiError>>) {
+fn run_choices(engine: &Engine, owner: &Owner, plans: &[GenerateRequest], want_logprobs: bool, tx: &mpsc::Sender<Result<BackendEvent, ApiError>>) {
     let mut usage = Usage::default();
     for (index, plan) in plans.iter().enumerate() {
         let index = index as u32;
+        let mut owners = PendingOwners::default();
         let mut on_token = |ev: &TokenEvent| {
+            owners.add(ev);
+            if ev.text.is_empty() && !want_logprobs {
+                // Nothing to send yet (part of a UTF-8 sequence): the owners wait for the
+                // next delta, so a foreign owner is never dropped.
+                return ControlFlow::Continue(());
+            }
             let delta = ChoiceDelta {
                 index,
                 content: Some(ev.text.clone()),
@@ -140,19 +163,16 @@ fn run_choices(engine: &Engine, plans: &[GenerateRequest], want_logprobs: bool, 
                 signals: Some(TokenSignals {
                     logprob: Some(f64::from(ev.logprob)),
                     entropy: Some(f64::from(ev.entropy)),
-                    owners: Vec::new(),
+                    owners: owners.take(),
                 }),
                 ..ChoiceDelta::default()
             };
-            if ev.text.is_empty() && !want_logprobs {
-                return ControlFlow::Continue(());
-            }
             match tx.blocking_send(Ok(BackendEvent::Delta(delta))) {
                 Ok(()) => ControlFlow::Continue(()),
                 Err(_) => ControlFlow::Break(()),
             }
         };
-        let generation = match engine.generate(plan, &mut on_token) {
+        let generation = match engine.generate_for(owner, plan, &mut on_token) {
             Ok(g) => g,
             Err(e) => {
                 let _ = tx.blocking_send(Err(map_engine_error(e)));
@@ -172,6 +192,24 @@ fn run_choices(engine: &Engine, plans: &[GenerateRequest], want_logprobs: bool, 
     }
     usage.total_tokens = usage.prompt_tokens + usage.completion_tokens;
     let _ = tx.blocking_send(Ok(BackendEvent::Usage(usage)));
+}
+
+/// KV owners of tokens not yet sent: the union since the last delta, sorted.
+#[derive(Debug, Default)]
+struct PendingOwners(Vec<String>);
+
+impl PendingOwners {
+    fn add(&mut self, ev: &TokenEvent) {
+        for tenant in &ev.owners {
+            if let Err(at) = self.0.binary_search_by(|o| o.as_str().cmp(tenant.as_str())) {
+                self.0.insert(at, tenant.as_str().to_owned());
+            }
+        }
+    }
+
+    fn take(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.0)
+    }
 }
 
 /// OpenAI's `logprobs.content[]` entry for one token.
@@ -244,6 +282,7 @@ fn map_engine_error(e: engine::Error) -> ApiError {
             "This model's maximum context length is {limit} tokens; your messages use {prompt_tokens}."
         )),
         engine::Error::InvalidRequest { reason } => ApiError::param("messages", reason),
+        engine::Error::KvExhausted { .. } => ApiError::Unavailable("The engine's KV cache is full; retry shortly.".into()),
         other => ApiError::Internal(format!("engine: {other}")),
     }
 }
@@ -251,6 +290,26 @@ fn map_engine_error(e: engine::Error) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn token(text: &str, owners: &[&str]) -> TokenEvent {
+        TokenEvent {
+            id: 0,
+            text: text.into(),
+            logprob: 0.0,
+            entropy: 0.0,
+            top_logprobs: Vec::new(),
+            owners: owners.iter().map(|o| engine::kv::Tenant::new(o)).collect(),
+        }
+    }
+
+    #[test]
+    fn owners_of_unsent_tokens_carry_to_the_next_delta() {
+        let mut pending = PendingOwners::default();
+        pending.add(&token("", &["acme", "globex"]));
+        pending.add(&token("é", &["acme"]));
+        assert_eq!(pending.take(), ["acme", "globex"]);
+        assert!(pending.take().is_empty());
+    }
 
     #[test]
     fn text_parts_are_joined_and_images_refused() {
