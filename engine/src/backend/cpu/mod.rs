@@ -15,6 +15,7 @@
 mod avx2;
 mod avx512;
 pub mod ops;
+mod ops_simd;
 pub mod packed;
 pub mod pool;
 pub mod quant;
