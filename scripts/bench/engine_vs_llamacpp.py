@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
 """crossguard's engine next to llama.cpp (llama-cpp-python) on the same GGUF and threads.
 
-For each thread count, runs both engines back to back in separate processes (so peak RSS
-is each engine's own), REPEATS times each, and prints the medians and ratios: prompt
-processing tok/s (512-token prompt), decode tok/s (128 tokens, greedy, end tokens
-suppressed), time to first token on that prompt, peak RSS.
+For each round and thread count, runs both engines back to back in separate processes
+(so peak RSS is each engine's own), REPEATS measurements each, and at the end prints the
+medians over all rounds and the ratios: prompt processing tok/s (512-token prompt), decode
+tok/s (128 tokens, greedy, end tokens suppressed), time to first token on that prompt, peak
+RSS. Rounds interleave the two engines so that a burst of load on a shared machine hits
+both alike; the load average is printed with every round.
 
     cargo build --release -p crossguard-engine --example bench_engine
-    /tmp/refvenv/bin/python scripts/bench/engine_vs_llamacpp.py [--threads 1 2] [--repeats 3]
+    /tmp/refvenv/bin/python scripts/bench/engine_vs_llamacpp.py [--threads 1 2] [--rounds 3] [--repeats 2]
+
+The engine's binary is looked up under $CARGO_TARGET_DIR (else `target/`); `--ours PATH`
+names another.
 """
 
 import argparse
@@ -20,7 +25,7 @@ import time
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 MODEL = os.path.expanduser("~/.cache/crossguard/models/SmolLM2-135M-Instruct.Q4_1.gguf")
-OURS = os.path.join(ROOT, "target", "release", "examples", "bench_engine")
+OURS = os.path.join(os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target"), "release", "examples", "bench_engine")
 TEXT = "The quick brown fox jumps over the lazy dog while the engine counts tokens. "
 
 
@@ -71,8 +76,10 @@ def run(cmd) -> list:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=MODEL)
+    ap.add_argument("--ours", default=OURS, help="the bench_engine binary")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--prompt-tokens", type=int, default=512)
     ap.add_argument("--decode-tokens", type=int, default=128)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -80,18 +87,26 @@ def main() -> None:
     if a.child:
         llama_child(a.model, a.threads[0], a.prompt_tokens, a.decode_tokens, a.repeats)
         return
+    results = {(t, n): [] for t in a.threads for n in ("crossguard", "llama.cpp")}
+    for r in range(a.rounds):
+        for threads in a.threads:
+            load = os.getloadavg()[0]
+            ours = run([a.ours, a.model, str(threads), str(a.prompt_tokens), str(a.decode_tokens), str(a.repeats)])
+            theirs = run([sys.executable, __file__, "--child", "--model", a.model, "--threads", str(threads),
+                          "--repeats", str(a.repeats), "--prompt-tokens", str(a.prompt_tokens),
+                          "--decode-tokens", str(a.decode_tokens)])
+            results[(threads, "crossguard")] += ours
+            results[(threads, "llama.cpp")] += theirs
+            brief = lambda res: " ".join(f"{x['prefill_tok_s']:.0f}/{x['decode_tok_s']:.1f}" for x in res)
+            print(f"round {r + 1} threads={threads} load={load:.2f}: prefill/decode tok/s "
+                  f"crossguard {brief(ours)} | llama.cpp {brief(theirs)}", flush=True)
     rows = []
-    for threads in a.threads:
-        ours = run([OURS, a.model, str(threads), str(a.prompt_tokens), str(a.decode_tokens), str(a.repeats)])
-        theirs = run([sys.executable, __file__, "--child", "--model", a.model, "--threads", str(threads),
-                      "--repeats", str(a.repeats), "--prompt-tokens", str(a.prompt_tokens),
-                      "--decode-tokens", str(a.decode_tokens)])
-        for name, res in (("crossguard", ours), ("llama.cpp", theirs)):
-            med = {k: statistics.median(r[k] for r in res) for k in ("prefill_tok_s", "decode_tok_s", "ttft_ms")}
-            med["peak_rss_mib"] = max(r["peak_rss_mib"] for r in res)
-            rows.append((threads, name, med))
+    for (threads, name), res in results.items():
+        med = {k: statistics.median(x[k] for x in res) for k in ("prefill_tok_s", "decode_tok_s", "ttft_ms")}
+        med["peak_rss_mib"] = max(x["peak_rss_mib"] for x in res)
+        rows.append((threads, name, med))
     print(f"| threads | engine | prefill tok/s ({a.prompt_tokens}) | decode tok/s ({a.decode_tokens}) | TTFT ms | peak RSS MiB |")
-    print("|---|---|---|---|---|---|")
+    print("|---|---|--:|--:|--:|--:|")
     for threads, name, m in rows:
         print(f"| {threads} | {name} | {m['prefill_tok_s']:.0f} | {m['decode_tok_s']:.1f} | {m['ttft_ms']:.0f} | {m['peak_rss_mib']:.0f} |")
     for threads in a.threads:

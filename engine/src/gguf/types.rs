@@ -82,7 +82,7 @@ impl GgmlType {
     /// of blocks or the size overflows.
     pub fn row_bytes(self, elems: u64) -> Option<u64> {
         let per_block = self.block_elems() as u64;
-        if elems % per_block != 0 {
+        if !elems.is_multiple_of(per_block) {
             return None;
         }
         (elems / per_block).checked_mul(self.block_bytes() as u64)

@@ -1,39 +1,64 @@
 //! The CPU backend: quantized matrix products on a persistent thread pool.
 //!
-//! Owns: weight matrices in ggml block layouts ([`Matrix`]), quantized activations
+//! Owns: weight matrices ([`Matrix`]: quantized formats repacked at load into the
+//! interleaved layout of `packed.rs`, float formats kept as rows), quantized activations
 //! ([`Activations`]), and the parallel products between them ([`Cpu::matmul`]). One code
 //! path serves decode (one token: matrix-vector) and batched prefill (many tokens:
-//! matrix-matrix tiles that unpack each weight block once for up to four tokens).
+//! matrix-matrix tiles that unpack each weight step once for up to four tokens).
 //! [`matmul_reference`] is the plain f32 path the fast one is tested against.
 //!
-//! Invariants: `Matrix::data` holds exactly `rows` rows of `cols` elements in `format`;
-//! activations are quantized with the reference's `q8_1` rule before integer products;
-//! SIMD is used only when detected at run time (`Cpu::simd`), else the scalar kernels.
+//! Invariants: a `Matrix` holds exactly `rows` rows of `cols` elements in `format`;
+//! activations are quantized with the reference's `q8_1` rule, once per product, before
+//! integer products; SIMD kernels run only when detected at run time ([`Kernels`]), and
+//! each is tested against the portable one, itself tested against the ggml reference.
 
 mod avx2;
+mod avx512;
 pub mod ops;
+mod ops_simd;
+pub mod packed;
 pub mod pool;
 pub mod quant;
 
 pub use pool::ThreadPool;
 pub use quant::{Format, Q8Block, QK};
 
-use crate::error::{Error, Result};
+use std::ops::Range;
 
-/// A weight matrix `[rows, cols]` (row-major; one output per row) in a ggml format.
+use crate::error::{Error, Result};
+use packed::{Packed, GROUP};
+
+/// Activation rows one kernel call multiplies against a group of weight rows.
+const TILE: usize = packed::MAX_TILE;
+
+/// Tokens per prefill task: the task's weight groups stay in L1 across them.
+const PREFILL_TOKEN_STEP: usize = 32;
+
+/// Row tasks per thread and product: enough to balance a busy core, few enough that
+/// claiming them costs nothing measurable.
+const TASKS_PER_THREAD: usize = 8;
+
+/// A weight matrix `[rows, cols]` (one output per row) in a ggml format.
 #[derive(Debug, Clone)]
 pub struct Matrix {
     pub name: String,
     pub format: Format,
     pub rows: usize,
     pub cols: usize,
-    row_bytes: usize,
-    /// `[rows, row_bytes]`
-    data: Vec<u8>,
+    storage: Storage,
+}
+
+#[derive(Debug, Clone)]
+enum Storage {
+    /// Float formats: `[rows, row_bytes]` as in the file.
+    Rows { row_bytes: usize, data: Vec<u8> },
+    /// Quantized formats, interleaved for the kernels.
+    Packed(Packed),
 }
 
 impl Matrix {
-    /// Wraps `data` after checking it holds exactly `rows x cols` elements of `format`.
+    /// Checks that `data` (ggml rows, as in the GGUF file) holds exactly `rows x cols`
+    /// elements of `format`, and keeps it in the layout the kernels read.
     pub fn new(name: &str, format: Format, rows: usize, cols: usize, data: Vec<u8>) -> Result<Matrix> {
         let row_bytes = format.row_bytes(cols).ok_or_else(|| Error::Shape {
             tensor: name.to_owned(),
@@ -45,22 +70,40 @@ impl Matrix {
                 reason: format!("{} bytes for {rows}x{cols} {format:?}, expected {}", data.len(), row_bytes * rows),
             });
         }
-        Ok(Matrix { name: name.to_owned(), format, rows, cols, row_bytes, data })
+        let storage = match Packed::pack(format, rows, cols, &data) {
+            Some(p) => Storage::Packed(p),
+            None => Storage::Rows { row_bytes, data },
+        };
+        Ok(Matrix { name: name.to_owned(), format, rows, cols, storage })
     }
 
-    /// The packed bytes of row `r` (empty if out of range).
-    pub fn row(&self, r: usize) -> &[u8] {
-        self.data.get(r * self.row_bytes..(r + 1) * self.row_bytes).unwrap_or(&[])
-    }
-
-    /// Row `r` as f32 values (`out.len() == cols`).
+    /// Row `r` as f32 values (`out.len() == cols`); leaves `out` alone if out of range.
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
-        quant::dequantize_row(self.format, self.row(r), out);
+        match &self.storage {
+            Storage::Packed(p) => p.dequantize_row(r, out),
+            Storage::Rows { .. } => quant::dequantize_row(self.format, self.float_row(r), out),
+        }
     }
 
     /// Bytes of weight data (what one full pass over the matrix reads).
     pub fn bytes(&self) -> usize {
-        self.data.len()
+        match &self.storage {
+            Storage::Packed(p) => p.bytes(),
+            Storage::Rows { data, .. } => data.len(),
+        }
+    }
+
+    /// Groups of [`GROUP`] rows: the unit of work of a product.
+    fn groups(&self) -> usize {
+        self.rows.div_ceil(GROUP)
+    }
+
+    /// The bytes of row `r` of a float matrix (empty if out of range or quantized).
+    fn float_row(&self, r: usize) -> &[u8] {
+        match &self.storage {
+            Storage::Rows { row_bytes, data } => data.get(r * row_bytes..(r + 1) * row_bytes).unwrap_or(&[]),
+            Storage::Packed(_) => &[],
+        }
     }
 }
 
@@ -80,9 +123,9 @@ impl Activations {
         self.cols = cols;
         self.x.clear();
         self.x.extend_from_slice(x);
-        let tokens = if cols == 0 { 0 } else { x.len() / cols };
+        let tokens = x.len().checked_div(cols).unwrap_or(0);
         self.q8.resize(tokens * cols / QK, Q8Block::default());
-        if cols % QK == 0 {
+        if cols.is_multiple_of(QK) {
             for (row, q) in x.chunks_exact(cols).zip(self.q8.chunks_exact_mut(cols / QK)) {
                 quant::quantize_q8(row, q);
             }
@@ -90,11 +133,7 @@ impl Activations {
     }
 
     pub fn tokens(&self) -> usize {
-        if self.cols == 0 {
-            0
-        } else {
-            self.x.len() / self.cols
-        }
+        self.x.len().checked_div(self.cols).unwrap_or(0)
     }
 
     fn q8_row(&self, t: usize) -> &[Q8Block] {
@@ -107,30 +146,70 @@ impl Activations {
     }
 }
 
+/// The kernel family a backend runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernels {
+    /// AVX-512 F/BW with VNNI integer dot products.
+    Avx512,
+    /// AVX2, FMA and F16C.
+    Avx2,
+    /// Portable Rust, any CPU.
+    Portable,
+}
+
+impl Kernels {
+    /// The fastest family this CPU runs.
+    pub fn best() -> Kernels {
+        [Kernels::Avx512, Kernels::Avx2].into_iter().find(|k| k.available()).unwrap_or(Kernels::Portable)
+    }
+
+    /// Whether this CPU runs the family.
+    pub fn available(self) -> bool {
+        self == Kernels::Portable || self.simd().is_some()
+    }
+
+    /// The family's SIMD kernel, if it has one and this CPU runs it.
+    fn simd(self) -> Option<packed::SimdKernel> {
+        match self {
+            Kernels::Avx512 => avx512::kernel(),
+            Kernels::Avx2 => avx2::kernel(),
+            Kernels::Portable => None,
+        }
+    }
+}
+
 /// The CPU backend: its thread pool and the kernel choice made at start-up.
 #[derive(Debug)]
 pub struct Cpu {
     pub pool: ThreadPool,
-    simd: bool,
+    kernels: Kernels,
+    /// `kernels`' SIMD kernel, resolved once.
+    simd: Option<packed::SimdKernel>,
 }
 
 impl Cpu {
-    /// A backend with `threads` threads, using SIMD kernels when the CPU has them.
+    /// A backend with `threads` threads, using the fastest kernels the CPU has.
     pub fn new(threads: usize) -> Cpu {
-        Cpu { pool: ThreadPool::new(threads), simd: avx2::available() }
+        let kernels = Kernels::best();
+        Cpu { pool: ThreadPool::new(threads), kernels, simd: kernels.simd() }
     }
 
     /// Same, but never using SIMD (for tests that compare the two).
     pub fn scalar(threads: usize) -> Cpu {
-        Cpu { pool: ThreadPool::new(threads), simd: false }
+        Cpu { pool: ThreadPool::new(threads), kernels: Kernels::Portable, simd: None }
     }
 
-    /// Which kernels run: "avx2" or "scalar".
+    /// A backend running `kernels`, or `None` if this CPU cannot.
+    pub fn with_kernels(threads: usize, kernels: Kernels) -> Option<Cpu> {
+        kernels.available().then(|| Cpu { pool: ThreadPool::new(threads), kernels, simd: kernels.simd() })
+    }
+
+    /// Which kernels run: "avx512-vnni", "avx2" or "scalar".
     pub fn kernels(&self) -> &'static str {
-        if self.simd {
-            "avx2"
-        } else {
-            "scalar"
+        match self.kernels {
+            Kernels::Avx512 => "avx512-vnni",
+            Kernels::Avx2 => "avx2",
+            Kernels::Portable => "scalar",
         }
     }
 
@@ -145,64 +224,72 @@ impl Cpu {
         if out.len() != a.tokens() * total {
             return Err(Error::Shape { tensor: "matmul output".into(), reason: format!("{} values for {}x{total}", out.len(), a.tokens()) });
         }
-        // Row tiles: enough tasks to balance across threads, few enough to keep the
-        // per-task overhead negligible. Token tiles keep weights and activations in cache.
-        let per_task = (total / (self.pool.threads() * 8)).clamp(16, 256);
-        let token_step = 32;
-        self.pool.par_tiles(out, total, token_step, per_task, &|tokens, span, tile| {
-            for r in span.clone() {
-                let (w, local) = locate(ws, r);
-                self.rows_times_tokens(w, local, a, tokens.clone(), r - span.start, tile);
+        // Tasks: runs of whole row groups of one matrix (output column spans) by blocks
+        // of tokens.
+        let groups: usize = ws.iter().map(|w| w.groups()).sum();
+        let per_task = groups.div_ceil(self.pool.threads() * TASKS_PER_THREAD).max(1);
+        let (mut spans, mut firsts) = (Vec::new(), Vec::new());
+        let mut offset = 0;
+        for (k, w) in ws.iter().enumerate() {
+            for g in (0..w.groups()).step_by(per_task) {
+                spans.push(offset + g * GROUP..offset + ((g + per_task) * GROUP).min(w.rows));
+                firsts.push((k, g));
             }
+            offset += w.rows;
+        }
+        let token_step = if a.tokens() > 1 { PREFILL_TOKEN_STEP } else { 1 };
+        let ran = self.pool.par_spans(out, total, token_step, &spans, &|tokens, i, tile| {
+            let (k, g) = firsts[i];
+            self.span_times_tokens(ws[k], g, spans[i].len(), a, tokens, tile);
         });
-        Ok(())
+        if ran {
+            Ok(())
+        } else {
+            Err(Error::Shape { tensor: "matmul output".into(), reason: "column spans out of order".into() })
+        }
     }
 
-    /// Writes `w[row] · a[t]` into column `col` of `tile` for every token `t`.
-    fn rows_times_tokens(&self, w: &Matrix, row: usize, a: &Activations, tokens: std::ops::Range<usize>, col: usize, tile: &mut pool::Tile<'_>) {
-        let bytes = w.row(row);
-        if !w.format.uses_q8() {
-            for t in tokens {
-                let v = quant::dot_float_scalar(w.format, bytes, a.x_row(t));
-                if let Some(o) = tile.row(t).get_mut(col) {
-                    *o = v;
-                }
+    /// `out[n][lane] = row lane of `group` · acts[n]`, with the portable kernel when
+    /// there is no SIMD one (or it declines).
+    fn dot_group(&self, s: packed::Scheme, group: &[u8], acts: &[&[Q8Block]], out: &mut [[f32; GROUP]; TILE]) {
+        if !self.simd.is_some_and(|k| k.call(s, group, acts, out)) {
+            for (a, o) in acts.iter().zip(out.iter_mut()) {
+                packed::dot_group_scalar(s, group, a, o);
             }
-            return;
-        }
-        let mut t = tokens.start;
-        while t < tokens.end {
-            let n = (tokens.end - t).min(avx2::TILE);
-            let mut sums = [0.0f32; avx2::TILE];
-            let mut acts: [&[Q8Block]; avx2::TILE] = [&[]; avx2::TILE];
-            for (k, slot) in acts.iter_mut().enumerate().take(n) {
-                *slot = a.q8_row(t + k);
-            }
-            if !(self.simd && avx2::dot_tile(w.format, bytes, &acts[..n], &mut sums)) {
-                for k in 0..n {
-                    sums[k] = quant::dot_q8_scalar(w.format, bytes, acts[k]);
-                }
-            }
-            for (k, s) in sums.iter().enumerate().take(n) {
-                if let Some(o) = tile.row(t + k).get_mut(col) {
-                    *o = *s;
-                }
-            }
-            t += n;
         }
     }
-}
 
-/// The matrix of a stack that holds stacked row `r`, and the row's index inside it.
-fn locate<'m>(ws: &[&'m Matrix], mut r: usize) -> (&'m Matrix, usize) {
-    for w in ws {
-        if r < w.rows {
-            return (w, r);
+    /// Writes rows `16 * first..16 * first + width` of `w` times every token of `tokens`
+    /// into the tile (whose span is those rows).
+    fn span_times_tokens(&self, w: &Matrix, first: usize, width: usize, a: &Activations, tokens: Range<usize>, tile: &mut pool::Tile<'_>) {
+        let p = match &w.storage {
+            Storage::Packed(p) => p,
+            Storage::Rows { .. } => {
+                for t in tokens {
+                    for (j, o) in tile.row(t).iter_mut().enumerate() {
+                        *o = quant::dot_float_scalar(w.format, w.float_row(first * GROUP + j), a.x_row(t));
+                    }
+                }
+                return;
+            }
+        };
+        for (gi, g) in (first..first + width.div_ceil(GROUP)).enumerate() {
+            let lanes = (width - gi * GROUP).min(GROUP);
+            let mut t = tokens.start;
+            while t < tokens.end {
+                let n = (tokens.end - t).min(TILE);
+                let acts: [&[Q8Block]; TILE] = std::array::from_fn(|k| if k < n { a.q8_row(t + k) } else { &[] });
+                let mut sums = [[0.0f32; GROUP]; TILE];
+                self.dot_group(p.scheme, p.group(g), &acts[..n], &mut sums);
+                for (k, s) in sums.iter().enumerate().take(n) {
+                    if let Some(o) = tile.row(t + k).get_mut(gi * GROUP..gi * GROUP + lanes) {
+                        o.copy_from_slice(&s[..lanes]);
+                    }
+                }
+                t += n;
+            }
         }
-        r -= w.rows;
     }
-    // Unreachable for r < Σ rows (checked by the caller); an empty stack has no rows.
-    (ws[ws.len() - 1], 0)
 }
 
 /// The plain reference: dequantize each row to f32 and multiply with f32 activations
@@ -219,59 +306,100 @@ pub fn matmul_reference(w: &Matrix, x: &[f32], out: &mut [f32]) {
 
 #[cfg(test)]
 mod tests {
+    use super::packed::tests::TestResult;
     use super::quant::tests::wave;
     use super::*;
 
-    fn matrix(format: Format, rows: usize, cols: usize) -> Matrix {
-        let data: Vec<u8> = (0..rows).flat_map(|r| quant::quantize_row(format, &wave(cols, r as f32 * 0.3))).collect();
-        Matrix::new("w", format, rows, cols, data).unwrap()
+    fn ggml(format: Format, rows: usize, cols: usize) -> Vec<u8> {
+        (0..rows).flat_map(|r| quant::quantize_row(format, &wave(cols, r as f32 * 0.3))).collect()
     }
 
+    fn matrix(format: Format, rows: usize, cols: usize) -> Result<Matrix> {
+        Matrix::new("w", format, rows, cols, ggml(format, rows, cols))
+    }
+
+    const FORMATS: [Format; 7] = [Format::F32, Format::F16, Format::Q4_0, Format::Q4_1, Format::Q5_0, Format::Q5_1, Format::Q8_0];
+
     #[test]
-    fn simd_and_scalar_and_reference_agree_for_batches() {
-        let (rows, cols, tokens) = (37, 96, 7);
+    fn every_kernel_family_agrees_with_the_ggml_rows_and_the_reference() -> TestResult {
+        // 37 rows: a partial last group; 35 tokens: a partial token tile and kernel tile.
+        let (rows, cols, tokens) = (37, 96, 35);
         let x: Vec<f32> = wave(tokens * cols, 4.0);
         let mut a = Activations::default();
         a.set(&x, cols);
-        for f in [Format::F32, Format::F16, Format::Q4_0, Format::Q4_1, Format::Q5_0, Format::Q5_1, Format::Q8_0] {
-            let w = matrix(f, rows, cols);
+        let families = [Kernels::Avx512, Kernels::Avx2, Kernels::Portable];
+        for f in FORMATS {
+            let data = ggml(f, rows, cols);
+            let w = Matrix::new("w", f, rows, cols, data.clone())?;
             let mut want = vec![0.0; tokens * rows];
             matmul_reference(&w, &x, &mut want);
-            let mut fast = vec![0.0; tokens * rows];
-            Cpu::new(2).matmul(&[&w], &a, &mut fast).unwrap();
-            let mut slow = vec![0.0; tokens * rows];
-            Cpu::scalar(1).matmul(&[&w], &a, &mut slow).unwrap();
-            for i in 0..want.len() {
-                assert!((fast[i] - slow[i]).abs() < 1e-3, "{f:?} simd vs scalar at {i}");
-                // Activation quantization costs up to ~1 % of the row's magnitude.
-                assert!((want[i] - slow[i]).abs() < 0.05 * want[i].abs().max(1.0), "{f:?} vs reference at {i}");
+            for cpu in families.iter().filter_map(|k| Cpu::with_kernels(2, *k)) {
+                let mut got = vec![0.0; tokens * rows];
+                cpu.matmul(&[&w], &a, &mut got)?;
+                let row_bytes = f.row_bytes(cols).ok_or("row bytes")?;
+                for t in 0..tokens {
+                    for r in 0..rows {
+                        let row = &data[r * row_bytes..(r + 1) * row_bytes];
+                        let exact = if f.uses_q8() {
+                            quant::dot_q8_scalar(f, row, a.q8_row(t))
+                        } else {
+                            quant::dot_float_scalar(f, row, a.x_row(t))
+                        };
+                        let (g, i) = (got[t * rows + r], t * rows + r);
+                        let k = cpu.kernels();
+                        assert!((exact - g).abs() <= 1e-4 * exact.abs().max(1.0), "{f:?} {k} vs ggml rows at t={t} r={r}: {exact} vs {g}");
+                        // Quantizing an activation moves it by at most half a step (amax / 254
+                        // of its block) plus the f16 rounding of the step (< amax / 1024).
+                        let mut wr = vec![0.0; cols];
+                        w.dequantize_row(r, &mut wr);
+                        let bound: f32 = wr
+                            .chunks_exact(QK)
+                            .zip(a.x_row(t).chunks_exact(QK))
+                            .map(|(wb, xb)| wb.iter().map(|v| v.abs()).sum::<f32>() * xb.iter().fold(0.0f32, |m, v| m.max(v.abs())))
+                            .sum::<f32>()
+                            * (1.0 / 254.0 + 1.0 / 1024.0);
+                        let err = (want[i] - g).abs();
+                        assert!(err <= bound + 1e-4, "{f:?} {k} vs reference at {i}: {err} > {bound}");
+                    }
+                }
             }
         }
+        Ok(())
     }
 
     #[test]
-    fn stacked_matrices_fill_consecutive_columns() {
+    fn packed_storage_keeps_the_ggml_size_of_nibble_and_q8_formats() -> TestResult {
+        for f in [Format::Q4_0, Format::Q4_1, Format::Q8_0] {
+            assert_eq!(Some(matrix(f, 32, 64)?.bytes()), f.row_bytes(64).map(|b| 32 * b), "{f:?}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn stacked_matrices_fill_consecutive_columns() -> TestResult {
         let (cols, tokens) = (64, 3);
-        let (w1, w2) = (matrix(Format::Q4_1, 5, cols), matrix(Format::Q8_0, 9, cols));
+        let (w1, w2) = (matrix(Format::Q4_1, 5, cols)?, matrix(Format::Q8_0, 9, cols)?);
         let mut a = Activations::default();
         a.set(&wave(tokens * cols, 1.0), cols);
         let cpu = Cpu::new(2);
         let mut both = vec![0.0; tokens * 14];
-        cpu.matmul(&[&w1, &w2], &a, &mut both).unwrap();
+        cpu.matmul(&[&w1, &w2], &a, &mut both)?;
         let mut one = vec![0.0; tokens * 9];
-        cpu.matmul(&[&w2], &a, &mut one).unwrap();
+        cpu.matmul(&[&w2], &a, &mut one)?;
         for t in 0..tokens {
             assert_eq!(&both[t * 14 + 5..t * 14 + 14], &one[t * 9..t * 9 + 9]);
         }
+        Ok(())
     }
 
     #[test]
-    fn shape_errors_are_reported() {
+    fn shape_errors_are_reported() -> TestResult {
         assert!(Matrix::new("w", Format::Q4_1, 2, 33, vec![0; 40]).is_err());
         assert!(Matrix::new("w", Format::Q4_1, 2, 32, vec![0; 39]).is_err());
-        let w = matrix(Format::Q4_1, 2, 32);
+        let w = matrix(Format::Q4_1, 2, 32)?;
         let mut a = Activations::default();
         a.set(&[0.0; 64], 64);
         assert!(Cpu::new(1).matmul(&[&w], &a, &mut [0.0; 2]).is_err());
+        Ok(())
     }
 }

@@ -62,8 +62,14 @@ pub fn softmax(x: &mut [f32]) {
     x.iter_mut().for_each(|v| *v *= inv);
 }
 
-/// `Σ a[i] * b[i]` with eight partial sums, so the compiler vectorises it.
+/// `Σ a[i] * b[i]`: AVX2 where the CPU has it, else [`dot_portable`].
+#[inline]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    super::ops_simd::dot(a, b).unwrap_or_else(|| dot_portable(a, b))
+}
+
+/// `Σ a[i] * b[i]` with eight partial sums, so the compiler vectorises it.
+pub fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0.0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
     let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
@@ -75,8 +81,16 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
-/// `y += alpha * x`.
+/// `y += alpha * x`: AVX2 where the CPU has it, else [`axpy_portable`].
+#[inline]
 pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
+    if !super::ops_simd::axpy(alpha, x, y) {
+        axpy_portable(alpha, x, y);
+    }
+}
+
+/// `y += alpha * x`.
+pub fn axpy_portable(alpha: f32, x: &[f32], y: &mut [f32]) {
     for (o, v) in y.iter_mut().zip(x) {
         *o += alpha * v;
     }
@@ -96,9 +110,12 @@ pub fn round_f16(x: f32) -> f32 {
     }
 }
 
-/// Rounds every value to f16 precision in place (the reference's f16 attention operands).
+/// Rounds every value to f16 precision in place (the reference's f16 attention operands),
+/// with F16C where the CPU has it.
 pub fn round_to_f16(x: &mut [f32]) {
-    x.iter_mut().for_each(|v| *v = round_f16(*v));
+    if !super::ops_simd::round_to_f16(x) {
+        x.iter_mut().for_each(|v| *v = round_f16(*v));
+    }
 }
 
 #[cfg(test)]
@@ -145,6 +162,25 @@ mod tests {
             let x = f32::from_bits(0x3000_0000 + i * 9_973) * if i % 2 == 0 { 1.0 } else { -1.0 };
             let (fast, slow) = (round_f16(x), f16::from_f32(x).to_f32());
             assert!(fast == slow || (fast.is_nan() && slow.is_nan()), "{x}: {fast} vs {slow}");
+        }
+    }
+
+    #[test]
+    fn vector_loops_agree_with_the_portable_ones() {
+        // Lengths around every loop boundary of the SIMD bodies (8, 32) and head sizes.
+        for n in [0, 1, 7, 8, 9, 31, 32, 33, 64, 100, 128] {
+            let a: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
+            let b: Vec<f32> = (0..n).map(|i| (i as f32 * 0.11).cos() - 0.2).collect();
+            assert_eq!(dot(&a, &b).to_bits(), dot_portable(&a, &b).to_bits(), "dot n={n}");
+            let (mut y1, mut y2) = (b.clone(), b.clone());
+            axpy(0.3, &a, &mut y1);
+            axpy_portable(0.3, &a, &mut y2);
+            assert_eq!(y1, y2, "axpy n={n}");
+            // Include values that round up, tie, overflow and underflow in f16.
+            let mut r: Vec<f32> = a.iter().map(|v| v * 1e-3 + 1.000_488_3).chain([65520.0, 1e-9, -3.1e-5, f32::INFINITY]).collect();
+            let want: Vec<f32> = r.iter().map(|v| f16::from_f32(*v).to_f32()).collect();
+            round_to_f16(&mut r);
+            assert_eq!(r, want, "round_to_f16 n={n}");
         }
     }
 

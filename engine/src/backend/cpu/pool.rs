@@ -25,6 +25,9 @@ const SPIN_ROUNDS: usize = 20_000;
 
 type Job = dyn Fn(usize) + Sync;
 
+/// A task of [`ThreadPool::par_tiles`]: (rows, columns, the tile to write).
+pub type TileTask<'t> = dyn Fn(Range<usize>, Range<usize>, &mut Tile<'_>) + Sync + 't;
+
 struct Shared {
     /// Bumped once per job; workers watch it.
     generation: AtomicUsize,
@@ -124,25 +127,65 @@ impl ThreadPool {
         cols: usize,
         row_step: usize,
         col_step: usize,
-        task: &(dyn Fn(Range<usize>, Range<usize>, &mut Tile<'_>) + Sync),
+        task: &TileTask<'_>,
     ) {
-        let rows = if cols == 0 { 0 } else { out.len() / cols };
-        let (row_step, col_step) = (row_step.max(1), col_step.max(1));
-        let col_tiles = cols.div_ceil(col_step);
-        let tiles = rows.div_ceil(row_step) * col_tiles;
+        let col_step = col_step.max(1);
+        let span = |i: usize| i * col_step..((i + 1) * col_step).min(cols);
+        self.par_grid(out, cols, row_step, cols.div_ceil(col_step), &span, &|rows, i, tile| task(rows, span(i), tile));
+    }
+
+    /// Like [`par_tiles`](Self::par_tiles) with explicit column spans: calls
+    /// `task(rows, i, tile)` for every tile of `row_step` rows by `spans[i]`. The spans
+    /// must be ascending, disjoint and inside `cols`; returns `false` (running nothing)
+    /// when they are not.
+    pub fn par_spans(
+        &self,
+        out: &mut [f32],
+        cols: usize,
+        row_step: usize,
+        spans: &[Range<usize>],
+        task: &(dyn Fn(Range<usize>, usize, &mut Tile<'_>) + Sync),
+    ) -> bool {
+        let ordered = spans.iter().all(|s| s.start <= s.end) && spans.windows(2).all(|w| w[0].end <= w[1].start);
+        if !ordered || spans.last().is_some_and(|s| s.end > cols) {
+            return false;
+        }
+        self.par_grid(out, cols, row_step, spans.len(), &|i| spans[i].clone(), task);
+        true
+    }
+
+    /// The shared loop: tiles are (row block, span index) pairs, claimed through one
+    /// atomic counter. `span(i)` must give disjoint in-bounds column ranges.
+    fn par_grid(
+        &self,
+        out: &mut [f32],
+        cols: usize,
+        row_step: usize,
+        n_spans: usize,
+        span: &(dyn Fn(usize) -> Range<usize> + Sync),
+        task: &(dyn Fn(Range<usize>, usize, &mut Tile<'_>) + Sync),
+    ) {
+        let rows = out.len().checked_div(cols).unwrap_or(0);
+        let row_step = row_step.max(1);
+        let tiles = rows.div_ceil(row_step) * n_spans;
         let next = AtomicUsize::new(0);
         let base = SendPtr(out.as_mut_ptr());
-        self.run(&|_| loop {
+        let claim = |_| loop {
             let t = next.fetch_add(1, Ordering::Relaxed);
             if t >= tiles {
                 break;
             }
-            let r0 = (t / col_tiles) * row_step;
-            let c0 = (t % col_tiles) * col_step;
-            let (r, c) = (r0..(r0 + row_step).min(rows), c0..(c0 + col_step).min(cols));
-            let mut tile = Tile { base: base.get(), cols, rows: r.clone(), span: c.clone(), _out: std::marker::PhantomData };
-            task(r, c, &mut tile);
-        });
+            let r0 = (t / n_spans) * row_step;
+            let (r, i) = (r0..(r0 + row_step).min(rows), t % n_spans);
+            let mut tile = Tile { base: base.get(), cols, rows: r.clone(), span: span(i), _out: std::marker::PhantomData };
+            task(r, i, &mut tile);
+        };
+        if tiles <= 1 {
+            // One tile: waking the workers would cost more than it could save.
+            claim(0);
+        } else {
+            self.run(&claim);
+        }
     }
 }
 
@@ -279,6 +322,26 @@ mod tests {
             }
         });
         assert!(out.iter().enumerate().all(|(i, v)| *v == i as f32));
+    }
+
+    #[test]
+    fn spans_cover_their_columns_once_and_bad_spans_are_refused() {
+        let pool = ThreadPool::new(2);
+        let (rows, cols) = (5, 10);
+        let mut out = vec![0.0f32; rows * cols];
+        let spans = [0..3, 3..4, 6..10];
+        assert!(pool.par_spans(&mut out, cols, 2, &spans, &|r, i, tile| {
+            for row in r {
+                tile.row(row).iter_mut().for_each(|v| *v += 1.0 + i as f32);
+            }
+        }));
+        for row in out.chunks_exact(cols) {
+            assert_eq!(row, &[1.0, 1.0, 1.0, 2.0, 0.0, 0.0, 3.0, 3.0, 3.0, 3.0]);
+        }
+        let out_of_bounds = [Range { start: 8, end: 11 }];
+        for bad in [&[0..3, 2..4][..], &[4..6, 0..2], &out_of_bounds] {
+            assert!(!pool.par_spans(&mut out, cols, 2, bad, &|_, _, _| {}));
+        }
     }
 
     #[test]

@@ -54,7 +54,7 @@ impl Format {
     /// Bytes one row of `cols` elements occupies, or `None` if `cols` is not a whole
     /// number of blocks.
     pub fn row_bytes(self, cols: usize) -> Option<usize> {
-        (cols % self.block_elems() == 0).then(|| cols / self.block_elems() * self.block_bytes())
+        cols.is_multiple_of(self.block_elems()).then(|| cols / self.block_elems() * self.block_bytes())
     }
 
     /// Whether products with this format use the 8-bit activation blocks.
@@ -98,14 +98,23 @@ pub fn quantize_q8(x: &[f32], out: &mut [Q8Block]) {
         let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
         let mut isum = 0i32;
         for (q, v) in block.qs.iter_mut().zip(chunk) {
-            // Round half to even, as the reference's AVX2 path (`_mm256_round_ps`) does.
-            *q = (v * id).round_ties_even() as i8;
+            *q = round_ties_even_small(v * id) as i8;
             isum += i32::from(*q);
         }
         block.d = round_f16(d);
         block.s = round_f16(d * isum as f32);
         block.isum = isum;
     }
+}
+
+/// Rounds half to even, as the reference's AVX2 path (`_mm256_round_ps`) does, for
+/// |x| < 2^22: adding and removing 1.5 * 2^23 leaves no fraction bits, so the FPU's own
+/// round-to-nearest-even does the work. `f32::round_ties_even` is a libm call on a
+/// baseline x86-64 build; this is two additions and vectorises.
+#[inline]
+fn round_ties_even_small(x: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0;
+    (x + MAGIC) - MAGIC
 }
 
 /// The 4-bit value of element `j` (0..32) of a block's 16 packed bytes: low nibbles hold
@@ -337,6 +346,17 @@ pub(crate) mod tests {
         for f in [Format::F32, Format::F16] {
             let got = dot_float_scalar(f, &quantize_row(f, &w), &x);
             assert!((want - got).abs() < 1e-2, "{f:?}");
+        }
+    }
+
+    #[test]
+    fn fast_rounding_is_round_half_to_even() {
+        for i in -300_000..300_000 {
+            let x = i as f32 * 0.000_43 + if i % 7 == 0 { 0.5 } else { 0.0 };
+            assert_eq!(round_ties_even_small(x), x.round_ties_even(), "{x}");
+        }
+        for x in [0.5f32, 1.5, 2.5, -0.5, -2.5, 126.5, -127.5, 0.0, -0.0] {
+            assert_eq!(round_ties_even_small(x), x.round_ties_even(), "{x}");
         }
     }
 

@@ -1,0 +1,147 @@
+//! AVX-512 VNNI kernel over the interleaved layout (`packed.rs`): 16 weight rows, one per
+//! 32-bit lane, against up to `packed::MAX_TILE` activation rows.
+//!
+//! Each 64-byte load of levels feeds `vpdpbusd` once per activation row (twice for the
+//! nibble formats: low and high nibbles), with 4 activation bytes broadcast from memory,
+//! so batched prefill unpacks each weight step once for all tokens of the tile and decode
+//! runs the same code with one. Per block, the integer sums become f32 with one
+//! multiply-add per token against the 16 rows' scales.
+//!
+//! Invariants: reached only through [`kernel`], which checks that the CPU has the features, and
+//! `SimdKernel::call`, which checks the lengths. With AVX-512F/BW and VNNI; results equal `packed::dot_group_scalar` up to float
+//! summation order (the integer part is exact).
+#![allow(unsafe_code)]
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+#[cfg(target_arch = "x86_64")]
+use super::packed::{Scheme, GROUP, MAX_TILE};
+use super::packed::SimdKernel;
+#[cfg(target_arch = "x86_64")]
+use super::quant::Q8Block;
+
+/// How far ahead of the record being multiplied the kernel prefetches.
+#[cfg(target_arch = "x86_64")]
+const PREFETCH_BYTES: usize = 1024;
+
+/// The kernel, if this CPU has its features.
+pub fn kernel() -> Option<SimdKernel> {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vnni") {
+        // SAFETY: the features `dispatch` is compiled for were just detected.
+        return Some(unsafe { SimdKernel::new(dispatch) });
+    }
+    None
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn dispatch(s: Scheme, g: *const u8, blocks: usize, a: [*const Q8Block; MAX_TILE], n: usize, out: *mut [f32; GROUP]) {
+    // SAFETY (whole body): forwarded from `SimdKernel::call`'s checked contract.
+    unsafe {
+        macro_rules! by_n {
+            ($nib:expr, $min:expr) => {
+                match n {
+                    1 => tile::<$nib, $min, 1>(g, blocks, s.zero, [a[0]], out),
+                    2 => tile::<$nib, $min, 2>(g, blocks, s.zero, [a[0], a[1]], out),
+                    3 => tile::<$nib, $min, 3>(g, blocks, s.zero, [a[0], a[1], a[2]], out),
+                    _ => tile::<$nib, $min, 4>(g, blocks, s.zero, a, out),
+                }
+            };
+        }
+        match (s.nibbles, s.min) {
+            (true, true) => by_n!(true, true),
+            (true, false) => by_n!(true, false),
+            (false, true) => by_n!(false, true),
+            (false, false) => by_n!(false, false),
+        }
+    }
+}
+
+/// 4 activation bytes (`qs[4k..4k + 4]`) broadcast to every lane.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn quad(q: *const Q8Block, k: usize) -> __m512i {
+    // SAFETY: `q` points at a valid block and `k < 8`, so the 4 bytes lie inside `qs`.
+    unsafe { _mm512_set1_epi32(std::ptr::read_unaligned((*q).qs.as_ptr().add(4 * k) as *const i32)) }
+}
+
+/// One group of [`GROUP`] rows against `N` activation rows; see `SimdKernel::call`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn tile<const NIB: bool, const MIN: bool, const N: usize>(
+    g: *const u8,
+    blocks: usize,
+    zero: i32,
+    a: [*const Q8Block; N],
+    out: *mut [f32; GROUP],
+) {
+    let scheme = Scheme { nibbles: NIB, zero, min: MIN };
+    let (rec, lb) = (scheme.record_bytes(), scheme.levels_bytes());
+    let low = _mm512_set1_epi8(0x0f);
+    let mut res = [_mm512_setzero_ps(); N];
+    for i in 0..blocks {
+        // SAFETY: record `i < blocks` lies inside the group and every activation row
+        // holds at least `blocks` blocks (caller's contract); offsets stay inside a record.
+        unsafe {
+            let r = g.add(i * rec);
+            // Decode streams the weights once from DRAM: ask for them a few records
+            // early (a prefetch never faults, so running past the group is harmless).
+            for line in (0..rec).step_by(64) {
+                _mm_prefetch::<_MM_HINT_T0>(r.wrapping_add(PREFETCH_BYTES + line) as *const i8);
+            }
+            let q: [*const Q8Block; N] = std::array::from_fn(|n| a[n].add(i));
+            let mut acc = [_mm512_setzero_si512(); N];
+            if NIB {
+                for step in 0..4 {
+                    let x = _mm512_loadu_si512(r.add(64 * step) as *const _);
+                    let lo = _mm512_and_si512(x, low);
+                    let hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), low);
+                    for n in 0..N {
+                        acc[n] = _mm512_dpbusd_epi32(acc[n], lo, quad(q[n], 2 * step));
+                        acc[n] = _mm512_dpbusd_epi32(acc[n], hi, quad(q[n], 2 * step + 1));
+                    }
+                }
+            } else {
+                for step in 0..8 {
+                    let x = _mm512_loadu_si512(r.add(64 * step) as *const _);
+                    for n in 0..N {
+                        acc[n] = _mm512_dpbusd_epi32(acc[n], x, quad(q[n], step));
+                    }
+                }
+            }
+            let d = _mm512_cvtph_ps(_mm256_loadu_si256(r.add(lb) as *const __m256i));
+            let m = if MIN { _mm512_cvtph_ps(_mm256_loadu_si256(r.add(lb + 2 * GROUP) as *const __m256i)) } else { d };
+            for n in 0..N {
+                let qb = &*q[n];
+                let sum = if zero != 0 { _mm512_sub_epi32(acc[n], _mm512_set1_epi32(zero * qb.isum)) } else { acc[n] };
+                res[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(d, _mm512_set1_ps(qb.d)), res[n]);
+                if MIN {
+                    res[n] = _mm512_fmadd_ps(m, _mm512_set1_ps(qb.s), res[n]);
+                }
+            }
+        }
+    }
+    for (n, v) in res.iter().enumerate() {
+        // SAFETY: `out` holds at least `N` rows of GROUP floats (caller's contract).
+        unsafe { _mm512_storeu_ps((*out.add(n)).as_mut_ptr(), *v) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::packed::tests::{self as packed_tests, TestResult};
+    use super::*;
+
+    #[test]
+    fn matches_the_portable_kernel_for_every_format_and_tile_width() -> TestResult {
+        packed_tests::agrees_with_the_portable_kernel(kernel())
+    }
+
+    #[test]
+    fn refuses_mismatched_lengths() -> TestResult {
+        packed_tests::refuses_mismatched_lengths(kernel())
+    }
+}
