@@ -22,12 +22,14 @@
 pub mod detect;
 pub mod gitleaks;
 mod live;
+mod reach;
 pub mod reload;
 pub mod rule;
 pub mod ruleset;
 pub mod scan;
 pub mod stream;
 pub mod verdict;
+mod window;
 
 pub use detect::{
     fingerprints, Baseline, Baselines, Detectors, EntropyConfig, Metric, NgramConfig, NgramKey, NgramOwners, Observations,

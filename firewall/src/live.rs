@@ -118,6 +118,17 @@ impl Live {
     pub(crate) fn memory_usage(&self) -> usize {
         self.dfas.iter().map(LiveDfa::memory_usage).sum()
     }
+
+    /// The bytes pattern `p` can begin with, as a 256-bit set (a superset of the real ones).
+    pub(crate) fn first_bytes(&self, p: usize) -> [u64; 4] {
+        let mut set = [0u64; 4];
+        for (b, patterns) in self.first.iter().enumerate() {
+            if patterns.contains(&(p as u32)) {
+                set[b >> 6] |= 1u64 << (b & 63);
+            }
+        }
+        set
+    }
 }
 
 #[derive(Clone, Copy, Debug)]

@@ -151,7 +151,7 @@ impl RawRule {
             errs.push(field("description", "description is empty"));
         }
         let checked = compile_regex(&self.regex).map_err(|e| errs.push(field("regex", format!("bad regex: {e}")))).ok();
-        let hir = regex_syntax::ParserBuilder::new().build().parse(&self.regex).ok().map(|h| ascii_boundaries(&h));
+        let hir = regex_syntax::ParserBuilder::new().build().parse(&self.regex).ok().map(|h| ascii_twin(&h));
         // The regex that runs is the ASCII-boundary twin of the one written (same groups).
         let regex = match (&checked, &hir) {
             (Some(_), Some(h)) => compile_regex(&h.to_string()).map_err(|e| errs.push(field("regex", format!("bad regex: {e}")))).ok(),
@@ -197,11 +197,17 @@ impl RawRule {
     }
 }
 
-/// Rewrites Unicode word-boundary assertions (`\b`, `\B`, `\b{start}`, ...) as their
-/// ASCII forms. Secrets are ASCII, and a Unicode `\b` makes the regex engine abandon its
-/// DFA on the first non-ASCII byte (Russian prose ran ~100x slower); with ASCII boundaries a
-/// non-ASCII letter next to a token counts as a boundary, which can only add findings.
-pub(crate) fn ascii_boundaries(hir: &Hir) -> Hir {
+/// The regex that runs: the one written, with two ASCII narrowings (same groups).
+///
+/// * Unicode word-boundary assertions (`\b`, `\B`, `\b{start}`, ...) become their ASCII
+///   forms. Secrets are ASCII, and a Unicode `\b` makes the regex engine abandon its DFA on
+///   the first non-ASCII byte (Russian prose ran ~100x slower); with ASCII boundaries a
+///   non-ASCII letter next to a token counts as a boundary, which can only add findings.
+/// * A case-insensitive ASCII letter (`(?i)k` = `k`, `K` and the Kelvin sign) matches only
+///   its two ASCII cases. Keywords are ASCII case-insensitive, so a match spelled with the
+///   Kelvin sign or the long s could never count through that word anyway; without them a
+///   `(?i)` word is a plain keyword, which is what lets `reach` bound where matches start.
+pub(crate) fn ascii_twin(hir: &Hir) -> Hir {
     use regex_syntax::hir::{HirKind, Look};
     match hir.kind() {
         HirKind::Look(l) => Hir::look(match l {
@@ -213,12 +219,35 @@ pub(crate) fn ascii_boundaries(hir: &Hir) -> Hir {
             Look::WordEndHalfUnicode => Look::WordEndHalfAscii,
             other => *other,
         }),
+        HirKind::Class(regex_syntax::hir::Class::Unicode(c)) => ascii_letter_pair(c).map_or_else(|| hir.clone(), |pair| Hir::class(regex_syntax::hir::Class::Unicode(pair))),
         HirKind::Empty | HirKind::Literal(_) | HirKind::Class(_) => hir.clone(),
-        HirKind::Repetition(r) => Hir::repetition(regex_syntax::hir::Repetition { sub: Box::new(ascii_boundaries(&r.sub)), ..r.clone() }),
-        HirKind::Capture(c) => Hir::capture(regex_syntax::hir::Capture { sub: Box::new(ascii_boundaries(&c.sub)), ..c.clone() }),
-        HirKind::Concat(v) => Hir::concat(v.iter().map(ascii_boundaries).collect()),
-        HirKind::Alternation(v) => Hir::alternation(v.iter().map(ascii_boundaries).collect()),
+        HirKind::Repetition(r) => Hir::repetition(regex_syntax::hir::Repetition { sub: Box::new(ascii_twin(&r.sub)), ..r.clone() }),
+        HirKind::Capture(c) => Hir::capture(regex_syntax::hir::Capture { sub: Box::new(ascii_twin(&c.sub)), ..c.clone() }),
+        HirKind::Concat(v) => Hir::concat(v.iter().map(ascii_twin).collect()),
+        HirKind::Alternation(v) => Hir::alternation(v.iter().map(ascii_twin).collect()),
     }
+}
+
+/// `Some([xX])` when `c` is exactly the case fold of one ASCII letter: both ASCII cases,
+/// plus only the non-ASCII simple folds `K` (U+212A) and `ſ` (U+017F).
+fn ascii_letter_pair(c: &regex_syntax::hir::ClassUnicode) -> Option<regex_syntax::hir::ClassUnicode> {
+    use regex_syntax::hir::{ClassUnicode, ClassUnicodeRange};
+    let mut ascii = Vec::new();
+    for r in c.iter() {
+        for ch in r.start()..=r.end() {
+            if ch.is_ascii() {
+                ascii.push(ch);
+            } else if ch != '\u{212A}' && ch != '\u{17F}' {
+                return None;
+            }
+            if ascii.len() > 2 {
+                return None;
+            }
+        }
+    }
+    let [a, b] = ascii[..] else { return None };
+    let pair = a.is_ascii_alphabetic() && a.eq_ignore_ascii_case(&b) && a != b;
+    pair.then(|| ClassUnicode::new([ClassUnicodeRange::new(a, a), ClassUnicodeRange::new(b, b)]))
 }
 
 fn resolve_group(re: &Regex, group: Option<&SecretGroup>) -> Result<usize, FieldError> {
@@ -354,7 +383,9 @@ mod tests {
     fn word_boundaries_become_ascii_and_groups_survive() {
         let mut r = raw(r"\btok_(?P<s>[a-z]{4})\b");
         r.secret_group = Some(SecretGroup::Name("s".into()));
-        let Ok(rule) = r.compile() else { return assert!(false) };
+        let compiled = r.compile();
+        assert!(compiled.is_ok(), "{compiled:?}");
+        let Ok(rule) = compiled else { return };
         assert_eq!(rule.secret_group, 1);
         // A Cyrillic letter is not an ASCII word character, so it is a boundary.
         assert!(rule.regex.is_match("ключtok_abcd"));

@@ -1,25 +1,32 @@
 //! The compiled matcher behind a [`Ruleset`] and one-shot scanning.
 //!
-//! A scan has three stages: an aho-corasick automaton over every keyword (ASCII
-//! case-insensitive) selects candidate rules; each candidate's regex runs leftmost-first over
-//! the text; each match is confirmed (a keyword inside the match, `min_entropy` over the
-//! secret, no `allow` regex matching the secret). Rules without keywords are always
-//! candidates. Canary strings form one extra pattern, an alternation of their literals.
+//! What a rule finds in a text (the definition both scanners implement): walk the start
+//! positions left to right; at each, take the regex's leftmost-first match starting there,
+//! if any. A match that holds one of the rule's keywords (ASCII case-insensitively) counts:
+//! it becomes a finding unless the secret is below `min_entropy` or an `allow` regex
+//! matches it, and the walk jumps past it. A match without a keyword does not count and
+//! hides nothing: the walk moves on by one character. Rules without keywords count every
+//! match. Canary strings form one extra pattern, an alternation of their literals.
 //!
-//! [`Ruleset::pattern_matches`] is the single place where a pattern's matches are found and
-//! confirmed; the stream scanner calls it on its window with a start bound, which is why
-//! streaming and one-shot results cannot drift apart.
+//! One-shot scanning runs an aho-corasick automaton over every keyword; a rule with no hit
+//! cannot count any match and is skipped, and a rule whose keyword reach is bounded (see
+//! `reach`) is tried only in the regions before its hits (see `window`). The others, and
+//! rules without keywords, take one unanchored pass over the text, which visits the same
+//! positions ([`Ruleset::pattern_matches`]). The stream scanner calls that pass on its
+//! window with a start bound, which is why streaming and one-shot results cannot drift.
 
 use std::collections::HashMap;
 
-use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, AhoCorasickKind, MatchKind};
 use regex::{Regex, RegexBuilder};
 
 use crate::detect::{self, Detectors, ScanContext};
 use crate::live::{Live, LiveDfa};
+use crate::reach::keyword_reach;
 use crate::rule::{shannon_entropy, Canary, Rule};
 use crate::ruleset::{LoadError, Ruleset};
 use crate::verdict::{mask, Action, Detail, DetectorKind, Finding, Severity};
+use crate::window::{Found, RuleSearch, Verdict};
 
 /// Size limit of the compiled canary alternation (bytes); canary tables can be long.
 const CANARY_REGEX_LIMIT: usize = 16 << 20;
@@ -46,14 +53,21 @@ pub(crate) struct Engine {
     prefilter: Option<AhoCorasick>,
     /// prefilter pattern id -> rules that list this keyword
     keyword_rules: Vec<Vec<u32>>,
-    /// rules without keywords
-    always: Vec<u32>,
+    /// [rules] anchored searches for one-shot scanning near keyword hits
+    searches: Vec<RuleSearch>,
     pub(crate) live: Live,
 }
 
 impl Default for Engine {
     fn default() -> Self {
-        Engine { patterns: Vec::new(), canary: None, prefilter: None, keyword_rules: Vec::new(), always: Vec::new(), live: Live::new(Vec::new()) }
+        Engine {
+            patterns: Vec::new(),
+            canary: None,
+            prefilter: None,
+            keyword_rules: Vec::new(),
+            searches: Vec::new(),
+            live: Live::new(Vec::new()),
+        }
     }
 }
 
@@ -90,8 +104,20 @@ impl Engine {
         if !errors.is_empty() {
             return Err(errors);
         }
-        let (prefilter, keyword_rules, always) = build_prefilter(rules).map_err(|e| vec![(None, e)])?;
-        Ok(Engine { patterns, canary, prefilter, keyword_rules, always, live: Live::new(dfas) })
+        let (prefilter, keyword_rules) = build_prefilter(rules).map_err(|e| vec![(None, e)])?;
+        let live = Live::new(dfas);
+        let mut searches = Vec::with_capacity(rules.len());
+        for (i, r) in rules.iter().enumerate() {
+            let reach = if r.keywords.is_empty() { None } else { keyword_reach(&r.hir, &r.keywords) };
+            match RuleSearch::build(&r.hir, r.secret_group, reach, live.first_bytes(i)) {
+                Ok(s) => searches.push(s),
+                Err(e) => errors.push((Some(i), e)),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(Engine { patterns, canary, prefilter, keyword_rules, searches, live })
     }
 
     pub(crate) fn memory_usage(&self) -> usize {
@@ -99,16 +125,12 @@ impl Engine {
     }
 }
 
-type Prefilter = (Option<AhoCorasick>, Vec<Vec<u32>>, Vec<u32>);
+type Prefilter = (Option<AhoCorasick>, Vec<Vec<u32>>);
 
 fn build_prefilter(rules: &[Rule]) -> Result<Prefilter, String> {
     let mut ids: HashMap<&str, usize> = HashMap::new();
     let mut keyword_rules: Vec<Vec<u32>> = Vec::new();
-    let mut always = Vec::new();
     for (i, r) in rules.iter().enumerate() {
-        if r.keywords.is_empty() {
-            always.push(i as u32);
-        }
         for k in &r.keywords {
             let id = *ids.entry(k.as_str()).or_insert_with(|| {
                 keyword_rules.push(Vec::new());
@@ -120,16 +142,19 @@ fn build_prefilter(rules: &[Rule]) -> Result<Prefilter, String> {
         }
     }
     if keyword_rules.is_empty() {
-        return Ok((None, keyword_rules, always));
+        return Ok((None, keyword_rules));
     }
     let mut words: Vec<(&str, usize)> = ids.into_iter().collect();
     words.sort_by_key(|&(_, id)| id);
     let ac = AhoCorasickBuilder::new()
         .ascii_case_insensitive(true)
         .match_kind(MatchKind::Standard)
+        // A DFA walks prose about four times faster than the default NFA here (a few
+        // hundred keywords); it costs memory once per ruleset.
+        .kind(Some(AhoCorasickKind::DFA))
         .build(words.iter().map(|(w, _)| w))
         .map_err(|e| format!("keyword automaton: {e}"))?;
-    Ok((Some(ac), keyword_rules, always))
+    Ok((Some(ac), keyword_rules))
 }
 
 fn build_canaries(canaries: &[Canary]) -> Result<(CanaryMatcher, LiveDfa), String> {
@@ -159,35 +184,41 @@ impl Ruleset {
     /// same text in any chunking reports exactly these findings (token-signal detectors
     /// aside, which need a stream).
     pub fn scan_with(&self, text: &str, ctx: &ScanContext, detectors: &Detectors) -> Vec<Finding> {
+        let e = &self.engine;
         let mut out = Vec::new();
-        for p in self.candidate_patterns(text) {
-            self.pattern_matches(p, text, 0, 0, usize::MAX, ctx, &mut out);
+        for (i, hits) in self.keyword_hits(text).iter_mut().enumerate() {
+            let (Some(rule), Some(search)) = (self.rules.get(i), e.searches.get(i)) else { continue };
+            if hits.is_empty() && !rule.keywords.is_empty() {
+                continue;
+            }
+            if search.reach.is_none() {
+                rule_matches(rule, text, 0, 0, usize::MAX, &mut out);
+                continue;
+            }
+            hits.sort_unstable();
+            let regions = search.regions(hits);
+            search.walk_regions(text, &regions, |found| judge(rule, text, 0, found, &mut out));
+        }
+        if e.canary.is_some() {
+            self.canary_matches(text, 0, 0, usize::MAX, ctx, &mut out);
         }
         detect::scan_text(text, ctx, detectors, &mut out);
         Finding::sort(&mut out);
         out
     }
 
-    /// Pattern ids worth running on `text`: rules with a keyword in it, rules without
-    /// keywords, and the canary pattern.
-    fn candidate_patterns(&self, text: &str) -> Vec<usize> {
+    /// `[rules] start offsets of that rule's keyword hits in text` (unsorted).
+    fn keyword_hits(&self, text: &str) -> Vec<Vec<usize>> {
         let e = &self.engine;
-        let mut hit = vec![false; self.rules.len()];
-        for &r in &e.always {
-            hit[r as usize] = true;
-        }
+        let mut hits = vec![Vec::new(); self.rules.len()];
         if let Some(ac) = &e.prefilter {
             for m in ac.find_overlapping_iter(text) {
                 for &r in &e.keyword_rules[m.pattern().as_usize()] {
-                    hit[r as usize] = true;
+                    hits[r as usize].push(m.start());
                 }
             }
         }
-        let mut out: Vec<usize> = (0..hit.len()).filter(|&i| hit[i]).collect();
-        if e.canary.is_some() {
-            out.push(self.rules.len());
-        }
-        out
+        hits
     }
 
     /// Finds and confirms the matches of pattern `p` in `hay` that start at or after `from`
@@ -274,49 +305,51 @@ impl Ruleset {
     }
 }
 
-/// The confirmed matches of one rule; see [`Ruleset::pattern_matches`].
+/// The matches of one rule whose start lies in `[from, until)`, walked with one unanchored
+/// pass; see [`Ruleset::pattern_matches`] and the module docs for what counts.
 fn rule_matches(rule: &Rule, hay: &str, base: usize, from: usize, until: usize, out: &mut Vec<Finding>) -> usize {
     let mut at = from;
     let mut locs = rule.regex.capture_locations();
     while at <= hay.len() {
         let found = if rule.secret_group == 0 {
-            rule.regex.find_at(hay, at).map(|m| (m.start(), m.end(), m.start(), m.end()))
+            rule.regex.find_at(hay, at).map(|m| ((m.start(), m.end()), (m.start(), m.end())))
         } else {
             rule.regex.captures_read_at(&mut locs, hay, at).map(|m| {
-                let (s, e) = locs.get(rule.secret_group).unwrap_or((m.start(), m.end()));
-                (m.start(), m.end(), s, e)
+                let secret = locs.get(rule.secret_group).unwrap_or((m.start(), m.end()));
+                ((m.start(), m.end()), secret)
             })
         };
-        let Some((ms, me, ss, se)) = found else { break };
+        let Some(found) = found else { break };
+        let (ms, me) = found.0;
         if ms >= until {
             break;
         }
-        if let Some(f) = confirm(rule, hay, base, (ms, me), (ss, se)) {
-            out.push(f);
-        }
-        // Rules cannot match the empty string (the loader rejects them), so this advances.
-        at = me.max(ms + 1);
+        at = match judge(rule, hay, base, found, out) {
+            // Rules cannot match the empty string (the loader rejects them), so this advances.
+            Verdict::Taken => me.max(ms + 1),
+            Verdict::Passed => next_char(hay, ms),
+        };
     }
     at.max(until)
 }
 
-/// Keyword inside the match, entropy and allowlist over the secret.
-fn confirm(rule: &Rule, hay: &str, base: usize, (ms, me): (usize, usize), (ss, se): (usize, usize)) -> Option<Finding> {
-    let whole = hay.get(ms..me)?;
-    let secret = hay.get(ss..se)?;
-    if !rule.keywords.is_empty() {
-        let lower = whole.to_ascii_lowercase();
-        if !rule.keywords.iter().any(|k| lower.contains(k.as_str())) {
-            return None;
-        }
+/// The position of the character after the one starting at `at`.
+fn next_char(hay: &str, at: usize) -> usize {
+    hay.get(at..).and_then(|rest| rest.chars().next()).map_or(at + 1, |c| at + c.len_utf8())
+}
+
+/// Decides what a match of `rule` at `found` (offsets into `hay`) counts for: nothing
+/// without a keyword inside it; otherwise the walk takes it, and it is a finding unless
+/// `min_entropy` or an `allow` regex rules the secret out.
+fn judge(rule: &Rule, hay: &str, base: usize, ((ms, me), (ss, se)): Found, out: &mut Vec<Finding>) -> Verdict {
+    let (Some(whole), Some(secret)) = (hay.get(ms..me), hay.get(ss..se)) else { return Verdict::Passed };
+    if !rule.keywords.is_empty() && !rule.keywords.iter().any(|k| contains_ascii_ci(whole, k)) {
+        return Verdict::Passed;
     }
-    if rule.min_entropy.is_some_and(|min| shannon_entropy(secret) < min) {
-        return None;
+    if rule.min_entropy.is_some_and(|min| shannon_entropy(secret) < min) || rule.allow.iter().any(|a| a.is_match(secret)) {
+        return Verdict::Taken;
     }
-    if rule.allow.iter().any(|a| a.is_match(secret)) {
-        return None;
-    }
-    Some(Finding {
+    out.push(Finding {
         rule_id: rule.id.clone(),
         start: base + ss,
         end: base + se,
@@ -327,7 +360,14 @@ fn confirm(rule: &Rule, hay: &str, base: usize, (ms, me): (usize, usize), (ss, s
         excerpt: mask(secret),
         kind: DetectorKind::Secret,
         detail: Detail::None,
-    })
+    });
+    Verdict::Taken
+}
+
+/// Whether `hay` contains `needle` (lowercase ASCII-folded) ASCII case-insensitively.
+fn contains_ascii_ci(hay: &str, needle: &str) -> bool {
+    let (h, n) = (hay.as_bytes(), needle.as_bytes());
+    !n.is_empty() && h.len() >= n.len() && h.windows(n.len()).any(|w| w.eq_ignore_ascii_case(n))
 }
 
 /// Per-rule outcome of `rules test`.
@@ -384,5 +424,56 @@ impl SampleReport {
                 r.failures.into_iter().map(move |f| LoadError { file: file.clone(), line: f.line, rule_id: Some(id.clone()), reason: f.reason() })
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The definition itself: one unanchored walk per rule over the whole text.
+    fn reference(rules: &Ruleset, text: &str) -> Vec<Finding> {
+        let mut out = Vec::new();
+        for r in &rules.rules {
+            rule_matches(r, text, 0, 0, usize::MAX, &mut out);
+        }
+        rules.canary_matches(text, 0, 0, usize::MAX, &ScanContext::anonymous(), &mut out);
+        Finding::sort(&mut out);
+        out
+    }
+
+    fn builtin() -> Option<Ruleset> {
+        Ruleset::builtin().map_err(|e| eprintln!("{e}")).ok()
+    }
+
+    fn corpus_texts() -> Vec<String> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus");
+        let mut texts = Vec::new();
+        for f in ["answers.jsonl", "code.jsonl", "configs.jsonl", "logs.jsonl", "prose.jsonl"] {
+            let body = std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+            let records: Vec<String> = body
+                .lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .filter_map(|v| v.get("text").and_then(|t| t.as_str()).map(str::to_string))
+                .collect();
+            texts.push(records.join("\n\n"));
+        }
+        texts
+    }
+
+    #[test]
+    fn windowed_one_shot_equals_the_whole_text_walk_on_the_corpus() {
+        let rules = builtin();
+        assert!(rules.is_some(), "built-in rules do not load");
+        let Some(rules) = rules else { return };
+        let bounded = rules.engine.searches.iter().filter(|s| s.reach.is_some()).count();
+        eprintln!("{bounded} of {} rules have a bounded keyword reach", rules.len());
+        let texts = corpus_texts();
+        assert!(texts.iter().all(|t| t.len() > 100_000), "corpus files missing");
+        for text in &texts {
+            let got = rules.scan(text);
+            assert!(!got.is_empty());
+            assert_eq!(got, reference(&rules, text));
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! Shared helpers for the firewall's integration tests.
-#![allow(dead_code)]
+// A fixture that does not load fails the test: panicking is how tests fail.
+#![allow(dead_code, clippy::panic)]
 
 use std::path::PathBuf;
 use std::sync::Arc;
