@@ -315,6 +315,7 @@ async fn the_dashboard_in_a_real_browser() {
 
     // A wrong token cannot log in.
     b.log_in(&base, "admin-token-0123456789-wrong!").await;
+    b.wait_for("p.error").await;
     assert_eq!(b.text("p.error").await, "Incorrect admin token.");
     assert!(b.client.find(Locator::Css("header nav")).await.is_err(), "no navigation without a session");
     b.shot("login-refused").await;
@@ -373,7 +374,7 @@ async fn the_dashboard_in_a_real_browser() {
     assert_eq!(b.client.find_all(Locator::Css("#rows tr")).await.expect("rows").len(), 3);
     b.wait_for("select[name=tenant]").await.select_by_value("globex").await.expect("pick globex");
     b.wait_for("form.filters button").await.click().await.expect("filter");
-    b.wait_for("a.chip").await;
+    b.wait_for("select[name=tenant] option[value=globex][selected]").await; // the filtered page
     let url = b.client.current_url().await.expect("url").to_string();
     assert!(url.contains("tenant=globex"), "{url}");
     let rows = b.client.find_all(Locator::Css("#rows tr")).await.expect("rows");
@@ -395,11 +396,12 @@ async fn the_dashboard_in_a_real_browser() {
     // Rules: reload works; a broken file is refused with its error, the old rules stay.
     b.client.goto(&format!("{base}/admin/rules")).await.expect("rules");
     b.wait_for("form.inline button").await.click().await.expect("reload");
-    let outcome = b.wait_for("div.reload").await.text().await.unwrap_or_default();
+    let outcome = b.content("div.reload").await;
     assert!(outcome.contains("Loaded") && outcome.contains("generation 2"), "{outcome}");
     std::fs::write(s.rules.path().join("broken.toml"), "[[rule]]\nid = \"Not Kebab\"\n").expect("write broken rules");
     b.wait_for("form.inline button").await.click().await.expect("reload");
-    let outcome = b.wait_for("div.reload").await.text().await.unwrap_or_default();
+    b.wait_for("div.reload p.error").await; // the new page, not the one clicked on
+    let outcome = b.content("div.reload").await;
     assert!(outcome.contains("Rejected") && outcome.contains("broken.toml") && outcome.contains("generation 2"), "{outcome}");
     b.shot("rules").await;
     std::fs::remove_file(s.rules.path().join("broken.toml")).expect("remove broken rules");
