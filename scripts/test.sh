@@ -27,8 +27,16 @@ ensure_python() {
     fi
 }
 
+ensure_chromium() {
+    # The dashboard's browser tests drive headless Chromium through chromedriver.
+    if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then return; fi
+    log "installing chromium and chromium-driver"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+}
+
 ensure_redis
 ensure_python
+ensure_chromium
 log "cargo test --workspace"
 cargo test --workspace --locked
 log "crossguard rules test rules/ (every rule's samples)"

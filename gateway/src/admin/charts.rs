@@ -8,21 +8,20 @@ use std::fmt::Write as _;
 use super::html::esc;
 
 /// Bars for `values` (oldest first), `left` and `right` labelling the two ends of the
-/// time axis.
+/// time axis. The plot stretches to the page's width; its labels are HTML below it, so
+/// they keep their size.
 pub fn bars(title: &str, values: &[u64], left: &str, right: &str) -> String {
     const W: f64 = 600.0;
     const H: f64 = 120.0;
-    const AXIS: f64 = 18.0;
     let max = values.iter().copied().max().unwrap_or(0).max(1);
     let n = values.len().max(1) as f64;
     let slot = W / n;
     let mut out = format!(
-        "<svg class=\"chart bars\" viewBox=\"0 0 {W} {}\" role=\"img\" preserveAspectRatio=\"none\"><title>{}</title>",
-        H + AXIS,
+        "<figure class=\"plot\"><svg class=\"chart bars\" viewBox=\"0 0 {W} {H}\" role=\"img\" preserveAspectRatio=\"none\"><title>{}</title>",
         esc(title)
     );
     for (i, v) in values.iter().enumerate() {
-        let h = (*v as f64 / max as f64) * (H - 12.0);
+        let h = (*v as f64 / max as f64) * (H - 4.0);
         let _ = write!(
             out,
             "<rect class=\"bar\" x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{h:.1}\"><title>{v}</title></rect>",
@@ -33,13 +32,10 @@ pub fn bars(title: &str, values: &[u64], left: &str, right: &str) -> String {
     }
     let _ = write!(
         out,
-        "<line class=\"axis\" x1=\"0\" y1=\"{H}\" x2=\"{W}\" y2=\"{H}\"/>\
-         <text class=\"label\" x=\"2\" y=\"10\">max {max}</text>\
-         <text class=\"label\" x=\"2\" y=\"{y}\">{}</text>\
-         <text class=\"label\" x=\"{W}\" y=\"{y}\" text-anchor=\"end\">{}</text></svg>",
+        "<line class=\"axis\" x1=\"0\" y1=\"{H}\" x2=\"{W}\" y2=\"{H}\"/></svg>\
+         <figcaption class=\"axis-labels\"><span>{}</span><span>tallest bar: {max}</span><span>{}</span></figcaption></figure>",
         esc(left),
         esc(right),
-        y = H + AXIS - 4.0
     );
     out
 }
@@ -115,22 +111,23 @@ pub struct Span {
 }
 
 /// The response's bytes as a strip: what the client received shaded, each finding's byte
-/// span marked.
+/// span marked. Stretches to the page's width; the scale is HTML below it.
 pub fn span_map(released: u64, spans: &[Span]) -> String {
     const W: f64 = 600.0;
-    let total = spans.iter().map(|s| s.end as u64).chain(std::iter::once(released)).max().unwrap_or(0).max(1) as f64;
-    let x = |b: f64| (b / total * W).clamp(0.0, W);
+    let total = spans.iter().map(|s| s.end as u64).chain(std::iter::once(released)).max().unwrap_or(0).max(1);
+    let x = |b: f64| (b / total as f64 * W).clamp(0.0, W);
     let mut out = format!(
-        "<svg class=\"chart spans\" viewBox=\"0 0 {W} 46\" role=\"img\"><title>Response bytes: {released} released before the stop; findings marked</title>\
-         <rect class=\"whole\" x=\"0\" y=\"8\" width=\"{W}\" height=\"18\"/>\
-         <rect class=\"released\" x=\"0\" y=\"8\" width=\"{:.1}\" height=\"18\"><title>released: bytes 0–{released}</title></rect>",
+        "<figure class=\"plot\"><svg class=\"chart spans\" viewBox=\"0 0 {W} 30\" role=\"img\" preserveAspectRatio=\"none\">\
+         <title>Response bytes: {released} released before the stop; findings marked</title>\
+         <rect class=\"whole\" x=\"0\" y=\"6\" width=\"{W}\" height=\"18\"/>\
+         <rect class=\"released\" x=\"0\" y=\"6\" width=\"{:.1}\" height=\"18\"><title>released: bytes 0–{released}</title></rect>",
         x(released as f64)
     );
     for s in spans {
         let (a, b) = (x(s.start as f64), x(s.end as f64));
         let _ = write!(
             out,
-            "<rect class=\"hit\" x=\"{a:.1}\" y=\"4\" width=\"{:.1}\" height=\"26\"><title>{}: bytes {}–{}</title></rect>",
+            "<rect class=\"hit\" x=\"{a:.1}\" y=\"2\" width=\"{:.1}\" height=\"26\"><title>{}: bytes {}–{}</title></rect>",
             (b - a).max(2.0),
             esc(&s.label),
             s.start,
@@ -139,7 +136,7 @@ pub fn span_map(released: u64, spans: &[Span]) -> String {
     }
     let _ = write!(
         out,
-        "<text class=\"label\" x=\"0\" y=\"42\">0</text><text class=\"label\" x=\"{W}\" y=\"42\" text-anchor=\"end\">{total} bytes</text></svg>"
+        "</svg><figcaption class=\"axis-labels\"><span>byte 0</span><span>{released} released</span><span>{total} bytes</span></figcaption></figure>"
     );
     out
 }
@@ -151,9 +148,9 @@ mod tests {
     #[test]
     fn bars_scale_to_the_largest_value_and_escape_labels() {
         let svg = bars("<x>", &[0, 5, 10], "<l>", "now");
-        assert!(svg.contains("<title>&lt;x&gt;</title>") && svg.contains("&lt;l&gt;") && svg.contains("max 10"));
+        assert!(svg.contains("<title>&lt;x&gt;</title>") && svg.contains("&lt;l&gt;") && svg.contains("tallest bar: 10"));
         assert_eq!(svg.matches("class=\"bar\"").count(), 3);
-        assert!(svg.contains("height=\"108.0\""), "the largest bar fills the plot: {svg}");
+        assert!(svg.contains("height=\"116.0\""), "the largest bar fills the plot: {svg}");
     }
 
     #[test]

@@ -18,6 +18,10 @@ use super::AdminError;
 use crate::audit::{AuditFinding, AuditRecord};
 use crate::state::AppState;
 
+/// Findings shown open; the rest (a long leak matches many overlapping n-grams) fold
+/// away behind a `<details>`, which needs no script.
+const OPEN_FINDINGS: usize = 3;
+
 /// `GET /admin/audit/{id}`
 pub async fn page(session: Session, State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Html<String>, AdminError> {
     let record = state
@@ -58,8 +62,16 @@ fn render(r: &AuditRecord) -> String {
         span_map(r.bytes_released(), &spans)
     );
     let _ = write!(out, "<h2>Findings ({})</h2>", r.findings().len());
-    for f in r.findings() {
+    let (first, rest) = r.findings().split_at(r.findings().len().min(OPEN_FINDINGS));
+    for f in first {
         out.push_str(&finding(f));
+    }
+    if !rest.is_empty() {
+        let _ = write!(out, "<details class=\"more\"><summary>{} more findings</summary>", rest.len());
+        for f in rest {
+            out.push_str(&finding(f));
+        }
+        out.push_str("</details>");
     }
     out
 }

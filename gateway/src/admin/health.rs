@@ -60,8 +60,8 @@ pub async fn page(session: Session, State(state): State<Arc<AppState>>) -> Html<
 
     body.push_str(
         "<section class=\"card\"><h2>Engine KV pool</h2><p class=\"muted\">The in-process engine does not report its pool \
-         figures (blocks used and free, zero-fills, isolation violations) to the gateway yet; this section lists what it \
-         does report.</p><ul>",
+         figures (blocks used and free, zero-fills, isolation violations) to the gateway yet, and the firewall does not \
+         count its throughput; this section lists what the engine does report.</p><ul>",
     );
     let engines: Vec<_> = state.models.iter().filter(|(_, b)| b.kind() == "engine").collect();
     for (id, backend) in &engines {

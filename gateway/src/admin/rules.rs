@@ -207,7 +207,6 @@ pub async fn rule_page(session: Session, State(state): State<Arc<AppState>>, Pat
             ("Severity", rule.severity.as_str().to_owned()),
             ("Action", rule.action.as_str().to_owned()),
             ("Defined at", format!("{}:{}", origin.file, origin.line)),
-            ("Pattern", rule.regex.as_str().to_owned()),
             ("Keywords", if rule.keywords.is_empty() { "none (runs on every text)".to_owned() } else { rule.keywords.join(", ") }),
         ];
         if let Some(e) = rule.min_entropy {

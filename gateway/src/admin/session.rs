@@ -158,8 +158,12 @@ pub fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
         .map(|(_, v)| v)
 }
 
-fn set_cookie(value: &str, max_age_s: u64) -> (header::HeaderName, String) {
-    (header::SET_COOKIE, format!("{COOKIE}={value}; Path=/admin; HttpOnly; SameSite=Strict; Max-Age={max_age_s}"))
+/// The session cookie. `Secure` when the request reached a TLS-terminating proxy in front
+/// of the gateway (`X-Forwarded-Proto: https`): trusting the header can only add the flag.
+fn set_cookie(value: &str, max_age_s: u64, request: &HeaderMap) -> (header::HeaderName, String) {
+    let behind_tls = request.get("x-forwarded-proto").and_then(|v| v.to_str().ok()).is_some_and(|p| p.eq_ignore_ascii_case("https"));
+    let secure = if behind_tls { "; Secure" } else { "" };
+    (header::SET_COOKIE, format!("{COOKIE}={value}; Path=/admin; HttpOnly; SameSite=Strict; Max-Age={max_age_s}{secure}"))
 }
 
 fn login_page(message: Option<&str>) -> String {
@@ -194,6 +198,7 @@ pub struct LoginForm {
 pub async fn login(
     State(state): State<Arc<AppState>>,
     Extension(admin): Extension<Arc<Admin>>,
+    headers: HeaderMap,
     Form(form): Form<LoginForm>,
 ) -> Result<Response, AdminError> {
     let mut presented = HeaderMap::new();
@@ -205,7 +210,7 @@ pub async fn login(
         Some(Ok(())) => {
             let (id, _) = admin.sessions.open();
             tracing::info!("admin dashboard login");
-            Ok((StatusCode::SEE_OTHER, [set_cookie(&id, LIFETIME.as_secs()), (header::LOCATION, "/admin".to_owned())]).into_response())
+            Ok((StatusCode::SEE_OTHER, [set_cookie(&id, LIFETIME.as_secs(), &headers), (header::LOCATION, "/admin".to_owned())]).into_response())
         }
         Some(Err(crate::error::ApiError::AdminDisabled)) => Err(AdminError::Disabled),
         _ => {
@@ -222,10 +227,15 @@ pub struct CsrfForm {
 }
 
 /// `POST /admin/logout`
-pub async fn logout(session: Session, Extension(admin): Extension<Arc<Admin>>, Form(form): Form<CsrfForm>) -> Result<Response, AdminError> {
+pub async fn logout(
+    session: Session,
+    Extension(admin): Extension<Arc<Admin>>,
+    headers: HeaderMap,
+    Form(form): Form<CsrfForm>,
+) -> Result<Response, AdminError> {
     session.verify_csrf(&form.csrf)?;
     admin.sessions.close(&session.id);
-    Ok((StatusCode::SEE_OTHER, [set_cookie("", 0), (header::LOCATION, "/admin/login".to_owned())]).into_response())
+    Ok((StatusCode::SEE_OTHER, [set_cookie("", 0, &headers), (header::LOCATION, "/admin/login".to_owned())]).into_response())
 }
 
 #[cfg(test)]
@@ -262,6 +272,15 @@ mod tests {
         assert!(session.verify_csrf("abc").is_ok());
         assert!(matches!(session.verify_csrf("abd"), Err(AdminError::Csrf)));
         assert!(matches!(session.verify_csrf(""), Err(AdminError::Csrf)));
+    }
+
+    #[test]
+    fn the_cookie_is_strict_http_only_and_secure_behind_tls() {
+        let (_, plain) = set_cookie("abc", 60, &HeaderMap::new());
+        assert_eq!(plain, "crossguard_admin=abc; Path=/admin; HttpOnly; SameSite=Strict; Max-Age=60");
+        let mut proxied = HeaderMap::new();
+        proxied.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+        assert!(set_cookie("abc", 60, &proxied).1.ends_with("; Secure"));
     }
 
     #[test]
