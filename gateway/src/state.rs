@@ -30,6 +30,14 @@ pub struct AppState {
     pub protection: Arc<Protection>,
 }
 
+/// What a successful rule reload installed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reloaded {
+    pub rules: usize,
+    pub canaries: usize,
+    pub generation: u64,
+}
+
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -74,6 +82,24 @@ impl AppState {
             metrics: Metrics::new(),
             started_unix: unix_now(),
         }))
+    }
+
+    /// Recompiles the rule files (and the injected canaries) and swaps them in; when they
+    /// do not load, the running rules stay and the errors come back. `via` names the caller
+    /// in the log line.
+    pub fn reload_rules(&self, via: &'static str) -> Result<Reloaded, firewall::LoadErrors> {
+        match protection::load_rules(&self.config, &self.protection) {
+            Ok(rules) => {
+                let (count, canaries) = (rules.len(), rules.canaries().len());
+                let generation = self.rules.swap(rules);
+                tracing::info!(rules = count, canaries, generation, via, "firewall rules reloaded");
+                Ok(Reloaded { rules: count, canaries, generation })
+            }
+            Err(errors) => {
+                tracing::warn!(errors = errors.errors.len(), via, "rule reload rejected; the running rules stay");
+                Err(errors)
+            }
+        }
     }
 
     /// The backend serving `model`, or the OpenAI 404.

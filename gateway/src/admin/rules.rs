@@ -23,7 +23,6 @@ use super::time::format_ms;
 use super::{now_ms, Admin, AdminError};
 use crate::audit::AuditQuery;
 use crate::metrics::FindingCount;
-use crate::protection;
 use crate::state::AppState;
 
 /// What the last reload from the dashboard did.
@@ -167,15 +166,9 @@ pub async fn reload(
     Form(form): Form<CsrfForm>,
 ) -> Result<Response, AdminError> {
     session.verify_csrf(&form.csrf)?;
-    let outcome = match protection::load_rules(&state.config, &state.protection) {
-        Ok(rules) => {
-            let loaded = (rules.len(), rules.canaries().len());
-            let generation = state.rules.swap(rules);
-            tracing::info!(rules = loaded.0, canaries = loaded.1, generation, "firewall rules reloaded from the dashboard");
-            ReloadOutcome { at_ms: now_ms(), generation, result: Ok(loaded) }
-        }
+    let outcome = match state.reload_rules("dashboard") {
+        Ok(r) => ReloadOutcome { at_ms: now_ms(), generation: r.generation, result: Ok((r.rules, r.canaries)) },
         Err(errors) => {
-            tracing::warn!(errors = errors.errors.len(), "rule reload from the dashboard rejected; the running rules stay");
             let list = errors.errors.iter().map(ToString::to_string).collect();
             ReloadOutcome { at_ms: now_ms(), generation: state.rules.generation(), result: Err(list) }
         }

@@ -18,7 +18,6 @@ use serde_json::{json, Value};
 use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 use crate::auth::Authenticator;
 use crate::error::ApiError;
-use crate::protection;
 use crate::state::AppState;
 
 fn admit(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
@@ -71,16 +70,9 @@ pub async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
 
 pub async fn reload_rules(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
     admit(&state, &headers)?;
-    let loaded = protection::load_rules(&state.config, &state.protection);
-    match loaded {
-        Ok(rules) => {
-            let (count, canaries) = (rules.len(), rules.canaries().len());
-            let generation = state.rules.swap(rules);
-            tracing::info!(rules = count, canaries, generation, "firewall rules reloaded");
-            Ok(Json(json!({"reloaded": true, "rules": count, "canaries": canaries, "generation": generation})))
-        }
+    match state.reload_rules("admin API") {
+        Ok(r) => Ok(Json(json!({"reloaded": true, "rules": r.rules, "canaries": r.canaries, "generation": r.generation}))),
         Err(errors) => {
-            tracing::warn!(errors = errors.errors.len(), "rule reload rejected; the running rules stay");
             let list: Vec<Value> = errors
                 .errors
                 .iter()
