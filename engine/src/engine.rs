@@ -21,8 +21,8 @@ use crate::fault::FaultConfig;
 use crate::gguf::GgufFile;
 use crate::kv::{BlockShape, KvPool, KvStats, Owner, SequenceKv, Tenant, DEFAULT_BLOCK_TOKENS};
 use crate::model::{self, Llama, LlamaConfig, Scratch};
-use crate::sample::{Sampled, Sampler, MAX_TOP_LOGPROBS};
-use crate::stop::StopMatcher;
+use crate::sample::MAX_TOP_LOGPROBS;
+use crate::sched::decoding::Decoding;
 use crate::template::{ChatMessage, ChatTemplate};
 use crate::tokenizer::Tokenizer;
 
@@ -166,6 +166,15 @@ impl Engine {
         self.pool.stats()
     }
 
+    pub(crate) fn model(&self) -> &Llama {
+        &self.model
+    }
+
+    /// The quantized, threaded forward path.
+    pub(crate) fn fast_path(&self) -> model::Path<'_> {
+        model::Path::fast(&self.cpu)
+    }
+
     /// The KV pool (for isolation tests and accounting audits).
     pub fn kv_pool(&self) -> &KvPool {
         &self.pool
@@ -233,9 +242,8 @@ impl Engine {
     pub fn generate_for(&self, owner: &Owner, request: &GenerateRequest, on_token: &mut dyn FnMut(&TokenEvent) -> ControlFlow<()>) -> Result<Generation> {
         let budget = self.check(request)?;
         let prompt = &request.prompt;
-        let mut done = Generation { prompt_tokens: prompt.len(), completion_tokens: 0, finish: FinishReason::Length };
         if budget == 0 {
-            return Ok(done);
+            return Ok(Generation { prompt_tokens: prompt.len(), completion_tokens: 0, finish: FinishReason::Length });
         }
         let mut kv = SequenceKv::for_prompt(&self.pool, owner.clone(), sequence_capacity(prompt.len(), budget, self.pool.shape()), prompt);
         let mut scratch = Scratch::default();
@@ -243,43 +251,22 @@ impl Engine {
         for chunk in prompt[kv.cached_prompt_tokens()..].chunks(PREFILL_BATCH_TOKENS) {
             self.model.forward(path, chunk, &mut kv, &mut scratch)?;
         }
-        let mut sampler = Sampler::new(&request.sampling);
-        let mut decoder = self.tokenizer.stream_decoder();
-        let mut stops = StopMatcher::new(&request.stop);
+        let mut decoding = Decoding::new(&self.tokenizer, request, budget);
         loop {
-            let sampled = sampler.sample(&scratch.logits, request.top_logprobs);
-            done.completion_tokens += 1;
-            let eos = self.tokenizer.is_eos(sampled.id);
-            let delta = if eos { String::new() } else { decoder.push(sampled.id) };
-            let step = stops.push(&delta);
-            let mut text = step.release;
-            let out_of_budget = done.completion_tokens >= budget;
-            if step.stopped || eos {
-                done.finish = FinishReason::Stop;
-            }
-            let last = step.stopped || eos || out_of_budget;
-            if last && !step.stopped {
-                let tail = stops.push(&decoder.finish());
-                text.push_str(&tail.release);
-                if !tail.stopped {
-                    text.push_str(&stops.finish());
-                } else {
-                    done.finish = FinishReason::Stop;
-                }
-            }
-            if on_token(&self.event(&sampled, text, kv.read_owners())).is_break() {
-                done.finish = FinishReason::Cancelled;
-                return Ok(done);
+            let (event, last) = decoding.step(&scratch.logits, kv.read_owners());
+            if on_token(&event).is_break() {
+                decoding.done.finish = FinishReason::Cancelled;
+                return Ok(decoding.done);
             }
             if last {
-                return Ok(done);
+                return Ok(decoding.done);
             }
-            self.model.forward(path, &[sampled.id], &mut kv, &mut scratch)?;
+            self.model.forward(path, &[event.id], &mut kv, &mut scratch)?;
         }
     }
 
     /// Validates `request`; returns how many tokens may be generated.
-    fn check(&self, request: &GenerateRequest) -> Result<usize> {
+    pub(crate) fn check(&self, request: &GenerateRequest) -> Result<usize> {
         let vocab = self.model.config.vocab;
         if request.prompt.is_empty() {
             return Err(Error::InvalidRequest { reason: "the prompt is empty".into() });
@@ -295,15 +282,6 @@ impl Engine {
             return Err(Error::ContextOverflow { prompt_tokens: request.prompt.len(), limit: self.ctx });
         }
         Ok(request.max_tokens.min(self.ctx - request.prompt.len()))
-    }
-
-    fn event(&self, s: &Sampled, text: String, owners: &[Tenant]) -> TokenEvent {
-        let top_logprobs = s
-            .top
-            .iter()
-            .map(|&(id, logprob)| TopLogprob { id, text: self.tokenizer.decode(&[id]).unwrap_or_default(), bytes: self.tokenizer.token_bytes(id), logprob })
-            .collect();
-        TokenEvent { id: s.id, text, logprob: s.logprob, entropy: s.entropy, top_logprobs, owners: owners.to_vec() }
     }
 }
 

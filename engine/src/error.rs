@@ -57,6 +57,9 @@ pub enum Error {
     /// stopped and no data was returned.
     #[error("KV isolation violation: {violation}")]
     Isolation { violation: crate::kv::Violation },
+    /// The scheduler's queue of waiting requests is full.
+    #[error("the request queue is full ({limit} waiting)")]
+    QueueFull { limit: usize },
     /// Every KV block is in use.
     #[error("the KV cache is full (all {blocks} blocks are in use)")]
     KvExhausted { blocks: usize },

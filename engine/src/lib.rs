@@ -19,5 +19,6 @@ pub mod template;
 pub mod tokenizer;
 pub mod stop;
 pub mod sample;
+pub mod sched;
 
 pub use error::{Error, Result};

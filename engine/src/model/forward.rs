@@ -1,4 +1,4 @@
-//! The Llama forward pass over a batch of consecutive tokens of one sequence.
+//! The Llama forward pass over a batch of consecutive tokens of one or more sequences.
 //!
 //! Owns the order of operations of a layer — RMSNorm, Q/K/V projections, RoPE, grouped-
 //! query attention over the KV cache, output projection, RMSNorm, SwiGLU feed-forward,
@@ -80,8 +80,24 @@ pub struct Scratch {
     acts: Activations,
     /// `[rope_dims / 2]` (cos, sin)
     rope: Vec<(f32, f32)>,
-    /// `[vocab]` logits of the batch's last token
+    /// `[segments, vocab]` logits of each sequence's last token in the batch
     pub logits: Vec<f32>,
+}
+
+/// One sequence's part of a batched forward step.
+#[derive(Debug)]
+pub struct Segment<'a, 'p> {
+    pub tokens: &'a [u32],
+    pub kv: &'a mut SequenceKv<'p>,
+    /// Why this sequence dropped out of the step (its KV refused a read or write, it
+    /// overflowed, the pool is full); its rows are discarded and nothing is committed.
+    pub error: Option<Error>,
+}
+
+impl<'a, 'p> Segment<'a, 'p> {
+    pub fn new(tokens: &'a [u32], kv: &'a mut SequenceKv<'p>) -> Segment<'a, 'p> {
+        Segment { tokens, kv, error: None }
+    }
 }
 
 impl Llama {
@@ -89,52 +105,117 @@ impl Llama {
     /// values to `kv`, and leaves the last token's logits in `scratch.logits`. An
     /// isolation violation of the KV cache stops the pass with its error.
     pub fn forward(&self, path: Path<'_>, tokens: &[u32], kv: &mut SequenceKv<'_>, s: &mut Scratch) -> Result<()> {
+        let mut segments = [Segment::new(tokens, kv)];
+        self.forward_batch(path, &mut segments, s)?;
+        segments[0].error.take().map_or(Ok(()), Err)
+    }
+
+    /// Runs several sequences' tokens as one batch: the matrix products see every row at
+    /// once, attention runs per sequence over its own checked KV. A sequence that fails
+    /// (isolation, overflow, full pool) gets its `error`, is not committed, and does not
+    /// stop the others. Leaves `[segments, vocab]` logits (each one's last token) in
+    /// `scratch.logits`; a failed segment's row is zeros.
+    pub fn forward_batch(&self, path: Path<'_>, segments: &mut [Segment<'_, '_>], s: &mut Scratch) -> Result<()> {
         let c = &self.config;
-        let start = kv.len();
-        if tokens.is_empty() || start + tokens.len() > kv.capacity() {
-            return Err(Error::ContextOverflow { prompt_tokens: start + tokens.len(), limit: kv.capacity() });
+        for seg in segments.iter_mut() {
+            seg.error = self.admit(seg).err();
         }
-        if let Some(bad) = tokens.iter().find(|t| **t as usize >= c.vocab) {
-            return Err(Error::InvalidRequest { reason: format!("token id {bad} is outside the vocabulary of {}", c.vocab) });
+        // `[segments]` first row of each segment in the batch (live ones have rows).
+        let mut first = Vec::with_capacity(segments.len());
+        let mut rows = 0;
+        for seg in segments.iter() {
+            first.push(rows);
+            rows += if seg.error.is_none() { seg.tokens.len() } else { 0 };
         }
-        kv.reserve(tokens)?;
-        s.x.resize(tokens.len() * c.n_embd, 0.0);
-        for (t, row) in tokens.iter().zip(s.x.chunks_exact_mut(c.n_embd)) {
+        s.logits.clear();
+        if rows == 0 {
+            s.logits.resize(segments.len() * c.vocab, 0.0);
+            return Ok(());
+        }
+        s.x.resize(rows * c.n_embd, 0.0);
+        let live = segments.iter().filter(|seg| seg.error.is_none());
+        for (t, row) in live.flat_map(|seg| seg.tokens).zip(s.x.chunks_exact_mut(c.n_embd)) {
             self.embed.dequantize_row(*t as usize, row);
         }
         for (i, layer) in self.layers.iter().enumerate() {
-            self.attention_block(path, i, layer, start, kv, s)?;
+            self.attention_block(path, i, layer, segments, &first, s)?;
             self.ffn_block(path, layer, s)?;
         }
-        kv.commit();
-        let last = &s.x[(tokens.len() - 1) * c.n_embd..];
-        s.xn.resize(c.n_embd, 0.0);
-        ops::rms_norm(last, &self.norm, c.rms_eps, &mut s.xn);
-        path.project(&[self.head()], &s.xn, c.n_embd, &mut s.acts, &mut s.logits)
+        // `[segments, n_embd]` normalised last row of each segment
+        let mut last = vec![0.0; segments.len() * c.n_embd];
+        for ((seg, at), out) in segments.iter_mut().zip(&first).zip(last.chunks_exact_mut(c.n_embd)) {
+            if seg.error.is_none() {
+                seg.kv.commit();
+                let row = (at + seg.tokens.len() - 1) * c.n_embd;
+                ops::rms_norm(&s.x[row..row + c.n_embd], &self.norm, c.rms_eps, out);
+            }
+        }
+        path.project(&[self.head()], &last, c.n_embd, &mut s.acts, &mut s.logits)?;
+        for (seg, logits) in segments.iter().zip(s.logits.chunks_exact_mut(c.vocab)) {
+            if seg.error.is_some() {
+                logits.fill(0.0);
+            }
+        }
+        Ok(())
     }
 
-    /// `x += Wo · attention(rope(Wq·n(x)), rope(Wk·n(x)), Wv·n(x))`, caching K and V.
-    fn attention_block(&self, path: Path<'_>, li: usize, l: &Layer, start: usize, kv: &mut SequenceKv<'_>, s: &mut Scratch) -> Result<()> {
+    /// Checks a segment's tokens and reserves their KV positions.
+    fn admit(&self, seg: &mut Segment<'_, '_>) -> Result<()> {
+        let c = &self.config;
+        let start = seg.kv.len();
+        if seg.tokens.is_empty() || start + seg.tokens.len() > seg.kv.capacity() {
+            return Err(Error::ContextOverflow { prompt_tokens: start + seg.tokens.len(), limit: seg.kv.capacity() });
+        }
+        if let Some(bad) = seg.tokens.iter().find(|t| **t as usize >= c.vocab) {
+            return Err(Error::InvalidRequest { reason: format!("token id {bad} is outside the vocabulary of {}", c.vocab) });
+        }
+        seg.kv.reserve(seg.tokens)
+    }
+
+    /// `x += Wo · attention(rope(Wq·n(x)), rope(Wk·n(x)), Wv·n(x))` for every segment,
+    /// caching K and V; `first[i]` is segment i's first row.
+    fn attention_block(&self, path: Path<'_>, li: usize, l: &Layer, segments: &mut [Segment<'_, '_>], first: &[usize], s: &mut Scratch) -> Result<()> {
         let c = &self.config;
         let n = s.x.len() / c.n_embd;
         norm_rows(&s.x, &l.attn_norm, c.rms_eps, c.n_embd, &mut s.xn);
         path.project(&[&l.wq, &l.wk, &l.wv], &s.xn, c.n_embd, &mut s.acts, &mut s.qkv)?;
         let (qd, kd) = (c.q_dim(), c.kv_dim());
-        for (t, row) in s.qkv.chunks_exact_mut(qd + 2 * kd).enumerate() {
-            ops::rope_table(start + t, c.rope_dims, c.rope_base, &mut s.rope);
+        s.attn.resize(n * qd, 0.0);
+        for (seg, &at) in segments.iter_mut().zip(first) {
+            if seg.error.is_some() {
+                continue;
+            }
+            let rows = at..at + seg.tokens.len();
+            let qkv = &mut s.qkv[rows.start * (qd + 2 * kd)..rows.end * (qd + 2 * kd)];
+            let attn = &mut s.attn[rows.start * qd..rows.end * qd];
+            if let Err(e) = self.attend_segment(path.cpu, li, seg.kv, qkv, &mut s.rope, attn) {
+                // Fail closed: this sequence's rows carry nothing read from the cache.
+                attn.fill(0.0);
+                seg.error = Some(e);
+            }
+        }
+        path.project(&[&l.wo], &s.attn, qd, &mut s.acts, &mut s.proj)?;
+        s.x.iter_mut().zip(&s.proj).for_each(|(x, p)| *x += p);
+        Ok(())
+    }
+
+    /// RoPE, the cache write and checked attention of one segment's rows
+    /// (`qkv`: `[tokens, q_dim + 2 * kv_dim]`, `out`: `[tokens, q_dim]`).
+    fn attend_segment(&self, cpu: &Cpu, li: usize, kv: &mut SequenceKv<'_>, qkv: &mut [f32], rope: &mut Vec<(f32, f32)>, out: &mut [f32]) -> Result<()> {
+        let c = &self.config;
+        let (qd, kd) = (c.q_dim(), c.kv_dim());
+        let start = kv.len();
+        for (t, row) in qkv.chunks_exact_mut(qd + 2 * kd).enumerate() {
+            ops::rope_table(start + t, c.rope_dims, c.rope_base, rope);
             let (q, rest) = row.split_at_mut(qd);
             let (k, v) = rest.split_at_mut(kd);
-            rope_heads(q, c.head_dim, &s.rope);
-            rope_heads(k, c.head_dim, &s.rope);
+            rope_heads(q, c.head_dim, rope);
+            rope_heads(k, c.head_dim, rope);
             kv.write(li, start + t, k, v)?;
         }
         // Owner and bounds are checked here, once per block of this layer.
-        let view = kv.layer(li, start + n)?;
-        s.attn.resize(n * qd, 0.0);
-        self.attend(path.cpu, start, &view, &s.qkv, &mut s.attn);
-        drop(view);
-        path.project(&[&l.wo], &s.attn, qd, &mut s.acts, &mut s.proj)?;
-        s.x.iter_mut().zip(&s.proj).for_each(|(x, p)| *x += p);
+        let view = kv.layer(li, start + out.len() / qd)?;
+        self.attend(cpu, start, &view, qkv, out);
         Ok(())
     }
 

@@ -12,7 +12,7 @@ pub mod config;
 mod forward;
 
 pub use config::LlamaConfig;
-pub use forward::{Path, Scratch};
+pub use forward::{Path, Scratch, Segment};
 
 use crate::backend::cpu::{Format, Matrix};
 use crate::error::{Error, Result};

@@ -1,0 +1,74 @@
+//! The per-request half of a decode step: sample from the logits, detokenize, hold back
+//! text that may become a stop sequence, and decide whether the request is finished.
+//!
+//! Shared by the one-request loop (`Engine::generate_for`) and the batching scheduler,
+//! so both produce exactly the same events for the same logits.
+//!
+//! Invariants: one [`TokenEvent`] per sampled token; text a stop sequence covers is
+//! never released; after the last token nothing more is released.
+
+use crate::engine::{FinishReason, GenerateRequest, Generation, TokenEvent, TopLogprob};
+use crate::kv::Tenant;
+use crate::sample::{Sampled, Sampler};
+use crate::stop::StopMatcher;
+use crate::tokenizer::{StreamDecoder, Tokenizer};
+
+/// The sampling and text state of one request.
+pub(crate) struct Decoding<'t> {
+    tokenizer: &'t Tokenizer,
+    sampler: Sampler,
+    decoder: StreamDecoder<'t>,
+    stops: StopMatcher,
+    top_logprobs: usize,
+    budget: usize,
+    pub(crate) done: Generation,
+}
+
+impl<'t> Decoding<'t> {
+    /// `budget`: tokens the request may still generate (checked by the caller).
+    pub(crate) fn new(tokenizer: &'t Tokenizer, request: &GenerateRequest, budget: usize) -> Decoding<'t> {
+        Decoding {
+            tokenizer,
+            sampler: Sampler::new(&request.sampling),
+            decoder: tokenizer.stream_decoder(),
+            stops: StopMatcher::new(&request.stop),
+            top_logprobs: request.top_logprobs,
+            budget,
+            done: Generation { prompt_tokens: request.prompt.len(), completion_tokens: 0, finish: FinishReason::Length },
+        }
+    }
+
+    /// Samples the next token from `logits` (`[vocab]`); returns its event and whether
+    /// it is the request's last.
+    pub(crate) fn step(&mut self, logits: &[f32], owners: &[Tenant]) -> (TokenEvent, bool) {
+        let sampled = self.sampler.sample(logits, self.top_logprobs);
+        self.done.completion_tokens += 1;
+        let eos = self.tokenizer.is_eos(sampled.id);
+        let delta = if eos { String::new() } else { self.decoder.push(sampled.id) };
+        let step = self.stops.push(&delta);
+        let mut text = step.release;
+        if step.stopped || eos {
+            self.done.finish = FinishReason::Stop;
+        }
+        let last = step.stopped || eos || self.done.completion_tokens >= self.budget;
+        if last && !step.stopped {
+            let tail = self.stops.push(&self.decoder.finish());
+            text.push_str(&tail.release);
+            if tail.stopped {
+                self.done.finish = FinishReason::Stop;
+            } else {
+                text.push_str(&self.stops.finish());
+            }
+        }
+        (self.event(&sampled, text, owners), last)
+    }
+
+    fn event(&self, s: &Sampled, text: String, owners: &[Tenant]) -> TokenEvent {
+        let top_logprobs = s
+            .top
+            .iter()
+            .map(|&(id, logprob)| TopLogprob { id, text: self.tokenizer.decode(&[id]).unwrap_or_default(), bytes: self.tokenizer.token_bytes(id), logprob })
+            .collect();
+        TokenEvent { id: s.id, text, logprob: s.logprob, entropy: s.entropy, top_logprobs, owners: owners.to_vec() }
+    }
+}

@@ -1,0 +1,281 @@
+//! Continuous batching: many requests share each forward step.
+//!
+//! Owns the queue of waiting requests, the running batch, and the choice of what each
+//! step computes. Every step: admit waiting requests (fair across tenants: the tenant
+//! with the fewest running sequences goes first), give each running sequence its tokens
+//! within the step's token budget (decode tokens first, then prefill chunks), run them as
+//! one batch (`Llama::forward_batch`), then sample, emit events and retire finished
+//! requests. Requests join and leave the batch at any step.
+//!
+//! When the KV pool runs out, the oldest sequence that could not grow keeps its place
+//! and retries; the younger ones that could not grow are preempted: their blocks are
+//! released (zero-filled) and they wait at the head of the queue to be recomputed
+//! (prompt plus the tokens generated so far), sampling state kept, so their output is
+//! unchanged. Nobody is admitted until a step fits again, so the oldest always
+//! progresses. A sequence alone in the batch that still does not fit fails.
+//!
+//! Invariants: `submit` refuses a request while `max_queued` wait (preempted requests
+//! re-queue regardless: they were admitted once); a step processes
+//! at most `step_tokens` tokens (at least one sequence always progresses); one event
+//! per generated token, exactly as `Engine::generate_for` would produce it.
+
+pub(crate) mod decoding;
+
+use std::collections::VecDeque;
+use std::ops::ControlFlow;
+
+use crate::engine::{Engine, FinishReason, GenerateRequest, Generation, TokenEvent};
+use crate::error::{Error, Result};
+use crate::kv::{Owner, SequenceKv};
+use crate::model::{Scratch, Segment};
+use decoding::Decoding;
+
+/// Receives a request's events; `Break` cancels the request.
+pub type Sink<'s> = Box<dyn FnMut(&TokenEvent) -> ControlFlow<()> + 's>;
+
+/// Identifies a submitted request.
+pub type JobId = u64;
+
+/// Limits of the scheduler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchedulerConfig {
+    /// Tokens one step may process, decode and prefill together.
+    pub step_tokens: usize,
+    /// Sequences in the running batch at once.
+    pub max_running: usize,
+    /// Requests waiting to start; `submit` refuses more.
+    pub max_queued: usize,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig { step_tokens: 512, max_running: 16, max_queued: 64 }
+    }
+}
+
+/// A request and where its events go.
+struct Job<'s> {
+    id: JobId,
+    owner: Owner,
+    request: GenerateRequest,
+    sink: Sink<'s>,
+}
+
+/// A request waiting to (re)start; `resume` is the state of a preempted one.
+struct Waiting<'e, 's> {
+    job: Job<'s>,
+    budget: usize,
+    resume: Option<(Decoding<'e>, Vec<u32>)>,
+}
+
+/// A request in the running batch.
+struct Running<'e, 's> {
+    job: Job<'s>,
+    budget: usize,
+    kv: SequenceKv<'e>,
+    decoding: Decoding<'e>,
+    /// Tokens not yet in the cache: the prompt's rest, or the last sampled token.
+    feed: Vec<u32>,
+    /// Tokens generated so far (recomputed after a preemption).
+    generated: Vec<u32>,
+}
+
+/// A continuous-batching scheduler over one engine. Single-threaded: one caller drives
+/// [`Scheduler::step`]; the engine's thread pool parallelises each step.
+pub struct Scheduler<'e, 's> {
+    engine: &'e Engine,
+    config: SchedulerConfig,
+    queue: VecDeque<Waiting<'e, 's>>,
+    running: Vec<Running<'e, 's>>,
+    scratch: Scratch,
+    next_id: JobId,
+    done: Vec<(JobId, Result<Generation>)>,
+    preemptions: u64,
+    /// The last step ran out of KV blocks: admit nobody until a step fits.
+    starved: bool,
+}
+
+impl std::fmt::Debug for Scheduler<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduler").field("config", &self.config).field("queued", &self.queue.len()).field("running", &self.running.len()).finish()
+    }
+}
+
+impl<'e, 's> Scheduler<'e, 's> {
+    pub fn new(engine: &'e Engine, config: SchedulerConfig) -> Scheduler<'e, 's> {
+        let config = SchedulerConfig { step_tokens: config.step_tokens.max(1), max_running: config.max_running.max(1), ..config };
+        Scheduler { engine, config, queue: VecDeque::new(), running: Vec::new(), scratch: Scratch::default(), next_id: 0, done: Vec::new(), preemptions: 0, starved: false }
+    }
+
+    /// Queues `request` for `owner`; refused with [`Error::QueueFull`] when the queue is
+    /// full, with the request's own error when it is invalid.
+    pub fn submit(&mut self, owner: Owner, request: GenerateRequest, sink: Sink<'s>) -> Result<JobId> {
+        if self.queue.len() >= self.config.max_queued {
+            return Err(Error::QueueFull { limit: self.config.max_queued });
+        }
+        let budget = self.engine.check(&request)?;
+        let id = self.next_id;
+        self.next_id += 1;
+        let job = Job { id, owner, request, sink };
+        if budget == 0 {
+            let prompt_tokens = job.request.prompt.len();
+            self.done.push((id, Ok(Generation { prompt_tokens, completion_tokens: 0, finish: FinishReason::Length })));
+        } else {
+            self.queue.push_back(Waiting { job, budget, resume: None });
+        }
+        Ok(id)
+    }
+
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Sequences preempted (released and re-queued for recompute) so far.
+    pub fn preemptions(&self) -> u64 {
+        self.preemptions
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.queue.is_empty() && self.running.is_empty() && self.done.is_empty()
+    }
+
+    /// Runs steps until every request has finished; returns each request's outcome.
+    pub fn run(&mut self) -> Result<Vec<(JobId, Result<Generation>)>> {
+        let mut finished = Vec::new();
+        while !self.is_idle() {
+            finished.extend(self.step()?);
+        }
+        Ok(finished)
+    }
+
+    /// One step: admit, batch, run, sample. Returns the requests that finished. An `Err`
+    /// is an engine-wide failure (a kernel error), not one request's.
+    pub fn step(&mut self) -> Result<Vec<(JobId, Result<Generation>)>> {
+        self.admit();
+        let takes = self.plan();
+        if takes.iter().any(|n| *n > 0) {
+            self.run_batch(&takes)?;
+        }
+        Ok(std::mem::take(&mut self.done))
+    }
+
+    /// Moves waiting requests into the batch, the least-served tenant first.
+    fn admit(&mut self) {
+        // Admitting while starved would pin the blocks the oldest sequence waits for.
+        while !self.starved && self.running.len() < self.config.max_running {
+            let running_of = |owner: &Owner| self.running.iter().filter(|r| r.job.owner.tenant == owner.tenant).count();
+            let pick = (0..self.queue.len()).min_by_key(|&i| (running_of(&self.queue[i].job.owner), i));
+            let Some(waiting) = pick.and_then(|i| self.queue.remove(i)) else { return };
+            self.running.push(self.start(waiting));
+        }
+    }
+
+    fn start(&self, w: Waiting<'e, 's>) -> Running<'e, 's> {
+        let (decoding, generated) = w.resume.unwrap_or_else(|| (Decoding::new(self.engine.tokenizer(), &w.job.request, w.budget), Vec::new()));
+        let mut tokens = w.job.request.prompt.clone();
+        tokens.extend_from_slice(&generated);
+        let capacity = w.job.request.prompt.len() + w.budget + self.engine.kv_pool().shape().block_tokens;
+        let kv = SequenceKv::for_prompt(self.engine.kv_pool(), w.job.owner.clone(), capacity, &tokens);
+        let feed = tokens.split_off(kv.cached_prompt_tokens().min(tokens.len()));
+        Running { job: w.job, budget: w.budget, kv, decoding, feed, generated }
+    }
+
+    /// Tokens each running sequence processes this step: decode tokens first, then
+    /// prefill chunks, within the step budget.
+    fn plan(&self) -> Vec<usize> {
+        let mut left = self.config.step_tokens;
+        let mut takes = vec![0; self.running.len()];
+        let decoding_first = (0..self.running.len()).filter(|&i| self.running[i].feed.len() == 1).chain((0..self.running.len()).filter(|&i| self.running[i].feed.len() > 1));
+        for i in decoding_first {
+            let n = self.running[i].feed.len().min(left);
+            takes[i] = n;
+            left -= n;
+        }
+        takes
+    }
+
+    /// Runs the planned tokens as one batch, then samples for every sequence whose
+    /// cache caught up with its tokens.
+    fn run_batch(&mut self, takes: &[usize]) -> Result<()> {
+        let path = self.engine.fast_path();
+        let mut segments: Vec<Segment<'_, 'e>> = self
+            .running
+            .iter_mut()
+            .zip(takes)
+            .filter(|(_, n)| **n > 0)
+            .map(|(r, n)| Segment::new(&r.feed[..*n], &mut r.kv))
+            .collect();
+        self.engine.model().forward_batch(path, &mut segments, &mut self.scratch)?;
+        let mut errors: VecDeque<Option<Error>> = segments.into_iter().map(|s| s.error).collect();
+        let vocab = self.engine.config().vocab;
+        // `[segments, vocab]`, moved out so that sampling may borrow `self`.
+        let all_logits = std::mem::take(&mut self.scratch.logits);
+        let (mut row, mut keep) = (0, Vec::with_capacity(self.running.len()));
+        let alone = self.running.len() == 1;
+        // Out of blocks, the oldest starved sequence keeps its place and retries; the
+        // younger ones make room (preempted), so the oldest always progresses.
+        self.starved = false;
+        let mut kept_starved = false;
+        for (mut r, &n) in std::mem::take(&mut self.running).into_iter().zip(takes) {
+            if n == 0 {
+                keep.push(r);
+                continue;
+            }
+            let logits = all_logits.get(row * vocab..(row + 1) * vocab).unwrap_or(&[]);
+            row += 1;
+            match errors.pop_front().flatten() {
+                Some(Error::KvExhausted { .. }) if !alone => {
+                    self.starved = true;
+                    if kept_starved {
+                        self.preempt(r);
+                    } else {
+                        kept_starved = true;
+                        keep.push(r);
+                    }
+                }
+                Some(e) => self.done.push((r.job.id, Err(e))),
+                None => {
+                    r.feed.drain(..n);
+                    if !r.feed.is_empty() {
+                        keep.push(r);
+                    } else if let Some(r) = self.sample(r, logits) {
+                        keep.push(r);
+                    }
+                }
+            }
+        }
+        self.running = keep;
+        self.scratch.logits = all_logits;
+        Ok(())
+    }
+
+    /// Samples `r`'s next token and emits it; `None` once the request has finished.
+    fn sample(&mut self, mut r: Running<'e, 's>, logits: &[f32]) -> Option<Running<'e, 's>> {
+        let (event, last) = r.decoding.step(logits, r.kv.read_owners());
+        if (r.job.sink)(&event).is_break() {
+            r.decoding.done.finish = FinishReason::Cancelled;
+            self.done.push((r.job.id, Ok(r.decoding.done)));
+            return None;
+        }
+        if last {
+            self.done.push((r.job.id, Ok(r.decoding.done)));
+            return None;
+        }
+        r.feed.push(event.id);
+        r.generated.push(event.id);
+        Some(r)
+    }
+
+    /// Releases `r`'s blocks and queues it first, to be recomputed.
+    fn preempt(&mut self, r: Running<'e, 's>) {
+        tracing::debug!(job = r.job.id, generated = r.generated.len(), "KV pool full: request preempted for recompute");
+        self.preemptions += 1;
+        let Running { job, budget, kv, decoding, generated, .. } = r;
+        drop(kv);
+        self.queue.push_front(Waiting { job, budget, resume: Some((decoding, generated)) });
+    }
+}
