@@ -182,6 +182,32 @@ impl Metrics {
     }
 }
 
+/// `/metrics` lines for the engine KV pools, one label set per engine-served model.
+pub fn render_kv_pools<'a>(pools: impl Iterator<Item = (&'a str, engine::kv::KvStats)>) -> String {
+    let pools: Vec<(&str, engine::kv::KvStats)> = pools.collect();
+    if pools.is_empty() {
+        return String::new();
+    }
+    let mut out = String::new();
+    let gauges: [(&str, &str, &str, fn(&engine::kv::KvStats) -> u64); 8] = [
+        ("crossguard_engine_kv_blocks_total", "gauge", "KV blocks in the pool.", |k| k.blocks_total as u64),
+        ("crossguard_engine_kv_blocks_used", "gauge", "KV blocks held by sequences or the prefix cache.", |k| k.blocks_used as u64),
+        ("crossguard_engine_kv_blocks_free", "gauge", "KV blocks on the free list (zeroed).", |k| k.blocks_free as u64),
+        ("crossguard_engine_kv_blocks_cached", "gauge", "Used KV blocks held by the prefix cache.", |k| k.blocks_cached as u64),
+        ("crossguard_engine_kv_zero_fills_total", "counter", "KV blocks zero-filled on release.", |k| k.zero_fills),
+        ("crossguard_engine_kv_isolation_violations_total", "counter", "KV reads refused by the owner or bounds check.", |k| k.isolation_violations),
+        ("crossguard_engine_kv_prefix_hits_total", "counter", "Prompt blocks served from the tenant's prefix cache.", |k| k.prefix_hits),
+        ("crossguard_engine_kv_stale_handouts_total", "counter", "Blocks handed out with another tenant's contents (fault injection only).", |k| k.stale_handouts),
+    ];
+    for (name, kind, help, get) in gauges {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (model, k) in &pools {
+            let _ = writeln!(out, "{name}{{model=\"{}\"}} {}", escape(model), get(k));
+        }
+    }
+    out
+}
+
 /// Label values escaped per the exposition format.
 fn escape(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")

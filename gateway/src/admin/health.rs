@@ -59,17 +59,33 @@ pub async fn page(session: Session, State(state): State<Arc<AppState>>) -> Html<
     body.push_str("</tbody></table></div>");
 
     body.push_str(
-        "<section class=\"card\"><h2>Engine KV pool</h2><p class=\"muted\">The in-process engine does not report its pool \
-         figures (blocks used and free, zero-fills, isolation violations) to the gateway yet, and the firewall does not \
-         count its throughput; this section lists what the engine does report.</p><ul>",
+        "<section class=\"card\"><h2>Engine KV pool</h2><p class=\"muted\">Blocks are tagged with their owner, \
+         zero-filled on release, and every read is checked against the reading tenant and its length; a refused read \
+         is an isolation violation.</p>",
     );
     let engines: Vec<_> = state.models.iter().filter(|(_, b)| b.kind() == "engine").collect();
     for (id, backend) in &engines {
-        let _ = write!(body, "<li>{}: {}</li>", esc(id), if backend.is_ready() { "model loaded" } else { "model not loaded" });
+        match backend.kv_stats() {
+            Some(k) => {
+                let _ = write!(body, "<h3>{}</h3>", esc(id));
+                body.push_str(&facts(&[
+                    ("Blocks used / total", format!("{} / {}", k.blocks_used, k.blocks_total)),
+                    ("Blocks free (zeroed)", k.blocks_free.to_string()),
+                    ("Held by the prefix cache", k.blocks_cached.to_string()),
+                    ("Zero-fills", k.zero_fills.to_string()),
+                    ("Isolation violations", k.isolation_violations.to_string()),
+                    ("Prefix-cache hits", k.prefix_hits.to_string()),
+                    ("Tokens per block", k.block_tokens.to_string()),
+                ]));
+            }
+            None => {
+                let _ = write!(body, "<p>{}: model not loaded yet.</p>", esc(id));
+            }
+        }
     }
     if engines.is_empty() {
-        body.push_str("<li>No model is served by the in-process engine.</li>");
+        body.push_str("<p>No model is served by the in-process engine.</p>");
     }
-    body.push_str("</ul></section>");
+    body.push_str("</section>");
     Html(frame("Health", Some(Section::Health), Some(&session.csrf), &body))
 }

@@ -72,6 +72,14 @@ impl EngineBackend {
         matches!(self.state.get(), Some(Load::Ready(_)))
     }
 
+    /// The KV pool's figures, once the model is loaded.
+    pub fn kv_stats(&self) -> Option<engine::kv::KvStats> {
+        match self.state.get() {
+            Some(Load::Ready(engine)) => Some(engine.kv_stats()),
+            _ => None,
+        }
+    }
+
     pub async fn complete(&self, request: &ChatRequest, ctx: &RequestContext) -> Result<BackendResponse, ApiError> {
         let engine = match self.state.get() {
             Some(Load::Ready(engine)) => engine,

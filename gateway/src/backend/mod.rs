@@ -85,6 +85,14 @@ impl Backend {
         }
     }
 
+    /// The engine's KV pool figures (`None` for an upstream, or before the model loads).
+    pub fn kv_stats(&self) -> Option<::engine::kv::KvStats> {
+        match self {
+            Backend::Upstream(_) => None,
+            Backend::Engine(b) => b.kv_stats(),
+        }
+    }
+
     /// A short name for health output and metrics.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -64,7 +64,14 @@ pub async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
         "store": p.store().health(),
         "provenance": {"hashes": size.hashes, "tenants": size.tenants, "dropped": size.dropped},
         "rules": {"rules": rules.len(), "canaries": rules.canaries().len(), "generation": state.rules.generation()},
-        "models": state.models.iter().map(|(id, b)| json!({"id": id, "backend": b.kind(), "ready": b.is_ready()})).collect::<Vec<_>>(),
+        "models": state.models.iter().map(|(id, b)| {
+            let kv = b.kv_stats().map(|k| json!({
+                "block_tokens": k.block_tokens, "blocks_total": k.blocks_total, "blocks_used": k.blocks_used,
+                "blocks_free": k.blocks_free, "blocks_cached": k.blocks_cached, "zero_fills": k.zero_fills,
+                "isolation_violations": k.isolation_violations, "prefix_hits": k.prefix_hits, "stale_handouts": k.stale_handouts,
+            }));
+            json!({"id": id, "backend": b.kind(), "ready": b.is_ready(), "kv": kv})
+        }).collect::<Vec<_>>(),
     })))
 }
 
