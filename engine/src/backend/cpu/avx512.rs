@@ -93,7 +93,9 @@ unsafe fn tile<const NIB: bool, const MIN: bool, const N: usize>(
                 _mm_prefetch::<_MM_HINT_T0>(r.wrapping_add(PREFETCH_BYTES + line) as *const i8);
             }
             let q: [*const Q8Block; N] = std::array::from_fn(|n| a[n].add(i));
+            // Two accumulators per token halve the chain of dependent `vpdpbusd`s.
             let mut acc = [_mm512_setzero_si512(); N];
+            let mut acc2 = [_mm512_setzero_si512(); N];
             if NIB {
                 for step in 0..4 {
                     let x = _mm512_loadu_si512(r.add(64 * step) as *const _);
@@ -101,16 +103,21 @@ unsafe fn tile<const NIB: bool, const MIN: bool, const N: usize>(
                     let hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), low);
                     for n in 0..N {
                         acc[n] = _mm512_dpbusd_epi32(acc[n], lo, quad(q[n], 2 * step));
-                        acc[n] = _mm512_dpbusd_epi32(acc[n], hi, quad(q[n], 2 * step + 1));
+                        acc2[n] = _mm512_dpbusd_epi32(acc2[n], hi, quad(q[n], 2 * step + 1));
                     }
                 }
             } else {
-                for step in 0..8 {
-                    let x = _mm512_loadu_si512(r.add(64 * step) as *const _);
+                for pair in 0..4 {
+                    let x0 = _mm512_loadu_si512(r.add(128 * pair) as *const _);
+                    let x1 = _mm512_loadu_si512(r.add(128 * pair + 64) as *const _);
                     for n in 0..N {
-                        acc[n] = _mm512_dpbusd_epi32(acc[n], x, quad(q[n], step));
+                        acc[n] = _mm512_dpbusd_epi32(acc[n], x0, quad(q[n], 2 * pair));
+                        acc2[n] = _mm512_dpbusd_epi32(acc2[n], x1, quad(q[n], 2 * pair + 1));
                     }
                 }
+            }
+            for n in 0..N {
+                acc[n] = _mm512_add_epi32(acc[n], acc2[n]);
             }
             let d = _mm512_cvtph_ps(_mm256_loadu_si256(r.add(lb) as *const __m256i));
             let m = if MIN { _mm512_cvtph_ps(_mm256_loadu_si256(r.add(lb + 2 * GROUP) as *const __m256i)) } else { d };
