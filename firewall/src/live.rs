@@ -13,8 +13,6 @@
 //! A thread that passes through a match state reports `(pattern, start)`, which tells the
 //! scanner which patterns are worth confirming with the real regex.
 
-use std::collections::HashSet;
-use std::hash::{BuildHasherDefault, Hasher};
 
 use regex_automata::dfa::{dense, Automaton, StartKind};
 use regex_automata::nfa::thompson::{self, WhichCaptures};
@@ -144,25 +142,65 @@ pub(crate) struct Threads {
     live: Vec<Thread>,
     scratch: Vec<Thread>,
     // (pattern, state) pairs already in `scratch` during one step
-    seen: HashSet<u64, BuildHasherDefault<MulHasher>>,
+    seen: StepSet,
 }
 
-/// Multiply-shift hasher for the (pattern, state) keys of one step: they are small
-/// integers, and std's SipHash would cost more than the DFA transitions themselves.
-#[derive(Default)]
-struct MulHasher(u64);
+/// The (pattern, state) pairs already taken during one step: a small open-addressing set
+/// whose slots are stamped with the step that wrote them, so starting a step costs nothing
+/// (std's set had to be cleared every byte, and hashing with SipHash cost more than the DFA
+/// transitions themselves).
+#[derive(Debug, Default)]
+struct StepSet {
+    // [slots] (pattern << 32 | state) written at step `stamps[i]`
+    keys: Vec<u64>,
+    stamps: Vec<u32>,
+    stamp: u32,
+    len: usize,
+}
 
-impl Hasher for MulHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+impl StepSet {
+    /// Starts a new step: every slot becomes empty at once.
+    fn clear(&mut self) {
+        self.stamp = self.stamp.wrapping_add(1);
+        self.len = 0;
+        if self.stamp == 0 {
+            // The stamp wrapped: old stamps could look current again.
+            self.stamps.iter_mut().for_each(|s| *s = u32::MAX);
+            self.stamp = 1;
         }
     }
-    fn write_u64(&mut self, x: u64) {
-        self.0 = (x ^ (x >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+
+    /// Adds `key`; false when it was already there this step.
+    fn insert(&mut self, key: u64) -> bool {
+        if (self.len + 1) * 2 > self.keys.len() {
+            self.grow();
+        }
+        let mask = self.keys.len() - 1;
+        let mut i = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize & mask;
+        loop {
+            if self.stamps[i] != self.stamp {
+                self.keys[i] = key;
+                self.stamps[i] = self.stamp;
+                self.len += 1;
+                return true;
+            }
+            if self.keys[i] == key {
+                return false;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Doubles the table (at least 64 slots), re-inserting this step's keys.
+    fn grow(&mut self) {
+        let live: Vec<u64> = self.keys.iter().zip(&self.stamps).filter(|(_, &s)| s == self.stamp).map(|(&k, _)| k).collect();
+        let size = (self.keys.len() * 2).max(64);
+        self.keys = vec![0; size];
+        self.stamps = vec![self.stamp.wrapping_sub(1); size];
+        self.len = 0;
+        for k in live {
+            self.insert(k);
+        }
     }
 }
 
@@ -223,7 +261,7 @@ fn dies_after(dfa: &dense::DFA<Vec<u32>>, state: StateID) -> bool {
 }
 
 /// Appends `t` unless an earlier thread of the same pattern is already in its state.
-fn push_unique(v: &mut Vec<Thread>, seen: &mut HashSet<u64, BuildHasherDefault<MulHasher>>, t: Thread) {
+fn push_unique(v: &mut Vec<Thread>, seen: &mut StepSet, t: Thread) {
     if seen.insert((u64::from(t.pattern) << 32) | u64::from(t.state.as_u32())) {
         v.push(t);
     }
@@ -268,6 +306,18 @@ mod tests {
         // A thread from 0 and one from 1 share a state after "aa": the start 0 is kept.
         let l = live(&["a*b"]);
         assert_eq!(run(&l, "xaaa").0, Some(1));
+    }
+
+    #[test]
+    fn step_set_forgets_at_each_step_and_grows() {
+        let mut set = StepSet::default();
+        set.clear();
+        for k in 0..500u64 {
+            assert!(set.insert(k << 32 | k));
+        }
+        assert!((0..500u64).all(|k| !set.insert(k << 32 | k)));
+        set.clear();
+        assert!(set.insert(7 << 32 | 7) && !set.insert(7 << 32 | 7));
     }
 
     #[test]

@@ -59,10 +59,14 @@ pub struct StreamScanner {
     base: usize,
     // raw offset up to which output has been produced (may jump past a redacted secret)
     released: usize,
-    // [patterns] absolute position where the next regex search starts
+    // [patterns] absolute position where the next regex search starts, unless `floor` is
+    // later: every search starts at or after the last `safe` position
     next: Vec<usize>,
+    floor: usize,
     // [patterns] starts of relaxed threads that reached a match, not yet confirmed
     candidates: Vec<Vec<usize>>,
+    // patterns with candidates, so a push costs nothing for the others
+    pending: Vec<usize>,
     threads: Threads,
     // confirmed redactions not yet passed by `released`: (start, end, rule id), by start
     redactions: Vec<(usize, usize, String)>,
@@ -85,7 +89,9 @@ impl StreamScanner {
             base: 0,
             released: 0,
             next: vec![0; patterns],
+            floor: 0,
             candidates: vec![Vec::new(); patterns],
+            pending: Vec::new(),
             threads: Threads::default(),
             redactions: Vec::new(),
             ngram,
@@ -192,8 +198,13 @@ impl StreamScanner {
     /// returns the earliest position at which a match may still be in progress.
     fn advance_threads(&mut self, bytes: &[u8], start: usize, finishing: bool) -> usize {
         let live = &self.rules.engine.live;
-        let candidates = &mut self.candidates;
-        let mut on_match = |p: usize, s: usize| candidates[p].push(s);
+        let (candidates, pending) = (&mut self.candidates, &mut self.pending);
+        let mut on_match = |p: usize, s: usize| {
+            if candidates[p].is_empty() {
+                pending.push(p);
+            }
+            candidates[p].push(s);
+        };
         for (i, &b) in bytes.iter().enumerate() {
             self.threads.step(live, b, start + i, &mut on_match);
         }
@@ -210,18 +221,28 @@ impl StreamScanner {
         safe
     }
 
-    /// Confirms, with the real regexes, every match that starts before `safe`.
+    /// Confirms, with the real regexes, every match that starts before `safe`. Patterns
+    /// without a candidate there have nothing to find before `safe`: raising `floor` moves
+    /// all their searches on at once.
     fn confirm(&mut self, safe: usize, out: &mut Vec<Finding>) {
-        for p in 0..self.next.len() {
+        // Patterns in the order a whole-pass scan would see them: findings sort later anyway.
+        self.pending.sort_unstable();
+        let mut k = 0;
+        while k < self.pending.len() {
+            let p = self.pending[k];
             if self.candidates[p].iter().any(|&s| s < safe) {
-                let from = self.next[p].saturating_sub(self.base);
+                let from = self.next[p].max(self.floor).saturating_sub(self.base);
                 let next = self.rules.pattern_matches(p, &self.window, self.base, from, safe - self.base, &self.ctx, out);
                 self.next[p] = self.base + next;
                 self.candidates[p].retain(|&s| s >= safe);
+            }
+            if self.candidates[p].is_empty() {
+                self.pending.swap_remove(k);
             } else {
-                self.next[p] = self.next[p].max(safe);
+                k += 1;
             }
         }
+        self.floor = self.floor.max(safe);
     }
 
     fn run_text_detectors(&mut self, delta: &str, start: usize, finishing: bool, out: &mut Vec<Finding>) {
@@ -266,9 +287,10 @@ impl StreamScanner {
         self.window.get(from.saturating_sub(self.base)..to.saturating_sub(self.base)).unwrap_or("")
     }
 
-    /// Drops window text that no search, look-behind or release will read again.
+    /// Drops window text that no search, look-behind or release will read again (every
+    /// search starts at or after `floor`).
     fn trim(&mut self) {
-        let earliest = self.next.iter().copied().min().unwrap_or(usize::MAX).min(self.released);
+        let earliest = self.floor.min(self.released);
         let keep = floor_char(&self.window, self.base, earliest.saturating_sub(LOOKBEHIND_BYTES));
         if keep > self.base {
             self.window.drain(..keep - self.base);

@@ -52,3 +52,39 @@ fn every_must_match_sample_streams_like_one_shot() {
         }
     }
 }
+
+/// Texts of the labelled corpus's records with planted secrets (configs and answers).
+fn secret_records() -> Vec<String> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus");
+    let mut out = Vec::new();
+    for f in ["configs.jsonl", "answers.jsonl", "logs.jsonl"] {
+        let body = std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+        for line in body.lines() {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+            let planted = v.get("secrets").and_then(|s| s.as_array()).is_some_and(|a| !a.is_empty());
+            if let (true, Some(t)) = (planted, v.get("text").and_then(|t| t.as_str())) {
+                out.push(t.to_string());
+            }
+        }
+    }
+    out
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+    /// The default rules on real secret-bearing records, cut at random: the stream reports
+    /// exactly the one-shot findings (windowed one-shot against the stream's whole-text
+    /// walk) and releases no blocked match.
+    #[test]
+    fn corpus_records_stream_like_one_shot_at_random_cuts(pick in proptest::prelude::any::<proptest::sample::Index>(), seeds in proptest::collection::vec(proptest::prelude::any::<usize>(), 1..60)) {
+        let records = secret_records();
+        proptest::prop_assert!(records.len() > 100, "corpus records missing");
+        let text = &records[pick.index(records.len())];
+        let bounds: Vec<usize> = text.char_indices().map(|(i, _)| i).filter(|&i| i > 0).collect();
+        let mut cuts: Vec<usize> = seeds.iter().map(|s| bounds[s % bounds.len()]).collect();
+        cuts.sort_unstable();
+        cuts.dedup();
+        check_chunking(&builtin(), &ScanContext::new("acme"), &Arc::new(Detectors::default()), text, &cuts);
+    }
+}
