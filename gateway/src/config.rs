@@ -157,6 +157,9 @@ struct RawModel {
     threads: Option<usize>,
     context_tokens: Option<usize>,
     kv_block_tokens: Option<usize>,
+    max_batch: Option<usize>,
+    max_queued: Option<usize>,
+    step_tokens: Option<usize>,
     fault: Option<RawFault>,
 }
 
@@ -332,6 +335,9 @@ pub struct EngineModelConfig {
     pub context_tokens: Option<usize>,
     /// Positions per KV block; `None`: the engine's default.
     pub kv_block_tokens: Option<usize>,
+    /// The continuous-batching scheduler's limits: sequences per step, requests waiting
+    /// (more are refused with 429), tokens per step.
+    pub batching: engine::sched::SchedulerConfig,
     /// KV isolation defences switched off on purpose (all on by default; start-up warns).
     pub fault: engine::fault::FaultConfig,
 }
@@ -671,6 +677,9 @@ fn validate_models(
                     ("threads", m.threads.is_some()),
                     ("context_tokens", m.context_tokens.is_some()),
                     ("kv_block_tokens", m.kv_block_tokens.is_some()),
+                    ("max_batch", m.max_batch.is_some()),
+                    ("max_queued", m.max_queued.is_some()),
+                    ("step_tokens", m.step_tokens.is_some()),
                     ("fault", m.fault.is_some()),
                 ];
                 for (key, set) in engine_keys {
@@ -700,7 +709,29 @@ fn validate_models(
                     }
                 }
                 let fault = validate_fault(m.fault.unwrap_or_default(), &at, invalid)?;
-                ModelBackend::Engine(EngineModelConfig { path: m.path, threads: m.threads, context_tokens: m.context_tokens, kv_block_tokens: m.kv_block_tokens, fault })
+                let defaults = engine::sched::SchedulerConfig::default();
+                let mut batching = defaults;
+                for (key, value, slot) in [
+                    ("max_batch", m.max_batch, &mut batching.max_running),
+                    ("max_queued", m.max_queued, &mut batching.max_queued),
+                    ("step_tokens", m.step_tokens, &mut batching.step_tokens),
+                ] {
+                    match value {
+                        Some(n) if !(1..=1 << 20).contains(&n) => {
+                            return Err(invalid(at(key), format!("must be between 1 and 1048576, got {n}")))
+                        }
+                        Some(n) => *slot = n,
+                        None => {}
+                    }
+                }
+                ModelBackend::Engine(EngineModelConfig {
+                    path: m.path,
+                    threads: m.threads,
+                    context_tokens: m.context_tokens,
+                    kv_block_tokens: m.kv_block_tokens,
+                    batching,
+                    fault,
+                })
             }
         };
         models.push(ModelConfig { id: m.id, backend });

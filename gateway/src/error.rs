@@ -52,6 +52,9 @@ pub enum ApiError {
     /// The upstream did not answer in time.
     #[error("{0}")]
     GatewayTimeout(String),
+    /// The engine's request queue is full: retry after `retry_after_s` seconds.
+    #[error("The engine is at capacity ({queued} requests waiting); retry after {retry_after_s} s.")]
+    EngineBusy { queued: usize, retry_after_s: u64 },
     /// The gateway cannot serve yet (model still loading) or is shutting down.
     #[error("{0}")]
     Unavailable(String),
@@ -84,6 +87,7 @@ impl ApiError {
             }
             ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
             ApiError::GatewayTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            ApiError::EngineBusy { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -102,7 +106,7 @@ impl ApiError {
             | ApiError::MethodNotAllowed { .. }
             | ApiError::PayloadTooLarge { .. } => "invalid_request_error",
             ApiError::Unauthorized(_) => "authentication_error",
-            ApiError::UpstreamRejected { status: 429, .. } => "rate_limit_error",
+            ApiError::UpstreamRejected { status: 429, .. } | ApiError::EngineBusy { .. } => "rate_limit_error",
             ApiError::UpstreamRejected { .. } => "invalid_request_error",
             ApiError::BadGateway(_) | ApiError::GatewayTimeout(_) => "upstream_error",
             ApiError::Unavailable(_) | ApiError::Internal(_) => "server_error",
@@ -125,6 +129,7 @@ impl ApiError {
             ApiError::UpstreamRejected { code, .. } => return code.clone(),
             ApiError::BadGateway(_) => "upstream_error",
             ApiError::GatewayTimeout(_) => "upstream_timeout",
+            ApiError::EngineBusy { .. } => "engine_busy",
             ApiError::Unavailable(_) => "unavailable",
             ApiError::Internal(_) => "internal_error",
         };
@@ -187,6 +192,9 @@ impl IntoResponse for ApiError {
         response
             .headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let ApiError::EngineBusy { retry_after_s, .. } = &self {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_s));
+        }
         if matches!(self, ApiError::Unauthorized(_)) {
             response
                 .headers_mut()

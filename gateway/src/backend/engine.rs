@@ -1,31 +1,27 @@
-//! The engine backend: the in-process model. Loading happens on a blocking thread after the
+//! The engine backend: the in-process model. Loading happens on its own thread after the
 //! server starts (fetching the default model first when it is missing), so `/readyz`
-//! answers 503 until the model can serve. Each completion runs on a blocking thread, off
-//! the async workers, one generation at a time (the scheduler with continuous batching
-//! replaces the permit), and streams [`BackendEvent`]s through a bounded channel; a
-//! client that goes away closes the channel and the generation stops at the next token.
-//! Each sequence is owned by the request's tenant, and each token's KV owners (the
-//! engine's provenance) reach the firewall in the delta's signals.
+//! answers 503 until the model can serve; the same thread then runs the serving loop
+//! ([`super::engine_loop`]): continuous batching across every request, off the async
+//! workers. A full queue is a 429 with `Retry-After`; a client that goes away closes its
+//! channel and its sequences stop at their next token. Each sequence is owned by the
+//! request's tenant, and each token's KV owners (the engine's provenance) reach the
+//! firewall in the delta's signals.
 
-use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use engine::template::ChatMessage;
-use engine::engine::{Engine, EngineOptions, FinishReason, GenerateRequest, KvOptions, TokenEvent};
+use engine::engine::{Engine, EngineOptions, GenerateRequest, KvOptions, TokenEvent};
 use engine::kv::Owner;
 use engine::sample::SamplingParams;
-use firewall::TokenSignals;
 use serde_json::{json, Map, Value};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, oneshot};
 
-use super::{BackendEvent, BackendResponse, ChoiceDelta, RequestContext};
-use crate::api::{ChatRequest, Usage};
+use super::engine_loop::{self, LoopGauges, Submission};
+use super::{BackendResponse, RequestContext};
+use crate::api::ChatRequest;
 use crate::config::EngineModelConfig;
 use crate::error::ApiError;
-
-/// Events buffered between the generating thread and the HTTP response.
-const EVENT_BUFFER: usize = 64;
 
 /// Where the model stands.
 enum Load {
@@ -37,8 +33,9 @@ enum Load {
 pub struct EngineBackend {
     model_id: String,
     state: Arc<OnceLock<Load>>,
-    /// One generation at a time until the batching scheduler lands.
-    permit: Arc<Semaphore>,
+    /// To the serving loop.
+    submit: std::sync::mpsc::Sender<Submission>,
+    gauges: Arc<LoopGauges>,
 }
 
 impl EngineBackend {
@@ -48,8 +45,11 @@ impl EngineBackend {
         let slot = state.clone();
         let config = config.clone();
         let id = model_id.to_owned();
+        let (submit, submissions) = std::sync::mpsc::channel::<Submission>();
+        let gauges = Arc::new(LoopGauges::default());
+        let loop_gauges = gauges.clone();
         std::thread::Builder::new()
-            .name(format!("load-{id}"))
+            .name(format!("engine-{id}"))
             .spawn(move || {
                 let outcome = match load(&config) {
                     Ok(engine) => {
@@ -62,10 +62,19 @@ impl EngineBackend {
                     }
                 };
                 let _ = slot.set(outcome);
+                if let Some(Load::Ready(engine)) = slot.get() {
+                    // Until the backend (every sender) is dropped.
+                    engine_loop::serve(engine, config.batching, &submissions, &loop_gauges);
+                }
             })
             .map_err(|e| tracing::error!(error = %e, "cannot start the model loading thread"))
             .ok();
-        EngineBackend { model_id: model_id.to_owned(), state, permit: Arc::new(Semaphore::new(1)) }
+        EngineBackend { model_id: model_id.to_owned(), state, submit, gauges }
+    }
+
+    /// The serving loop's queue depth, batch size and counters.
+    pub fn gauges(&self) -> &LoopGauges {
+        &self.gauges
     }
 
     pub fn is_ready(&self) -> bool {
@@ -106,17 +115,18 @@ impl EngineBackend {
                 top_logprobs: if request.logprobs { request.top_logprobs as usize } else { 0 },
             })
             .collect();
-        let (tx, rx) = mpsc::channel(EVENT_BUFFER);
-        let permit = self.permit.clone().acquire_owned().await.map_err(|_| ApiError::Unavailable("engine shutting down".into()))?;
-        let state = self.state.clone();
-        let want_logprobs = request.logprobs;
-        let owner = Owner::new(ctx.tenant.as_str(), &ctx.request_id);
-        tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            if let Some(Load::Ready(engine)) = state.get() {
-                run_choices(engine, &owner, &plans, want_logprobs, &tx);
-            }
-        });
+        let (events, rx) = mpsc::unbounded_channel();
+        let (accepted, answer) = oneshot::channel();
+        let submission = Submission {
+            owner: Owner::new(ctx.tenant.as_str(), &ctx.request_id),
+            plans,
+            want_logprobs: request.logprobs,
+            events,
+            accepted,
+        };
+        let stopped = || ApiError::Unavailable(format!("The engine serving `{}` has stopped.", self.model_id));
+        self.submit.send(submission).map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())??;
         Ok(BackendResponse {
             system_fingerprint: None,
             events: Box::pin(futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|ev| (ev, rx)) })),
@@ -151,63 +161,12 @@ fn load(config: &EngineModelConfig) -> Result<Engine, String> {
     Engine::load_with(&path, options, kv).map_err(|e| e.to_string())
 }
 
-/// Generates every choice in turn, sending events until done or until the client is gone.
-fn run_choices(engine: &Engine, owner: &Owner, plans: &[GenerateRequest], want_logprobs: bool, tx: &mpsc::Sender<Result<BackendEvent, ApiError>>) {
-    let mut usage = Usage::default();
-    for (index, plan) in plans.iter().enumerate() {
-        let index = index as u32;
-        let mut owners = PendingOwners::default();
-        let mut on_token = |ev: &TokenEvent| {
-            owners.add(ev);
-            if ev.text.is_empty() && !want_logprobs {
-                // Nothing to send yet (part of a UTF-8 sequence): the owners wait for the
-                // next delta, so a foreign owner is never dropped.
-                return ControlFlow::Continue(());
-            }
-            let delta = ChoiceDelta {
-                index,
-                content: Some(ev.text.clone()),
-                logprobs: if want_logprobs { vec![logprob_entry(ev)] } else { Vec::new() },
-                signals: Some(TokenSignals {
-                    logprob: Some(f64::from(ev.logprob)),
-                    entropy: Some(f64::from(ev.entropy)),
-                    owners: owners.take(),
-                }),
-                ..ChoiceDelta::default()
-            };
-            match tx.blocking_send(Ok(BackendEvent::Delta(delta))) {
-                Ok(()) => ControlFlow::Continue(()),
-                Err(_) => ControlFlow::Break(()),
-            }
-        };
-        let generation = match engine.generate_for(owner, plan, &mut on_token) {
-            Ok(g) => g,
-            Err(e) => {
-                let _ = tx.blocking_send(Err(map_engine_error(e)));
-                return;
-            }
-        };
-        usage.prompt_tokens = generation.prompt_tokens as u64;
-        usage.completion_tokens += generation.completion_tokens as u64;
-        let reason = match generation.finish {
-            FinishReason::Stop => "stop",
-            FinishReason::Length => "length",
-            FinishReason::Cancelled => return,
-        };
-        if tx.blocking_send(Ok(BackendEvent::Finish { index, reason: reason.to_owned() })).is_err() {
-            return;
-        }
-    }
-    usage.total_tokens = usage.prompt_tokens + usage.completion_tokens;
-    let _ = tx.blocking_send(Ok(BackendEvent::Usage(usage)));
-}
-
 /// KV owners of tokens not yet sent: the union since the last delta, sorted.
 #[derive(Debug, Default)]
-struct PendingOwners(Vec<String>);
+pub(super) struct PendingOwners(Vec<String>);
 
 impl PendingOwners {
-    fn add(&mut self, ev: &TokenEvent) {
+    pub(super) fn add(&mut self, ev: &TokenEvent) {
         for tenant in &ev.owners {
             if let Err(at) = self.0.binary_search_by(|o| o.as_str().cmp(tenant.as_str())) {
                 self.0.insert(at, tenant.as_str().to_owned());
@@ -215,13 +174,13 @@ impl PendingOwners {
         }
     }
 
-    fn take(&mut self) -> Vec<String> {
+    pub(super) fn take(&mut self) -> Vec<String> {
         std::mem::take(&mut self.0)
     }
 }
 
 /// OpenAI's `logprobs.content[]` entry for one token.
-fn logprob_entry(ev: &TokenEvent) -> Value {
+pub(super) fn logprob_entry(ev: &TokenEvent) -> Value {
     let top: Vec<Value> = ev
         .top_logprobs
         .iter()
@@ -283,7 +242,7 @@ fn text_parts(i: usize, parts: &[Value]) -> Result<String, ApiError> {
     Ok(out)
 }
 
-fn map_engine_error(e: engine::Error) -> ApiError {
+pub(super) fn map_engine_error(e: engine::Error) -> ApiError {
     match e {
         engine::Error::Template { reason } => ApiError::param("messages", format!("the model's chat template cannot render these messages: {reason}")),
         engine::Error::ContextOverflow { prompt_tokens, limit } => ApiError::ContextLengthExceeded(format!(

@@ -4,6 +4,7 @@
 //! streaming and non-streaming clients, engine and upstream, share one path.
 
 pub mod engine;
+pub mod engine_loop;
 pub mod sse;
 pub mod upstream;
 
@@ -90,6 +91,14 @@ impl Backend {
         match self {
             Backend::Upstream(_) => None,
             Backend::Engine(b) => b.kv_stats(),
+        }
+    }
+
+    /// The engine's serving loop gauges (`None` for an upstream).
+    pub fn loop_gauges(&self) -> Option<&engine_loop::LoopGauges> {
+        match self {
+            Backend::Upstream(_) => None,
+            Backend::Engine(b) => Some(b.gauges()),
         }
     }
 
