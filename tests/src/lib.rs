@@ -49,6 +49,15 @@ impl TestGateway {
         let _ = self.served.await;
     }
 
+    /// Waits until `/readyz` answers 200 (every model loaded), panicking after `limit`.
+    pub async fn wait_ready(&self, limit: std::time::Duration) {
+        let deadline = std::time::Instant::now() + limit;
+        while reqwest::get(self.url("/readyz")).await.map(|r| r.status().as_u16()).unwrap_or(0) != 200 {
+            assert!(std::time::Instant::now() < deadline, "the gateway's models did not become ready in {limit:?}");
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }
+
     /// `http://127.0.0.1:PORT`
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)

@@ -21,13 +21,6 @@ fn config(model_keys: &str) -> String {
     text
 }
 
-async fn ready(gw: &TestGateway) {
-    let deadline = Instant::now() + Duration::from_secs(240);
-    while reqwest::get(gw.url("/readyz")).await.map(|r| r.status().as_u16()).unwrap_or(0) != 200 {
-        assert!(Instant::now() < deadline, "the model did not become ready");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
 
 async fn chat(gw: &TestGateway, tenant: &str, body: Value) -> reqwest::Response {
     reqwest::Client::new()
@@ -53,7 +46,7 @@ const PROMPTS: [&str; 4] = [
 #[tokio::test]
 async fn concurrent_tenants_get_what_they_get_alone() {
     let gw = TestGateway::start(&config(""), &[]).await;
-    ready(&gw).await;
+    gw.wait_ready(Duration::from_secs(240)).await;
     let mut alone = Vec::new();
     for p in PROMPTS {
         let v: Value = chat(&gw, "acme", greedy(p, 24)).await.json().await.unwrap();
@@ -80,7 +73,7 @@ async fn concurrent_tenants_get_what_they_get_alone() {
 #[tokio::test]
 async fn a_full_queue_is_a_429_with_retry_after() {
     let gw = TestGateway::start(&config("max_batch = 1\nmax_queued = 1"), &[]).await;
-    ready(&gw).await;
+    gw.wait_ready(Duration::from_secs(240)).await;
     let answers = join_all((0..8).map(|i| chat(&gw, TENANTS[i % 4], greedy(PROMPTS[i % 4], 48)))).await;
     let mut busy = 0;
     let mut served = 0;
@@ -103,7 +96,7 @@ async fn a_full_queue_is_a_429_with_retry_after() {
 #[tokio::test]
 async fn a_client_that_leaves_mid_stream_frees_its_kv_blocks() {
     let gw = TestGateway::start(&config(""), &[]).await;
-    ready(&gw).await;
+    gw.wait_ready(Duration::from_secs(240)).await;
     let mut body = greedy("Tell me a very long story about a lighthouse keeper.", 400);
     body["stream"] = json!(true);
     let mut resp = chat(&gw, "acme", body).await;

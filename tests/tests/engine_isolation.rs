@@ -8,7 +8,7 @@
 //!   to alice's block, every token says so in its provenance, and the gateway's firewall
 //!   blocks bob's response before its first byte, recording alice as the source.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossguard_e2e::{sse_data, TestGateway};
 use serde_json::{json, Value};
@@ -29,13 +29,6 @@ fn config() -> String {
     text
 }
 
-async fn ready(gw: &TestGateway) {
-    let deadline = Instant::now() + Duration::from_secs(240);
-    while reqwest::get(gw.url("/readyz")).await.map(|r| r.status().as_u16()).unwrap_or(0) != 200 {
-        assert!(Instant::now() < deadline, "the models did not become ready");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
 
 async fn chat(gw: &TestGateway, tenant: &str, model: &str, text: &str, stream: bool) -> reqwest::Response {
     reqwest::Client::new()
@@ -53,7 +46,7 @@ const ALICE: &str = "Project Nightingale budget is four million; the launch code
 #[tokio::test]
 async fn a_stale_foreign_kv_block_is_refused_or_blocked_never_delivered() {
     let gw = TestGateway::start(&config(), &[]).await;
-    ready(&gw).await;
+    gw.wait_ready(Duration::from_secs(240)).await;
 
     // guarded: alice's released block is handed to bob, and the owner check refuses it.
     assert_eq!(chat(&gw, "alice", "guarded", ALICE, false).await.status(), 200);
