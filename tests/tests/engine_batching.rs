@@ -90,7 +90,11 @@ async fn a_full_queue_is_a_429_with_retry_after() {
             other => panic!("unexpected status {other}"),
         }
     }
-    assert!(busy >= 1 && served >= 2, "served {served}, refused {busy}");
+    // How many fit depends on when each arrives; at least one is served and, with eight
+    // sent at once into room for one running and one waiting, at least one is refused.
+    assert!(busy >= 1 && served >= 1, "served {served}, refused {busy}");
+    // The refusal is momentary: once the burst is through, the engine serves again.
+    assert_eq!(chat(&gw, "acme", greedy(PROMPTS[0], 8)).await.status(), 200);
 }
 
 #[tokio::test]
