@@ -109,7 +109,7 @@ fn batched_results_equal_single_request_results() -> TestResult {
     let want = singles(engine, 12)?;
     // Small step budgets force chunked prefill next to other sequences' decode steps.
     for step_tokens in [512, 16] {
-        let (got, _) = batched(engine, SchedulerConfig { step_tokens, max_running: 4, max_queued: 8 }, 12)?;
+        let (got, _) = batched(engine, SchedulerConfig { step_tokens, max_running: 4, max_queued: 8, ..SchedulerConfig::default() }, 12)?;
         assert_eq!(got, want, "step_tokens {step_tokens}");
     }
     Ok(())
@@ -121,7 +121,7 @@ fn a_full_pool_preempts_and_recomputes_without_changing_the_output() -> TestResu
     // cannot all be resident at once.
     let engine = load(128, 128)?;
     let want = singles(&engine, 24)?;
-    let (got, preemptions) = batched(&engine, SchedulerConfig { step_tokens: 512, max_running: 4, max_queued: 8 }, 24)?;
+    let (got, preemptions) = batched(&engine, SchedulerConfig { step_tokens: 512, max_running: 4, max_queued: 8, ..SchedulerConfig::default() }, 24)?;
     assert!(preemptions > 0, "the pool was large enough: nothing was preempted");
     assert_eq!(got, want);
     let stats = engine.kv_stats();
@@ -133,7 +133,7 @@ fn a_full_pool_preempts_and_recomputes_without_changing_the_output() -> TestResu
 #[test]
 fn the_queue_is_bounded_and_cancelled_requests_free_their_blocks() -> TestResult {
     let engine = load(CTX, 0)?;
-    let mut sched = Scheduler::new(&engine, SchedulerConfig { step_tokens: 64, max_running: 1, max_queued: 2 });
+    let mut sched = Scheduler::new(&engine, SchedulerConfig { step_tokens: 64, max_running: 1, max_queued: 2, ..SchedulerConfig::default() });
     let stop_at_once = |_: &engine::engine::TokenEvent| ControlFlow::Break(());
     sched.submit(Owner::new("a", "1"), request(&engine, TEXTS[0])?, Box::new(stop_at_once))?;
     sched.submit(Owner::new("a", "2"), request(&engine, TEXTS[1])?, Box::new(stop_at_once))?;
@@ -152,7 +152,7 @@ fn the_queue_is_bounded_and_cancelled_requests_free_their_blocks() -> TestResult
 fn admission_serves_the_least_served_tenant_first() -> TestResult {
     let engine = roomy()?;
     let order = RefCell::new(Vec::new());
-    let mut sched = Scheduler::new(engine, SchedulerConfig { step_tokens: 512, max_running: 2, max_queued: 8 });
+    let mut sched = Scheduler::new(engine, SchedulerConfig { step_tokens: 512, max_running: 2, max_queued: 8, ..SchedulerConfig::default() });
     for (tenant, request_id) in [("a", "a1"), ("a", "a2"), ("a", "a3"), ("b", "b1")] {
         let order = &order;
         let mut first = true;

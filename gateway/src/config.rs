@@ -13,6 +13,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -160,6 +161,7 @@ struct RawModel {
     max_batch: Option<usize>,
     max_queued: Option<usize>,
     step_tokens: Option<usize>,
+    itl_target_ms: Option<u64>,
     fault: Option<RawFault>,
 }
 
@@ -680,6 +682,7 @@ fn validate_models(
                     ("max_batch", m.max_batch.is_some()),
                     ("max_queued", m.max_queued.is_some()),
                     ("step_tokens", m.step_tokens.is_some()),
+                    ("itl_target_ms", m.itl_target_ms.is_some()),
                     ("fault", m.fault.is_some()),
                 ];
                 for (key, set) in engine_keys {
@@ -723,6 +726,12 @@ fn validate_models(
                         Some(n) => *slot = n,
                         None => {}
                     }
+                }
+                match m.itl_target_ms {
+                    Some(ms) if ms > 60_000 => return Err(invalid(at("itl_target_ms"), format!("must be between 0 (off) and 60000, got {ms}"))),
+                    Some(0) => batching.itl_target = None,
+                    Some(ms) => batching.itl_target = Some(Duration::from_millis(ms)),
+                    None => {}
                 }
                 ModelBackend::Engine(EngineModelConfig {
                     path: m.path,
@@ -1017,6 +1026,23 @@ placement = "system_start"
         let upstream = "[[models]]\nid = \"m\"\nbackend = \"upstream\"\nbase_url = \"http://127.0.0.1:1/v1\"\n[models.fault]\nskip_zero_fill = true\n";
         let err = parse(upstream).unwrap_err().to_string();
         assert!(err.contains("models[0].fault: only allowed with backend = \"engine\""), "{err}");
+    }
+
+    #[test]
+    fn itl_target_defaults_on_and_zero_turns_it_off() {
+        let engine = |text: &str| match parse(text).map(|c| c.models.into_iter().next().map(|m| m.backend)) {
+            Ok(Some(ModelBackend::Engine(e))) => Ok(e.batching.itl_target),
+            Ok(_) => panic!("engine expected"),
+            Err(e) => Err(e.to_string()),
+        };
+        let model = "[[models]]\nid = \"m\"\nbackend = \"engine\"\n";
+        assert_eq!(engine(model), Ok(engine::sched::SchedulerConfig::default().itl_target));
+        assert_eq!(engine(&format!("{model}itl_target_ms = 50\n")), Ok(Some(Duration::from_millis(50))));
+        assert_eq!(engine(&format!("{model}itl_target_ms = 0\n")), Ok(None));
+        let err = engine(&format!("{model}itl_target_ms = 90000\n")).unwrap_err();
+        assert!(err.contains("models[0].itl_target_ms: must be between 0 (off) and 60000"), "{err}");
+        let err = parse("[[models]]\nid = \"m\"\nbackend = \"upstream\"\nbase_url = \"http://127.0.0.1:1/v1\"\nitl_target_ms = 50\n").unwrap_err().to_string();
+        assert!(err.contains("models[0].itl_target_ms: only allowed with backend = \"engine\""), "{err}");
     }
 
     #[test]

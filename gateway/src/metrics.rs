@@ -10,15 +10,27 @@ use std::time::Duration;
 /// Upper bounds of the latency histogram buckets, in seconds.
 const BUCKETS_S: &[f64] = &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
 
+/// A latency histogram over [`BUCKETS_S`].
 #[derive(Debug, Default)]
-struct Histogram {
+pub struct Histogram {
     counts: Vec<u64>,
     sum_s: f64,
     count: u64,
 }
 
 impl Histogram {
-    fn observe(&mut self, seconds: f64) {
+    /// Writes the `_bucket`, `_sum` and `_count` lines of series `name` with `labels`
+    /// (already escaped, `key="value"` pairs joined by commas).
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        for (bound, c) in BUCKETS_S.iter().zip(&self.counts) {
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {c}");
+        }
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", self.count);
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum_s);
+        let _ = writeln!(out, "{name}_count{{{labels}}} {}", self.count);
+    }
+
+    pub fn observe(&mut self, seconds: f64) {
         if self.counts.is_empty() {
             self.counts = vec![0; BUCKETS_S.len()];
         }
@@ -138,13 +150,7 @@ impl Metrics {
             out.push_str("# HELP crossguard_http_request_duration_seconds Time to response headers by route.\n");
             out.push_str("# TYPE crossguard_http_request_duration_seconds histogram\n");
             for (route, h) in &m.latency {
-                let route = escape(route);
-                for (bound, c) in BUCKETS_S.iter().zip(&h.counts) {
-                    let _ = writeln!(out, "crossguard_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"{bound}\"}} {c}");
-                }
-                let _ = writeln!(out, "crossguard_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"+Inf\"}} {}", h.count);
-                let _ = writeln!(out, "crossguard_http_request_duration_seconds_sum{{route=\"{route}\"}} {}", h.sum_s);
-                let _ = writeln!(out, "crossguard_http_request_duration_seconds_count{{route=\"{route}\"}} {}", h.count);
+                h.render(&mut out, "crossguard_http_request_duration_seconds", &format!("route=\"{}\"", escape(route)));
             }
             out.push_str("# HELP crossguard_completions_total Chat completions by model, tenant and outcome.\n");
             out.push_str("# TYPE crossguard_completions_total counter\n");
@@ -229,6 +235,14 @@ pub fn render_engine_loops<'a>(loops: impl Iterator<Item = (&'a str, &'a crate::
         for (model, g) in &loops {
             let _ = writeln!(out, "{name}{{model=\"{}\"}} {}", escape(model), get(g));
         }
+    }
+    let name = "crossguard_engine_step_duration_seconds";
+    let _ = writeln!(out, "# HELP {name} Batched forward steps by kind: `decode` steps advanced streaming sequences (each is an inter-token gap), `prefill` steps only ran prompts.\n# TYPE {name} histogram");
+    for (model, g) in &loops {
+        let model = escape(model);
+        let steps = g.step_durations.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        steps.decode.render(&mut out, name, &format!("model=\"{model}\",kind=\"decode\""));
+        steps.prefill.render(&mut out, name, &format!("model=\"{model}\",kind=\"prefill\""));
     }
     out
 }

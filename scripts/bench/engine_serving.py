@@ -7,7 +7,8 @@ prompts, same greedy settings, back to back in one run.
     /tmp/refvenv/bin/pip install llama-cpp-python==0.3.36 fastapi uvicorn sse-starlette \
         starlette-context pydantic-settings
     cargo build --release -p crossguard
-    /tmp/refvenv/bin/python scripts/bench/engine_serving.py --threads 2 --concurrency 1 4 16
+    /tmp/refvenv/bin/python scripts/bench/engine_serving.py --threads 2 --concurrency 1 4 16 64 \
+        --rounds 3 --defences-off-too --prefix-tokens 600
 
 For each server and concurrency C, C workers each send REQUESTS streamed chat completions
 (temperature 0, max_tokens MAX_TOKENS) from a fixed list of prompts. Every content chunk of
@@ -15,6 +16,14 @@ the stream counts as one generated token (both servers send one token per chunk)
 Reported per run: aggregate generated tokens/s over the wall time, time to first token and
 inter-token latency (p50, p99, over every request and every gap). Only the standard library
 is used on the client side, so the client costs the same against both servers.
+
+All servers start first and stay up; each round runs every level on every server in turn,
+so a burst of load on this shared machine hits them alike; the summary gives each figure's
+median over the rounds. `--defences-off-too` adds a crossguard server with the KV cache's
+zero-fill, owner check and bounds check switched off (`[models.fault]`), to price them.
+`--prefix-tokens N` adds the prefix-cache run: TENANTS tenants each send PREFIX_REQUESTS
+requests, one at a time, that share a ~N-token system prompt of their own and differ in the
+question; the first request of each tenant is cold, the rest can reuse its cached prefix.
 """
 
 import argparse
@@ -61,10 +70,10 @@ def wait_ready(port, path, deadline_s=300):
     raise SystemExit(f"server on port {port} not ready after {deadline_s} s")
 
 
-def one_request(port, model, key, prompt, max_tokens):
+def one_request(port, model, key, prompt, max_tokens, system=None):
     """Streams one completion; returns (ttft_s, [gaps_s], tokens)."""
-    body = json.dumps({"model": model, "stream": True, "temperature": 0, "max_tokens": max_tokens,
-                       "messages": [{"role": "user", "content": prompt}]})
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+    body = json.dumps({"model": model, "stream": True, "temperature": 0, "max_tokens": max_tokens, "messages": messages})
     headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     start = time.perf_counter()
@@ -131,6 +140,37 @@ def run_level(port, model, key, concurrency, requests, max_tokens):
     }
 
 
+SUBJECTS = ["invoices", "shipping", "refunds", "passwords", "warranty", "accounts", "holidays", "pricing"]
+
+
+def long_system_prompt(tenant, approx_tokens, edition):
+    """A tenant's own policy text of about `approx_tokens` tokens (~1.3 tokens per word);
+    each `edition` is new text, so no cache has seen it."""
+    words, i = f"Policy edition {edition}.".split(), 0
+    while len(words) * 1.3 < approx_tokens:
+        subject = SUBJECTS[(tenant * 3 + i) % len(SUBJECTS)]
+        words += (f"Rule {i + 1} of company {tenant}: questions about {subject} are answered politely, "
+                  f"in at most {2 + i % 5} sentences, citing section {tenant}.{i}.").split()
+        i += 1
+    return " ".join(words)
+
+
+def run_prefix(port, model, keys, prefix_tokens, per_tenant, edition):
+    """TTFT of each tenant's first request (cold) against its later ones (warm prefix)."""
+    cold, warm = [], []
+    for t, key in enumerate(keys):
+        system = long_system_prompt(t, prefix_tokens, edition)
+        for i in range(per_tenant):
+            ttft, _, _ = one_request(port, model, key, PROMPTS[i % len(PROMPTS)], 4, system=system)
+            (cold if i == 0 else warm).append(ttft)
+    return {"prefix_tokens": prefix_tokens, "tenants": len(keys), "cold_ttft_p50_ms": round(pct(cold, 50) * 1000, 1),
+            "warm_ttft_p50_ms": round(pct(warm, 50) * 1000, 1), "loadavg": os.getloadavg()[0]}
+
+
+def median_of(rows, key):
+    return round(statistics.median(r[key] for r in rows), 1)
+
+
 def main():
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     target = os.environ.get("CARGO_TARGET_DIR", os.path.join(root, "target"))
@@ -144,6 +184,12 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--only", choices=["crossguard", "llamacpp"])
     ap.add_argument("--step-tokens", type=int, default=512, help="crossguard's [[models]] step_tokens")
+    ap.add_argument("--itl-target-ms", type=int, help="crossguard's [[models]] itl_target_ms (default: its own)")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--defences-off-too", action="store_true", help="also run crossguard with zero-fill and KV checks off")
+    ap.add_argument("--prefix-tokens", type=int, default=0, help="run the prefix-cache TTFT measurement with this long a system prompt")
+    ap.add_argument("--tenants", type=int, default=4)
+    ap.add_argument("--prefix-requests", type=int, default=4, help="requests per tenant in the prefix run")
     args = ap.parse_args()
     if not os.path.exists(args.model):
         models = os.path.join(cache, "models")
@@ -152,17 +198,22 @@ def main():
             raise SystemExit(f"no model at {args.model}: run the gateway once (it fetches it)")
         args.model = os.path.join(models, found[0])
 
-    results = []
     work = tempfile.mkdtemp()
-    servers = []
-    if args.only != "llamacpp":
+    keys = [f"sk-bench-{t}" for t in range(max(1, args.tenants))]
+    servers = []  # (name, cmd, port, ready path, model id, api keys, env)
+    variants = [] if args.only == "llamacpp" else [("crossguard", "")]
+    if args.defences_off_too and args.only != "llamacpp":
+        variants.append(("crossguard, defences off", "[models.fault]\nskip_zero_fill = true\nskip_owner_check = true\nskip_bounds_check = true\n"))
+    for name, fault in variants:
         port = free_port()
-        cfg = os.path.join(work, "crossguard.toml")
+        cfg = os.path.join(work, f"crossguard-{port}.toml")
+        tenants = "".join(f'[[tenants]]\nid = "bench{t}"\napi_keys = ["{k}"]\n' for t, k in enumerate(keys))
+        itl = f"itl_target_ms = {args.itl_target_ms}\n" if args.itl_target_ms is not None else ""
         with open(cfg, "w") as f:
-            f.write(f'listen = "127.0.0.1:{port}"\ndata_dir = "{work}/data"\n[[tenants]]\nid = "bench"\napi_keys = ["sk-bench-1"]\n'
+            f.write(f'listen = "127.0.0.1:{port}"\ndata_dir = "{work}/data-{port}"\n{tenants}'
                     f'[[models]]\nid = "m"\nbackend = "engine"\npath = "{args.model}"\nthreads = {args.threads}\n'
-                    f'context_tokens = 2048\nmax_batch = 64\nmax_queued = 256\nstep_tokens = {args.step_tokens}\n')
-        servers.append(("crossguard", [args.crossguard, "serve", "--config", cfg], port, "/readyz", "m", "sk-bench-1",
+                    f'context_tokens = 2048\nmax_batch = 64\nmax_queued = 256\nstep_tokens = {args.step_tokens}\n{itl}{fault}')
+        servers.append((name, [args.crossguard, "serve", "--config", cfg], port, "/readyz", "m", keys,
                         dict(os.environ, CROSSGUARD_LOG="warn")))
     if args.only != "crossguard":
         port = free_port()
@@ -170,32 +221,67 @@ def main():
                                       "--n_ctx", "2048", "--port", str(port), "--host", "127.0.0.1",
                                       # its default cancels the running request when a new one arrives
                                       "--interrupt_requests", "False"],
-                        port, "/v1/models", "m", "unused", dict(os.environ)))
-    for name, cmd, port, ready, model, key, env in servers:
-        log = open(os.path.join(work, f"{name}.log"), "w")
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-        try:
+                        port, "/v1/models", "m", ["unused"], dict(os.environ)))
+    procs = []
+    results, prefix_results = [], []
+    try:
+        for name, cmd, port, ready, model, server_keys, env in servers:
+            log = open(os.path.join(work, f"{port}.log"), "w")
+            procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env))
             wait_ready(port, ready)
-            one_request(port, model, key, PROMPTS[0], 8)  # warm-up
+            one_request(port, model, server_keys[0], PROMPTS[0], 8)  # warm-up
+        for round_ in range(args.rounds):
             for c in args.concurrency:
-                r = run_level(port, model, key, c, args.requests, args.max_tokens)
-                r["server"] = name
-                print(json.dumps(r), flush=True)
-                results.append(r)
-        finally:
+                for name, _, port, _, model, server_keys, _ in servers:
+                    r = run_level(port, model, server_keys[0], c, args.requests, args.max_tokens)
+                    r.update(server=name, round=round_)
+                    print(json.dumps(r), flush=True)
+                    results.append(r)
+            if args.prefix_tokens:
+                for name, _, port, _, model, server_keys, _ in servers:
+                    # llama.cpp has no tenants: the same key stands for each
+                    tenant_keys = server_keys if len(server_keys) > 1 else server_keys * len(keys)
+                    r = run_prefix(port, model, tenant_keys, args.prefix_tokens, args.prefix_requests, round_)
+                    r.update(server=name, round=round_)
+                    print(json.dumps(r), flush=True)
+                    prefix_results.append(r)
+    finally:
+        for proc in procs:
             proc.terminate()
+        for proc in procs:
             proc.wait(timeout=30)
 
+    names = [s[0] for s in servers]
+    print(f"\nmedians over {args.rounds} round(s)")
     print("\n| server | concurrency | requests | tokens | aggregate tok/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | errors | load |")
     print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
-    for r in results:
-        print(f"| {r['server']} | {r['concurrency']} | {r['requests']} | {r['tokens']} | {r['tok_per_s']} | {r['ttft_p50_ms']} | "
-              f"{r['ttft_p99_ms']} | {r['itl_p50_ms']} | {r['itl_p99_ms']} | {r['errors']} | {r['loadavg']:.1f} |")
-    by = {(r["server"], r["concurrency"]): r["tok_per_s"] for r in results}
+    by = {}
+    for c in args.concurrency:
+        for name in names:
+            rows = [r for r in results if r["server"] == name and r["concurrency"] == c]
+            m = {k: median_of(rows, k) for k in ["tokens", "tok_per_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "loadavg"]}
+            by[(name, c)] = m["tok_per_s"]
+            print(f"| {name} | {c} | {rows[0]['requests']} | {m['tokens']:.0f} | {m['tok_per_s']} | {m['ttft_p50_ms']} | {m['ttft_p99_ms']} | "
+                  f"{m['itl_p50_ms']} | {m['itl_p99_ms']} | {sum(r['errors'] for r in rows)} | {m['loadavg']:.1f} |")
     for c in args.concurrency:
         if ("crossguard", c) in by and ("llama.cpp", c) in by and by[("llama.cpp", c)] > 0:
             print(f"concurrency {c}: crossguard / llama.cpp aggregate = {by[('crossguard', c)] / by[('llama.cpp', c)]:.2f}x")
-
+        off = ("crossguard, defences off", c)
+        if off in by and ("crossguard", c) in by and by[off] > 0:
+            ratios = []
+            for round_ in range(args.rounds):
+                on = [r["tok_per_s"] for r in results if r["server"] == "crossguard" and r["concurrency"] == c and r["round"] == round_]
+                no = [r["tok_per_s"] for r in results if r["server"] == off[0] and r["concurrency"] == c and r["round"] == round_]
+                ratios.append(on[0] / no[0])
+            print(f"concurrency {c}: throughput with defences / without = {statistics.median(ratios):.3f} "
+                  f"(per round: {', '.join(f'{x:.3f}' for x in ratios)})")
+    if prefix_results:
+        print("\n| server | prefix tokens | tenants | cold TTFT p50 ms | warm TTFT p50 ms | gain | load |")
+        print("|---|--:|--:|--:|--:|--:|--:|")
+        for name in names:
+            rows = [r for r in prefix_results if r["server"] == name]
+            cold, warm = median_of(rows, "cold_ttft_p50_ms"), median_of(rows, "warm_ttft_p50_ms")
+            print(f"| {name} | ~{args.prefix_tokens} | {rows[0]['tenants']} | {cold} | {warm} | {cold / warm:.1f}x | {median_of(rows, 'loadavg')} |")
 
 if __name__ == "__main__":
     main()

@@ -14,21 +14,33 @@
 //! unchanged. Nobody is admitted until a step fits again, so the oldest always
 //! progresses. A sequence alone in the batch that still does not fit fails.
 //!
+//! While sequences are decoding, a step's prefill is also held to what fits the
+//! inter-token latency target (`itl_target`), by an online model of step cost
+//! ([`cost::StepCost`]): a long prompt joining the batch is chunked over several steps
+//! instead of stalling every decoding stream for one long step. At least
+//! [`MIN_PREFILL_TOKENS`] prefill tokens run per step, so waiting prompts always progress.
+//!
 //! Invariants: `submit` refuses a request while `max_queued` wait (preempted requests
 //! re-queue regardless: they were admitted once); a step processes
 //! at most `step_tokens` tokens (at least one sequence always progresses); one event
 //! per generated token, exactly as `Engine::generate_for` would produce it.
 
+pub mod cost;
 pub(crate) mod decoding;
 
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
+use std::time::{Duration, Instant};
 
 use crate::engine::{Engine, FinishReason, GenerateRequest, Generation, TokenEvent};
 use crate::error::{Error, Result};
 use crate::kv::{Owner, SequenceKv};
 use crate::model::{Scratch, Segment};
+use cost::StepCost;
 use decoding::Decoding;
+
+/// Prefill tokens a step runs even when decoding alone fills the latency target.
+pub const MIN_PREFILL_TOKENS: usize = 16;
 
 /// Receives a request's events; `Break` cancels the request.
 pub type Sink<'s> = Box<dyn FnMut(&TokenEvent) -> ControlFlow<()> + 's>;
@@ -45,12 +57,26 @@ pub struct SchedulerConfig {
     pub max_running: usize,
     /// Requests waiting to start; `submit` refuses more.
     pub max_queued: usize,
+    /// While sequences are decoding, chunk prefill so that a step (one token for each of
+    /// them) takes about this long; `None` runs prefill up to `step_tokens` regardless.
+    pub itl_target: Option<Duration>,
 }
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
-        SchedulerConfig { step_tokens: 512, max_running: 16, max_queued: 64 }
+        SchedulerConfig { step_tokens: 512, max_running: 16, max_queued: 64, itl_target: Some(Duration::from_millis(80)) }
     }
+}
+
+/// What one step computed and how long it took.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StepStats {
+    /// Sequences that each fed one token (their last sampled one).
+    pub decode_tokens: usize,
+    /// Prompt (or recompute) tokens fed.
+    pub prefill_tokens: usize,
+    /// Wall time of the batched forward pass and sampling.
+    pub elapsed: Duration,
 }
 
 /// A request and where its events go.
@@ -93,6 +119,9 @@ pub struct Scheduler<'e, 's> {
     preemptions: u64,
     /// The last step ran out of KV blocks: admit nobody until a step fits.
     starved: bool,
+    cost: StepCost,
+    last_step: StepStats,
+    steps: u64,
 }
 
 impl std::fmt::Debug for Scheduler<'_, '_> {
@@ -104,7 +133,7 @@ impl std::fmt::Debug for Scheduler<'_, '_> {
 impl<'e, 's> Scheduler<'e, 's> {
     pub fn new(engine: &'e Engine, config: SchedulerConfig) -> Scheduler<'e, 's> {
         let config = SchedulerConfig { step_tokens: config.step_tokens.max(1), max_running: config.max_running.max(1), ..config };
-        Scheduler { engine, config, queue: VecDeque::new(), running: Vec::new(), scratch: Scratch::default(), next_id: 0, done: Vec::new(), preemptions: 0, starved: false }
+        Scheduler { engine, config, queue: VecDeque::new(), running: Vec::new(), scratch: Scratch::default(), next_id: 0, done: Vec::new(), preemptions: 0, starved: false, cost: StepCost::default(), last_step: StepStats::default(), steps: 0 }
     }
 
     /// Queues `request` for `owner`; refused with [`Error::QueueFull`] when the queue is
@@ -139,6 +168,16 @@ impl<'e, 's> Scheduler<'e, 's> {
         self.preemptions
     }
 
+    /// The most recent step that ran a batch.
+    pub fn last_step(&self) -> StepStats {
+        self.last_step
+    }
+
+    /// Steps that ran a batch so far.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
     pub fn is_idle(&self) -> bool {
         self.queue.is_empty() && self.running.is_empty() && self.done.is_empty()
     }
@@ -157,8 +196,15 @@ impl<'e, 's> Scheduler<'e, 's> {
     pub fn step(&mut self) -> Result<Vec<(JobId, Result<Generation>)>> {
         self.admit();
         let takes = self.plan();
-        if takes.iter().any(|n| *n > 0) {
+        let tokens: usize = takes.iter().sum();
+        if tokens > 0 {
+            let decode_tokens = self.running.iter().zip(&takes).filter(|(r, n)| **n == 1 && r.feed.len() == 1).count();
+            let started = Instant::now();
             self.run_batch(&takes)?;
+            let elapsed = started.elapsed();
+            self.cost.observe(tokens, elapsed);
+            self.last_step = StepStats { decode_tokens, prefill_tokens: tokens - decode_tokens, elapsed };
+            self.steps += 1;
         }
         Ok(std::mem::take(&mut self.done))
     }
@@ -185,12 +231,26 @@ impl<'e, 's> Scheduler<'e, 's> {
     }
 
     /// Tokens each running sequence processes this step: decode tokens first, then
-    /// prefill chunks, within the step budget.
+    /// prefill chunks, within the step budget and, while anyone decodes, the latency
+    /// target.
     fn plan(&self) -> Vec<usize> {
         let mut left = self.config.step_tokens;
         let mut takes = vec![0; self.running.len()];
-        let decoding_first = (0..self.running.len()).filter(|&i| self.running[i].feed.len() == 1).chain((0..self.running.len()).filter(|&i| self.running[i].feed.len() > 1));
-        for i in decoding_first {
+        let decoding = (0..self.running.len()).filter(|&i| self.running[i].feed.len() == 1);
+        for i in decoding {
+            if left == 0 {
+                break;
+            }
+            takes[i] = 1;
+            left -= 1;
+        }
+        let decode_tokens = self.config.step_tokens - left;
+        if decode_tokens > 0 {
+            if let Some(fit) = self.config.itl_target.and_then(|target| self.cost.tokens_within(target)) {
+                left = left.min(fit.saturating_sub(decode_tokens).max(MIN_PREFILL_TOKENS));
+            }
+        }
+        for i in (0..self.running.len()).filter(|&i| self.running[i].feed.len() > 1) {
             let n = self.running[i].feed.len().min(left);
             takes[i] = n;
             left -= n;
