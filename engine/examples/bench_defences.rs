@@ -3,7 +3,8 @@
 //! defence on (zero-fill on release, owner check and bounds check on every block read)
 //! and one with them switched off through the fault switches. Rounds alternate between
 //! the two so that load on a shared machine hits both alike; prints one JSON line per
-//! run and the median ratio.
+//! run and the median ratios, of wall-clock throughput and of tokens per CPU-second (the
+//! process's own user + system time, which other processes' load disturbs far less).
 //!
 //! `cargo run --release -p crossguard-engine --example bench_defences -- MODEL THREADS [CONCURRENCY] [DECODE_TOKENS] [ROUNDS]`
 
@@ -27,8 +28,23 @@ const PROMPTS: [&str; 4] = [
     "Describe a lighthouse at night.",
 ];
 
-/// Runs `concurrency` requests of `decode_tokens` tokens each as one batch; tokens/s.
-fn run(engine: &Engine, concurrency: usize, decode_tokens: usize) -> Result<f64, Box<dyn std::error::Error>> {
+/// CPU time of this process (all threads), user + system, in seconds (Linux).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let ticks: u64 = rest.split_whitespace().skip(11).take(2).filter_map(|f| f.parse::<u64>().ok()).sum();
+    ticks as f64 / 100.0 // USER_HZ
+}
+
+/// Tokens per wall second and per CPU second of one run.
+struct Rate {
+    wall: f64,
+    cpu: f64,
+}
+
+/// Runs `concurrency` requests of `decode_tokens` tokens each as one batch.
+fn run(engine: &Engine, concurrency: usize, decode_tokens: usize) -> Result<Rate, Box<dyn std::error::Error>> {
     // End tokens suppressed so every request generates the full length.
     let logit_bias = engine.tokenizer().eos_ids().iter().map(|id| (*id, -100.0)).collect();
     let sampling = SamplingParams { logit_bias, ..SamplingParams::greedy() };
@@ -42,12 +58,12 @@ fn run(engine: &Engine, concurrency: usize, decode_tokens: usize) -> Result<f64,
         let owner = Owner::new(&format!("tenant-{i}"), &format!("request-{i}"));
         sched.submit(owner, request, Box::new(|_| ControlFlow::Continue(())))?;
     }
-    let start = Instant::now();
+    let (start, cpu_start) = (Instant::now(), cpu_seconds());
     for (_, outcome) in sched.run()? {
         tokens += outcome?.completion_tokens;
     }
-    let seconds = start.elapsed().as_secs_f64();
-    Ok(tokens as f64 / seconds)
+    let (seconds, cpu) = (start.elapsed().as_secs_f64(), cpu_seconds() - cpu_start);
+    Ok(Rate { wall: tokens as f64 / seconds, cpu: tokens as f64 / cpu.max(0.01) })
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -59,19 +75,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let off = Engine::load_with(&model, options, KvOptions { fault, ..KvOptions::default() })?;
     run(&on, concurrency.min(2), 4)?; // warm-up
     run(&off, concurrency.min(2), 4)?;
-    let mut ratios = Vec::new();
+    let (mut wall_ratios, mut cpu_ratios) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         // Alternate which goes first, so a trend in load does not favour one side.
         let (a, b) = if round % 2 == 0 { (&on, &off) } else { (&off, &on) };
-        let (ta, tb) = (run(a, concurrency, decode_tokens)?, run(b, concurrency, decode_tokens)?);
-        let (with, without) = if round % 2 == 0 { (ta, tb) } else { (tb, ta) };
+        let (ra, rb) = (run(a, concurrency, decode_tokens)?, run(b, concurrency, decode_tokens)?);
+        let (with, without) = if round % 2 == 0 { (ra, rb) } else { (rb, ra) };
         let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
         let load = load.split_whitespace().next().unwrap_or("?");
-        println!("{{\"round\":{round},\"concurrency\":{concurrency},\"with_defences_tok_s\":{with:.1},\"without_tok_s\":{without:.1},\"ratio\":{:.4},\"loadavg\":{load}}}", with / without);
-        ratios.push(with / without);
+        println!(
+            "{{\"round\":{round},\"concurrency\":{concurrency},\"with_tok_s\":{:.1},\"without_tok_s\":{:.1},\"with_tok_per_cpu_s\":{:.1},\"without_tok_per_cpu_s\":{:.1},\"loadavg\":{load}}}",
+            with.wall, without.wall, with.cpu, without.cpu
+        );
+        wall_ratios.push(with.wall / without.wall);
+        cpu_ratios.push(with.cpu / without.cpu);
     }
-    ratios.sort_by(f64::total_cmp);
-    let median = ratios[ratios.len() / 2];
-    println!("median throughput with defences / without, over {rounds} rounds: {median:.4} (cost {:.2} %)", (1.0 - median) * 100.0);
+    for (what, ratios) in [("throughput", &mut wall_ratios), ("tokens per CPU-second", &mut cpu_ratios)] {
+        ratios.sort_by(f64::total_cmp);
+        let median = ratios[ratios.len() / 2];
+        println!("median {what} with defences / without, over {rounds} rounds: {median:.4} (cost {:.2} %)", (1.0 - median) * 100.0);
+    }
     Ok(())
 }

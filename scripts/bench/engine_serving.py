@@ -56,9 +56,12 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_ready(port, path, deadline_s=300):
+def wait_ready(port, path, proc, log_path, deadline_s=300):
     end = time.time() + deadline_s
     while time.time() < end:
+        if proc.poll() is not None:
+            with open(log_path) as f:
+                raise SystemExit(f"server on port {port} exited with {proc.returncode}:\n{f.read()[-2000:]}")
         try:
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
             c.request("GET", path)
@@ -226,9 +229,9 @@ def main():
     results, prefix_results = [], []
     try:
         for name, cmd, port, ready, model, server_keys, env in servers:
-            log = open(os.path.join(work, f"{port}.log"), "w")
-            procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env))
-            wait_ready(port, ready)
+            log_path = os.path.join(work, f"{port}.log")
+            procs.append(subprocess.Popen(cmd, stdout=open(log_path, "w"), stderr=subprocess.STDOUT, env=env))
+            wait_ready(port, ready, procs[-1], log_path)
             one_request(port, model, server_keys[0], PROMPTS[0], 8)  # warm-up
         for round_ in range(args.rounds):
             for c in args.concurrency:
