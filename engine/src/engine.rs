@@ -244,6 +244,10 @@ impl Engine {
     /// (0: the default prefill batch), on the engine's device or by the plain f32 CPU
     /// reference path. For tests and benchmarks.
     pub fn prompt_logits(&self, prompt: &[u32], batch_tokens: usize, reference: bool) -> Result<Vec<f32>> {
+        if reference && self.gpu.is_some() {
+            // The CPU reference reads host KV blocks, which a GPU engine leaves empty.
+            return Err(Error::InvalidOptions { reason: "the f32 reference path runs on CPU engines only".into() });
+        }
         // No prefix reuse either way: callers compare batchings of the same prompt.
         let mut kv = SequenceKv::uncached(&self.pool, Owner::local(), prompt.len());
         let mut scratch = Scratch::default();

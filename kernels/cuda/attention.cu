@@ -5,12 +5,11 @@
 // q·k * scale, softmax, probabilities rounded to f16, Σ p v.
 //
 // Isolation is checked in the kernel before any K/V byte is read. Every block the row
-// would read must (1) have an entry in the sequence's table and lie inside the pool,
-// (2) carry the sequence's tenant tag (unless check_owner == 0: the skip_owner_check
-// fault), and the row must not read past what the sequence wrote (unless check_bounds
-// == 0: the skip_bounds_check fault; the host then appends the physically next blocks to
-// the table, the flat-buffer overrun the fault re-creates). On a violation the kernel
-// records it in `status`, writes zeros for the row and head, and reads nothing.
+// would read must (1) have an entry in the sequence's table and lie inside the pool —
+// always, no fault switch lifts this —, (2) carry the sequence's tenant tag (unless
+// check_owner == 0: the skip_owner_check fault), and the row must not read past what the
+// sequence wrote (unless check_bounds == 0: the skip_bounds_check fault). On a violation
+// the kernel records it in `status`, writes zeros for the row and head, and reads nothing.
 //
 // Launch: grid = (n_head, rows, 1), block = (256, 1, 1); head_dim <= 256.
 // Tensors: qkv      f32 [rows, row_stride]            (queries [n_head, head_dim] at 0)

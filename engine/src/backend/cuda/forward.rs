@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use cudarc::driver::{CudaSlice, CudaStream};
 
 use super::device::{cuda_error, Cuda};
-use super::kv::{DeviceKv, KvMemory};
+use super::kv::{DeviceKv, KvMemory, TenantTags};
 use super::launch::{self, AttentionArgs, Heads, KvGeometry, KvStep, Output, Q8_1_BYTES, SEQ_FIELDS};
 use super::weights::DeviceWeights;
 use crate::error::{Error, Result};
@@ -81,7 +81,7 @@ impl GpuModel {
         if live.is_empty() {
             return Ok(());
         }
-        let plan = Plan::build(&self.kv, pool, segments, &live);
+        let plan = Plan::build(&self.kv.tenants, pool, segments, &live);
         let (status, rows_logits) = self.run(c, &plan)?;
         for (k, &i) in live.iter().enumerate() {
             let seg = &mut segments[i];
@@ -205,7 +205,7 @@ struct Plan {
 }
 
 impl Plan {
-    fn build(kv: &DeviceKv, pool: &KvPool, segments: &[Segment<'_, '_>], live: &[usize]) -> Plan {
+    fn build(tenants: &TenantTags, pool: &KvPool, segments: &[Segment<'_, '_>], live: &[usize]) -> Plan {
         let bt = pool.shape().block_tokens;
         let (mut ids, mut row_seq, mut row_pos, mut last, mut seqs, mut tables) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut tags = vec![0u32; pool.total_blocks()];
@@ -219,14 +219,14 @@ impl Plan {
             row_pos.extend((start..end).map(|p| p as u32));
             last.push((row_pos.len() - 1) as u32);
             let table = seg.kv.blocks();
-            seqs.extend_from_slice(&[tables.len() as u32, table.len() as u32, kv.tag(&seg.kv.owner().tenant), start as u32, end as u32]);
+            seqs.extend_from_slice(&[tables.len() as u32, table.len() as u32, tenants.tag(&seg.kv.owner().tenant), start as u32, end as u32]);
             tables.extend(table.iter().map(|&b| b as u32));
             // Whose blocks attention reads: those covering positions 0..end.
             let mut read = Vec::new();
             for &b in table.iter().take(end.div_ceil(bt)) {
                 if let Some(tenant) = pool.try_read(b).and_then(|blk| blk.owner.as_ref().map(|o| o.tenant.clone())) {
                     if let Some(t) = tags.get_mut(b) {
-                        *t = kv.tag(&tenant);
+                        *t = tenants.tag(&tenant);
                     }
                     read.push(tenant);
                 }
@@ -303,5 +303,59 @@ impl Workspace {
             self.status = stream.alloc_zeros::<u32>(live * 3).map_err(cuda_error("workspace allocation"))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fault::FaultConfig;
+    use crate::kv::{BlockShape, Owner, SequenceKv};
+
+    fn pool() -> KvPool {
+        let shape = BlockShape { layers: 2, block_tokens: 4, kv_dim: 8 };
+        KvPool::new(shape, 16, FaultConfig::default()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn the_plan_describes_each_live_sequence_its_rows_and_the_owner_tags_of_its_blocks() {
+        let pool = pool();
+        let tenants = TenantTags::default();
+        let (mut a, mut b) = (SequenceKv::uncached(&pool, Owner::new("alice", "1"), 32), SequenceKv::uncached(&pool, Owner::new("bob", "2"), 32));
+        // alice: 5 tokens already written, 1 new (decode); bob: 6 new (prefill).
+        a.reserve(&[1, 2, 3, 4, 5]).unwrap_or_else(|e| panic!("{e}"));
+        a.commit();
+        let (ta, tb) = ([6u32], [7u32, 8, 9, 10, 11, 12]);
+        let mut segments = [Segment::new(&ta, &mut a), Segment::new(&tb, &mut b)];
+        for seg in segments.iter_mut() {
+            seg.kv.reserve(seg.tokens).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let plan = Plan::build(&tenants, &pool, &segments, &[0, 1]);
+        let part = |r: &std::ops::Range<usize>| plan.meta[r.clone()].to_vec();
+        assert_eq!(plan.rows, 7);
+        assert_eq!(part(&plan.at.ids), [6, 7, 8, 9, 10, 11, 12]);
+        assert_eq!(part(&plan.at.row_seq), [0, 1, 1, 1, 1, 1, 1]);
+        assert_eq!(part(&plan.at.row_pos), [5, 0, 1, 2, 3, 4, 5]);
+        assert_eq!(part(&plan.at.last), [0, 6]);
+        let (alice, bob) = (tenants.tag(&"alice".into()), tenants.tag(&"bob".into()));
+        assert_ne!(alice, bob);
+        // [table_at, table_len, tenant, write_from, readable] per sequence.
+        assert_eq!(part(&plan.at.seqs), [0, 2, alice, 5, 6, 2, 2, bob, 0, 6]);
+        let tables = part(&plan.at.tables);
+        assert_eq!(tables.len(), 4);
+        for (i, &id) in tables.iter().enumerate() {
+            assert_eq!(plan.tags[id as usize], if i < 2 { alice } else { bob }, "block {id}");
+        }
+        assert_eq!(plan.tags.iter().filter(|t| **t != 0).count(), 4, "untouched blocks carry no tag");
+        assert_eq!((plan.max_visible, plan.readable.clone()), (6, vec![5 + 1, 6]));
+        let names = |k: usize| plan.owners[k].iter().map(|t| t.as_str().to_owned()).collect::<Vec<_>>();
+        assert_eq!((names(0), names(1)), (vec!["alice".to_owned(); 2], vec!["bob".to_owned(); 2]));
+    }
+
+    #[test]
+    fn status_words_become_the_cpus_violations() {
+        assert_eq!(violation(&[0, 0, 0], 9), None);
+        assert_eq!(violation(&[1, 7, 32], 9), Some(Violation::ForeignBlock { block: 7, position: 32 }));
+        assert_eq!(violation(&[2, u32::MAX, 12], 9), Some(Violation::OutOfBounds { position: 12, readable: 9 }));
     }
 }

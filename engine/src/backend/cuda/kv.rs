@@ -33,13 +33,25 @@ pub(crate) struct KvMemory {
     pub tags: CudaSlice<u32>,
 }
 
+/// Tenants as the kernels see them: small integers, 0 for nobody.
+#[derive(Debug, Default)]
+pub(crate) struct TenantTags(Mutex<HashMap<Tenant, u32>>);
+
+impl TenantTags {
+    /// The tag of `tenant` (1, 2, ... in order of first sight).
+    pub fn tag(&self, tenant: &Tenant) -> u32 {
+        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let next = u32::try_from(map.len() + 1).unwrap_or(u32::MAX);
+        *map.entry(tenant.clone()).or_insert(next)
+    }
+}
+
 /// The device half of the KV pool.
 pub(crate) struct DeviceKv {
     cuda: Arc<Cuda>,
     pub geometry: KvGeometry,
     memory: Mutex<KvMemory>,
-    /// Tenant -> tag (1, 2, ...); 0 is nobody's.
-    tenants: Mutex<HashMap<Tenant, u32>>,
+    pub tenants: TenantTags,
     /// Set when a zero-fill or copy could not be issued.
     poisoned: Mutex<Option<String>>,
 }
@@ -56,7 +68,7 @@ impl DeviceKv {
         let stream = cuda.stream().clone();
         let data = stream.alloc_zeros::<u16>(geometry.total_blocks * geometry.block_halves()).map_err(cuda_error("KV pool allocation"))?;
         let tags = stream.alloc_zeros::<u32>(geometry.total_blocks).map_err(cuda_error("KV tag allocation"))?;
-        Ok(DeviceKv { cuda, geometry, memory: Mutex::new(KvMemory { data, tags }), tenants: Mutex::default(), poisoned: Mutex::default() })
+        Ok(DeviceKv { cuda, geometry, memory: Mutex::new(KvMemory { data, tags }), tenants: TenantTags::default(), poisoned: Mutex::default() })
     }
 
     /// The device memory, for one step's kernels; fails if a clear was lost.
@@ -65,13 +77,6 @@ impl DeviceKv {
             return Err(Error::Cuda { op: "KV zero-fill", reason });
         }
         Ok(self.memory.lock().unwrap_or_else(PoisonError::into_inner))
-    }
-
-    /// The tag of `tenant` (assigned on first sight).
-    pub fn tag(&self, tenant: &Tenant) -> u32 {
-        let mut map = self.tenants.lock().unwrap_or_else(PoisonError::into_inner);
-        let next = u32::try_from(map.len() + 1).unwrap_or(u32::MAX);
-        *map.entry(tenant.clone()).or_insert(next)
     }
 
     fn poison(&self, e: &Error) {
