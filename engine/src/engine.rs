@@ -140,7 +140,7 @@ pub struct Engine {
     ctx: usize,
     pool: KvPool,
     /// The model on the GPU, when the forward pass runs there.
-    gpu: Option<GpuModel>,
+    gpu: Option<Box<GpuModel>>,
 }
 
 impl Engine {
@@ -318,7 +318,7 @@ impl Engine {
 
 /// The model on the GPU as `device` asks: none for the CPU, an error for `cuda` without a
 /// usable GPU, and for `auto` the GPU when there is one, else none (said once).
-fn gpu_model(device: Device, file: &GgufFile, model: &Llama, pool: &KvPool, max_pos: usize) -> Result<Option<GpuModel>> {
+fn gpu_model(device: Device, file: &GgufFile, model: &Llama, pool: &KvPool, max_pos: usize) -> Result<Option<Box<GpuModel>>> {
     if device == Device::Cpu {
         return Ok(None);
     }
@@ -330,7 +330,7 @@ fn gpu_model(device: Device, file: &GgufFile, model: &Llama, pool: &KvPool, max_
         }
         (_, Err(e)) => return Err(e),
     };
-    Ok(Some(GpuModel::load(cuda, file, model, pool, max_pos)?))
+    Ok(Some(Box::new(GpuModel::load(cuda, file, model, pool, max_pos)?)))
 }
 
 /// Positions a request's sequence may hold: its prompt and budget, plus one block of room
