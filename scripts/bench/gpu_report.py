@@ -61,6 +61,10 @@ def main():
     out += ["", "## Speed", ""]
     if errors:
         out += [f"- {e}" for e in errors] + [""]
+    base_device = next((r for r in base if r.get("kind") == "device"), None)
+    if base_device:
+        out += [f"Baseline: transformers {base_device.get('torch', '')} on {base_device.get('gpu', '?')}, "
+                f"{base_device.get('dtype', '?')}, weights: {base_device.get('weights', '?')}.", ""]
     single = {src: next((r for r in rows if r.get("kind") == "single_stream"), None) for src, rows in (("crossguard", ours), ("transformers", base))}
     out += ["| single stream | TTFT ms | decode tok/s | HBM-bound fraction |", "|---|---|---|---|"]
     for src, r in single.items():
