@@ -1,4 +1,4 @@
-//! Every CUDA kernel family compiles with NVRTC, for the H200's architecture, into PTX that
+//! Every CUDA kernel family compiles with NVRTC, for the H200's architecture, into PTX and SASS that
 //! defines each of its entry points — on any machine, GPU or not: NVRTC is a library
 //! (PyPI `nvidia-cuda-nvrtc-cu12`). `scripts/test.sh` installs it, puts it on
 //! `LD_LIBRARY_PATH` and sets `CROSSGUARD_REQUIRE_NVRTC=1`, so there a missing NVRTC
@@ -20,16 +20,21 @@ fn nvrtc_or_skip(test: &str) -> bool {
 }
 
 #[test]
-fn every_kernel_family_compiles_to_ptx_for_sm_90_with_all_its_entry_points() -> Result<(), Error> {
+fn every_kernel_family_compiles_to_ptx_and_sass_for_sm_90_with_all_its_entry_points() -> Result<(), Error> {
     if !nvrtc_or_skip("every_kernel_family_compiles") {
         return Ok(());
     }
     assert_eq!(DEFAULT_ARCH, "sm_90");
     for family in kernels::ALL {
-        let ptx = compile_family(family, DEFAULT_ARCH)?;
+        let compiled = compile_family(family, DEFAULT_ARCH)?;
+        let ptx = &compiled.ptx;
         assert!(ptx.contains(".target sm_90"), "{}: PTX is not for sm_90", family.id);
+        // The SASS the engine loads: an ELF image from NVRTC's own ptxas.
+        assert!(compiled.cubin.starts_with(b"\x7fELF"), "{}: no cubin", family.id);
+        let sass = String::from_utf8_lossy(&compiled.cubin);
         for entry in family.entry_points {
             assert!(ptx.contains(&format!(".entry {entry}(")), "{}: PTX lacks the entry point {entry}", family.id);
+            assert!(sass.contains(entry), "{}: cubin lacks the entry point {entry}", family.id);
         }
     }
     Ok(())

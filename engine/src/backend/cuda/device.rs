@@ -19,7 +19,7 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::Ptx;
 use kernels::KernelSource;
 
-use super::compile::cached_ptx;
+use super::compile::cached;
 use crate::error::{Error, Result};
 
 /// Whether the CUDA driver library (`libcuda.so.1`) can be loaded.
@@ -114,8 +114,15 @@ impl Cuda {
         if let Some(m) = self.modules.lock().unwrap_or_else(PoisonError::into_inner).get(family.id) {
             return Ok(m.clone());
         }
-        let ptx = cached_ptx(family, &self.arch)?;
-        let module = self.ctx.load_module(Ptx::from_src(ptx.to_string())).map_err(cuda_error("load module"))?;
+        let compiled = cached(family, &self.arch)?;
+        // SASS first (no driver JIT); PTX if the driver refuses the cubin.
+        let module = match self.ctx.load_module(Ptx::from_binary(compiled.cubin.clone())) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(family = family.id, error = %e, "cubin refused by the driver; loading PTX");
+                self.ctx.load_module(Ptx::from_src(compiled.ptx.clone())).map_err(cuda_error("load module"))?
+            }
+        };
         self.modules.lock().unwrap_or_else(PoisonError::into_inner).insert(family.id, module.clone());
         Ok(module)
     }

@@ -3,7 +3,7 @@
 //!
 //! - `device.rs`: finding the driver and NVRTC (their absence is a typed error, never a
 //!   panic), the context, the one stream, kernels compiled on first use and cached;
-//! - `compile.rs`: NVRTC options and the process-wide PTX cache;
+//! - `compile.rs`: NVRTC options, PTX and SASS, and the process-wide cache;
 //! - `launch.rs`: one checked, typed wrapper per kernel — the only `unsafe` launches;
 //! - `weights.rs`: the model's weights uploaded in their GGUF block layouts;
 //! - `kv.rs`: the KV blocks and owner tags in device memory, zero-filled on the stream
@@ -22,7 +22,7 @@ mod launch;
 mod stats;
 mod weights;
 
-pub use compile::{compile_family, DEFAULT_ARCH};
+pub use compile::{compile_family, Compiled, DEFAULT_ARCH};
 pub use device::{driver_present, nvrtc_present, Cuda};
 pub(crate) use forward::GpuModel;
 pub use stats::RowStats;
