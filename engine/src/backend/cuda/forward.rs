@@ -22,8 +22,8 @@ use cudarc::driver::{CudaSlice, CudaStream};
 
 use super::device::{cuda_error, Cuda};
 use super::kv::{DeviceKv, KvMemory, TenantTags};
-use super::launch::{self, AttentionArgs, Heads, KvGeometry, KvStep, Output, Q8_1_BYTES, SEQ_FIELDS};
-use super::weights::DeviceWeights;
+use super::launch::{self, AttentionArgs, Heads, KvGeometry, KvStep, Output, Rows, Q8_1_BYTES, SEQ_FIELDS};
+use super::weights::{DeviceLayer, DeviceWeights};
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 use crate::kv::{KvPool, Tenant, Violation};
@@ -104,60 +104,83 @@ impl GpuModel {
         let mut work = self.work.lock().unwrap_or_else(PoisonError::into_inner);
         let mut memory = self.kv.lock()?;
         let KvMemory { data: kv, tags } = &mut *memory;
-        let (rows, live) = (plan.rows, plan.readable.len());
-        work.reserve(stream, c, rows, live, plan.max_visible, plan.meta.len())?;
-        let w = &mut *work;
-        stream.memcpy_htod(&plan.meta, &mut w.meta.slice_mut(0..plan.meta.len())).map_err(cuda_error("step upload"))?;
+        let live = plan.readable.len();
+        work.reserve(stream, c, plan.rows, live, plan.max_visible, plan.meta.len())?;
+        let Workspace { b, meta } = &mut *work;
+        stream.memcpy_htod(&plan.meta, &mut meta.slice_mut(0..plan.meta.len())).map_err(cuda_error("step upload"))?;
         stream.memcpy_htod(&plan.tags, &mut tags.slice_mut(0..plan.tags.len())).map_err(cuda_error("tag upload"))?;
-        stream.memset_zeros(&mut w.status).map_err(cuda_error("status reset"))?;
+        stream.memset_zeros(&mut b.status).map_err(cuda_error("status reset"))?;
         let at = &plan.at;
-        let step = KvStep {
-            tables: w.meta.slice(at.tables.clone()),
-            seqs: w.meta.slice(at.seqs.clone()),
-            row_seq: w.meta.slice(at.row_seq.clone()),
-            row_pos: w.meta.slice(at.row_pos.clone()),
+        let kv_step = KvStep {
+            tables: meta.slice(at.tables.clone()),
+            seqs: meta.slice(at.seqs.clone()),
+            row_seq: meta.slice(at.row_seq.clone()),
+            row_pos: meta.slice(at.row_pos.clone()),
             tags: tags.slice(0..plan.tags.len()),
             n_seqs: live,
         };
-        let heads = Heads { n_head: c.n_head, n_head_kv: c.n_head_kv, head_dim: c.head_dim };
-        let geo = self.kv.geometry;
-        let (e, ff, qd) = (c.n_embd, c.n_ff, c.q_dim());
-        let fresh = |ld| Output { ld, col_offset: 0, accumulate: false };
-        let residual = Output { ld: e, col_offset: 0, accumulate: true };
-        launch::embed(cuda, &self.weights.embed, &w.meta.slice(at.ids.clone()), &mut w.x)?;
+        let step = LayerStep { c, plan, kv_step, heads: Heads { n_head: c.n_head, n_head_kv: c.n_head_kv, head_dim: c.head_dim } };
+        launch::embed(cuda, &self.weights.embed, &meta.slice(at.ids.clone()), &mut b.x)?;
         for (li, l) in self.weights.layers.iter().enumerate() {
-            // Attention block: x += Wo · attention(rope(Wq n(x)), rope(Wk n(x)), Wv n(x)).
-            launch::rms_norm(cuda, &w.x, Ok(rows), &l.attn_norm, c.rms_eps, e, &mut w.xn)?;
-            launch::quantize(cuda, &w.xn, &mut w.a8, rows, e)?;
-            let mut offset = 0;
-            for m in [&l.wq, &l.wk, &l.wv] {
-                launch::matmul(cuda, m, &w.a8, rows, &mut w.qkv, Output { ld: heads.row(), col_offset: offset, accumulate: false })?;
-                offset += m.rows;
-            }
-            launch::rope(cuda, &mut w.qkv, &self.weights.rope, &step.row_pos, heads, c.rope_dims / 2)?;
-            launch::kv_append(cuda, &w.qkv, heads, kv, geo, &step, &mut w.status, li)?;
-            let args = AttentionArgs { layer: li, heads, scale: 1.0 / (c.head_dim as f32).sqrt(), max_visible: plan.max_visible, check_owner: !plan.skip_owner_check, check_bounds: !plan.skip_bounds_check };
-            launch::attention(cuda, &w.qkv, &mut w.attn, &mut w.scores, kv, geo, &step, &mut w.status, args)?;
-            launch::quantize(cuda, &w.attn, &mut w.a8, rows, qd)?;
-            launch::matmul(cuda, &l.wo, &w.a8, rows, &mut w.x, residual)?;
-            // Feed-forward block: x += W_down · (silu(W_gate n(x)) * (W_up n(x))).
-            launch::rms_norm(cuda, &w.x, Ok(rows), &l.ffn_norm, c.rms_eps, e, &mut w.xn)?;
-            launch::quantize(cuda, &w.xn, &mut w.a8, rows, e)?;
-            launch::matmul(cuda, &l.gate, &w.a8, rows, &mut w.gu, fresh(2 * ff))?;
-            launch::matmul(cuda, &l.up, &w.a8, rows, &mut w.gu, Output { ld: 2 * ff, col_offset: ff, accumulate: false })?;
-            launch::swiglu(cuda, &w.gu, &mut w.h, rows, ff)?;
-            launch::quantize(cuda, &w.h, &mut w.a8, rows, ff)?;
-            launch::matmul(cuda, &l.down, &w.a8, rows, &mut w.x, residual)?;
+            self.attention_block(li, l, &step, b, kv)?;
+            self.ffn_block(l, &step, b)?;
         }
         // Head: the last row of each live sequence, normalised, times the output matrix.
-        launch::rms_norm(cuda, &w.x, Err(&w.meta.slice(at.last.clone())), &self.weights.norm, c.rms_eps, e, &mut w.xn)?;
-        launch::quantize(cuda, &w.xn, &mut w.a8, live, e)?;
-        launch::matmul(cuda, self.weights.head(), &w.a8, live, &mut w.logits, fresh(c.vocab))?;
-        let status = stream.clone_dtoh(&w.status.slice(0..live * 3)).map_err(cuda_error("status download"))?;
-        let logits = stream.clone_dtoh(&w.logits.slice(0..live * c.vocab)).map_err(cuda_error("logits download"))?;
+        launch::rms_norm(cuda, &b.x, Rows::Listed(&meta.slice(at.last.clone())), &self.weights.norm, c.rms_eps, c.n_embd, &mut b.xn)?;
+        launch::quantize(cuda, &b.xn, &mut b.a8, live, c.n_embd)?;
+        launch::matmul(cuda, self.weights.head(), &b.a8, live, &mut b.logits, Output { ld: c.vocab, col_offset: 0, accumulate: false })?;
+        let status = stream.clone_dtoh(&b.status.slice(0..live * 3)).map_err(cuda_error("status download"))?;
+        let logits = stream.clone_dtoh(&b.logits.slice(0..live * c.vocab)).map_err(cuda_error("logits download"))?;
         stream.synchronize().map_err(cuda_error("step"))?;
         Ok((status, logits))
     }
+
+    /// `x += Wo · attention(rope(Wq·n(x)), rope(Wk·n(x)), Wv·n(x))`, caching K and V;
+    /// every cache write and read checked in the kernels.
+    fn attention_block(&self, li: usize, l: &DeviceLayer, s: &LayerStep<'_>, b: &mut Buffers, kv: &mut CudaSlice<u16>) -> Result<()> {
+        let (cuda, c, rows, heads) = (&*self.cuda, s.c, s.plan.rows, s.heads);
+        launch::rms_norm(cuda, &b.x, Rows::All(rows), &l.attn_norm, c.rms_eps, c.n_embd, &mut b.xn)?;
+        launch::quantize(cuda, &b.xn, &mut b.a8, rows, c.n_embd)?;
+        let mut offset = 0;
+        for m in [&l.wq, &l.wk, &l.wv] {
+            launch::matmul(cuda, m, &b.a8, rows, &mut b.qkv, Output { ld: heads.row(), col_offset: offset, accumulate: false })?;
+            offset += m.rows;
+        }
+        launch::rope(cuda, &mut b.qkv, &self.weights.rope, &s.kv_step.row_pos, heads, c.rope_dims / 2)?;
+        let geo = self.kv.geometry;
+        launch::kv_append(cuda, &b.qkv, heads, kv, geo, &s.kv_step, &mut b.status, li)?;
+        let args = AttentionArgs {
+            layer: li,
+            heads,
+            scale: 1.0 / (c.head_dim as f32).sqrt(),
+            max_visible: s.plan.max_visible,
+            check_owner: !s.plan.skip_owner_check,
+            check_bounds: !s.plan.skip_bounds_check,
+        };
+        launch::attention(cuda, &b.qkv, &mut b.attn, &mut b.scores, kv, geo, &s.kv_step, &mut b.status, args)?;
+        launch::quantize(cuda, &b.attn, &mut b.a8, rows, c.q_dim())?;
+        launch::matmul(cuda, &l.wo, &b.a8, rows, &mut b.x, Output { ld: c.n_embd, col_offset: 0, accumulate: true })
+    }
+
+    /// `x += W_down · (silu(W_gate · n(x)) * (W_up · n(x)))`.
+    fn ffn_block(&self, l: &DeviceLayer, s: &LayerStep<'_>, b: &mut Buffers) -> Result<()> {
+        let (cuda, c, rows, ff) = (&*self.cuda, s.c, s.plan.rows, s.c.n_ff);
+        launch::rms_norm(cuda, &b.x, Rows::All(rows), &l.ffn_norm, c.rms_eps, c.n_embd, &mut b.xn)?;
+        launch::quantize(cuda, &b.xn, &mut b.a8, rows, c.n_embd)?;
+        launch::matmul(cuda, &l.gate, &b.a8, rows, &mut b.gu, Output { ld: 2 * ff, col_offset: 0, accumulate: false })?;
+        launch::matmul(cuda, &l.up, &b.a8, rows, &mut b.gu, Output { ld: 2 * ff, col_offset: ff, accumulate: false })?;
+        launch::swiglu(cuda, &b.gu, &mut b.h, rows, ff)?;
+        launch::quantize(cuda, &b.h, &mut b.a8, rows, ff)?;
+        launch::matmul(cuda, &l.down, &b.a8, rows, &mut b.x, Output { ld: c.n_embd, col_offset: 0, accumulate: true })
+    }
+}
+
+/// What every layer's kernels of one step share.
+struct LayerStep<'s> {
+    c: &'s LlamaConfig,
+    plan: &'s Plan,
+    kv_step: KvStep<'s>,
+    heads: Heads,
 }
 
 /// The isolation violation a sequence's status words report, if any.
@@ -249,6 +272,13 @@ impl Plan {
 
 /// Device buffers of a step, grown to the largest step seen.
 struct Workspace {
+    b: Buffers,
+    /// the step upload (`Plan::meta`)
+    meta: CudaSlice<u32>,
+}
+
+/// The activations and outputs of a step.
+struct Buffers {
     /// `[rows, n_embd]` residual stream, normalised copy
     x: CudaSlice<f32>,
     xn: CudaSlice<f32>,
@@ -267,8 +297,6 @@ struct Workspace {
     logits: CudaSlice<f32>,
     /// `[live, 3]`
     status: CudaSlice<u32>,
-    /// the step upload
-    meta: CudaSlice<u32>,
 }
 
 /// Replaces `buf` by a zeroed allocation of `len` when it is smaller.
@@ -284,23 +312,25 @@ impl Workspace {
         let f = || stream.alloc_zeros::<f32>(1).map_err(cuda_error("workspace allocation"));
         let u = || stream.alloc_zeros::<u32>(1).map_err(cuda_error("workspace allocation"));
         let a8 = stream.alloc_zeros::<u8>(1).map_err(cuda_error("workspace allocation"))?;
-        Ok(Workspace { x: f()?, xn: f()?, qkv: f()?, attn: f()?, gu: f()?, h: f()?, a8, scores: f()?, logits: f()?, status: u()?, meta: u()? })
+        let b = Buffers { x: f()?, xn: f()?, qkv: f()?, attn: f()?, gu: f()?, h: f()?, a8, scores: f()?, logits: f()?, status: u()? };
+        Ok(Workspace { b, meta: u()? })
     }
 
     fn reserve(&mut self, stream: &Arc<CudaStream>, c: &LlamaConfig, rows: usize, live: usize, max_visible: usize, meta: usize) -> Result<()> {
-        grow(stream, &mut self.x, rows * c.n_embd)?;
-        grow(stream, &mut self.xn, rows * c.n_embd)?;
-        grow(stream, &mut self.qkv, rows * (c.q_dim() + 2 * c.kv_dim()))?;
-        grow(stream, &mut self.attn, rows * c.q_dim())?;
-        grow(stream, &mut self.gu, rows * 2 * c.n_ff)?;
-        grow(stream, &mut self.h, rows * c.n_ff)?;
-        grow(stream, &mut self.a8, rows * c.n_embd.max(c.q_dim()).max(c.n_ff) / 32 * Q8_1_BYTES)?;
-        grow(stream, &mut self.scores, rows * c.n_head * max_visible)?;
-        grow(stream, &mut self.logits, live * c.vocab)?;
+        let b = &mut self.b;
+        grow(stream, &mut b.x, rows * c.n_embd)?;
+        grow(stream, &mut b.xn, rows * c.n_embd)?;
+        grow(stream, &mut b.qkv, rows * (c.q_dim() + 2 * c.kv_dim()))?;
+        grow(stream, &mut b.attn, rows * c.q_dim())?;
+        grow(stream, &mut b.gu, rows * 2 * c.n_ff)?;
+        grow(stream, &mut b.h, rows * c.n_ff)?;
+        grow(stream, &mut b.a8, rows * c.n_embd.max(c.q_dim()).max(c.n_ff) / 32 * Q8_1_BYTES)?;
+        grow(stream, &mut b.scores, rows * c.n_head * max_visible)?;
+        grow(stream, &mut b.logits, live * c.vocab)?;
         grow(stream, &mut self.meta, meta)?;
         // Exactly `live` sequences: the whole buffer is reset each step.
-        if self.status.len() != live * 3 {
-            self.status = stream.alloc_zeros::<u32>(live * 3).map_err(cuda_error("workspace allocation"))?;
+        if b.status.len() != live * 3 {
+            b.status = stream.alloc_zeros::<u32>(live * 3).map_err(cuda_error("workspace allocation"))?;
         }
         Ok(())
     }

@@ -125,19 +125,27 @@ pub(crate) fn embed(cuda: &Cuda, w: &DeviceMatrix, ids: &CudaView<'_, u32>, out:
     Ok(())
 }
 
-/// RMSNorm of rows: every row of `x` (`rows: None`) or the listed ones, into consecutive
-/// rows of `out`. `x`, `out`: `[_, cols]`.
-pub(crate) fn rms_norm(cuda: &Cuda, x: &CudaSlice<f32>, rows: Result<usize, &CudaView<'_, u32>>, weight: &CudaSlice<f32>, eps: f32, cols: usize, out: &mut CudaSlice<f32>) -> Result<()> {
+/// Which rows of `x` RMSNorm reads.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Rows<'a, 'b> {
+    /// The first `n` rows.
+    All(usize),
+    /// The listed rows (each sequence's last one, before the output head).
+    Listed(&'a CudaView<'b, u32>),
+}
+
+/// RMSNorm of `rows` of `x` into consecutive rows of `out`; `x`, `out`: `[_, cols]`.
+pub(crate) fn rms_norm(cuda: &Cuda, x: &CudaSlice<f32>, rows: Rows<'_, '_>, weight: &CudaSlice<f32>, eps: f32, cols: usize, out: &mut CudaSlice<f32>) -> Result<()> {
     need::<f32>("rms_norm weight", weight.len(), cols)?;
     let c = u32_of("cols", cols)?;
     let n = match rows {
-        Ok(n) => n,
-        Err(ids) => ids.len(),
+        Rows::All(n) => n,
+        Rows::Listed(ids) => ids.len(),
     };
     need::<f32>("rms_norm output", out.len(), n * cols)?;
     let cfg = config((n, 1), THREADS)?;
     match rows {
-        Ok(n) => {
+        Rows::All(n) => {
             need::<f32>("rms_norm input", x.len(), n * cols)?;
             let f = cuda.function(&kernels::RMS_NORM, "rms_norm_rows")?;
             let mut b = cuda.stream().launch_builder(&f);
@@ -146,7 +154,7 @@ pub(crate) fn rms_norm(cuda: &Cuda, x: &CudaSlice<f32>, rows: Result<usize, &Cud
             // float* out); one CTA per row; x and out hold n rows, weight cols (checked).
             unsafe { b.launch(cfg) }.map_err(cuda_error("rms_norm_rows"))?;
         }
-        Err(ids) => {
+        Rows::Listed(ids) => {
             let f = cuda.function(&kernels::RMS_NORM, "rms_norm_gather")?;
             let mut b = cuda.stream().launch_builder(&f);
             b.arg(x).arg(ids).arg(weight).arg(&eps).arg(&c).arg(out);
