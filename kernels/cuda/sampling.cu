@@ -52,7 +52,7 @@ __device__ void block_argmax(float& v, u32& id, float* sv, u32* si) {
     }
 }
 
-extern "C" __global__ void logits_stats(const float* logits, u32 vocab, float* log_z, float* entropy, u32* argmax) {
+extern "C" __global__ void __launch_bounds__(1024) logits_stats(const float* logits, u32 vocab, float* log_z, float* entropy, u32* argmax) {
     __shared__ float sv[32];
     __shared__ u32 si[32];
     __shared__ double sd[32];
@@ -103,7 +103,7 @@ extern "C" __global__ void softmax(float* x, u32 vocab) {
 }
 
 // k rounds of a block-wide argmax, each excluding what earlier rounds took.
-extern "C" __global__ void top_k(const float* logits, u32 vocab, u32 k, u32* top_ids, float* top_values) {
+extern "C" __global__ void __launch_bounds__(1024) top_k(const float* logits, u32 vocab, u32 k, u32* top_ids, float* top_values) {
     __shared__ float sv[32];
     __shared__ u32 si[32];
     __shared__ u32 taken[32];
