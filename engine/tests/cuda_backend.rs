@@ -102,12 +102,15 @@ fn first_step_logits_agree_with_the_cpu() -> TestResult {
         let p = prompt_ids(&case);
         let (want, got) = (cpu.prompt_logits(&p, 0, false)?, gpu.prompt_logits(&p, 0, false)?);
         assert_eq!(want.len(), got.len());
-        let worst = want.iter().zip(&got).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
-        assert!(worst <= LOGIT_TOLERANCE, "{}: largest |cpu - gpu| logit difference {worst}", case["name"]);
+        // Over the CPU's 50 most likely tokens, as model_reference.rs compares.
+        let mut top: Vec<usize> = (0..want.len()).collect();
+        top.sort_by(|&a, &b| want[b].total_cmp(&want[a]));
+        top.truncate(50);
+        let worst = |a: &[f32], b: &[f32]| top.iter().map(|&i| (a[i] - b[i]).abs()).fold(0.0f32, f32::max);
+        assert!(worst(&want, &got) <= LOGIT_TOLERANCE, "{}: largest |cpu - gpu| top-50 logit difference {}", case["name"], worst(&want, &got));
         // Token by token (decode-sized steps) gives the same logits as one prefill batch.
         let stepped = gpu.prompt_logits(&p, 1, false)?;
-        let drift = stepped.iter().zip(&got).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
-        assert!(drift <= LOGIT_TOLERANCE, "{}: prefill vs decode steps differ by {drift}", case["name"]);
+        assert!(worst(&stepped, &got) <= LOGIT_TOLERANCE, "{}: prefill vs decode steps differ by {}", case["name"], worst(&stepped, &got));
     }
     Ok(())
 }
