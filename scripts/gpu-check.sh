@@ -36,6 +36,8 @@ while [ $# -gt 0 ]; do
 done
 
 TESTS=(cuda_backend cuda_nvrtc isolation)
+# The engine's unit tests hold the device-KV checks (zero-fill kernel, skip_zero_fill).
+LIB_TESTS=engine_lib
 
 # Builds the release test binaries and the benchmark, copies them into $1.
 build_into() {
@@ -44,18 +46,22 @@ build_into() {
     log "cargo build --release (engine GPU tests, bench_gpu)"
     local args=()
     for t in "${TESTS[@]}"; do args+=(--test "$t"); done
-    cargo test --release --locked -p crossguard-engine "${args[@]}" --no-run --message-format=json 2>"$dest/build.log" \
+    cargo test --release --locked -p crossguard-engine --lib "${args[@]}" --no-run --message-format=json 2>"$dest/build.log" \
         | python3 -c 'import json,sys,shutil,os
 for line in sys.stdin:
     try: m = json.loads(line)
     except ValueError: continue
-    exe = m.get("executable")
-    if m.get("reason") == "compiler-artifact" and exe and m["target"]["kind"] == ["test"]:
-        shutil.copy(exe, os.path.join(sys.argv[1], m["target"]["name"]))' "$dest" || return 1
+    exe, kind = m.get("executable"), m.get("target", {}).get("kind")
+    if m.get("reason") != "compiler-artifact" or not exe:
+        continue
+    if kind == ["test"]:
+        shutil.copy(exe, os.path.join(sys.argv[1], m["target"]["name"]))
+    elif kind == ["lib"]:
+        shutil.copy(exe, os.path.join(sys.argv[1], sys.argv[2]))' "$dest" "$LIB_TESTS" || return 1
     cargo build --release --locked -p crossguard-engine --example bench_gpu 2>>"$dest/build.log" || return 1
     cp "${CARGO_TARGET_DIR:-target}/release/examples/bench_gpu" "$dest/"
     # Debug info off: the bundle must fit what can be carried to the GPU machine.
-    strip "$dest"/bench_gpu "${TESTS[@]/#/$dest/}" 2>/dev/null || true
+    strip "$dest"/bench_gpu "$dest/$LIB_TESTS" "${TESTS[@]/#/$dest/}" 2>/dev/null || true
 }
 
 if [ -n "$BUNDLE" ]; then
@@ -102,13 +108,18 @@ if [ -z "$BIN" ]; then
     build_into "$BIN" || { cp "$BIN/build.log" "$OUTDIR/" 2>/dev/null; die "build failed (see $OUTDIR/build.log); on a machine without cargo access use --bundle elsewhere and --prebuilt here"; }
 fi
 
-for t in cuda_nvrtc cuda_backend isolation; do
-    log "tests: $t"
+run_tests() {
+    local name="$1"; shift
+    log "tests: $name"
     # One thread: the GPU tests share one device and print in order.
-    timeout 240 "$BIN/$t" --test-threads=1 >"$OUTDIR/tests-$t.log" 2>&1
-    echo "exit $?" >>"$OUTDIR/tests-$t.log"
-    tail -n 3 "$OUTDIR/tests-$t.log" >&2
-done
+    timeout 240 "$BIN/$name" --test-threads=1 "$@" >"$OUTDIR/tests-$name.log" 2>&1
+    echo "exit $?" >>"$OUTDIR/tests-$name.log"
+    tail -n 3 "$OUTDIR/tests-$name.log" >&2
+}
+run_tests cuda_nvrtc
+run_tests "$LIB_TESTS" backend::cuda
+run_tests cuda_backend
+run_tests isolation
 
 log "benchmark: crossguard (bench_gpu)"
 timeout 180 "$BIN/bench_gpu" "$MODEL" cuda 128 128 1,16,64,256 >"$OUTDIR/ours.jsonl" 2>"$OUTDIR/ours.err"

@@ -116,3 +116,83 @@ impl BlockMirror for DeviceKv {
         }
     }
 }
+
+/// On the GPU (with `CROSSGUARD_GPU_TESTS=1`, run by scripts/gpu-check.sh): the zero-fill
+/// kernel through the pool, and the `skip_zero_fill` fault leaving blocks as they were.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fault::FaultConfig;
+    use crate::kv::{BlockShape, KvPool, Owner};
+
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
+
+    const GEO: KvGeometry = KvGeometry { layers: 2, block_tokens: 4, kv_dim: 8, total_blocks: 3 };
+
+    fn gpu() -> Option<Arc<Cuda>> {
+        if std::env::var_os("CROSSGUARD_GPU_TESTS").is_none_or(|v| v != "1") {
+            eprintln!("skipped: set CROSSGUARD_GPU_TESTS=1 on a machine with a GPU");
+            return None;
+        }
+        Some(Cuda::open(0).unwrap_or_else(|e| panic!("CROSSGUARD_GPU_TESTS=1 but no usable GPU: {e}")))
+    }
+
+    /// A pool mirrored on the device, every device block and tag filled with a pattern.
+    fn filled(cuda: &Arc<Cuda>, fault: FaultConfig) -> std::result::Result<(KvPool, Arc<DeviceKv>), Box<dyn std::error::Error>> {
+        let pool = KvPool::new(BlockShape { layers: GEO.layers, block_tokens: GEO.block_tokens, kv_dim: GEO.kv_dim }, GEO.total_blocks, fault)?;
+        let kv = Arc::new(DeviceKv::new(cuda.clone(), GEO)?);
+        assert!(pool.attach_mirror(kv.clone()));
+        {
+            let mut m = kv.lock()?;
+            let n = m.data.len();
+            cuda.stream().memcpy_htod(&vec![0x3c00u16; n], &mut m.data)?; // 1.0 in f16
+            cuda.stream().memcpy_htod(&[7u32; 3], &mut m.tags)?;
+        }
+        Ok((pool, kv))
+    }
+
+    fn download(cuda: &Cuda, kv: &DeviceKv) -> std::result::Result<(Vec<u16>, Vec<u32>), Box<dyn std::error::Error>> {
+        let m = kv.lock()?;
+        Ok((cuda.stream().clone_dtoh(&m.data)?, cuda.stream().clone_dtoh(&m.tags)?))
+    }
+
+    #[test]
+    fn a_released_block_is_zeroed_on_the_device_and_loses_its_tag_and_no_other_block_changes() -> TestResult {
+        let Some(cuda) = gpu() else { return Ok(()) };
+        let (pool, kv) = filled(&cuda, FaultConfig::default())?;
+        let id = pool.allocate(&Owner::new("alice", "1"))?;
+        pool.release(&[id]);
+        let (data, tags) = download(&cuda, &kv)?;
+        let n = GEO.block_halves();
+        for (b, block) in data.chunks_exact(n).enumerate() {
+            let want = if b == id { 0 } else { 0x3c00 };
+            assert!(block.iter().all(|v| *v == want), "block {b}");
+            assert_eq!(tags[b], if b == id { 0 } else { 7 }, "tag {b}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn with_skip_zero_fill_a_released_block_keeps_its_contents() -> TestResult {
+        let Some(cuda) = gpu() else { return Ok(()) };
+        let (pool, kv) = filled(&cuda, FaultConfig { skip_zero_fill: true, ..FaultConfig::default() })?;
+        let id = pool.allocate(&Owner::new("alice", "1"))?;
+        pool.release(&[id]);
+        let (data, _) = download(&cuda, &kv)?;
+        assert!(data.iter().all(|v| *v == 0x3c00), "the fault must leave the old contents");
+        Ok(())
+    }
+
+    #[test]
+    fn copy_on_write_copies_the_device_block() -> TestResult {
+        let Some(cuda) = gpu() else { return Ok(()) };
+        let (_pool, kv) = filled(&cuda, FaultConfig::default())?;
+        kv.zero(2);
+        kv.copy(2, 0);
+        let (data, _) = download(&cuda, &kv)?;
+        let n = GEO.block_halves();
+        assert!(data[..n].iter().all(|v| *v == 0), "block 0 is block 2's copy");
+        assert!(data[n..2 * n].iter().all(|v| *v == 0x3c00), "block 1 untouched");
+        Ok(())
+    }
+}
