@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh machine with Rust and Python's pip: it installs and
-# starts what the tests need (Redis, a virtualenv with the `openai` SDK), then runs every
-# Rust test (unit, end-to-end, the real model) and every rule file's samples.
+# starts what the tests need (Redis, a virtualenv with the `openai` SDK and NVRTC), then
+# runs every Rust test (unit, end-to-end, the real model, every CUDA kernel compiled with
+# NVRTC — no GPU needed) and every rule file's samples. GPU tests: scripts/gpu-check.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +28,20 @@ ensure_python() {
     fi
 }
 
+ensure_nvrtc() {
+    # NVRTC is a plain library (PyPI wheel): the kernels compile in CI without a GPU.
+    # cudarc finds it by name on LD_LIBRARY_PATH; CROSSGUARD_REQUIRE_NVRTC=1 makes its
+    # absence a test failure here instead of a skip.
+    if ! .venv/bin/python -c 'import nvidia.cuda_nvrtc' 2>/dev/null; then
+        log "installing NVRTC (nvidia-cuda-nvrtc-cu12) into .venv"
+        .venv/bin/python -m pip install -q --disable-pip-version-check 'nvidia-cuda-nvrtc-cu12>=12.4,<13'
+    fi
+    local dir
+    dir=$(.venv/bin/python -c 'import nvidia.cuda_nvrtc, os; print(os.path.join(list(nvidia.cuda_nvrtc.__path__)[0], "lib"))')
+    export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export CROSSGUARD_REQUIRE_NVRTC=1
+}
+
 ensure_chromium() {
     # The dashboard's browser tests drive headless Chromium through chromedriver.
     if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then return; fi
@@ -36,6 +51,7 @@ ensure_chromium() {
 
 ensure_redis
 ensure_python
+ensure_nvrtc
 ensure_chromium
 log "cargo test --workspace"
 cargo test --workspace --locked

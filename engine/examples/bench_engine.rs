@@ -27,7 +27,7 @@ fn peak_rss_mib() -> f64 {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let model = PathBuf::from(std::env::args().nth(1).ok_or("usage: bench_engine MODEL THREADS [PROMPT] [DECODE] [REPEATS]")?);
     let (threads, prompt_tokens, decode_tokens, repeats) = (arg(2, 1), arg(3, 512), arg(4, 128), arg(5, 3));
-    let engine = Engine::load(&model, EngineOptions { threads, ctx_tokens: 2048 })?;
+    let engine = Engine::load(&model, EngineOptions { threads, ctx_tokens: 2048, ..EngineOptions::default() })?;
     // A natural-text prompt, repeated to length: token ids as the tokenizer makes them.
     let text = "The quick brown fox jumps over the lazy dog while the engine counts tokens. ".repeat(prompt_tokens / 8 + 1);
     let mut prompt = engine.tokenizer().encode(&text, false)?;

@@ -16,11 +16,13 @@ use std::ops::ControlFlow;
 use std::path::Path;
 
 use crate::backend::cpu::Cpu;
+use crate::backend::cuda::{Cuda, GpuModel};
+use crate::backend::Device;
 use crate::error::{Error, Result};
 use crate::fault::FaultConfig;
 use crate::gguf::GgufFile;
 use crate::kv::{BlockShape, KvPool, KvStats, Owner, SequenceKv, Tenant, DEFAULT_BLOCK_TOKENS};
-use crate::model::{self, Llama, LlamaConfig, Scratch};
+use crate::model::{self, Llama, LlamaConfig, Scratch, Segment};
 use crate::sample::MAX_TOP_LOGPROBS;
 use crate::sched::decoding::Decoding;
 use crate::template::{ChatMessage, ChatTemplate};
@@ -44,11 +46,13 @@ pub struct EngineOptions {
     pub threads: usize,
     /// Context window in tokens; 0 means the model's trained context length.
     pub ctx_tokens: usize,
+    /// Where the forward pass runs (the CPU unless asked).
+    pub device: Device,
 }
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        EngineOptions { threads: std::thread::available_parallelism().map_or(1, |n| n.get()), ctx_tokens: 0 }
+        EngineOptions { threads: std::thread::available_parallelism().map_or(1, |n| n.get()), ctx_tokens: 0, device: Device::Cpu }
     }
 }
 
@@ -135,6 +139,8 @@ pub struct Engine {
     cpu: Cpu,
     ctx: usize,
     pool: KvPool,
+    /// The model on the GPU, when the forward pass runs there.
+    gpu: Option<Box<GpuModel>>,
 }
 
 impl Engine {
@@ -157,8 +163,31 @@ impl Engine {
         let pool_tokens = if kv.pool_tokens == 0 { DEFAULT_POOL_CONTEXTS * ctx } else { kv.pool_tokens.max(ctx) };
         let pool = KvPool::new(shape, pool_tokens.div_ceil(kv.block_tokens.max(1)), kv.fault)?;
         let cpu = Cpu::new(options.threads.max(1));
-        tracing::info!(path = %path.display(), layers = model.config.n_layer, ctx, threads = cpu.pool.threads(), kernels = cpu.kernels(), kv_blocks = pool.total_blocks(), kv_block_tokens = shape.block_tokens, "model loaded");
-        Ok(Engine { model, tokenizer, template, cpu, ctx, pool })
+        let gpu = gpu_model(options.device, &file, &model, &pool, ctx + shape.block_tokens)?;
+        let device = gpu.as_ref().map_or("cpu", |g| g.device_name());
+        tracing::info!(path = %path.display(), layers = model.config.n_layer, ctx, device, threads = cpu.pool.threads(), kernels = cpu.kernels(), kv_blocks = pool.total_blocks(), kv_block_tokens = shape.block_tokens, "model loaded");
+        Ok(Engine { model, tokenizer, template, cpu, ctx, pool, gpu })
+    }
+
+    /// The GPU's name when the forward pass runs on one, `None` on the CPU.
+    pub fn gpu(&self) -> Option<&str> {
+        self.gpu.as_ref().map(|g| g.device_name())
+    }
+
+    /// One batched forward step on the engine's device (see `Llama::forward_batch`).
+    pub(crate) fn forward_batch(&self, segments: &mut [Segment<'_, '_>], scratch: &mut Scratch) -> Result<()> {
+        match &self.gpu {
+            Some(gpu) => gpu.forward_batch(&self.model, &self.pool, segments, &mut scratch.logits),
+            None => self.model.forward_batch(self.fast_path(), segments, scratch),
+        }
+    }
+
+    /// One sequence's forward step on the engine's device; its isolation error, if any,
+    /// stops it.
+    fn forward(&self, tokens: &[u32], kv: &mut SequenceKv<'_>, scratch: &mut Scratch) -> Result<()> {
+        let mut segments = [Segment::new(tokens, kv)];
+        self.forward_batch(&mut segments, scratch)?;
+        segments[0].error.take().map_or(Ok(()), Err)
     }
 
     /// The KV pool's counters (blocks, zero-fills, isolation violations, prefix hits).
@@ -166,11 +195,7 @@ impl Engine {
         self.pool.stats()
     }
 
-    pub(crate) fn model(&self) -> &Llama {
-        &self.model
-    }
-
-    /// The quantized, threaded forward path.
+    /// The quantized, threaded CPU forward path.
     pub(crate) fn fast_path(&self) -> model::Path<'_> {
         model::Path::fast(&self.cpu)
     }
@@ -216,16 +241,23 @@ impl Engine {
     }
 
     /// The logits after the whole `prompt` (`[vocab]`), fed `batch_tokens` at a time
-    /// (0: the default prefill batch), by the fast path or by the plain f32 reference
-    /// path. For tests and benchmarks.
+    /// (0: the default prefill batch), on the engine's device or by the plain f32 CPU
+    /// reference path. For tests and benchmarks.
     pub fn prompt_logits(&self, prompt: &[u32], batch_tokens: usize, reference: bool) -> Result<Vec<f32>> {
+        if reference && self.gpu.is_some() {
+            // The CPU reference reads host KV blocks, which a GPU engine leaves empty.
+            return Err(Error::InvalidOptions { reason: "the f32 reference path runs on CPU engines only".into() });
+        }
         // No prefix reuse either way: callers compare batchings of the same prompt.
         let mut kv = SequenceKv::uncached(&self.pool, Owner::local(), prompt.len());
         let mut scratch = Scratch::default();
-        let path = if reference { model::Path::reference(&self.cpu) } else { model::Path::fast(&self.cpu) };
         let batch = if batch_tokens == 0 { PREFILL_BATCH_TOKENS } else { batch_tokens };
         for chunk in prompt.chunks(batch) {
-            self.model.forward(path, chunk, &mut kv, &mut scratch)?;
+            if reference {
+                self.model.forward(model::Path::reference(&self.cpu), chunk, &mut kv, &mut scratch)?;
+            } else {
+                self.forward(chunk, &mut kv, &mut scratch)?;
+            }
         }
         Ok(scratch.logits)
     }
@@ -247,9 +279,8 @@ impl Engine {
         }
         let mut kv = SequenceKv::for_prompt(&self.pool, owner.clone(), sequence_capacity(prompt.len(), budget, self.pool.shape()), prompt);
         let mut scratch = Scratch::default();
-        let path = model::Path::fast(&self.cpu);
         for chunk in prompt[kv.cached_prompt_tokens()..].chunks(PREFILL_BATCH_TOKENS) {
-            self.model.forward(path, chunk, &mut kv, &mut scratch)?;
+            self.forward(chunk, &mut kv, &mut scratch)?;
         }
         let mut decoding = Decoding::new(&self.tokenizer, request, budget);
         loop {
@@ -261,7 +292,7 @@ impl Engine {
             if last {
                 return Ok(decoding.done);
             }
-            self.model.forward(path, &[event.id], &mut kv, &mut scratch)?;
+            self.forward(&[event.id], &mut kv, &mut scratch)?;
         }
     }
 
@@ -283,6 +314,23 @@ impl Engine {
         }
         Ok(request.max_tokens.min(self.ctx - request.prompt.len()))
     }
+}
+
+/// The model on the GPU as `device` asks: none for the CPU, an error for `cuda` without a
+/// usable GPU, and for `auto` the GPU when there is one, else none (said once).
+fn gpu_model(device: Device, file: &GgufFile, model: &Llama, pool: &KvPool, max_pos: usize) -> Result<Option<Box<GpuModel>>> {
+    if device == Device::Cpu {
+        return Ok(None);
+    }
+    let cuda = match (device, Cuda::open(0)) {
+        (_, Ok(cuda)) => cuda,
+        (Device::Auto, Err(Error::CudaUnavailable { reason })) => {
+            tracing::info!(%reason, "device = auto: no usable GPU, running on the CPU");
+            return Ok(None);
+        }
+        (_, Err(e)) => return Err(e),
+    };
+    Ok(Some(Box::new(GpuModel::load(cuda, file, model, pool, max_pos)?)))
 }
 
 /// Positions a request's sequence may hold: its prompt and budget, plus one block of room

@@ -63,6 +63,19 @@ pub enum Error {
     /// Every KV block is in use.
     #[error("the KV cache is full (all {blocks} blocks are in use)")]
     KvExhausted { blocks: usize },
+    /// No usable GPU: the driver library is missing, there is no device, or CUDA (or
+    /// NVRTC) could not start.
+    #[error("CUDA is not available: {reason}")]
+    CudaUnavailable { reason: String },
+    /// A CUDA call failed: an allocation, a copy or a kernel launch.
+    #[error("CUDA {op} failed: {reason}")]
+    Cuda { op: &'static str, reason: String },
+    /// NVRTC could not compile a kernel family (the log says where).
+    #[error("kernel family {family}: NVRTC compilation failed: {log}")]
+    KernelCompile { family: &'static str, log: String },
+    /// A tensor is stored in a format the CUDA kernels do not multiply.
+    #[error("tensor {tensor}: format {format} is not supported by the CUDA backend (Q4_1 and Q8_0 are)")]
+    CudaFormat { tensor: String, format: String },
 }
 
 /// The engine's result type.

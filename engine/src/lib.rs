@@ -1,7 +1,8 @@
 //! crossguard's in-process inference engine.
 //!
 //! It loads a Llama-architecture GGUF, tokenizes and renders chats with the model's own
-//! vocabulary and template, and generates tokens on the CPU (a CUDA backend follows),
+//! vocabulary and template, and generates tokens on the CPU or, through the CUDA backend
+//! (`backend::cuda`, kernels compiled at run time), on a GPU,
 //! reporting for every token its log-probability, the predictive entropy and whose KV
 //! memory it attended to (the paged, owner-checked cache in `kv`). It knows nothing of
 //! HTTP, tenants' API keys, storage or the firewall.

@@ -26,7 +26,7 @@ fn model_path() -> Result<&'static PathBuf, String> {
 /// positions (0: the default, several contexts).
 fn load(ctx: usize, pool_tokens: usize) -> Result<Engine, Box<dyn std::error::Error>> {
     let kv = KvOptions { pool_tokens, ..KvOptions::default() };
-    Ok(Engine::load_with(model_path()?, EngineOptions { threads: 2, ctx_tokens: ctx }, kv)?)
+    Ok(Engine::load_with(model_path()?, EngineOptions { threads: 2, ctx_tokens: ctx, ..EngineOptions::default() }, kv)?)
 }
 
 fn roomy() -> Result<&'static Engine, String> {

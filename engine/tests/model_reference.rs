@@ -34,7 +34,7 @@ fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
     ENGINE.get_or_init(|| {
         let path = engine::fetch::ensure_default_model(&engine::fetch::default_cache_dir()).unwrap_or_else(|e| panic!("default model: {e}"));
-        Engine::load(&path, EngineOptions { threads: 2, ctx_tokens: 2048 }).unwrap_or_else(|e| panic!("load: {e}"))
+        Engine::load(&path, EngineOptions { threads: 2, ctx_tokens: 2048, ..EngineOptions::default() }).unwrap_or_else(|e| panic!("load: {e}"))
     })
 }
 

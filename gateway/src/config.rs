@@ -155,6 +155,7 @@ struct RawModel {
     idle_timeout_ms: Option<u64>,
     // engine
     path: Option<PathBuf>,
+    device: Option<String>,
     threads: Option<usize>,
     context_tokens: Option<usize>,
     kv_block_tokens: Option<usize>,
@@ -333,6 +334,9 @@ pub struct UpstreamConfig {
 pub struct EngineModelConfig {
     /// `None`: the default model, fetched into the cache directory when missing.
     pub path: Option<PathBuf>,
+    /// Where the forward pass runs: the CPU (default), the GPU (an error at start-up
+    /// without one), or the GPU when there is one.
+    pub device: engine::backend::Device,
     pub threads: Option<usize>,
     pub context_tokens: Option<usize>,
     /// Positions per KV block; `None`: the engine's default.
@@ -676,6 +680,7 @@ fn validate_models(
             BackendKind::Upstream => {
                 let engine_keys = [
                     ("path", m.path.is_some()),
+                    ("device", m.device.is_some()),
                     ("threads", m.threads.is_some()),
                     ("context_tokens", m.context_tokens.is_some()),
                     ("kv_block_tokens", m.kv_block_tokens.is_some()),
@@ -701,6 +706,7 @@ fn validate_models(
                 if m.threads == Some(0) {
                     return Err(invalid(at("threads"), "must be at least 1".into()));
                 }
+                let device = m.device.as_deref().map(str::parse).transpose().map_err(|e: String| invalid(at("device"), e))?.unwrap_or_default();
                 if let Some(n) = m.context_tokens {
                     if !(64..=1 << 20).contains(&n) {
                         return Err(invalid(at("context_tokens"), format!("must be between 64 and 1048576, got {n}")));
@@ -735,6 +741,7 @@ fn validate_models(
                 }
                 ModelBackend::Engine(EngineModelConfig {
                     path: m.path,
+                    device,
                     threads: m.threads,
                     context_tokens: m.context_tokens,
                     kv_block_tokens: m.kv_block_tokens,
@@ -1009,14 +1016,18 @@ placement = "system_start"
 
     #[test]
     fn engine_kv_keys_and_fault_switches_load_and_are_checked() {
-        let text = "[[models]]\nid = \"m\"\nbackend = \"engine\"\nkv_block_tokens = 32\n[models.fault]\nstale_kv = 0.5\nskip_owner_check = true\n";
+        let text = "[[models]]\nid = \"m\"\nbackend = \"engine\"\ndevice = \"auto\"\nkv_block_tokens = 32\n[models.fault]\nstale_kv = 0.5\nskip_owner_check = true\n";
         let cfg = parse(text).unwrap();
         let ModelBackend::Engine(e) = &cfg.models[0].backend else { panic!("engine expected") };
         assert_eq!(e.kv_block_tokens, Some(32));
+        assert_eq!(e.device, engine::backend::Device::Auto);
+        let err = parse(&text.replace("\"auto\"", "\"gpu\"")).unwrap_err().to_string();
+        assert!(err.contains("models[0].device: \"gpu\" is not a device"), "{err}");
         assert_eq!(e.fault.active(), ["stale_kv", "skip_owner_check"]);
         let defaults = parse("").unwrap();
         let ModelBackend::Engine(e) = &defaults.models[0].backend else { panic!("engine expected") };
         assert!(e.fault.active().is_empty(), "every defence is on by default");
+        assert_eq!(e.device, engine::backend::Device::Cpu);
         let err = parse(&text.replace("0.5", "2.0")).unwrap_err().to_string();
         assert!(err.contains("models[0].fault.stale_kv: must be a probability"), "{err}");
         let err = parse(&text.replace("32", "12")).unwrap_err().to_string();

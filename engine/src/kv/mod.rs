@@ -10,8 +10,10 @@
 //! - `owner.rs`: tenants and owners;
 //! - `pool.rs`: block memory, reference counts, free list, zero-fill, counters;
 //! - `prefix.rs`: the salted, chained prefix index;
-//! - `seq.rs`: a sequence's block table, checked reads and writes, provenance.
+//! - `seq.rs`: a sequence's block table, checked reads and writes, provenance;
+//! - `mirror.rs`: the hook through which device copies of blocks follow zero-fills.
 
+mod mirror;
 mod owner;
 mod pool;
 mod prefix;
@@ -19,6 +21,7 @@ mod seq;
 #[cfg(test)]
 mod tests;
 
+pub use mirror::BlockMirror;
 pub use owner::{Owner, Tenant};
 pub use pool::{BlockId, BlockShape, KvPool, KvStats};
 pub use seq::{LayerKv, SequenceKv};

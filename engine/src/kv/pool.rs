@@ -19,8 +19,9 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use super::mirror::BlockMirror;
 use super::owner::{Owner, Tenant};
 use super::prefix::PrefixIndex;
 use crate::error::{Error, Result};
@@ -120,6 +121,8 @@ pub struct KvPool {
     state: Mutex<PoolState>,
     fault: FaultConfig,
     counters: Counters,
+    /// Device copies of the blocks (CUDA backend); host `data` then stays empty.
+    mirror: OnceLock<Arc<dyn BlockMirror>>,
 }
 
 impl fmt::Debug for KvPool {
@@ -146,7 +149,7 @@ impl KvPool {
             pending: VecDeque::new(),
             prefix: PrefixIndex::new(!fault.unsalted_prefix_cache),
         };
-        Ok(KvPool { shape, blocks: memory, state: Mutex::new(state), fault, counters: Counters::default() })
+        Ok(KvPool { shape, blocks: memory, state: Mutex::new(state), fault, counters: Counters::default(), mirror: OnceLock::new() })
     }
 
     pub fn shape(&self) -> BlockShape {
@@ -155,6 +158,12 @@ impl KvPool {
 
     pub fn fault(&self) -> &FaultConfig {
         &self.fault
+    }
+
+    /// Hands block contents to `mirror` (before any block is used): zero-fills and copies
+    /// are then done there, and host blocks get no memory. False if one is attached.
+    pub fn attach_mirror(&self, mirror: Arc<dyn BlockMirror>) -> bool {
+        self.mirror.set(mirror).is_ok()
     }
 
     pub fn total_blocks(&self) -> usize {
@@ -250,6 +259,9 @@ impl KvPool {
             let mut dst = self.write(copy);
             self.materialize(&mut dst);
             dst.data.iter_mut().zip(src.data.iter()).for_each(|(d, s)| *d = *s);
+            if let Some(m) = self.mirror.get() {
+                m.copy(id, copy);
+            }
             dst.owner = Some(owner.clone());
         }
         self.release_one(&mut st, id);
@@ -350,7 +362,7 @@ impl KvPool {
 
     /// Gives a block its (zeroed) memory the first time it is handed out.
     fn materialize(&self, block: &mut Block) {
-        if block.data.is_empty() {
+        if block.data.is_empty() && self.mirror.get().is_none() {
             block.data = vec![0.0; self.shape.floats()].into_boxed_slice();
         }
     }
@@ -360,6 +372,9 @@ impl KvPool {
         let mut block = self.write(id);
         if !self.fault.skip_zero_fill {
             block.data.fill(0.0);
+            if let Some(m) = self.mirror.get() {
+                m.zero(id);
+            }
             self.counters.zero_fills.fetch_add(1, Ordering::Relaxed);
         }
         block.owner = None;

@@ -120,6 +120,14 @@ impl<'p> SequenceKv<'p> {
         &self.read_owners
     }
 
+    /// Records whose blocks a step read when the reads happened elsewhere (the CUDA
+    /// backend's kernels), sorted and without repeats like [`SequenceKv::layer`] does.
+    pub(crate) fn set_read_owners(&mut self, mut owners: Vec<Tenant>) {
+        owners.sort();
+        owners.dedup();
+        self.read_owners = owners;
+    }
+
     /// Makes room for `tokens` at positions `len..`: allocates blocks, copies a shared
     /// block before it is written, and clears the step's provenance.
     pub fn reserve(&mut self, tokens: &[u32]) -> Result<()> {

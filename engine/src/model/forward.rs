@@ -160,7 +160,7 @@ impl Llama {
     }
 
     /// Checks a segment's tokens and reserves their KV positions.
-    fn admit(&self, seg: &mut Segment<'_, '_>) -> Result<()> {
+    pub(crate) fn admit(&self, seg: &mut Segment<'_, '_>) -> Result<()> {
         let c = &self.config;
         let start = seg.kv.len();
         if seg.tokens.is_empty() || start + seg.tokens.len() > seg.kv.capacity() {

@@ -261,7 +261,6 @@ impl<'e, 's> Scheduler<'e, 's> {
     /// Runs the planned tokens as one batch, then samples for every sequence whose
     /// cache caught up with its tokens.
     fn run_batch(&mut self, takes: &[usize]) -> Result<()> {
-        let path = self.engine.fast_path();
         let mut segments: Vec<Segment<'_, 'e>> = self
             .running
             .iter_mut()
@@ -269,7 +268,7 @@ impl<'e, 's> Scheduler<'e, 's> {
             .filter(|(_, n)| **n > 0)
             .map(|(r, n)| Segment::new(&r.feed[..*n], &mut r.kv))
             .collect();
-        self.engine.model().forward_batch(path, &mut segments, &mut self.scratch)?;
+        self.engine.forward_batch(&mut segments, &mut self.scratch)?;
         let mut errors: VecDeque<Option<Error>> = segments.into_iter().map(|s| s.error).collect();
         let vocab = self.engine.config().vocab;
         // `[segments, vocab]`, moved out so that sampling may borrow `self`.

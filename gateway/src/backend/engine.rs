@@ -139,7 +139,7 @@ fn load(config: &EngineModelConfig) -> Result<Engine, String> {
         Some(p) => p.clone(),
         None => engine::fetch::ensure_default_model(&engine::fetch::default_cache_dir()).map_err(|e| e.to_string())?,
     };
-    let mut options = EngineOptions::default();
+    let mut options = EngineOptions { device: config.device, ..EngineOptions::default() };
     if let Some(t) = config.threads {
         options.threads = t;
     }

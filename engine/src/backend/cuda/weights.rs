@@ -1,0 +1,106 @@
+//! The model's weights in device memory, uploaded once at load.
+//!
+//! Owns the upload: quantized matrices go up in their GGUF (ggml) block layouts, byte for
+//! byte, read from the file by the names the CPU model loaded them under (so shapes were
+//! already checked there); norm weights go up as the CPU model's f32 vectors; the RoPE
+//! angle table is built with the CPU's own `ops::rope_table`, so both backends rotate by
+//! identical angles.
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaSlice;
+
+use super::device::{cuda_error, Cuda};
+use super::launch::DeviceMatrix;
+use crate::backend::cpu::{ops, Format, Matrix};
+use crate::error::{Error, Result};
+use crate::gguf::GgufFile;
+use crate::model::Llama;
+
+/// One transformer block on the device (shapes as in `model::Layer`).
+#[derive(Debug)]
+pub(crate) struct DeviceLayer {
+    /// `[n_embd]`
+    pub attn_norm: CudaSlice<f32>,
+    pub wq: DeviceMatrix,
+    pub wk: DeviceMatrix,
+    pub wv: DeviceMatrix,
+    pub wo: DeviceMatrix,
+    /// `[n_embd]`
+    pub ffn_norm: CudaSlice<f32>,
+    pub gate: DeviceMatrix,
+    pub up: DeviceMatrix,
+    pub down: DeviceMatrix,
+}
+
+/// Every weight of the model, on the device.
+#[derive(Debug)]
+pub(crate) struct DeviceWeights {
+    /// `[vocab, n_embd]`
+    pub embed: DeviceMatrix,
+    pub layers: Vec<DeviceLayer>,
+    /// `[n_embd]`
+    pub norm: CudaSlice<f32>,
+    /// `[vocab, n_embd]`; `None` when tied to `embed`.
+    pub output: Option<DeviceMatrix>,
+    /// `[max_pos, rope_dims / 2, 2]` (cos, sin)
+    pub rope: CudaSlice<f32>,
+}
+
+impl DeviceWeights {
+    /// Uploads `model` (loaded from `file`) with RoPE angles for positions `0..max_pos`.
+    pub fn upload(cuda: &Arc<Cuda>, file: &GgufFile, model: &Llama, max_pos: usize) -> Result<DeviceWeights> {
+        let c = &model.config;
+        let m = |w: &Matrix| matrix(cuda, file, w);
+        let v = |x: &[f32]| cuda.stream().clone_htod(x).map_err(cuda_error("weight upload"));
+        let layers = model
+            .layers
+            .iter()
+            .map(|l| {
+                Ok(DeviceLayer {
+                    attn_norm: v(&l.attn_norm)?,
+                    wq: m(&l.wq)?,
+                    wk: m(&l.wk)?,
+                    wv: m(&l.wv)?,
+                    wo: m(&l.wo)?,
+                    ffn_norm: v(&l.ffn_norm)?,
+                    gate: m(&l.gate)?,
+                    up: m(&l.up)?,
+                    down: m(&l.down)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut table = Vec::with_capacity(max_pos * c.rope_dims);
+        let mut angles = Vec::new();
+        for pos in 0..max_pos {
+            ops::rope_table(pos, c.rope_dims, c.rope_base, &mut angles);
+            table.extend(angles.iter().flat_map(|(cos, sin)| [*cos, *sin]));
+        }
+        Ok(DeviceWeights {
+            embed: m(&model.embed)?,
+            layers,
+            norm: v(&model.norm)?,
+            output: model.output.as_ref().map(m).transpose()?,
+            rope: v(&table)?,
+        })
+    }
+
+    /// The output projection (the embedding when tied).
+    pub fn head(&self) -> &DeviceMatrix {
+        self.output.as_ref().unwrap_or(&self.embed)
+    }
+}
+
+/// The ggml bytes of `w` (as stored in `file`) on the device.
+fn matrix(cuda: &Cuda, file: &GgufFile, w: &Matrix) -> Result<DeviceMatrix> {
+    if !matches!(w.format, Format::Q4_1 | Format::Q8_0) {
+        return Err(Error::CudaFormat { tensor: w.name.clone(), format: format!("{:?}", w.format) });
+    }
+    let t = file.tensor(&w.name)?;
+    let expected = w.format.row_bytes(w.cols).map(|b| b * w.rows);
+    if expected != Some(t.data.len()) {
+        return Err(Error::Shape { tensor: w.name.clone(), reason: format!("{} bytes in the file, {expected:?} expected", t.data.len()) });
+    }
+    let data = cuda.stream().clone_htod(t.data).map_err(cuda_error("weight upload"))?;
+    Ok(DeviceMatrix { format: w.format, rows: w.rows, cols: w.cols, data })
+}
