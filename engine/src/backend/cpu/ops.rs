@@ -1,7 +1,7 @@
 //! Element-wise and per-row operations of a Llama layer, in f32.
 //!
-//! Owns RMSNorm, rotary position embedding, SwiGLU, softmax and the small dot/axpy
-//! loops attention is built from. Each follows the reference implementation's order of
+//! Owns RMSNorm, rotary position embedding, SwiGLU, softmax and f16 rounding (the block
+//! loops of attention are in `attention.rs`). Each follows the reference implementation's order of
 //! operations (llama.cpp's CPU path) where that order changes the rounding: RoPE angles
 //! are built by repeated multiplication, attention operands are rounded to f16 as the
 //! reference's f16 KV cache stores them.
@@ -60,40 +60,6 @@ pub fn softmax(x: &mut [f32]) {
     }
     let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
     x.iter_mut().for_each(|v| *v *= inv);
-}
-
-/// `Σ a[i] * b[i]`: AVX2 where the CPU has it, else [`dot_portable`].
-#[inline]
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    super::ops_simd::dot(a, b).unwrap_or_else(|| dot_portable(a, b))
-}
-
-/// `Σ a[i] * b[i]` with eight partial sums, so the compiler vectorises it.
-pub fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
-    for (x, y) in ca.zip(cb) {
-        for k in 0..8 {
-            acc[k] += x[k] * y[k];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
-}
-
-/// `y += alpha * x`: AVX2 where the CPU has it, else [`axpy_portable`].
-#[inline]
-pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
-    if !super::ops_simd::axpy(alpha, x, y) {
-        axpy_portable(alpha, x, y);
-    }
-}
-
-/// `y += alpha * x`.
-pub fn axpy_portable(alpha: f32, x: &[f32], y: &mut [f32]) {
-    for (o, v) in y.iter_mut().zip(x) {
-        *o += alpha * v;
-    }
 }
 
 /// `x` rounded to the nearest f16 value (ties to even), returned as f32.
@@ -166,27 +132,14 @@ mod tests {
     }
 
     #[test]
-    fn vector_loops_agree_with_the_portable_ones() {
-        // Lengths around every loop boundary of the SIMD bodies (8, 32) and head sizes.
-        for n in [0, 1, 7, 8, 9, 31, 32, 33, 64, 100, 128] {
-            let a: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
-            let b: Vec<f32> = (0..n).map(|i| (i as f32 * 0.11).cos() - 0.2).collect();
-            assert_eq!(dot(&a, &b).to_bits(), dot_portable(&a, &b).to_bits(), "dot n={n}");
-            let (mut y1, mut y2) = (b.clone(), b.clone());
-            axpy(0.3, &a, &mut y1);
-            axpy_portable(0.3, &a, &mut y2);
-            assert_eq!(y1, y2, "axpy n={n}");
-            // Include values that round up, tie, overflow and underflow in f16.
-            let mut r: Vec<f32> = a.iter().map(|v| v * 1e-3 + 1.000_488_3).chain([65520.0, 1e-9, -3.1e-5, f32::INFINITY]).collect();
+    fn vector_rounding_agrees_with_the_half_crate() {
+        // Lengths around the SIMD body's width; values that round up, tie, overflow and
+        // underflow in f16.
+        for n in [0, 1, 7, 8, 9, 31, 32, 33, 64, 100] {
+            let mut r: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 3e-3 + 1.000_488_3).chain([65520.0, 1e-9, -3.1e-5, f32::INFINITY]).collect();
             let want: Vec<f32> = r.iter().map(|v| f16::from_f32(*v).to_f32()).collect();
             round_to_f16(&mut r);
             assert_eq!(r, want, "round_to_f16 n={n}");
         }
-    }
-
-    #[test]
-    fn dot_handles_tails() {
-        let a: Vec<f32> = (0..13).map(|i| i as f32).collect();
-        assert_eq!(dot(&a, &a), (0..13).map(|i| (i * i) as f32).sum::<f32>());
     }
 }
