@@ -255,24 +255,31 @@ impl Llama {
             // `[blocks]` this head's part of every block the tile's last query sees.
             let blocks: Vec<Option<HeadBlock<'_>>> = (0..(start + rows.end).div_ceil(bt)).map(|i| kv.head_block(i, kvh * hd..(kvh + 1) * hd)).collect();
             let mut q = vec![0.0f32; hd];
-            let mut scores = Vec::with_capacity(start + rows.end);
+            let mut scores = Vec::with_capacity((start + rows.end).next_multiple_of(bt));
             for t in rows {
                 let row = &qkv[t * (qd + 2 * kd)..];
                 q.copy_from_slice(&row[head * hd..(head + 1) * hd]);
                 // The reference multiplies f16 K with Q converted to f16.
                 ops::round_to_f16(&mut q);
-                scores.resize(start + t + 1, 0.0);
+                let visible = start + t + 1;
+                // Whole vectors of positions where the block holds them: the ones past
+                // `visible` are this sequence's own later tokens of the batch (read through
+                // the same checked view), scored and then left out of the softmax.
+                scores.resize(visible.next_multiple_of(attention::LANES), 0.0);
                 for (s, block) in scores.chunks_mut(bt).zip(&blocks) {
                     match block {
-                        Some(b) => attention::key_scores(&q, b.keys, b.key_stride, scale, s),
+                        Some(b) => {
+                            let n = s.len().min(b.positions);
+                            attention::key_scores(&q, b.keys, b.key_stride, scale, &mut s[..n]);
+                        }
                         None => s.fill(f32::NEG_INFINITY),
                     }
                 }
-                ops::softmax(&mut scores);
-                ops::round_to_f16(&mut scores);
+                let probs = &mut scores[..visible];
+                attention::softmax_f16(probs);
                 let o = tile.row(t);
                 o.fill(0.0);
-                for (w, block) in scores.chunks(bt).zip(&blocks) {
+                for (w, block) in probs.chunks(bt).zip(&blocks) {
                     if let Some(b) = block {
                         attention::accumulate_values(w, b.values, b.value_stride, o);
                     }

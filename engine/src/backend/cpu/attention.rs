@@ -1,5 +1,6 @@
 //! The inner loops of attention over an f16 KV block: the scores of one query against a
-//! block's keys, and the probability-weighted sum of a block's values.
+//! block's keys, their softmax (rounded to f16, as the reference multiplies f16 values
+//! with f16 probabilities), and the probability-weighted sum of a block's values.
 //!
 //! Owns the portable definitions; `ops_simd.rs` holds their AVX2 twins, used when the CPU
 //! has the features. The layouts are the KV pool's (`kv::HeadBlock`): keys transposed
@@ -11,7 +12,9 @@
 //! dimensions (lane `l` takes dimensions `l, l + 8, ...` in order), added lane after lane,
 //! then the tail; a value sum runs over positions in order. The scores are rounded to f16
 //! next, where any other order can move one across a rounding boundary, and the reference
-//! fixtures were measured with this one. Slices too short for the counts are never read
+//! fixtures were measured with this one. The softmax uses its own `exp` (a Cephes-style
+//! polynomial, within 2 ulp of libm's, fused multiply-adds in both twins) so that it
+//! vectorises, and sums in eight lanes. Slices too short for the counts are never read
 //! past: the kernels clamp to what they were given.
 
 use half::f16;
@@ -73,6 +76,66 @@ pub(crate) fn accumulate_values_portable(probs: &[f32], values: &[f16], stride: 
     }
 }
 
+/// Below this, `exp` is 0 (`exp(-87)` is the last value with a normal f32 exponent).
+pub(crate) const EXP_MIN: f32 = -87.0;
+
+/// `exp` on `x <= 0` (softmax arguments after the max is taken out): range reduction by
+/// `ln 2` in two parts, a degree-7 polynomial, then the power of two. The AVX2 twin runs
+/// these same fused operations lane by lane.
+pub(crate) fn exp_nonpositive(x: f32) -> f32 {
+    if x.is_nan() || x < EXP_MIN {
+        return 0.0;
+    }
+    let n = (x * EXP_CONSTANTS.log2e).round_ties_even();
+    let r = n.mul_add(-EXP_CONSTANTS.ln2_hi, x);
+    let r = n.mul_add(-EXP_CONSTANTS.ln2_lo, r);
+    let mut p = EXP_CONSTANTS.poly[0];
+    for c in &EXP_CONSTANTS.poly[1..] {
+        p = p.mul_add(r, *c);
+    }
+    let y = p.mul_add(r * r, r) + 1.0;
+    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
+/// The constants of [`exp_nonpositive`] (Cephes `expf`).
+pub(crate) struct ExpConstants {
+    pub log2e: f32,
+    pub ln2_hi: f32,
+    pub ln2_lo: f32,
+    /// Coefficients of `(e^r - 1 - r) / r^2`, highest degree first.
+    pub poly: [f32; 6],
+}
+
+pub(crate) const EXP_CONSTANTS: ExpConstants = ExpConstants {
+    log2e: std::f32::consts::LOG2_E,
+    ln2_hi: 0.693_359_4,
+    ln2_lo: -2.121_944_4e-4,
+    poly: [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5],
+};
+
+/// In place: `x = round_f16(softmax(x))`. Sums the exponentials in eight lanes (lane `l`
+/// takes elements `l, l + 8, ...`), adds the lanes in order, then the tail.
+pub fn softmax_f16(x: &mut [f32]) {
+    if !super::ops_simd::softmax_f16(x) {
+        softmax_f16_portable(x);
+    }
+}
+
+pub(crate) fn softmax_f16_portable(x: &mut [f32]) {
+    let max = x.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
+    let whole = x.len() / LANES * LANES;
+    let mut lanes = [0.0f32; LANES];
+    for (i, v) in x.iter_mut().enumerate() {
+        *v = exp_nonpositive(*v - max);
+        if i < whole {
+            lanes[i % LANES] += *v;
+        }
+    }
+    let sum = x[whole..].iter().fold(lanes.iter().sum::<f32>(), |s, v| s + v);
+    let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+    x.iter_mut().for_each(|v| *v = f16::from_f32(*v * inv).to_f32());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,6 +182,32 @@ mod tests {
                 accumulate_values_portable(&probs, &values, vstride, &mut slow);
                 assert_eq!(fast, slow, "values hd={hd} n={n}");
             }
+        }
+    }
+
+    #[test]
+    fn exp_is_within_two_ulp_of_libm_and_zero_far_below() {
+        for i in 0..=200_000 {
+            let x = -87.0 * i as f32 / 200_000.0;
+            let (got, want) = (exp_nonpositive(x), x.exp());
+            assert!((got - want).abs() <= 2.0 * (want * f32::EPSILON), "{x}: {got} vs {want}");
+        }
+        assert_eq!(exp_nonpositive(0.0), 1.0);
+        assert_eq!((exp_nonpositive(-88.0), exp_nonpositive(f32::NEG_INFINITY), exp_nonpositive(f32::NAN)), (0.0, 0.0, 0.0));
+    }
+
+    #[test]
+    fn softmax_sums_to_one_and_its_twins_agree() {
+        for n in [1, 5, 8, 9, 16, 17, 100, 513] {
+            let mut x: Vec<f32> = (0..n).map(|i| ((i as f32) * 0.61).sin() * 9.0).collect();
+            x.push(f32::NEG_INFINITY);
+            let mut slow = x.clone();
+            softmax_f16(&mut x);
+            softmax_f16_portable(&mut slow);
+            assert_eq!(x, slow, "n={n}");
+            assert!((x.iter().sum::<f32>() - 1.0).abs() < 2e-3 * (n as f32).sqrt(), "n={n}");
+            assert_eq!(x[n], 0.0);
+            assert!(x.iter().all(|v| f16::from_f32(*v).to_f32() == *v));
         }
     }
 

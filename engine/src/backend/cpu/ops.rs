@@ -1,7 +1,7 @@
 //! Element-wise and per-row operations of a Llama layer, in f32.
 //!
-//! Owns RMSNorm, rotary position embedding, SwiGLU, softmax and f16 rounding (the block
-//! loops of attention are in `attention.rs`). Each follows the reference implementation's order of
+//! Owns RMSNorm, rotary position embedding, SwiGLU and f16 rounding (attention's loops,
+//! softmax included, are in `attention.rs`). Each follows the reference implementation's order of
 //! operations (llama.cpp's CPU path) where that order changes the rounding: RoPE angles
 //! are built by repeated multiplication, attention operands are rounded to f16 as the
 //! reference's f16 KV cache stores them.
@@ -48,18 +48,6 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     for (g, u) in gate.iter_mut().zip(up) {
         *g = *g / (1.0 + (-*g).exp()) * u;
     }
-}
-
-/// In-place softmax over `x`; returns nothing, leaves probabilities summing to 1.
-pub fn softmax(x: &mut [f32]) {
-    let max = x.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
-    let mut sum = 0.0f32;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v;
-    }
-    let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
-    x.iter_mut().for_each(|v| *v *= inv);
 }
 
 /// `x` rounded to the nearest f16 value (ties to even), returned as f32.
@@ -112,14 +100,6 @@ mod tests {
         // The first pair turns by exactly `pos` radians.
         let (c, s) = (17f32.cos(), 17f32.sin());
         assert!((x[0] - (c - 2.0 * s)).abs() < 1e-5);
-    }
-
-    #[test]
-    fn softmax_sums_to_one_and_survives_large_values() {
-        let mut x = [1000.0, 1001.0, f32::NEG_INFINITY];
-        softmax(&mut x);
-        assert!((x.iter().sum::<f32>() - 1.0).abs() < 1e-6);
-        assert_eq!(x[2], 0.0);
     }
 
     #[test]

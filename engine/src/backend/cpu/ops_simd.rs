@@ -13,7 +13,7 @@ use std::arch::x86_64::*;
 use half::f16;
 
 #[cfg(target_arch = "x86_64")]
-use super::attention::{self, LANES};
+use super::attention::{self, EXP_CONSTANTS, LANES};
 
 /// Whether this CPU runs the functions below.
 #[inline]
@@ -73,6 +73,25 @@ pub fn accumulate_values(probs: &[f32], values: &[f16], stride: usize, out: &mut
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = (probs, values, stride, out);
+        false
+    }
+}
+
+/// [`attention::softmax_f16`]; `false` without the features.
+#[inline]
+pub fn softmax_f16(x: &mut [f32]) -> bool {
+    if !available() {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: the features were detected above; the body stays inside `x`.
+        unsafe { softmax_f16_avx2(x) };
+        true
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = x;
         false
     }
 }
@@ -148,6 +167,66 @@ unsafe fn accumulate_values_avx2(probs: &[f32], values: *const u16, stride: usiz
         while d0 + LANES <= out.len() {
             values_span::<1>(probs, values.add(d0), stride, out.as_mut_ptr().add(d0));
             d0 += LANES;
+        }
+    }
+}
+
+/// `attention::exp_nonpositive` on 8 lanes, operation for operation.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn exp8(x: __m256) -> __m256 {
+    let k = &EXP_CONSTANTS;
+    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(x, _mm256_set1_ps(k.log2e)));
+    let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-k.ln2_hi), x);
+    let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-k.ln2_lo), r);
+    let mut p = _mm256_set1_ps(k.poly[0]);
+    for c in &k.poly[1..] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(*c));
+    }
+    let y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0));
+    let pow2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127))));
+    // NaN and everything below the floor (masked positions: -inf) give 0.
+    let live = _mm256_cmp_ps::<_CMP_GE_OQ>(x, _mm256_set1_ps(attention::EXP_MIN));
+    _mm256_and_ps(_mm256_mul_ps(y, pow2), live)
+}
+
+/// Softmax rounded to f16, in the portable twin's order: max, exponentials summed in 8
+/// lanes (the tail after them), scaled by the inverse sum, rounded with F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn softmax_f16_avx2(x: &mut [f32]) {
+    let whole = x.len() / LANES * LANES;
+    let ptr = x.as_mut_ptr();
+    // SAFETY (whole body): vector accesses cover `[i, i + 8)` with `i + 8 <= whole`.
+    unsafe {
+        let mut vmax = _mm256_set1_ps(f32::NEG_INFINITY);
+        for i in (0..whole).step_by(LANES) {
+            vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(ptr.add(i)));
+        }
+        let mut lanes = [0.0f32; LANES];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), vmax);
+        let max = lanes.iter().chain(&x[whole..]).fold(f32::NEG_INFINITY, |m, v| m.max(*v));
+        let (vm, mut acc) = (_mm256_set1_ps(max), _mm256_setzero_ps());
+        for i in (0..whole).step_by(LANES) {
+            let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(ptr.add(i)), vm));
+            _mm256_storeu_ps(ptr.add(i), e);
+            acc = _mm256_add_ps(acc, e);
+        }
+        _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
+        let mut sum = lanes.iter().sum::<f32>();
+        for v in &mut x[whole..] {
+            *v = attention::exp_nonpositive(*v - max);
+            sum += *v;
+        }
+        let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+        let vinv = _mm256_set1_ps(inv);
+        for i in (0..whole).step_by(LANES) {
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_mul_ps(_mm256_loadu_ps(ptr.add(i)), vinv));
+            _mm256_storeu_ps(ptr.add(i), _mm256_cvtph_ps(h));
+        }
+        for v in &mut x[whole..] {
+            *v = f16::from_f32(*v * inv).to_f32();
         }
     }
 }
