@@ -28,6 +28,10 @@ fn available() -> bool {
     }
 }
 
+/// Head sizes up to which the last partial vector of scores is padded on the stack.
+#[cfg(target_arch = "x86_64")]
+const MAX_PADDED_HEAD: usize = 256;
+
 /// [`attention::key_scores`] for the positions of `out`, which the caller has checked
 /// `keys` holds; `false` without the features.
 #[inline]
@@ -40,7 +44,21 @@ pub fn key_scores(q: &[f32], keys: &[f16], stride: usize, scale: f32, out: &mut 
         // SAFETY: the features were detected above; the caller checked that `keys` holds
         // `(q.len() - 1) * stride + out.len()` values and `out.len() <= stride`.
         let whole = unsafe { key_scores_avx2(q, keys.as_ptr().cast::<u16>(), stride, scale, out) };
-        attention::key_scores_portable(q, keys, stride, scale, out, whole);
+        let rest = out.len() - whole;
+        if rest > 0 && q.len() <= MAX_PADDED_HEAD {
+            // The last partial vector (decode's newest block): copy its positions into a
+            // zero-padded `[head_dim, 8]` tile, never reading past the readable ones.
+            let mut tile = [f16::ZERO; MAX_PADDED_HEAD * LANES];
+            for (d, row) in tile.chunks_exact_mut(LANES).take(q.len()).enumerate() {
+                row[..rest].copy_from_slice(&keys[d * stride + whole..d * stride + whole + rest]);
+            }
+            let mut scores = [0.0f32; LANES];
+            // SAFETY: as above; the tile holds `q.len()` rows of 8 values (stride 8).
+            unsafe { key_scores_avx2(q, tile.as_ptr().cast::<u16>(), LANES, scale, &mut scores) };
+            out[whole..].copy_from_slice(&scores[..rest]);
+        } else {
+            attention::key_scores_portable(q, keys, stride, scale, out, whole);
+        }
         true
     }
     #[cfg(not(target_arch = "x86_64"))]
