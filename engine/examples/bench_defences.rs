@@ -69,7 +69,7 @@ fn run(engine: &Engine, concurrency: usize, decode_tokens: usize) -> Result<Rate
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let model = PathBuf::from(std::env::args().nth(1).ok_or("usage: bench_defences MODEL THREADS [CONCURRENCY] [DECODE_TOKENS] [ROUNDS]")?);
     let (threads, concurrency, decode_tokens, rounds) = (arg(2, 2), arg(3, 16), arg(4, 64), arg(5, 5));
-    let options = EngineOptions { threads, ctx_tokens: 2048 };
+    let options = EngineOptions { threads, ctx_tokens: 2048, ..EngineOptions::default() };
     let on = Engine::load_with(&model, options.clone(), KvOptions::default())?;
     let fault = FaultConfig { skip_zero_fill: true, skip_owner_check: true, skip_bounds_check: true, ..FaultConfig::default() };
     let off = Engine::load_with(&model, options, KvOptions { fault, ..KvOptions::default() })?;

@@ -66,7 +66,7 @@ fn single_stream(engine: &Engine, prompt_tokens: usize, decode: usize) -> Result
 /// `batch` requests through the scheduler at once: generated tokens per second of wall.
 fn aggregate(engine: &Engine, label: &str, batch: usize, prompt_tokens: usize, decode: usize) -> Result<String, engine::Error> {
     let counter = std::cell::Cell::new(0usize);
-    let config = SchedulerConfig { step_tokens: (batch * 2).max(512), max_running: batch, max_queued: batch };
+    let config = SchedulerConfig { step_tokens: (batch * 2).max(512), max_running: batch, max_queued: batch, ..SchedulerConfig::default() };
     let mut sched = Scheduler::new(engine, config);
     let mut generated = 0usize;
     for (i, p) in prompts(engine, batch, prompt_tokens)?.into_iter().enumerate() {

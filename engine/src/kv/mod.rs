@@ -24,7 +24,7 @@ mod tests;
 pub use mirror::BlockMirror;
 pub use owner::{Owner, Tenant};
 pub use pool::{BlockId, BlockShape, KvPool, KvStats};
-pub use seq::{LayerKv, SequenceKv};
+pub use seq::{HeadBlock, LayerKv, SequenceKv};
 
 use std::fmt;
 

@@ -21,6 +21,8 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use half::f16;
+
 use super::mirror::BlockMirror;
 use super::owner::{Owner, Tenant};
 use super::prefix::PrefixIndex;
@@ -40,17 +42,17 @@ pub struct BlockShape {
     pub layers: usize,
     /// Positions per block (a power of two).
     pub block_tokens: usize,
-    /// Floats of one position's key (or value) row.
+    /// Values of one position's key (or value) row.
     pub kv_dim: usize,
 }
 
 impl BlockShape {
-    /// Floats of one block: keys then values.
-    fn floats(&self) -> usize {
+    /// Values of one block: keys then values.
+    fn elements(&self) -> usize {
         2 * self.layers * self.block_tokens * self.kv_dim
     }
 
-    /// Offset of `layer`'s key rows in a block (`[block_tokens, kv_dim]`).
+    /// Offset of `layer`'s keys in a block (`[kv_dim, block_tokens]`, transposed).
     pub(crate) fn key_offset(&self, layer: usize) -> usize {
         layer * self.block_tokens * self.kv_dim
     }
@@ -64,9 +66,12 @@ impl BlockShape {
 /// One block's memory and the tag of whose data it holds.
 pub(crate) struct Block {
     pub(crate) owner: Option<Owner>,
-    /// `[2 (keys, values), layers, block_tokens, kv_dim]`; empty until first handed out,
-    /// so memory grows with the blocks actually used.
-    pub(crate) data: Box<[f32]>,
+    /// f16, like the reference's KV cache: per layer, keys `[kv_dim, block_tokens]`
+    /// (transposed: one dimension's positions are contiguous, so attention scores a
+    /// block's positions with vector loads), then per layer, values `[block_tokens,
+    /// kv_dim]` (one position's row contiguous, for the weighted sum). Empty until first
+    /// handed out, so memory grows with the blocks actually used.
+    pub(crate) data: Box<[f16]>,
 }
 
 /// A snapshot of the pool's counters (for `/metrics`).
@@ -110,7 +115,7 @@ struct Counters {
 
 impl fmt::Debug for Block {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Block").field("owner", &self.owner).field("floats", &self.data.len()).finish()
+        f.debug_struct("Block").field("owner", &self.owner).field("values", &self.data.len()).finish()
     }
 }
 
@@ -363,7 +368,7 @@ impl KvPool {
     /// Gives a block its (zeroed) memory the first time it is handed out.
     fn materialize(&self, block: &mut Block) {
         if block.data.is_empty() && self.mirror.get().is_none() {
-            block.data = vec![0.0; self.shape.floats()].into_boxed_slice();
+            block.data = vec![f16::ZERO; self.shape.elements()].into_boxed_slice();
         }
     }
 
@@ -371,7 +376,7 @@ impl KvPool {
     fn scrub(&self, id: BlockId) {
         let mut block = self.write(id);
         if !self.fault.skip_zero_fill {
-            block.data.fill(0.0);
+            block.data.fill(f16::ZERO);
             if let Some(m) = self.mirror.get() {
                 m.zero(id);
             }

@@ -15,13 +15,15 @@
 //! - Dropping the sequence releases every block (zero-filled before reuse), so aborts and
 //!   errors cannot leak blocks.
 
+use std::ops::Range;
 use std::sync::RwLockReadGuard;
+
+use half::f16;
 
 use super::owner::{Owner, Tenant};
 use super::pool::{Block, BlockId, KvPool};
 use super::prefix::ROOT;
 use super::Violation;
-use crate::backend::cpu::ops::round_f16;
 use crate::error::{Error, Result};
 
 /// The KV cache of one sequence, backed by pool blocks.
@@ -151,7 +153,7 @@ impl<'p> SequenceKv<'p> {
     }
 
     /// Writes `layer`'s key and value rows (`[kv_dim]` each) of reserved position `pos`,
-    /// rounded to f16 precision like the reference's f16 cache.
+    /// as f16 like the reference's cache (keys into the block's transposed layout).
     pub fn write(&self, layer: usize, pos: usize, key: &[f32], value: &[f32]) -> Result<()> {
         let shape = self.pool.shape();
         let readable = self.len + self.pending;
@@ -167,13 +169,15 @@ impl<'p> SequenceKv<'p> {
             drop(block);
             return Err(self.pool.violation(Violation::ForeignBlock { block: id, position: pos }));
         }
-        let slot = (pos & (shape.block_tokens - 1)) * shape.kv_dim;
-        let (k_at, v_at) = (shape.key_offset(layer) + slot, shape.value_offset(layer) + slot);
-        for (dst, src) in block.data[k_at..k_at + shape.kv_dim].iter_mut().zip(key) {
-            *dst = round_f16(*src);
+        let (bt, kv_dim) = (shape.block_tokens, shape.kv_dim);
+        let slot = pos & (bt - 1);
+        let keys = &mut block.data[shape.key_offset(layer)..][..bt * kv_dim];
+        for (dst, src) in keys.iter_mut().skip(slot).step_by(bt).zip(key) {
+            *dst = f16::from_f32(*src);
         }
-        for (dst, src) in block.data[v_at..v_at + shape.kv_dim].iter_mut().zip(value) {
-            *dst = round_f16(*src);
+        let v_at = shape.value_offset(layer) + slot * kv_dim;
+        for (dst, src) in block.data[v_at..v_at + kv_dim].iter_mut().zip(value) {
+            *dst = f16::from_f32(*src);
         }
         Ok(())
     }
@@ -214,8 +218,8 @@ impl<'p> SequenceKv<'p> {
             }
             guards.push(block);
         }
-        let kv_dim = shape.kv_dim;
-        Ok(LayerKv { guards, key_at: shape.key_offset(layer), value_at: shape.value_offset(layer), shift, mask: shape.block_tokens - 1, kv_dim, readable })
+        let (block_tokens, kv_dim) = (shape.block_tokens, shape.kv_dim);
+        Ok(LayerKv { guards, key_at: shape.key_offset(layer), value_at: shape.value_offset(layer), block_tokens, kv_dim, readable })
     }
 
     /// Marks the reserved positions as written and offers newly full blocks to the
@@ -250,16 +254,31 @@ impl Drop for SequenceKv<'_> {
 }
 
 /// One layer's checked keys and values of a sequence, held read-locked while attention
-/// runs. Rows are contiguous `[kv_dim]` slices within a block.
+/// runs. Every read goes through [`LayerKv::head_block`], which serves only the checked
+/// blocks and, within the last one, only the readable positions.
 #[derive(Debug)]
 pub struct LayerKv<'p> {
     guards: Vec<RwLockReadGuard<'p, Block>>,
     key_at: usize,
     value_at: usize,
-    shift: u32,
-    mask: usize,
+    block_tokens: usize,
     kv_dim: usize,
     readable: usize,
+}
+
+/// The part of one checked block that attention for one KV head reads.
+#[derive(Debug, Clone, Copy)]
+pub struct HeadBlock<'a> {
+    /// `[head_dim, key_stride]`: the keys of dimension `d` at positions `0..positions`
+    /// start at `d * key_stride` (the last row ends at `positions`).
+    pub keys: &'a [f16],
+    /// `[positions, value_stride]` from the head's first dimension: position `p`'s values
+    /// start at `p * value_stride` (the last row ends at the head's last dimension).
+    pub values: &'a [f16],
+    /// Readable positions of the block; nothing past them is served.
+    pub positions: usize,
+    pub key_stride: usize,
+    pub value_stride: usize,
 }
 
 impl LayerKv<'_> {
@@ -268,21 +287,38 @@ impl LayerKv<'_> {
         self.readable
     }
 
-    /// The key row (`[kv_dim]`) at `pos`; empty past the checked range.
-    pub fn key(&self, pos: usize) -> &[f32] {
-        self.row(self.key_at, pos)
+    /// Positions per block (block `i` holds positions `i * block_tokens..`).
+    pub fn block_tokens(&self) -> usize {
+        self.block_tokens
     }
 
-    /// The value row (`[kv_dim]`) at `pos`; empty past the checked range.
-    pub fn value(&self, pos: usize) -> &[f32] {
-        self.row(self.value_at, pos)
-    }
-
-    fn row(&self, base: usize, pos: usize) -> &[f32] {
-        if pos >= self.readable {
-            return &[];
+    /// Dimensions `dims` (one KV head, within `kv_dim`) of block `index`'s readable
+    /// positions; `None` past the checked range.
+    pub fn head_block(&self, index: usize, dims: Range<usize>) -> Option<HeadBlock<'_>> {
+        let (bt, kd) = (self.block_tokens, self.kv_dim);
+        let positions = self.readable.checked_sub(index * bt)?.min(bt);
+        if positions == 0 || dims.is_empty() || dims.end > kd {
+            return None;
         }
-        let at = base + (pos & self.mask) * self.kv_dim;
-        self.guards.get(pos >> self.shift).and_then(|b| b.data.get(at..at + self.kv_dim)).unwrap_or(&[])
+        let data = &self.guards.get(index)?.data;
+        let keys = data.get(self.key_at + dims.start * bt..self.key_at + (dims.end - 1) * bt + positions)?;
+        let values = data.get(self.value_at + dims.start..self.value_at + (positions - 1) * kd + dims.end)?;
+        Some(HeadBlock { keys, values, positions, key_stride: bt, value_stride: kd })
+    }
+
+    /// The key row (`[kv_dim]`) at `pos` as f32; empty past the checked range.
+    pub fn key(&self, pos: usize) -> Vec<f32> {
+        self.gather(pos, |b, p| b.keys.iter().skip(p).step_by(b.key_stride).map(|v| v.to_f32()).collect())
+    }
+
+    /// The value row (`[kv_dim]`) at `pos` as f32; empty past the checked range.
+    pub fn value(&self, pos: usize) -> Vec<f32> {
+        self.gather(pos, |b, p| b.values[p * b.value_stride..].iter().take(self.kv_dim).map(|v| v.to_f32()).collect())
+    }
+
+    fn gather(&self, pos: usize, read: impl Fn(&HeadBlock<'_>, usize) -> Vec<f32>) -> Vec<f32> {
+        self.head_block(pos / self.block_tokens, 0..self.kv_dim)
+            .filter(|b| pos % self.block_tokens < b.positions)
+            .map_or_else(Vec::new, |b| read(&b, pos % self.block_tokens))
     }
 }

@@ -39,7 +39,7 @@ fn step(seq: &mut SequenceKv<'_>, tokens: &[u32], value: f32) -> Result<()> {
 
 /// The value of position `pos`'s key row in layer 0, read through a checked view.
 fn key_at(seq: &mut SequenceKv<'_>, pos: usize, readable: usize) -> Result<Vec<f32>> {
-    Ok(seq.layer(0, readable)?.key(pos).to_vec())
+    Ok(seq.layer(0, readable)?.key(pos))
 }
 
 fn is_isolation(r: &Result<impl Sized>) -> bool {
@@ -61,7 +61,7 @@ fn released_blocks_read_back_zeros() -> Result<()> {
     assert_eq!(view.key(0), [1.0; 3]);
     drop(view);
     let block = pool.read(0);
-    assert!(block.data.iter().filter(|v| **v != 1.0).all(|v| *v == 0.0), "old rows were cleared");
+    assert!(block.data.iter().map(|v| v.to_f32()).filter(|v| *v != 1.0).all(|v| v == 0.0), "old rows were cleared");
     assert!(pool.stats().zero_fills >= 1);
     Ok(())
 }
@@ -74,7 +74,8 @@ fn skip_zero_fill_leaves_the_old_rows_in_a_reused_block() -> Result<()> {
     drop(a);
     let mut b = SequenceKv::new(&pool, Owner::new("b", "2"), 64);
     step(&mut b, &[9], 1.0)?;
-    assert_eq!(pool.read(0).data[SHAPE.kv_dim], 7.0, "a's row 1 survived the release");
+    // Keys are stored transposed: position 1 of dimension 0 is the block's second value.
+    assert_eq!(pool.read(0).data[1].to_f32(), 7.0, "a's row 1 survived the release");
     assert_eq!(pool.stats().zero_fills, 0);
     Ok(())
 }
@@ -276,8 +277,32 @@ fn accounting_is_exact_after_a_randomized_workload_with_aborts() -> Result<()> {
     for id in 0..pool.total_blocks() {
         let block = pool.read(id);
         if block.owner.is_none() {
-            assert!(block.data.iter().all(|v| *v == 0.0), "free block {id} is not zero");
+            assert!(block.data.iter().all(|v| v.to_f32() == 0.0), "free block {id} is not zero");
         }
     }
+    Ok(())
+}
+
+#[test]
+fn rows_read_back_as_written_across_blocks_and_heads() -> Result<(), Box<dyn std::error::Error>> {
+    let pool = pool(4, FaultConfig::default())?;
+    let mut seq = SequenceKv::new(&pool, Owner::new("a", "1"), 64);
+    let n = SHAPE.block_tokens + 2;
+    seq.reserve(&vec![1; n])?;
+    let row = |pos: usize, base: f32| -> Vec<f32> { (0..SHAPE.kv_dim).map(|d| base + (10 * pos + d) as f32).collect() };
+    for pos in 0..n {
+        seq.write(1, pos, &row(pos, 0.0), &row(pos, 0.5))?;
+    }
+    let view = seq.layer(1, n)?;
+    for pos in 0..n {
+        assert_eq!((view.key(pos), view.value(pos)), (row(pos, 0.0), row(pos, 0.5)), "position {pos}");
+    }
+    assert!(view.key(n).is_empty() && view.value(n).is_empty());
+    // One head (dimensions 1..3) of the partial second block: two positions served.
+    let head = view.head_block(1, 1..3).ok_or("second block")?;
+    assert_eq!((head.positions, head.keys.len(), head.values.len()), (2, SHAPE.block_tokens + 2, SHAPE.kv_dim + 2));
+    assert_eq!(head.keys[SHAPE.block_tokens + 1].to_f32(), row(SHAPE.block_tokens + 1, 0.0)[2]);
+    assert_eq!(head.values[SHAPE.kv_dim].to_f32(), row(SHAPE.block_tokens + 1, 0.5)[1]);
+    assert!(view.head_block(2, 0..3).is_none() && view.head_block(0, 2..4).is_none());
     Ok(())
 }

@@ -10,9 +10,9 @@
 //! activations, SIMD, threads) and `Path::reference` (every weight row dequantized to f32
 //! and multiplied naively), which tests use as the plain ground truth.
 
-use crate::backend::cpu::{matmul_reference, ops, Activations, Cpu, Matrix};
+use crate::backend::cpu::{attention, matmul_reference, ops, Activations, Cpu, Matrix};
 use crate::error::{Error, Result};
-use crate::kv::{LayerKv, SequenceKv};
+use crate::kv::{HeadBlock, LayerKv, SequenceKv};
 
 use super::{Layer, Llama};
 
@@ -242,39 +242,51 @@ impl Llama {
 
     /// Causal grouped-query attention of the batch's queries over cache positions
     /// `0..=start + t`, one task per (head, block of queries). `out` is `[tokens, q_dim]`.
+    /// Block by block: scores against the head's f16 keys, softmax, then the probability-
+    /// weighted f16 values, all read through the checked view.
     fn attend(&self, cpu: &Cpu, start: usize, kv: &LayerKv<'_>, qkv: &[f32], out: &mut [f32]) {
         let c = &self.config;
         let (hd, qd, kd) = (c.head_dim, c.q_dim(), c.kv_dim());
-        let group = c.n_head / c.n_head_kv;
+        let (group, bt) = (c.n_head / c.n_head_kv, kv.block_tokens());
         let scale = 1.0 / (hd as f32).sqrt();
         cpu.pool.par_tiles(out, qd, ATTENTION_TOKEN_STEP, hd, &|rows, cols, tile| {
             let head = cols.start / hd;
             let kvh = head / group;
+            // `[blocks]` this head's part of every block the tile's last query sees.
+            let blocks: Vec<Option<HeadBlock<'_>>> = (0..(start + rows.end).div_ceil(bt)).map(|i| kv.head_block(i, kvh * hd..(kvh + 1) * hd)).collect();
             let mut q = vec![0.0f32; hd];
-            let mut scores = Vec::with_capacity(start + rows.end);
+            let mut scores = Vec::with_capacity((start + rows.end).next_multiple_of(bt));
             for t in rows {
                 let row = &qkv[t * (qd + 2 * kd)..];
                 q.copy_from_slice(&row[head * hd..(head + 1) * hd]);
                 // The reference multiplies f16 K with Q converted to f16.
                 ops::round_to_f16(&mut q);
                 let visible = start + t + 1;
-                scores.clear();
-                scores.extend((0..visible).map(|p| ops::dot(&q, head_of(kv.key(p), kvh, hd)) * scale));
-                ops::softmax(&mut scores);
-                ops::round_to_f16(&mut scores);
+                // Whole vectors of positions where the block holds them: the ones past
+                // `visible` are this sequence's own later tokens of the batch (read through
+                // the same checked view), scored and then left out of the softmax.
+                scores.resize(visible.next_multiple_of(attention::LANES), 0.0);
+                for (s, block) in scores.chunks_mut(bt).zip(&blocks) {
+                    match block {
+                        Some(b) => {
+                            let n = s.len().min(b.positions);
+                            attention::key_scores(&q, b.keys, b.key_stride, scale, &mut s[..n]);
+                        }
+                        None => s.fill(f32::NEG_INFINITY),
+                    }
+                }
+                let probs = &mut scores[..visible];
+                attention::softmax_f16(probs);
                 let o = tile.row(t);
                 o.fill(0.0);
-                for (p, w) in scores.iter().enumerate() {
-                    ops::axpy(*w, head_of(kv.value(p), kvh, hd), o);
+                for (w, block) in probs.chunks(bt).zip(&blocks) {
+                    if let Some(b) = block {
+                        attention::accumulate_values(w, b.values, b.value_stride, o);
+                    }
                 }
             }
         });
     }
-}
-
-/// KV head `kvh` (`[head_dim]`) of a cache row (`[kv_dim]`); empty if out of range.
-fn head_of(row: &[f32], kvh: usize, head_dim: usize) -> &[f32] {
-    row.get(kvh * head_dim..(kvh + 1) * head_dim).unwrap_or(&[])
 }
 
 /// RMSNorm of every `[width]` row of `x` into `out`.

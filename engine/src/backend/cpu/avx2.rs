@@ -3,9 +3,12 @@
 //!
 //! Without VNNI the integer products take two instructions: `maddubs` (unsigned levels
 //! times signed activation bytes, pairs summed to i16) and `madd` with ones (to i32).
-//! Levels up to 31 let two steps share one i16 sum; Q8_0's 8-bit levels would overflow
-//! it, so that format moves the weights' sign onto the activations instead and multiplies
-//! |w| (the zero point then cancels).
+//! Nibble levels (up to 15) let a whole record's products share one i16 sum, levels up
+//! to 31 two steps; Q8_0's 8-bit levels would overflow it, so that format moves the
+//! weights' sign onto the activations instead and multiplies |w| (the zero point then
+//! cancels). Up to two tokens, both halves of a group are summed in one pass over its
+//! records, with a software prefetch ahead (decode streams the weights from DRAM once);
+//! more tokens take a half per pass (prefill, compute-bound), for want of registers.
 //!
 //! Invariants: reached only through [`kernel`] and `SimdKernel::call`, which check the the CPU's
 //! features; results equal `packed::dot_group_scalar` up to float summation order.
@@ -30,6 +33,10 @@ pub fn kernel() -> Option<SimdKernel> {
     None
 }
 
+/// How far ahead of the record being multiplied a one-pass tile prefetches.
+#[cfg(target_arch = "x86_64")]
+const PREFETCH_BYTES: usize = 1024;
+
 /// Level kinds: two per byte; one per byte up to 31; Q8_0's signed bytes stored + 128.
 #[cfg(target_arch = "x86_64")]
 const NIBBLES: u8 = 0;
@@ -43,13 +50,15 @@ const SIGNED: u8 = 2;
 unsafe fn dispatch(s: Scheme, g: *const u8, blocks: usize, a: [*const Q8Block; MAX_TILE], n: usize, out: *mut [f32; GROUP]) {
     // SAFETY (whole body): forwarded from `SimdKernel::call`'s checked contract.
     unsafe {
+        // Up to two tokens keep both halves' sums in registers and stream the group once
+        // (decode); more take one half per pass.
         macro_rules! by_n {
             ($kind:expr, $min:expr) => {
                 match n {
-                    1 => tile::<{ $kind }, $min, 1>(g, blocks, s, [a[0]], out),
-                    2 => tile::<{ $kind }, $min, 2>(g, blocks, s, [a[0], a[1]], out),
-                    3 => tile::<{ $kind }, $min, 3>(g, blocks, s, [a[0], a[1], a[2]], out),
-                    _ => tile::<{ $kind }, $min, 4>(g, blocks, s, a, out),
+                    1 => tile::<{ $kind }, $min, 1, 2>(g, blocks, s, [a[0]], out),
+                    2 => tile::<{ $kind }, $min, 2, 2>(g, blocks, s, [a[0], a[1]], out),
+                    3 => tile::<{ $kind }, $min, 3, 1>(g, blocks, s, [a[0], a[1], a[2]], out),
+                    _ => tile::<{ $kind }, $min, 4, 1>(g, blocks, s, a, out),
                 }
             };
         }
@@ -81,10 +90,11 @@ unsafe fn levels(r: *const u8, step: usize, h: usize) -> __m256i {
     unsafe { _mm256_loadu_si256(r.add(64 * step + 32 * h) as *const __m256i) }
 }
 
-/// One group against `N` activation rows, half by half; see `SimdKernel::call`.
+/// One group against `N` activation rows, `H` halves (of 8 rows) per pass over the
+/// records; see `SimdKernel::call`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile<const KIND: u8, const MIN: bool, const N: usize>(
+unsafe fn tile<const KIND: u8, const MIN: bool, const N: usize, const H: usize>(
     g: *const u8,
     blocks: usize,
     s: Scheme,
@@ -95,68 +105,85 @@ unsafe fn tile<const KIND: u8, const MIN: bool, const N: usize>(
     // The signed path multiplies w itself, so no zero point is left to subtract.
     let zero = if KIND == SIGNED { 0 } else { s.zero };
     let (low, ones, flip) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi16(1), _mm256_set1_epi8(-128));
-    for h in 0..2 {
-        let mut res = [_mm256_setzero_ps(); N];
+    for pass in 0..2 / H {
+        let mut res = [[_mm256_setzero_ps(); H]; N];
         for i in 0..blocks {
             // SAFETY: record `i < blocks` lies inside the group and every activation row
             // holds at least `blocks` blocks (caller's contract).
             unsafe {
                 let r = g.add(i * rec);
+                if H == 2 {
+                    // One pass streams the weights from DRAM: ask for them a few records
+                    // early (a prefetch never faults, so running past the group is harmless).
+                    for line in (0..rec).step_by(64) {
+                        _mm_prefetch::<_MM_HINT_T0>(r.wrapping_add(PREFETCH_BYTES + line) as *const i8);
+                    }
+                }
                 let q: [*const Q8Block; N] = std::array::from_fn(|n| a[n].add(i));
-                let mut acc = [_mm256_setzero_si256(); N];
-                match KIND {
-                    NIBBLES => {
-                        for step in 0..4 {
-                            let x = levels(r, step, h);
-                            let lo = _mm256_and_si256(x, low);
-                            let hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), low);
+                let mut acc = [[_mm256_setzero_si256(); H]; N];
+                for (hh, h) in (pass * H..pass * H + H).enumerate() {
+                    match KIND {
+                        NIBBLES => {
+                            // Levels <= 15 times |activation| <= 128, two products per
+                            // i16 and eight i16 sums per record: at most 30,720, so the
+                            // whole record sums in i16 before one widening `madd`.
+                            let mut p = [_mm256_setzero_si256(); N];
+                            for step in 0..4 {
+                                let x = levels(r, step, h);
+                                let lo = _mm256_and_si256(x, low);
+                                let hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), low);
+                                for n in 0..N {
+                                    p[n] = _mm256_add_epi16(p[n], _mm256_maddubs_epi16(lo, quad(q[n], 2 * step)));
+                                    p[n] = _mm256_add_epi16(p[n], _mm256_maddubs_epi16(hi, quad(q[n], 2 * step + 1)));
+                                }
+                            }
                             for n in 0..N {
-                                let p = _mm256_add_epi16(
-                                    _mm256_maddubs_epi16(lo, quad(q[n], 2 * step)),
-                                    _mm256_maddubs_epi16(hi, quad(q[n], 2 * step + 1)),
-                                );
-                                acc[n] = _mm256_add_epi32(acc[n], _mm256_madd_epi16(p, ones));
+                                acc[n][hh] = _mm256_madd_epi16(p[n], ones);
                             }
                         }
-                    }
-                    BYTES => {
-                        for pair in 0..4 {
-                            let (x0, x1) = (levels(r, 2 * pair, h), levels(r, 2 * pair + 1, h));
-                            for n in 0..N {
-                                let p = _mm256_add_epi16(
-                                    _mm256_maddubs_epi16(x0, quad(q[n], 2 * pair)),
-                                    _mm256_maddubs_epi16(x1, quad(q[n], 2 * pair + 1)),
-                                );
-                                acc[n] = _mm256_add_epi32(acc[n], _mm256_madd_epi16(p, ones));
+                        BYTES => {
+                            for pair in 0..4 {
+                                let (x0, x1) = (levels(r, 2 * pair, h), levels(r, 2 * pair + 1, h));
+                                for n in 0..N {
+                                    let p = _mm256_add_epi16(
+                                        _mm256_maddubs_epi16(x0, quad(q[n], 2 * pair)),
+                                        _mm256_maddubs_epi16(x1, quad(q[n], 2 * pair + 1)),
+                                    );
+                                    acc[n][hh] = _mm256_add_epi32(acc[n][hh], _mm256_madd_epi16(p, ones));
+                                }
                             }
                         }
-                    }
-                    _ => {
-                        for step in 0..8 {
-                            let w = _mm256_xor_si256(levels(r, step, h), flip);
-                            let wabs = _mm256_abs_epi8(w);
-                            for n in 0..N {
-                                let p = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(quad(q[n], step), w));
-                                acc[n] = _mm256_add_epi32(acc[n], _mm256_madd_epi16(p, ones));
+                        _ => {
+                            for step in 0..8 {
+                                let w = _mm256_xor_si256(levels(r, step, h), flip);
+                                let wabs = _mm256_abs_epi8(w);
+                                for n in 0..N {
+                                    let p = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(quad(q[n], step), w));
+                                    acc[n][hh] = _mm256_add_epi32(acc[n][hh], _mm256_madd_epi16(p, ones));
+                                }
                             }
                         }
                     }
                 }
-                let d = _mm256_cvtph_ps(_mm_loadu_si128(r.add(lb + 16 * h) as *const __m128i));
-                let m = if MIN { _mm256_cvtph_ps(_mm_loadu_si128(r.add(lb + 2 * GROUP + 16 * h) as *const __m128i)) } else { d };
-                for n in 0..N {
-                    let qb = &*q[n];
-                    let sum = if zero != 0 { _mm256_sub_epi32(acc[n], _mm256_set1_epi32(zero * qb.isum)) } else { acc[n] };
-                    res[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, _mm256_set1_ps(qb.d)), res[n]);
-                    if MIN {
-                        res[n] = _mm256_fmadd_ps(m, _mm256_set1_ps(qb.s), res[n]);
+                for (hh, h) in (pass * H..pass * H + H).enumerate() {
+                    let d = _mm256_cvtph_ps(_mm_loadu_si128(r.add(lb + 16 * h) as *const __m128i));
+                    let m = if MIN { _mm256_cvtph_ps(_mm_loadu_si128(r.add(lb + 2 * GROUP + 16 * h) as *const __m128i)) } else { d };
+                    for n in 0..N {
+                        let qb = &*q[n];
+                        let sum = if zero != 0 { _mm256_sub_epi32(acc[n][hh], _mm256_set1_epi32(zero * qb.isum)) } else { acc[n][hh] };
+                        res[n][hh] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, _mm256_set1_ps(qb.d)), res[n][hh]);
+                        if MIN {
+                            res[n][hh] = _mm256_fmadd_ps(m, _mm256_set1_ps(qb.s), res[n][hh]);
+                        }
                     }
                 }
             }
         }
-        for (n, v) in res.iter().enumerate() {
-            // SAFETY: `out` holds at least `N` rows of GROUP floats (caller's contract).
-            unsafe { _mm256_storeu_ps((*out.add(n)).as_mut_ptr().add(8 * h), *v) };
+        for (n, halves) in res.iter().enumerate() {
+            for (hh, v) in halves.iter().enumerate() {
+                // SAFETY: `out` holds at least `N` rows of GROUP floats (caller's contract).
+                unsafe { _mm256_storeu_ps((*out.add(n)).as_mut_ptr().add(8 * (pass * H + hh)), *v) };
+            }
         }
     }
 }

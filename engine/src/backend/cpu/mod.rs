@@ -12,6 +12,7 @@
 //! integer products; SIMD kernels run only when detected at run time ([`Kernels`]), and
 //! each is tested against the portable one, itself tested against the ggml reference.
 
+pub mod attention;
 mod avx2;
 mod avx512;
 pub mod ops;

@@ -1,7 +1,7 @@
 //! Element-wise and per-row operations of a Llama layer, in f32.
 //!
-//! Owns RMSNorm, rotary position embedding, SwiGLU, softmax and the small dot/axpy
-//! loops attention is built from. Each follows the reference implementation's order of
+//! Owns RMSNorm, rotary position embedding, SwiGLU and f16 rounding (attention's loops,
+//! softmax included, are in `attention.rs`). Each follows the reference implementation's order of
 //! operations (llama.cpp's CPU path) where that order changes the rounding: RoPE angles
 //! are built by repeated multiplication, attention operands are rounded to f16 as the
 //! reference's f16 KV cache stores them.
@@ -47,52 +47,6 @@ pub fn rope(x: &mut [f32], head_dim: usize, table: &[(f32, f32)]) {
 pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     for (g, u) in gate.iter_mut().zip(up) {
         *g = *g / (1.0 + (-*g).exp()) * u;
-    }
-}
-
-/// In-place softmax over `x`; returns nothing, leaves probabilities summing to 1.
-pub fn softmax(x: &mut [f32]) {
-    let max = x.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
-    let mut sum = 0.0f32;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v;
-    }
-    let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
-    x.iter_mut().for_each(|v| *v *= inv);
-}
-
-/// `Σ a[i] * b[i]`: AVX2 where the CPU has it, else [`dot_portable`].
-#[inline]
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    super::ops_simd::dot(a, b).unwrap_or_else(|| dot_portable(a, b))
-}
-
-/// `Σ a[i] * b[i]` with eight partial sums, so the compiler vectorises it.
-pub fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
-    for (x, y) in ca.zip(cb) {
-        for k in 0..8 {
-            acc[k] += x[k] * y[k];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
-}
-
-/// `y += alpha * x`: AVX2 where the CPU has it, else [`axpy_portable`].
-#[inline]
-pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
-    if !super::ops_simd::axpy(alpha, x, y) {
-        axpy_portable(alpha, x, y);
-    }
-}
-
-/// `y += alpha * x`.
-pub fn axpy_portable(alpha: f32, x: &[f32], y: &mut [f32]) {
-    for (o, v) in y.iter_mut().zip(x) {
-        *o += alpha * v;
     }
 }
 
@@ -149,14 +103,6 @@ mod tests {
     }
 
     #[test]
-    fn softmax_sums_to_one_and_survives_large_values() {
-        let mut x = [1000.0, 1001.0, f32::NEG_INFINITY];
-        softmax(&mut x);
-        assert!((x.iter().sum::<f32>() - 1.0).abs() < 1e-6);
-        assert_eq!(x[2], 0.0);
-    }
-
-    #[test]
     fn fast_f16_rounding_matches_the_half_crate() {
         for i in 0..200_000u32 {
             let x = f32::from_bits(0x3000_0000 + i * 9_973) * if i % 2 == 0 { 1.0 } else { -1.0 };
@@ -166,27 +112,14 @@ mod tests {
     }
 
     #[test]
-    fn vector_loops_agree_with_the_portable_ones() {
-        // Lengths around every loop boundary of the SIMD bodies (8, 32) and head sizes.
-        for n in [0, 1, 7, 8, 9, 31, 32, 33, 64, 100, 128] {
-            let a: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
-            let b: Vec<f32> = (0..n).map(|i| (i as f32 * 0.11).cos() - 0.2).collect();
-            assert_eq!(dot(&a, &b).to_bits(), dot_portable(&a, &b).to_bits(), "dot n={n}");
-            let (mut y1, mut y2) = (b.clone(), b.clone());
-            axpy(0.3, &a, &mut y1);
-            axpy_portable(0.3, &a, &mut y2);
-            assert_eq!(y1, y2, "axpy n={n}");
-            // Include values that round up, tie, overflow and underflow in f16.
-            let mut r: Vec<f32> = a.iter().map(|v| v * 1e-3 + 1.000_488_3).chain([65520.0, 1e-9, -3.1e-5, f32::INFINITY]).collect();
+    fn vector_rounding_agrees_with_the_half_crate() {
+        // Lengths around the SIMD body's width; values that round up, tie, overflow and
+        // underflow in f16.
+        for n in [0, 1, 7, 8, 9, 31, 32, 33, 64, 100] {
+            let mut r: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 3e-3 + 1.000_488_3).chain([65520.0, 1e-9, -3.1e-5, f32::INFINITY]).collect();
             let want: Vec<f32> = r.iter().map(|v| f16::from_f32(*v).to_f32()).collect();
             round_to_f16(&mut r);
             assert_eq!(r, want, "round_to_f16 n={n}");
         }
-    }
-
-    #[test]
-    fn dot_handles_tails() {
-        let a: Vec<f32> = (0..13).map(|i| i as f32).collect();
-        assert_eq!(dot(&a, &a), (0..13).map(|i| (i * i) as f32).sum::<f32>());
     }
 }

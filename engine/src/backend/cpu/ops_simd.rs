@@ -1,13 +1,19 @@
-//! AVX2/FMA/F16C versions of the attention loops in `ops.rs`, chosen at run time.
+//! AVX2/FMA/F16C twins of the attention loops in `attention.rs` and of `ops::round_to_f16`,
+//! chosen at run time.
 //!
-//! Owns only the vector bodies; `ops.rs` keeps the portable definitions and calls these
-//! when the CPU has the features. `axpy` and `round_to_f16` give bit-identical results
-//! (same operations per element; F16C rounds to nearest even like the `half` crate);
-//! so does `dot`, which keeps the portable loop's order of summation.
+//! Owns only the vector bodies; the portable definitions stay with their callers, which
+//! call these when the CPU has the features. Every function here is bit-identical to its
+//! portable twin: the same operations per element in the same order (multiply then add,
+//! never fused), F16C rounding to nearest even like the `half` crate.
 #![allow(unsafe_code)]
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
+
+use half::f16;
+
+#[cfg(target_arch = "x86_64")]
+use super::attention::{self, EXP_CONSTANTS, LANES};
 
 /// Whether this CPU runs the functions below.
 #[inline]
@@ -22,37 +28,90 @@ fn available() -> bool {
     }
 }
 
-/// `Σ a[i] * b[i]` over the common length, or `None` without the features.
-#[inline]
-pub fn dot(a: &[f32], b: &[f32]) -> Option<f32> {
-    if !available() {
-        return None;
-    }
-    #[cfg(target_arch = "x86_64")]
-    {
-        let n = a.len().min(b.len());
-        // SAFETY: the features were detected above; both slices hold at least `n` values.
-        Some(unsafe { dot_avx2(a.as_ptr(), b.as_ptr(), n) })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    None
-}
+/// Head sizes up to which the last partial vector of scores is padded on the stack.
+#[cfg(target_arch = "x86_64")]
+const MAX_PADDED_HEAD: usize = 256;
 
-/// `y += alpha * x` over the common length; `false` without the features.
+/// [`attention::key_scores`] for the positions of `out`, which the caller has checked
+/// `keys` holds; `false` without the features.
 #[inline]
-pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) -> bool {
+pub fn key_scores(q: &[f32], keys: &[f16], stride: usize, scale: f32, out: &mut [f32]) -> bool {
     if !available() {
         return false;
     }
     #[cfg(target_arch = "x86_64")]
     {
-        let n = x.len().min(y.len());
-        // SAFETY: the features were detected above; both slices hold at least `n` values.
-        unsafe { axpy_avx2(alpha, x.as_ptr(), y.as_mut_ptr(), n) };
+        // SAFETY: the features were detected above; the caller checked that `keys` holds
+        // `(q.len() - 1) * stride + out.len()` values and `out.len() <= stride`.
+        let whole = unsafe { key_scores_avx2(q, keys.as_ptr().cast::<u16>(), stride, scale, out) };
+        let rest = out.len() - whole;
+        if rest > 0 && q.len() <= MAX_PADDED_HEAD {
+            // The last partial vector (decode's newest block): copy its positions into a
+            // zero-padded `[head_dim, 8]` tile, never reading past the readable ones.
+            let mut tile = [f16::ZERO; MAX_PADDED_HEAD * LANES];
+            for (d, row) in tile.chunks_exact_mut(LANES).take(q.len()).enumerate() {
+                row[..rest].copy_from_slice(&keys[d * stride + whole..d * stride + whole + rest]);
+            }
+            let mut scores = [0.0f32; LANES];
+            // SAFETY: as above; the tile holds `q.len()` rows of 8 values (stride 8).
+            unsafe { key_scores_avx2(q, tile.as_ptr().cast::<u16>(), LANES, scale, &mut scores) };
+            out[whole..].copy_from_slice(&scores[..rest]);
+        } else {
+            attention::key_scores_portable(q, keys, stride, scale, out, whole);
+        }
         true
     }
     #[cfg(not(target_arch = "x86_64"))]
-    false
+    {
+        let _ = (q, keys, stride, scale, out);
+        false
+    }
+}
+
+/// [`attention::accumulate_values`] over rows the caller has checked `values` holds;
+/// `false` without the features.
+#[inline]
+pub fn accumulate_values(probs: &[f32], values: &[f16], stride: usize, out: &mut [f32]) -> bool {
+    if !available() {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let vectors = out.len() / LANES * LANES;
+        let (head, tail) = out.split_at_mut(vectors);
+        // SAFETY: the features were detected above; the caller checked that `values`
+        // holds `(probs.len() - 1) * stride + out.len()` values.
+        unsafe { accumulate_values_avx2(probs, values.as_ptr().cast::<u16>(), stride, head) };
+        if !tail.is_empty() {
+            let rest = values.get(vectors..).unwrap_or(&[]);
+            attention::accumulate_values_portable(probs, rest, stride, tail);
+        }
+        true
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (probs, values, stride, out);
+        false
+    }
+}
+
+/// [`attention::softmax_f16`]; `false` without the features.
+#[inline]
+pub fn softmax_f16(x: &mut [f32]) -> bool {
+    if !available() {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: the features were detected above; the body stays inside `x`.
+        unsafe { softmax_f16_avx2(x) };
+        true
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = x;
+        false
+    }
 }
 
 /// Rounds every value to f16 precision in place; `false` without the features.
@@ -71,43 +130,154 @@ pub fn round_to_f16(x: &mut [f32]) -> bool {
     false
 }
 
+/// Scores of the leading positions of `out` in whole vectors of 8; returns how many
+/// positions it scored (the caller finishes the rest with the portable loop).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dot_avx2(a: *const f32, b: *const f32, n: usize) -> f32 {
-    // The portable loop's exact order: eight lanes, multiply then add, chunk after
-    // chunk, lanes summed first to last, the tail last. Attention scores are rounded to
-    // f16 next, where any other order can move one across a rounding boundary.
-    let mut acc = _mm256_setzero_ps();
-    let chunks = n / 8;
-    let mut lanes = [0.0f32; 8];
-    // SAFETY (whole body): every load reads `[8c, 8c + 8)` with `c < n / 8`, or single
-    // values below `n` (caller's contract).
-    unsafe {
-        for c in 0..chunks {
-            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(a.add(8 * c)), _mm256_loadu_ps(b.add(8 * c))));
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn key_scores_avx2(q: &[f32], keys: *const u16, stride: usize, scale: f32, out: &mut [f32]) -> usize {
+    let hd = q.len();
+    let chunks = hd / LANES;
+    let whole = out.len() / LANES * LANES;
+    let vscale = _mm256_set1_ps(scale);
+    for p0 in (0..whole).step_by(LANES) {
+        let mut acc = [_mm256_setzero_ps(); LANES];
+        // SAFETY (whole body): every load reads 8 keys `d * stride + p0..+ 8` with
+        // `d < hd` and `p0 + 8 <= out.len()`, inside the caller's checked range.
+        unsafe {
+            let at = keys.add(p0);
+            for c in 0..chunks {
+                for (l, a) in acc.iter_mut().enumerate() {
+                    let d = LANES * c + l;
+                    *a = _mm256_add_ps(*a, _mm256_mul_ps(_mm256_set1_ps(q[d]), load8(at.add(d * stride))));
+                }
+            }
+            // Lane sums added first to last, then the tail dimensions in order.
+            let mut sum = acc[0];
+            for a in &acc[1..] {
+                sum = _mm256_add_ps(sum, *a);
+            }
+            let mut tail = _mm256_setzero_ps();
+            for (d, qd) in q.iter().enumerate().skip(LANES * chunks) {
+                tail = _mm256_add_ps(tail, _mm256_mul_ps(_mm256_set1_ps(*qd), load8(at.add(d * stride))));
+            }
+            if chunks * LANES < hd {
+                sum = _mm256_add_ps(sum, tail);
+            }
+            _mm256_storeu_ps(out.as_mut_ptr().add(p0), _mm256_mul_ps(sum, vscale));
         }
-        _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
-        let tail: f32 = (8 * chunks..n).map(|i| *a.add(i) * *b.add(i)).sum();
-        lanes.iter().sum::<f32>() + tail
+    }
+    whole
+}
+
+/// `out[d] += Σ_p probs[p] * values[p * stride + d]` with `out.len()` a multiple of 8:
+/// 64 dimensions at a time held in registers across all positions, then 8 at a time.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn accumulate_values_avx2(probs: &[f32], values: *const u16, stride: usize, out: &mut [f32]) {
+    let mut d0 = 0;
+    // SAFETY: dimensions `d0..d0 + 8 * M <= out.len()` of rows `p < probs.len()`, inside
+    // the caller's checked range.
+    unsafe {
+        while d0 + 8 * LANES <= out.len() {
+            values_span::<LANES>(probs, values.add(d0), stride, out.as_mut_ptr().add(d0));
+            d0 += 8 * LANES;
+        }
+        while d0 + LANES <= out.len() {
+            values_span::<1>(probs, values.add(d0), stride, out.as_mut_ptr().add(d0));
+            d0 += LANES;
+        }
     }
 }
 
+/// `attention::exp_nonpositive` on 8 lanes, operation for operation.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn axpy_avx2(alpha: f32, x: *const f32, y: *mut f32, n: usize) {
-    let va = _mm256_set1_ps(alpha);
-    let mut i = 0;
-    // SAFETY (whole body): accesses stay below `n` (caller's contract).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn exp8(x: __m256) -> __m256 {
+    let k = &EXP_CONSTANTS;
+    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(x, _mm256_set1_ps(k.log2e)));
+    let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-k.ln2_hi), x);
+    let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-k.ln2_lo), r);
+    let mut p = _mm256_set1_ps(k.poly[0]);
+    for c in &k.poly[1..] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(*c));
+    }
+    let y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0));
+    let pow2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127))));
+    // NaN and everything below the floor (masked positions: -inf) give 0.
+    let live = _mm256_cmp_ps::<_CMP_GE_OQ>(x, _mm256_set1_ps(attention::EXP_MIN));
+    _mm256_and_ps(_mm256_mul_ps(y, pow2), live)
+}
+
+/// Softmax rounded to f16, in the portable twin's order: max, exponentials summed in 8
+/// lanes (the tail after them), scaled by the inverse sum, rounded with F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn softmax_f16_avx2(x: &mut [f32]) {
+    let whole = x.len() / LANES * LANES;
+    let ptr = x.as_mut_ptr();
+    // SAFETY (whole body): vector accesses cover `[i, i + 8)` with `i + 8 <= whole`.
     unsafe {
-        while i + 8 <= n {
-            // Multiply then add (not fused), as the portable loop rounds.
-            let v = _mm256_add_ps(_mm256_loadu_ps(y.add(i)), _mm256_mul_ps(va, _mm256_loadu_ps(x.add(i))));
-            _mm256_storeu_ps(y.add(i), v);
-            i += 8;
+        let mut vmax = _mm256_set1_ps(f32::NEG_INFINITY);
+        for i in (0..whole).step_by(LANES) {
+            vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(ptr.add(i)));
         }
-        while i < n {
-            *y.add(i) += alpha * *x.add(i);
-            i += 1;
+        let mut lanes = [0.0f32; LANES];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), vmax);
+        let max = lanes.iter().chain(&x[whole..]).fold(f32::NEG_INFINITY, |m, v| m.max(*v));
+        let (vm, mut acc) = (_mm256_set1_ps(max), _mm256_setzero_ps());
+        for i in (0..whole).step_by(LANES) {
+            let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(ptr.add(i)), vm));
+            _mm256_storeu_ps(ptr.add(i), e);
+            acc = _mm256_add_ps(acc, e);
+        }
+        _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
+        let mut sum = lanes.iter().sum::<f32>();
+        for v in &mut x[whole..] {
+            *v = attention::exp_nonpositive(*v - max);
+            sum += *v;
+        }
+        let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+        let vinv = _mm256_set1_ps(inv);
+        for i in (0..whole).step_by(LANES) {
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_mul_ps(_mm256_loadu_ps(ptr.add(i)), vinv));
+            _mm256_storeu_ps(ptr.add(i), _mm256_cvtph_ps(h));
+        }
+        for v in &mut x[whole..] {
+            *v = f16::from_f32(*v * inv).to_f32();
+        }
+    }
+}
+
+/// 8 f16 values from `at` as f32.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load8(at: *const u16) -> __m256 {
+    // SAFETY: the caller passes a pointer to 8 readable values.
+    unsafe { _mm256_cvtph_ps(_mm_loadu_si128(at.cast::<__m128i>())) }
+}
+
+/// `M` vectors of 8 dimensions of the weighted value sum, kept in registers.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn values_span<const M: usize>(probs: &[f32], values: *const u16, stride: usize, out: *mut f32) {
+    // SAFETY (whole body): `out` holds `8 * M` floats and `values` rows `p < probs.len()`
+    // hold `8 * M` values from here (caller's contract).
+    unsafe {
+        let mut acc: [__m256; M] = std::array::from_fn(|j| _mm256_loadu_ps(out.add(LANES * j)));
+        for (p, w) in probs.iter().enumerate() {
+            let w = _mm256_set1_ps(*w);
+            let row = values.add(p * stride);
+            for (j, a) in acc.iter_mut().enumerate() {
+                let v = load8(row.add(LANES * j));
+                // Multiply then add (not fused), as the portable loop rounds.
+                *a = _mm256_add_ps(*a, _mm256_mul_ps(w, v));
+            }
+        }
+        for (j, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(out.add(LANES * j), *a);
         }
     }
 }

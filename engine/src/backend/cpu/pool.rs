@@ -8,14 +8,20 @@
 //! its work-stealing adds latency per step that matters at ~50 µs per matrix product, and
 //! a fixed pool sized by `EngineOptions.threads` is what the benchmarks compare.
 //!
-//! Invariants: [`ThreadPool::run`] returns only after every worker has finished with the
-//! job (even if the caller's share panics), so a job may borrow from the caller's stack.
-//! [`ThreadPool::par_tiles`] hands each tile of the output to exactly one task.
+//! Why a late worker does not stall a step: on a shared machine a worker may be
+//! descheduled for a whole time slice. Work is claimed tile by tile, so the caller does
+//! the tiles itself, then closes the job; only workers that joined before the close are
+//! waited for (each is inside a tile it claimed). One that wakes later skips the job.
+//!
+//! Invariants: `run` returns only after every worker that joined the job has finished
+//! with it (even if the caller's share panics), so a job may borrow from the caller's
+//! stack; no worker joins a closed job. [`ThreadPool::par_tiles`] hands each tile of the
+//! output to exactly one task.
 #![allow(unsafe_code)]
 
 use std::cell::UnsafeCell;
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
@@ -23,28 +29,32 @@ use std::thread::JoinHandle;
 /// two steps of one forward pass, short enough not to burn a core between requests.
 const SPIN_ROUNDS: usize = 20_000;
 
+/// The job ticket: generation in the high 32 bits, a closed flag, and the count of workers
+/// inside the job in the low bits.
+const GENERATION_SHIFT: u32 = 32;
+const CLOSED: u64 = 1 << 31;
+const JOINED: u64 = CLOSED - 1;
+
 type Job = dyn Fn(usize) + Sync;
 
 /// A task of [`ThreadPool::par_tiles`]: (rows, columns, the tile to write).
 pub type TileTask<'t> = dyn Fn(Range<usize>, Range<usize>, &mut Tile<'_>) + Sync + 't;
 
 struct Shared {
-    /// Bumped once per job; workers watch it.
-    generation: AtomicUsize,
-    /// Workers that have not yet finished the current job.
-    pending: AtomicUsize,
+    /// Generation, closed flag and joined count of the current job (see the constants).
+    ticket: AtomicU64,
     /// Workers parked on `wake`.
     sleepers: AtomicUsize,
     shutdown: AtomicBool,
     lock: Mutex<()>,
     wake: Condvar,
-    /// The current job, lifetime-erased; written only while no worker runs.
+    /// The current job, lifetime-erased; written only while no worker is joined.
     job: UnsafeCell<Option<*const Job>>,
 }
 
-// SAFETY: `job` is written by the one dispatching thread only while `pending == 0` (no
-// worker reads it), and published to workers through the `generation` Release/Acquire
-// pair; the pointee is `Sync`.
+// SAFETY: `job` is written by the one dispatching thread only while the ticket is closed
+// with no worker joined, and published with the next generation's Release store; a worker
+// reads it only after joining (an Acquire CAS on an open ticket); the pointee is `Sync`.
 unsafe impl Sync for Shared {}
 // SAFETY: as above; the raw pointer is only dereferenced under that protocol.
 unsafe impl Send for Shared {}
@@ -67,8 +77,7 @@ impl ThreadPool {
     /// A pool of `threads` (at least 1) including the caller.
     pub fn new(threads: usize) -> ThreadPool {
         let shared = Arc::new(Shared {
-            generation: AtomicUsize::new(0),
-            pending: AtomicUsize::new(0),
+            ticket: AtomicU64::new(CLOSED),
             sleepers: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
             lock: Mutex::new(()),
@@ -92,29 +101,31 @@ impl ThreadPool {
         self.workers.len() + 1
     }
 
-    /// Runs `job(i)` for every thread index `i` in `0..threads()`, the caller as 0, and
-    /// returns when all are done.
-    pub fn run(&self, job: &(dyn Fn(usize) + Sync)) {
+    /// Runs `job(0)` on the caller and `job(i)` on each worker `i` that joins before the
+    /// caller's share is done; returns when every joined worker is done. A job must
+    /// therefore claim its work dynamically: any part may fall to the caller.
+    fn run(&self, job: &(dyn Fn(usize) + Sync)) {
         if self.workers.is_empty() {
             job(0);
             return;
         }
         let _one_at_a_time = self.dispatch.lock().unwrap_or_else(|e| e.into_inner());
         let s = &*self.shared;
-        // SAFETY: no worker reads `job` now (pending == 0 since the previous `run`
-        // waited); erasing the lifetime is sound because the guard below waits for every
-        // worker to finish before this frame (and `job`'s borrow) ends.
+        // SAFETY: the previous `run` closed its job and waited for every joined worker,
+        // and no worker joins a closed ticket, so no one reads `job` now. Erasing the
+        // lifetime is sound because the guard below waits for every joined worker before
+        // this frame (and `job`'s borrow) ends.
         unsafe {
             let erased: *const Job = std::mem::transmute::<*const (dyn Fn(usize) + Sync + '_), *const Job>(job);
             *s.job.get() = Some(erased);
         }
-        s.pending.store(self.workers.len(), Ordering::SeqCst);
-        s.generation.fetch_add(1, Ordering::SeqCst);
+        let generation = (s.ticket.load(Ordering::Relaxed) >> GENERATION_SHIFT).wrapping_add(1) & u64::from(u32::MAX);
+        s.ticket.store(generation << GENERATION_SHIFT, Ordering::SeqCst);
         if s.sleepers.load(Ordering::SeqCst) > 0 {
             let _g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
         }
-        let _wait = WaitGuard(s);
+        let _wait = CloseAndWait(s);
         job(0);
     }
 
@@ -192,7 +203,6 @@ impl ThreadPool {
 impl Drop for ThreadPool {
     fn drop(&mut self) {
         self.shared.shutdown.store(true, Ordering::SeqCst);
-        self.shared.generation.fetch_add(1, Ordering::SeqCst);
         {
             let _g = self.shared.lock.lock().unwrap_or_else(|e| e.into_inner());
             self.shared.wake.notify_all();
@@ -203,13 +213,15 @@ impl Drop for ThreadPool {
     }
 }
 
-/// Waits for all workers of the current job, also when the caller's share unwinds.
-struct WaitGuard<'a>(&'a Shared);
+/// Closes the current job and waits for the workers inside it, also when the caller's
+/// share unwinds.
+struct CloseAndWait<'a>(&'a Shared);
 
-impl Drop for WaitGuard<'_> {
+impl Drop for CloseAndWait<'_> {
     fn drop(&mut self) {
+        self.0.ticket.fetch_or(CLOSED, Ordering::SeqCst);
         let mut spins = 0usize;
-        while self.0.pending.load(Ordering::Acquire) != 0 {
+        while self.0.ticket.load(Ordering::Acquire) & JOINED != 0 {
             spins += 1;
             if spins < SPIN_ROUNDS {
                 std::hint::spin_loop();
@@ -220,37 +232,62 @@ impl Drop for WaitGuard<'_> {
     }
 }
 
+/// Joins the open job of a generation other than `seen`: `Some(generation)` once joined,
+/// `None` if there is none (or it closed first).
+fn try_join(s: &Shared, seen: u64) -> Option<u64> {
+    let mut t = s.ticket.load(Ordering::Acquire);
+    loop {
+        let generation = t >> GENERATION_SHIFT;
+        if generation == seen || t & CLOSED != 0 {
+            return None;
+        }
+        match s.ticket.compare_exchange_weak(t, t + 1, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Some(generation),
+            Err(now) => t = now,
+        }
+    }
+}
+
+/// Whether a job of a generation other than `seen` is open (or the pool is shutting down).
+fn work_waits(s: &Shared, seen: u64) -> bool {
+    // SeqCst pairs with `run`'s store and sleeper check, so a parking worker cannot miss
+    // a job opened while it parks.
+    let t = s.ticket.load(Ordering::SeqCst);
+    ((t >> GENERATION_SHIFT) != seen && t & CLOSED == 0) || s.shutdown.load(Ordering::SeqCst)
+}
+
 fn worker(s: &Shared, index: usize) {
-    // Generation 0 is the state before any job: a worker that starts after the first
-    // `run` has already bumped the counter must still take that job.
+    // Generation 0 is never used by a job (the first `run` opens generation 1).
     let mut seen = 0;
     loop {
         let mut spins = 0usize;
-        while s.generation.load(Ordering::Acquire) == seen && spins < SPIN_ROUNDS {
+        while !work_waits(s, seen) && spins < SPIN_ROUNDS {
             std::hint::spin_loop();
             spins += 1;
         }
-        if s.generation.load(Ordering::Acquire) == seen {
+        if !work_waits(s, seen) {
             let mut g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
             s.sleepers.fetch_add(1, Ordering::SeqCst);
-            while s.generation.load(Ordering::SeqCst) == seen {
+            while !work_waits(s, seen) {
                 g = s.wake.wait(g).unwrap_or_else(|e| e.into_inner());
             }
             s.sleepers.fetch_sub(1, Ordering::SeqCst);
         }
-        seen = s.generation.load(Ordering::Acquire);
         if s.shutdown.load(Ordering::SeqCst) {
             return;
         }
-        // SAFETY: the dispatcher wrote `job` before bumping `generation` (Acquire above)
-        // and keeps the closure alive until `pending` reaches 0, which happens below.
+        let Some(generation) = try_join(s, seen) else { continue };
+        seen = generation;
+        // SAFETY: the dispatcher wrote `job` before opening this generation, and waits
+        // for the joined count (held by this worker until below) to reach 0 before it
+        // ends the closure's borrow or writes another job.
         let job = unsafe { *s.job.get() };
         if let Some(job) = job {
             // A panicking job must still release the dispatcher.
             // SAFETY: see above; the pointee outlives this call.
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { (*job)(index) }));
         }
-        s.pending.fetch_sub(1, Ordering::Release);
+        s.ticket.fetch_sub(1, Ordering::Release);
     }
 }
 
@@ -296,16 +333,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_thread_index_runs_once() {
+    fn the_caller_runs_every_job_and_workers_at_most_once_each() {
         for threads in 1..4 {
             let pool = ThreadPool::new(threads);
             let hits: Vec<AtomicUsize> = (0..threads).map(|_| AtomicUsize::new(0)).collect();
-            for _ in 0..100 {
+            for job in 1..=100 {
                 pool.run(&|i| {
                     hits[i].fetch_add(1, Ordering::Relaxed);
                 });
+                assert_eq!(hits[0].load(Ordering::Relaxed), job);
+                assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) <= job));
             }
-            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 100));
+        }
+    }
+
+    #[test]
+    fn a_slow_share_is_joined_by_the_workers() {
+        // The caller's share waits until another thread has joined: the job ends only
+        // because a worker ran it, and `run` waited for that worker.
+        let pool = ThreadPool::new(2);
+        let joined = AtomicUsize::new(0);
+        for _ in 0..20 {
+            joined.store(0, Ordering::SeqCst);
+            pool.run(&|i| {
+                joined.fetch_add(1, Ordering::SeqCst);
+                if i == 0 {
+                    while joined.load(Ordering::SeqCst) < 2 {
+                        std::thread::yield_now();
+                    }
+                }
+            });
+            assert_eq!(joined.load(Ordering::SeqCst), 2);
         }
     }
 

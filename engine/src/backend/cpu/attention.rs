@@ -1,0 +1,227 @@
+//! The inner loops of attention over an f16 KV block: the scores of one query against a
+//! block's keys, their softmax (rounded to f16, as the reference multiplies f16 values
+//! with f16 probabilities), and the probability-weighted sum of a block's values.
+//!
+//! Owns the portable definitions; `ops_simd.rs` holds their AVX2 twins, used when the CPU
+//! has the features. The layouts are the KV pool's (`kv::HeadBlock`): keys transposed
+//! (`[head_dim, stride]`, one dimension's positions contiguous), so a vector holds one
+//! dimension of 8 positions and no horizontal sum is needed; values by position.
+//!
+//! Invariants: the twins are bit-identical (same operations per element, multiply then
+//! add, never fused). The order of summation is fixed: a score is eight lane sums over the
+//! dimensions (lane `l` takes dimensions `l, l + 8, ...` in order), added lane after lane,
+//! then the tail; a value sum runs over positions in order. The scores are rounded to f16
+//! next, where any other order can move one across a rounding boundary, and the reference
+//! fixtures were measured with this one. The softmax uses its own `exp` (a Cephes-style
+//! polynomial, within 2 ulp of libm's, fused multiply-adds in both twins) so that it
+//! vectorises, and sums in eight lanes. Slices too short for the counts are never read
+//! past: the kernels clamp to what they were given.
+
+use half::f16;
+
+/// Dimensions summed lane by lane in a score (the lanes of one AVX2 vector).
+pub(crate) const LANES: usize = 8;
+
+/// `out[p] = scale * Σ_d q[d] * keys[d * stride + p]` for `p < out.len()`; `keys` is
+/// `[q.len(), stride]` (the last row may end at `out.len()`). Positions the slices cannot
+/// hold (a caller bug) score `-inf`: nothing is attended there.
+pub fn key_scores(q: &[f32], keys: &[f16], stride: usize, scale: f32, out: &mut [f32]) {
+    let hd = q.len();
+    let n = out.len().min(stride);
+    let n = if hd == 0 { n } else { n.min(keys.len().saturating_sub((hd - 1) * stride)) };
+    let (scored, unreadable) = out.split_at_mut(n);
+    unreadable.fill(f32::NEG_INFINITY);
+    if !super::ops_simd::key_scores(q, keys, stride, scale, scored) {
+        key_scores_portable(q, keys, stride, scale, scored, 0);
+    }
+}
+
+/// The portable loop from position `from` on (the SIMD twin finishes its tail here).
+/// Callers have checked that `keys` holds `(q.len() - 1) * stride + out.len()` values.
+pub(crate) fn key_scores_portable(q: &[f32], keys: &[f16], stride: usize, scale: f32, out: &mut [f32], from: usize) {
+    let chunks = q.len() / LANES;
+    for (p, o) in out.iter_mut().enumerate().skip(from) {
+        let key = |d: usize| keys.get(d * stride + p).map_or(0.0, |k| k.to_f32());
+        let mut lanes = [0.0f32; LANES];
+        for c in 0..chunks {
+            for (l, lane) in lanes.iter_mut().enumerate() {
+                let d = LANES * c + l;
+                *lane += q[d] * key(d);
+            }
+        }
+        let tail: f32 = (LANES * chunks..q.len()).map(|d| q[d] * key(d)).sum();
+        *o = (lanes.iter().sum::<f32>() + tail) * scale;
+    }
+}
+
+/// `out[d] += Σ_p probs[p] * values[p * stride + d]`, positions in order; `values` is
+/// `[probs.len(), stride]` (the last row may end at `out.len()`). Positions the slice
+/// cannot hold (a caller bug) are skipped.
+pub fn accumulate_values(probs: &[f32], values: &[f16], stride: usize, out: &mut [f32]) {
+    let hd = out.len();
+    let held = if hd == 0 || stride == 0 { 0 } else { (values.len() + stride).saturating_sub(hd) / stride };
+    let probs = &probs[..probs.len().min(held)];
+    if !super::ops_simd::accumulate_values(probs, values, stride, out) {
+        accumulate_values_portable(probs, values, stride, out);
+    }
+}
+
+/// The portable loop; callers have checked that `values` holds every position's row.
+pub(crate) fn accumulate_values_portable(probs: &[f32], values: &[f16], stride: usize, out: &mut [f32]) {
+    for (p, w) in probs.iter().enumerate() {
+        let row = values.get(p * stride..).unwrap_or(&[]);
+        for (o, v) in out.iter_mut().zip(row) {
+            *o += w * v.to_f32();
+        }
+    }
+}
+
+/// Below this, `exp` is 0 (`exp(-87)` is the last value with a normal f32 exponent).
+pub(crate) const EXP_MIN: f32 = -87.0;
+
+/// `exp` on `x <= 0` (softmax arguments after the max is taken out): range reduction by
+/// `ln 2` in two parts, a degree-7 polynomial, then the power of two. The AVX2 twin runs
+/// these same fused operations lane by lane.
+pub(crate) fn exp_nonpositive(x: f32) -> f32 {
+    if x.is_nan() || x < EXP_MIN {
+        return 0.0;
+    }
+    let n = (x * EXP_CONSTANTS.log2e).round_ties_even();
+    let r = n.mul_add(-EXP_CONSTANTS.ln2_hi, x);
+    let r = n.mul_add(-EXP_CONSTANTS.ln2_lo, r);
+    let mut p = EXP_CONSTANTS.poly[0];
+    for c in &EXP_CONSTANTS.poly[1..] {
+        p = p.mul_add(r, *c);
+    }
+    let y = p.mul_add(r * r, r) + 1.0;
+    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
+/// The constants of [`exp_nonpositive`] (Cephes `expf`).
+pub(crate) struct ExpConstants {
+    pub log2e: f32,
+    pub ln2_hi: f32,
+    pub ln2_lo: f32,
+    /// Coefficients of `(e^r - 1 - r) / r^2`, highest degree first.
+    pub poly: [f32; 6],
+}
+
+pub(crate) const EXP_CONSTANTS: ExpConstants = ExpConstants {
+    log2e: std::f32::consts::LOG2_E,
+    ln2_hi: 0.693_359_4,
+    ln2_lo: -2.121_944_4e-4,
+    poly: [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5],
+};
+
+/// In place: `x = round_f16(softmax(x))`. Sums the exponentials in eight lanes (lane `l`
+/// takes elements `l, l + 8, ...`), adds the lanes in order, then the tail.
+pub fn softmax_f16(x: &mut [f32]) {
+    if !super::ops_simd::softmax_f16(x) {
+        softmax_f16_portable(x);
+    }
+}
+
+pub(crate) fn softmax_f16_portable(x: &mut [f32]) {
+    let max = x.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
+    let whole = x.len() / LANES * LANES;
+    let mut lanes = [0.0f32; LANES];
+    for (i, v) in x.iter_mut().enumerate() {
+        *v = exp_nonpositive(*v - max);
+        if i < whole {
+            lanes[i % LANES] += *v;
+        }
+    }
+    let sum = x[whole..].iter().fold(lanes.iter().sum::<f32>(), |s, v| s + v);
+    let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+    x.iter_mut().for_each(|v| *v = f16::from_f32(*v * inv).to_f32());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f16s(n: usize, seed: f32) -> Vec<f16> {
+        (0..n).map(|i| f16::from_f32(((i as f32) * 0.731 + seed).sin() * 2.5)).collect()
+    }
+
+    fn floats(n: usize, seed: f32) -> Vec<f32> {
+        (0..n).map(|i| f16::from_f32(((i as f32) * 0.377 + seed).cos()).to_f32()).collect()
+    }
+
+    #[test]
+    fn scores_are_scaled_dot_products_in_the_documented_order() {
+        let (hd, stride) = (20, 16);
+        let (q, keys) = (floats(hd, 0.1), f16s(hd * stride, 0.2));
+        let mut out = vec![0.0; 11];
+        key_scores(&q, &keys, stride, 0.5, &mut out);
+        for (p, got) in out.iter().enumerate() {
+            let mut lanes = [0.0f32; LANES];
+            for d in 0..16 {
+                lanes[d % LANES] += q[d] * keys[d * stride + p].to_f32();
+            }
+            let tail = q[16] * keys[16 * stride + p].to_f32() + q[17] * keys[17 * stride + p].to_f32() + q[18] * keys[18 * stride + p].to_f32() + q[19] * keys[19 * stride + p].to_f32();
+            let want = (lanes.iter().sum::<f32>() + tail) * 0.5;
+            assert_eq!(got.to_bits(), want.to_bits(), "position {p}");
+        }
+    }
+
+    #[test]
+    fn simd_twins_are_bit_identical_to_the_portable_loops() {
+        // Head sizes around the vector width, position counts around 8 and the stride.
+        for hd in [1, 7, 8, 16, 24, 64, 72, 128] {
+            for (n, stride) in [(1, 16), (7, 16), (8, 16), (9, 16), (16, 16), (3, 4), (32, 32)] {
+                let (q, keys) = (floats(hd, hd as f32), f16s(hd * stride, n as f32));
+                let (mut fast, mut slow) = (vec![0.0; n], vec![0.0; n]);
+                key_scores(&q, &keys, stride, 0.125, &mut fast);
+                key_scores_portable(&q, &keys, stride, 0.125, &mut slow, 0);
+                assert_eq!(fast, slow, "scores hd={hd} n={n} stride={stride}");
+                let vstride = hd + 3;
+                let (probs, values) = (floats(n, 0.3), f16s(n * vstride, 0.7));
+                let (mut fast, mut slow) = (floats(hd, 0.9), floats(hd, 0.9));
+                accumulate_values(&probs, &values, vstride, &mut fast);
+                accumulate_values_portable(&probs, &values, vstride, &mut slow);
+                assert_eq!(fast, slow, "values hd={hd} n={n}");
+            }
+        }
+    }
+
+    #[test]
+    fn exp_is_within_two_ulp_of_libm_and_zero_far_below() {
+        for i in 0..=200_000 {
+            let x = -87.0 * i as f32 / 200_000.0;
+            let (got, want) = (exp_nonpositive(x), x.exp());
+            assert!((got - want).abs() <= 2.0 * (want * f32::EPSILON), "{x}: {got} vs {want}");
+        }
+        assert_eq!(exp_nonpositive(0.0), 1.0);
+        assert_eq!((exp_nonpositive(-88.0), exp_nonpositive(f32::NEG_INFINITY), exp_nonpositive(f32::NAN)), (0.0, 0.0, 0.0));
+    }
+
+    #[test]
+    fn softmax_sums_to_one_and_its_twins_agree() {
+        for n in [1, 5, 8, 9, 16, 17, 100, 513] {
+            let mut x: Vec<f32> = (0..n).map(|i| ((i as f32) * 0.61).sin() * 9.0).collect();
+            x.push(f32::NEG_INFINITY);
+            let mut slow = x.clone();
+            softmax_f16(&mut x);
+            softmax_f16_portable(&mut slow);
+            assert_eq!(x, slow, "n={n}");
+            assert!((x.iter().sum::<f32>() - 1.0).abs() < 2e-3 * (n as f32).sqrt(), "n={n}");
+            assert_eq!(x[n], 0.0);
+            assert!(x.iter().all(|v| f16::from_f32(*v).to_f32() == *v));
+        }
+    }
+
+    #[test]
+    fn short_slices_are_not_read_past() {
+        let (q, keys) = (floats(8, 0.0), f16s(8 * 16 - 10, 0.0));
+        let mut out = vec![0.0; 16];
+        key_scores(&q, &keys, 16, 1.0, &mut out);
+        assert!(out[..6].iter().all(|s| s.is_finite()) && out[6..].iter().all(|s| *s == f32::NEG_INFINITY));
+        // Three whole rows of 8 in a stride of 10: the fourth position is skipped.
+        let values = f16s(2 * 10 + 8, 0.0);
+        let (mut three, mut four) = (vec![0.0; 8], vec![0.0; 8]);
+        accumulate_values(&[0.5; 3], &values, 10, &mut three);
+        accumulate_values(&[0.5; 4], &values, 10, &mut four);
+        assert_eq!(three, four);
+    }
+}
