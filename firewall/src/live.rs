@@ -15,7 +15,7 @@
 
 
 use regex_automata::dfa::{dense, Automaton, StartKind};
-use regex_automata::nfa::thompson::{self, WhichCaptures};
+use regex_automata::nfa::thompson::{self, State, WhichCaptures, NFA};
 use regex_automata::util::primitives::StateID;
 use regex_automata::{Anchored, Input, MatchKind};
 use regex_syntax::hir::{Class, ClassUnicode, ClassUnicodeRange, Hir, HirKind, Repetition};
@@ -64,13 +64,53 @@ pub(crate) struct LiveDfa {
     start: StateID,
 }
 
+/// The Thompson NFA of `hir` relaxed (see [`relax`]), without capture states.
+fn relaxed_nfa(hir: &Hir) -> Result<NFA, String> {
+    thompson::Compiler::new()
+        .configure(thompson::Config::new().which_captures(WhichCaptures::None))
+        .build_from_hir(&relax(hir))
+        .map_err(|e| format!("streaming automaton: {e}"))
+}
+
+/// The bytes a match of `hir` can begin with, as a 256-bit set (a superset of the real
+/// ones). Read off the NFA's start states, so it costs no determinisation.
+pub(crate) fn first_bytes(hir: &Hir) -> [u64; 4] {
+    const ALL: [u64; 4] = [u64::MAX; 4];
+    let Ok(nfa) = relaxed_nfa(hir) else { return ALL };
+    let mut set = [0u64; 4];
+    let mut add = |lo: u8, hi: u8| (lo..=hi).for_each(|b| set[usize::from(b >> 6)] |= 1u64 << (b & 63));
+    let mut stack = vec![nfa.start_anchored()];
+    let mut seen = vec![false; nfa.states().len()];
+    while let Some(id) = stack.pop() {
+        let Some(done) = seen.get_mut(id.as_usize()) else { return ALL };
+        if std::mem::replace(done, true) {
+            continue;
+        }
+        match nfa.state(id) {
+            State::ByteRange { trans } => add(trans.start, trans.end),
+            State::Sparse(sparse) => sparse.transitions.iter().for_each(|t| add(t.start, t.end)),
+            State::Dense(dense) => {
+                for (b, next) in (0..=255u8).zip(dense.transitions.iter()) {
+                    if *next != StateID::ZERO {
+                        add(b, b);
+                    }
+                }
+            }
+            // Relaxed patterns have no look-around; treat one as passable all the same.
+            State::Look { next, .. } | State::Capture { next, .. } => stack.push(*next),
+            State::Union { alternates } => stack.extend(alternates.iter().copied()),
+            State::BinaryUnion { alt1, alt2 } => stack.extend([*alt1, *alt2]),
+            State::Fail => {}
+            // An empty match could "begin" with anything.
+            State::Match { .. } => return ALL,
+        }
+    }
+    set
+}
+
 impl LiveDfa {
     pub(crate) fn build(hir: &Hir) -> Result<LiveDfa, String> {
-        let relaxed = relax(hir);
-        let nfa = thompson::Compiler::new()
-            .configure(thompson::Config::new().which_captures(WhichCaptures::None))
-            .build_from_hir(&relaxed)
-            .map_err(|e| format!("streaming automaton: {e}"))?;
+        let nfa = relaxed_nfa(hir)?;
         let dfa = dense::Builder::new()
             .configure(
                 dense::Config::new()
@@ -95,17 +135,47 @@ impl LiveDfa {
 /// All patterns' automata plus, per first byte, the patterns a thread can start with.
 #[derive(Clone, Debug)]
 pub(crate) struct Live {
-    dfas: Vec<LiveDfa>,
+    // [patterns] None: no automaton could be built; the pattern may be in progress anywhere
+    dfas: Vec<Option<LiveDfa>>,
     // [256][patterns that survive this first byte]
     first: Vec<Vec<u32>>,
 }
 
 impl Live {
+    /// Determinises every pattern's automaton (the costly part of loading a ruleset); the
+    /// errors name the pattern index.
+    pub(crate) fn build(patterns: &[Hir]) -> Result<Live, Vec<(usize, String)>> {
+        let mut dfas = Vec::with_capacity(patterns.len());
+        let mut errors = Vec::new();
+        for (p, hir) in patterns.iter().enumerate() {
+            match LiveDfa::build(hir) {
+                Ok(d) => dfas.push(d),
+                Err(e) => errors.push((p, e)),
+            }
+        }
+        if errors.is_empty() {
+            Ok(Live::new(dfas))
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// Like [`Live::build`], for patterns that were never checked: a pattern whose
+    /// automaton cannot be built is followed as "in progress everywhere" (sound, only
+    /// slower: its candidates wait for the holdback limit).
+    pub(crate) fn build_lenient(patterns: &[Hir]) -> Live {
+        Live::from_automata(patterns.iter().map(|hir| LiveDfa::build(hir).ok()).collect())
+    }
+
     pub(crate) fn new(dfas: Vec<LiveDfa>) -> Live {
+        Live::from_automata(dfas.into_iter().map(Some).collect())
+    }
+
+    fn from_automata(dfas: Vec<Option<LiveDfa>>) -> Live {
         let mut first = vec![Vec::new(); 256];
         for (p, d) in dfas.iter().enumerate() {
             for b in 0..=255u8 {
-                if !d.dfa.is_dead_state(d.dfa.next_state(d.start, b)) {
+                if d.as_ref().is_none_or(|d| !d.dfa.is_dead_state(d.dfa.next_state(d.start, b))) {
                     first[b as usize].push(p as u32);
                 }
             }
@@ -114,18 +184,7 @@ impl Live {
     }
 
     pub(crate) fn memory_usage(&self) -> usize {
-        self.dfas.iter().map(LiveDfa::memory_usage).sum()
-    }
-
-    /// The bytes pattern `p` can begin with, as a 256-bit set (a superset of the real ones).
-    pub(crate) fn first_bytes(&self, p: usize) -> [u64; 4] {
-        let mut set = [0u64; 4];
-        for (b, patterns) in self.first.iter().enumerate() {
-            if patterns.contains(&(p as u32)) {
-                set[b >> 6] |= 1u64 << (b & 63);
-            }
-        }
-        set
+        self.dfas.iter().flatten().map(LiveDfa::memory_usage).sum()
     }
 }
 
@@ -212,7 +271,12 @@ impl Threads {
         next.clear();
         self.seen.clear();
         for t in &self.live {
-            let dfa = &live.dfas[t.pattern as usize].dfa;
+            let Some(Some(LiveDfa { dfa, .. })) = live.dfas.get(t.pattern as usize) else {
+                // Followed without an automaton: always a candidate, never finished.
+                on_match(t.pattern as usize, t.start);
+                push_unique(&mut next, &mut self.seen, *t);
+                continue;
+            };
             let state = dfa.next_state(t.state, byte);
             if dfa.is_match_state(state) {
                 on_match(t.pattern as usize, t.start);
@@ -227,8 +291,10 @@ impl Threads {
             }
         }
         for &p in &live.first[byte as usize] {
-            let d = &live.dfas[p as usize];
-            let state = d.dfa.next_state(d.start, byte);
+            let state = match live.dfas.get(p as usize) {
+                Some(Some(d)) => d.dfa.next_state(d.start, byte),
+                _ => StateID::ZERO,
+            };
             push_unique(&mut next, &mut self.seen, Thread { pattern: p, start: pos, state });
         }
         self.scratch = std::mem::replace(&mut self.live, next);
@@ -237,8 +303,11 @@ impl Threads {
     /// Ends the stream: reports the matches that end exactly at the end and clears.
     pub(crate) fn finish(&mut self, live: &Live, on_match: &mut impl FnMut(usize, usize)) {
         for t in self.live.drain(..) {
-            let dfa = &live.dfas[t.pattern as usize].dfa;
-            if dfa.is_match_state(dfa.next_eoi_state(t.state)) {
+            let matched = match live.dfas.get(t.pattern as usize) {
+                Some(Some(LiveDfa { dfa, .. })) => dfa.is_match_state(dfa.next_eoi_state(t.state)),
+                _ => true,
+            };
+            if matched {
                 on_match(t.pattern as usize, t.start);
             }
         }
@@ -318,6 +387,23 @@ mod tests {
         assert!((0..500u64).all(|k| !set.insert(k << 32 | k)));
         set.clear();
         assert!(set.insert(7 << 32 | 7) && !set.insert(7 << 32 | 7));
+    }
+
+    #[test]
+    fn first_bytes_from_the_nfa_equal_those_of_the_automaton() {
+        for pattern in [r"\bAKIA[A-Z0-9]{16}", r"(?i)token|x-api-key", r"(?:ab|[0-9])?c+", r"(?i)\w+ключ", "пароль|q~"] {
+            let hir = regex_syntax::parse(pattern).map_err(|e| e.to_string());
+            let Ok(hir) = hir else { return assert_eq!(hir.err(), None) };
+            let l = Live::build(std::slice::from_ref(&hir)).map_err(|e| format!("{e:?}"));
+            let Ok(l) = l else { return assert_eq!(l.err(), None) };
+            let mut from_dfa = [0u64; 4];
+            for (b, patterns) in l.first.iter().enumerate() {
+                if !patterns.is_empty() {
+                    from_dfa[b >> 6] |= 1u64 << (b & 63);
+                }
+            }
+            assert_eq!(first_bytes(&hir), from_dfa, "{pattern}");
+        }
     }
 
     #[test]

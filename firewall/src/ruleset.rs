@@ -14,7 +14,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::rule::{Canary, FieldError, RawCanary, RawRule, Rule};
-use crate::scan::Engine;
+use crate::scan::{Engine, LiveBuild};
 
 /// One problem in the rule files.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,11 +58,18 @@ pub struct LoadOptions {
     /// Reject rules whose `must_match` / `must_not_match` samples fail. `rules test` turns
     /// this off to report per rule instead.
     pub check_samples: bool,
+    /// Build the streaming automata when the first [`crate::StreamScanner`] needs them, not
+    /// now. Determinising them is most of the loading time and one-shot scanning
+    /// ([`Ruleset::scan`]) never uses them. The price: their size limits are not checked at
+    /// load, and a pattern whose automaton turns out too large is streamed as "possibly in
+    /// progress anywhere" (still sound, but held back up to the holdback limit). For
+    /// one-shot tools such as `crossguard scan`; anything that streams should load eagerly.
+    pub defer_streaming: bool,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { check_samples: true }
+        LoadOptions { check_samples: true, defer_streaming: false }
     }
 }
 
@@ -176,7 +183,8 @@ impl Ruleset {
         }
         let (rules, origins): (Vec<_>, Vec<_>) = all.rules.into_iter().unzip();
         let (canaries, canary_origins): (Vec<_>, Vec<_>) = all.canaries.into_iter().unzip();
-        let engine = Engine::build(&rules, &canaries).map_err(|errs| LoadErrors {
+        let when = if opts.defer_streaming { LiveBuild::OnFirstUse } else { LiveBuild::Now };
+        let engine = Engine::build(&rules, &canaries, when).map_err(|errs| LoadErrors {
             errors: errs
                 .into_iter()
                 .map(|(i, reason)| {
@@ -215,7 +223,8 @@ impl Ruleset {
         self.rules.len()
     }
 
-    /// Bytes held by the compiled automata (streaming DFAs and keyword prefilter).
+    /// Bytes held by the compiled automata (keyword prefilter, and the streaming DFAs once
+    /// built; see [`LoadOptions::defer_streaming`]).
     pub fn memory_usage(&self) -> usize {
         self.engine.memory_usage()
     }
@@ -226,7 +235,7 @@ impl Ruleset {
 
     /// An empty ruleset (no rules, no canaries): scanning finds nothing.
     pub fn empty() -> Ruleset {
-        let engine = Engine::build(&[], &[]).unwrap_or_else(|_| Engine::default());
+        let engine = Engine::build(&[], &[], LiveBuild::Now).unwrap_or_else(|_| Engine::default());
         Ruleset { rules: Vec::new(), origins: Vec::new(), canaries: Vec::new(), engine }
     }
 }
