@@ -15,7 +15,7 @@
 
 
 use regex_automata::dfa::{dense, Automaton, StartKind};
-use regex_automata::nfa::thompson::{self, State, WhichCaptures, NFA};
+use regex_automata::nfa::thompson::{self, WhichCaptures};
 use regex_automata::util::primitives::StateID;
 use regex_automata::{Anchored, Input, MatchKind};
 use regex_syntax::hir::{Class, ClassUnicode, ClassUnicodeRange, Hir, HirKind, Repetition};
@@ -64,53 +64,60 @@ pub(crate) struct LiveDfa {
     start: StateID,
 }
 
-/// The Thompson NFA of `hir` relaxed (see [`relax`]), without capture states.
-fn relaxed_nfa(hir: &Hir) -> Result<NFA, String> {
-    thompson::Compiler::new()
-        .configure(thompson::Config::new().which_captures(WhichCaptures::None))
-        .build_from_hir(&relax(hir))
-        .map_err(|e| format!("streaming automaton: {e}"))
-}
-
-/// The bytes a match of `hir` can begin with, as a 256-bit set (a superset of the real
-/// ones). Read off the NFA's start states, so it costs no determinisation.
+/// The bytes a match of `hir` can begin with, as a 256-bit set: exactly those of its
+/// relaxed automaton (see [`relax`]), read off the syntax tree so that one-shot scanning
+/// needs no automaton at all.
 pub(crate) fn first_bytes(hir: &Hir) -> [u64; 4] {
-    const ALL: [u64; 4] = [u64::MAX; 4];
-    let Ok(nfa) = relaxed_nfa(hir) else { return ALL };
     let mut set = [0u64; 4];
-    let mut add = |lo: u8, hi: u8| (lo..=hi).for_each(|b| set[usize::from(b >> 6)] |= 1u64 << (b & 63));
-    let mut stack = vec![nfa.start_anchored()];
-    let mut seen = vec![false; nfa.states().len()];
-    while let Some(id) = stack.pop() {
-        let Some(done) = seen.get_mut(id.as_usize()) else { return ALL };
-        if std::mem::replace(done, true) {
-            continue;
-        }
-        match nfa.state(id) {
-            State::ByteRange { trans } => add(trans.start, trans.end),
-            State::Sparse(sparse) => sparse.transitions.iter().for_each(|t| add(t.start, t.end)),
-            State::Dense(dense) => {
-                for (b, next) in (0..=255u8).zip(dense.transitions.iter()) {
-                    if *next != StateID::ZERO {
-                        add(b, b);
-                    }
-                }
-            }
-            // Relaxed patterns have no look-around; treat one as passable all the same.
-            State::Look { next, .. } | State::Capture { next, .. } => stack.push(*next),
-            State::Union { alternates } => stack.extend(alternates.iter().copied()),
-            State::BinaryUnion { alt1, alt2 } => stack.extend([*alt1, *alt2]),
-            State::Fail => {}
-            // An empty match could "begin" with anything.
-            State::Match { .. } => return ALL,
-        }
+    if add_first_bytes(hir, &mut set) {
+        // An empty match could "begin" with anything.
+        set = [u64::MAX; 4];
     }
     set
 }
 
+/// Adds the bytes `hir` can begin with to `set`; returns whether `hir` can match empty.
+fn add_first_bytes(hir: &Hir, set: &mut [u64; 4]) -> bool {
+    let mut add = |lo: u8, hi: u8| (lo..=hi).for_each(|b| set[usize::from(b >> 6)] |= 1u64 << (b & 63));
+    match hir.kind() {
+        HirKind::Empty | HirKind::Look(_) => true,
+        HirKind::Literal(l) => match l.0.first() {
+            Some(&b) => {
+                add(b, b);
+                false
+            }
+            None => true,
+        },
+        HirKind::Class(Class::Bytes(c)) => {
+            c.iter().for_each(|r| add(r.start(), r.end()));
+            false
+        }
+        HirKind::Class(Class::Unicode(c)) => {
+            for r in c.iter() {
+                let (lo, hi) = (r.start() as u32, r.end() as u32);
+                if lo < 0x80 {
+                    add(lo as u8, hi.min(0x7F) as u8);
+                }
+                if hi >= 0x80 {
+                    // Relaxed, any non-ASCII character: every UTF-8 lead byte.
+                    add(0xC2, 0xF4);
+                }
+            }
+            false
+        }
+        HirKind::Capture(c) => add_first_bytes(&c.sub, set),
+        HirKind::Repetition(r) => add_first_bytes(&r.sub, set) || r.min == 0,
+        HirKind::Concat(parts) => parts.iter().all(|p| add_first_bytes(p, set)),
+        HirKind::Alternation(alts) => alts.iter().fold(false, |empty, a| add_first_bytes(a, set) | empty),
+    }
+}
+
 impl LiveDfa {
     pub(crate) fn build(hir: &Hir) -> Result<LiveDfa, String> {
-        let nfa = relaxed_nfa(hir)?;
+        let nfa = thompson::Compiler::new()
+            .configure(thompson::Config::new().which_captures(WhichCaptures::None))
+            .build_from_hir(&relax(hir))
+            .map_err(|e| format!("streaming automaton: {e}"))?;
         let dfa = dense::Builder::new()
             .configure(
                 dense::Config::new()
@@ -389,20 +396,36 @@ mod tests {
         assert!(set.insert(7 << 32 | 7) && !set.insert(7 << 32 | 7));
     }
 
+    /// The first-byte set of pattern `p` as its automaton sees it.
+    fn automaton_first_bytes(l: &Live, p: usize) -> [u64; 4] {
+        let mut set = [0u64; 4];
+        for (b, patterns) in l.first.iter().enumerate() {
+            if patterns.contains(&(p as u32)) {
+                set[b >> 6] |= 1u64 << (b & 63);
+            }
+        }
+        set
+    }
+
     #[test]
-    fn first_bytes_from_the_nfa_equal_those_of_the_automaton() {
-        for pattern in [r"\bAKIA[A-Z0-9]{16}", r"(?i)token|x-api-key", r"(?:ab|[0-9])?c+", r"(?i)\w+ключ", "пароль|q~"] {
+    fn first_bytes_of_every_default_rule_equal_its_automatons() {
+        let rules = crate::Ruleset::builtin().map_err(|e| e.to_string());
+        let Ok(rules) = rules else { return assert_eq!(rules.err(), None) };
+        let live = rules.engine.live();
+        for (p, r) in rules.rules.iter().enumerate() {
+            assert_eq!(first_bytes(&r.hir), automaton_first_bytes(live, p), "{}", r.id);
+        }
+    }
+
+    #[test]
+    fn first_bytes_from_the_syntax_equal_those_of_the_automaton() {
+        let patterns = [r"\bAKIA[A-Z0-9]{16}", r"(?i)token|x-api-key", r"(?:ab|[0-9])?c+", r"(?i)\w+ключ", "пароль|q~", r"(?:\b|x*)(?-u:[\x00-\x10])?é{2}"];
+        for pattern in patterns {
             let hir = regex_syntax::parse(pattern).map_err(|e| e.to_string());
             let Ok(hir) = hir else { return assert_eq!(hir.err(), None) };
             let l = Live::build(std::slice::from_ref(&hir)).map_err(|e| format!("{e:?}"));
             let Ok(l) = l else { return assert_eq!(l.err(), None) };
-            let mut from_dfa = [0u64; 4];
-            for (b, patterns) in l.first.iter().enumerate() {
-                if !patterns.is_empty() {
-                    from_dfa[b >> 6] |= 1u64 << (b & 63);
-                }
-            }
-            assert_eq!(first_bytes(&hir), from_dfa, "{pattern}");
+            assert_eq!(first_bytes(&hir), automaton_first_bytes(&l, 0), "{pattern}");
         }
     }
 
