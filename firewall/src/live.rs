@@ -18,7 +18,7 @@ use regex_automata::dfa::{dense, Automaton, StartKind};
 use regex_automata::nfa::thompson::{self, WhichCaptures};
 use regex_automata::util::primitives::StateID;
 use regex_automata::{Anchored, Input, MatchKind};
-use regex_syntax::hir::{Class, ClassUnicode, ClassUnicodeRange, Hir, HirKind, Repetition};
+use regex_syntax::hir::{Class, ClassUnicode, ClassUnicodeRange, Hir, HirKind, Look, Repetition};
 
 /// Size limit for one pattern's liveness DFA and for its determinisation (bytes).
 pub const LIVE_DFA_LIMIT: usize = 16 << 20;
@@ -112,6 +112,24 @@ fn add_first_bytes(hir: &Hir, set: &mut [u64; 4]) -> bool {
     }
 }
 
+/// Whether every match of `hir` opens with an ASCII word boundary (`\b` as the rules
+/// compile it): such a match can only start where the bytes on either side of it differ in
+/// being ASCII word characters.
+fn opens_with_word_boundary(hir: &Hir) -> bool {
+    match hir.kind() {
+        HirKind::Look(Look::WordAscii | Look::WordStartAscii) => true,
+        HirKind::Capture(c) => opens_with_word_boundary(&c.sub),
+        HirKind::Concat(parts) => parts.first().is_some_and(opens_with_word_boundary),
+        HirKind::Alternation(alts) => alts.iter().all(opens_with_word_boundary),
+        _ => false,
+    }
+}
+
+/// ASCII word characters, as `(?-u:\b)` sees bytes.
+fn is_word_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
+
 impl LiveDfa {
     pub(crate) fn build(hir: &Hir) -> Result<LiveDfa, String> {
         let nfa = thompson::Compiler::new()
@@ -144,8 +162,11 @@ impl LiveDfa {
 pub(crate) struct Live {
     // [patterns] None: no automaton could be built; the pattern may be in progress anywhere
     dfas: Vec<Option<LiveDfa>>,
-    // [256][patterns that survive this first byte]
+    // [256][patterns that survive this first byte and may start anywhere]
     first: Vec<Vec<u32>>,
+    // [256][patterns that survive this first byte, but only where an ASCII word boundary
+    // lies just before it: every match of theirs opens with `\b`]
+    first_at_boundary: Vec<Vec<u32>>,
 }
 
 impl Live {
@@ -156,12 +177,12 @@ impl Live {
         let mut errors = Vec::new();
         for (p, hir) in patterns.iter().enumerate() {
             match LiveDfa::build(hir) {
-                Ok(d) => dfas.push(d),
+                Ok(d) => dfas.push(Some(d)),
                 Err(e) => errors.push((p, e)),
             }
         }
         if errors.is_empty() {
-            Ok(Live::new(dfas))
+            Ok(Live::from_automata(dfas, patterns))
         } else {
             Err(errors)
         }
@@ -171,23 +192,23 @@ impl Live {
     /// automaton cannot be built is followed as "in progress everywhere" (sound, only
     /// slower: its candidates wait for the holdback limit).
     pub(crate) fn build_lenient(patterns: &[Hir]) -> Live {
-        Live::from_automata(patterns.iter().map(|hir| LiveDfa::build(hir).ok()).collect())
+        Live::from_automata(patterns.iter().map(|hir| LiveDfa::build(hir).ok()).collect(), patterns)
     }
 
-    pub(crate) fn new(dfas: Vec<LiveDfa>) -> Live {
-        Live::from_automata(dfas.into_iter().map(Some).collect())
-    }
-
-    fn from_automata(dfas: Vec<Option<LiveDfa>>) -> Live {
+    /// `dfas[p]` is the automaton of `patterns[p]`, if it could be built.
+    fn from_automata(dfas: Vec<Option<LiveDfa>>, patterns: &[Hir]) -> Live {
         let mut first = vec![Vec::new(); 256];
+        let mut first_at_boundary = vec![Vec::new(); 256];
         for (p, d) in dfas.iter().enumerate() {
+            // Relaxing drops look-around; an opening `\b` is put back as a spawn condition.
+            let table = if patterns.get(p).is_some_and(opens_with_word_boundary) { &mut first_at_boundary } else { &mut first };
             for b in 0..=255u8 {
                 if d.as_ref().is_none_or(|d| !d.dfa.is_dead_state(d.dfa.next_state(d.start, b))) {
-                    first[b as usize].push(p as u32);
+                    table[b as usize].push(p as u32);
                 }
             }
         }
-        Live { dfas, first }
+        Live { dfas, first, first_at_boundary }
     }
 
     pub(crate) fn memory_usage(&self) -> usize {
@@ -209,6 +230,8 @@ pub(crate) struct Threads {
     scratch: Vec<Thread>,
     // (pattern, state) pairs already in `scratch` during one step
     seen: StepSet,
+    // the byte stepped last, for word boundaries; None at the start of the stream
+    prev: Option<u8>,
 }
 
 /// The (pattern, state) pairs already taken during one step: a small open-addressing set
@@ -297,7 +320,11 @@ impl Threads {
                 push_unique(&mut next, &mut self.seen, Thread { state, ..*t });
             }
         }
-        for &p in &live.first[byte as usize] {
+        let at_boundary = self.prev.is_some_and(is_word_byte) != is_word_byte(byte);
+        self.prev = Some(byte);
+        let anywhere = live.first[byte as usize].iter();
+        let opening = if at_boundary { live.first_at_boundary[byte as usize].as_slice() } else { &[] };
+        for &p in anywhere.chain(opening) {
             let state = match live.dfas.get(p as usize) {
                 Some(Some(d)) => d.dfa.next_state(d.start, byte),
                 _ => StateID::ZERO,
@@ -348,13 +375,11 @@ mod tests {
     use super::*;
 
     fn live(patterns: &[&str]) -> Live {
-        let dfas = patterns
-            .iter()
-            .filter_map(|p| regex_syntax::parse(p).ok())
-            .filter_map(|h| LiveDfa::build(&h).ok())
-            .collect::<Vec<_>>();
-        assert_eq!(dfas.len(), patterns.len());
-        Live::new(dfas)
+        let hirs = patterns.iter().filter_map(|p| regex_syntax::parse(p).ok()).map(|h| crate::rule::ascii_twin(&h)).collect::<Vec<_>>();
+        assert_eq!(hirs.len(), patterns.len());
+        let built = Live::build(&hirs).map_err(|e| format!("{e:?}"));
+        assert!(built.is_ok(), "{built:?}");
+        built.unwrap_or_else(|_| Live::build_lenient(&[]))
     }
 
     fn run(l: &Live, text: &str) -> (Option<usize>, Vec<(usize, usize)>) {
@@ -375,6 +400,23 @@ mod tests {
         // DFA matches are reported one byte late; a finished match frees its thread then.
         assert_eq!(run(&l, "key AKIA1234567890123456 ").1, vec![(0, 4)]);
         assert_eq!(run(&l, "key AKIA1234567890123456 ").0, None);
+    }
+
+    #[test]
+    fn an_opening_word_boundary_spawns_threads_only_at_word_starts() {
+        let l = live(&[r"(?i:\b(?:token))[a-z_]{0,8}=\S+", r"[a-z_]{0,8}token=\S+"]);
+        // (pattern, start) of every relaxed match, once each
+        let matches = |text: &str| {
+            let mut hits = run(&l, text).1;
+            hits.sort_unstable();
+            hits.dedup();
+            hits
+        };
+        // "xtoken=" cannot match the first pattern anywhere; the second from "x" on.
+        assert_eq!(matches("xtoken=abc "), vec![(1, 0)]);
+        assert_eq!(matches("a token=abc "), vec![(0, 2), (1, 2)]);
+        assert_eq!(l.first_at_boundary[usize::from(b't')], vec![0]);
+        assert_eq!(l.first[usize::from(b't')], vec![1]);
     }
 
     #[test]
@@ -399,8 +441,8 @@ mod tests {
     /// The first-byte set of pattern `p` as its automaton sees it.
     fn automaton_first_bytes(l: &Live, p: usize) -> [u64; 4] {
         let mut set = [0u64; 4];
-        for (b, patterns) in l.first.iter().enumerate() {
-            if patterns.contains(&(p as u32)) {
+        for (b, (anywhere, opening)) in l.first.iter().zip(&l.first_at_boundary).enumerate() {
+            if anywhere.contains(&(p as u32)) || opening.contains(&(p as u32)) {
                 set[b >> 6] |= 1u64 << (b & 63);
             }
         }
