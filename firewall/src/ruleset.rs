@@ -1,7 +1,8 @@
 //! Loading a ruleset: rule files in, one validated [`Ruleset`] or every error out.
 //!
 //! Invariants: a [`Ruleset`] exists only if every file parsed, every rule and canary
-//! validated, ids are unique across all files, the streaming automata built and (unless
+//! validated, ids are unique across all files, the streaming automata built (unless
+//! [`LoadOptions::defer_streaming`] puts that off to first use) and (unless
 //! [`LoadOptions::check_samples`] is off) every sample behaved. There is no partial result:
 //! one bad file means `Err` with all errors, each naming file:line, the rule id and why.
 //! File reading happens only in [`Ruleset::load_dir`]; everything else works on strings, so
