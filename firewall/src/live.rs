@@ -5,6 +5,11 @@
 //! non-ASCII character". The relaxed language contains every string the real regex can
 //! match, so "no relaxed thread started at `p` is alive" soundly proves "no match can start
 //! at `p` and use bytes we have not seen yet". Being relaxed only ever costs holdback.
+//! One look-around is kept, outside the automaton: a pattern whose every match opens with
+//! `\b` starts threads only where an ASCII word boundary lies (no real match starts
+//! elsewhere); without that, most generic rules started a thread at every letter.
+//! A pattern whose automaton could not be built (only when building was deferred, see
+//! [`Live::build_lenient`]) is followed as "in progress anywhere".
 //!
 //! [`Threads`] runs one anchored thread per (pattern, start position) over the stream, byte
 //! by byte, keeping only live ones. Two threads of one pattern in the same DFA state have
