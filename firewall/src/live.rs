@@ -5,6 +5,11 @@
 //! non-ASCII character". The relaxed language contains every string the real regex can
 //! match, so "no relaxed thread started at `p` is alive" soundly proves "no match can start
 //! at `p` and use bytes we have not seen yet". Being relaxed only ever costs holdback.
+//! One look-around is kept, outside the automaton: a pattern whose every match opens with
+//! `\b` starts threads only where an ASCII word boundary lies (no real match starts
+//! elsewhere); without that, most generic rules started a thread at every letter.
+//! A pattern whose automaton could not be built (only when building was deferred, see
+//! [`Live::build_lenient`]) is followed as "in progress anywhere".
 //!
 //! [`Threads`] runs one anchored thread per (pattern, start position) over the stream, byte
 //! by byte, keeping only live ones. Two threads of one pattern in the same DFA state have
@@ -18,7 +23,7 @@ use regex_automata::dfa::{dense, Automaton, StartKind};
 use regex_automata::nfa::thompson::{self, WhichCaptures};
 use regex_automata::util::primitives::StateID;
 use regex_automata::{Anchored, Input, MatchKind};
-use regex_syntax::hir::{Class, ClassUnicode, ClassUnicodeRange, Hir, HirKind, Repetition};
+use regex_syntax::hir::{Class, ClassUnicode, ClassUnicodeRange, Hir, HirKind, Look, Repetition};
 
 /// Size limit for one pattern's liveness DFA and for its determinisation (bytes).
 pub const LIVE_DFA_LIMIT: usize = 16 << 20;
@@ -64,12 +69,77 @@ pub(crate) struct LiveDfa {
     start: StateID,
 }
 
+/// The bytes a match of `hir` can begin with, as a 256-bit set: exactly those of its
+/// relaxed automaton (see [`relax`]), read off the syntax tree so that one-shot scanning
+/// needs no automaton at all.
+pub(crate) fn first_bytes(hir: &Hir) -> [u64; 4] {
+    let mut set = [0u64; 4];
+    if add_first_bytes(hir, &mut set) {
+        // An empty match could "begin" with anything.
+        set = [u64::MAX; 4];
+    }
+    set
+}
+
+/// Adds the bytes `hir` can begin with to `set`; returns whether `hir` can match empty.
+fn add_first_bytes(hir: &Hir, set: &mut [u64; 4]) -> bool {
+    let mut add = |lo: u8, hi: u8| (lo..=hi).for_each(|b| set[usize::from(b >> 6)] |= 1u64 << (b & 63));
+    match hir.kind() {
+        HirKind::Empty | HirKind::Look(_) => true,
+        HirKind::Literal(l) => match l.0.first() {
+            Some(&b) => {
+                add(b, b);
+                false
+            }
+            None => true,
+        },
+        HirKind::Class(Class::Bytes(c)) => {
+            c.iter().for_each(|r| add(r.start(), r.end()));
+            false
+        }
+        HirKind::Class(Class::Unicode(c)) => {
+            for r in c.iter() {
+                let (lo, hi) = (r.start() as u32, r.end() as u32);
+                if lo < 0x80 {
+                    add(lo as u8, hi.min(0x7F) as u8);
+                }
+                if hi >= 0x80 {
+                    // Relaxed, any non-ASCII character: every UTF-8 lead byte.
+                    add(0xC2, 0xF4);
+                }
+            }
+            false
+        }
+        HirKind::Capture(c) => add_first_bytes(&c.sub, set),
+        HirKind::Repetition(r) => add_first_bytes(&r.sub, set) || r.min == 0,
+        HirKind::Concat(parts) => parts.iter().all(|p| add_first_bytes(p, set)),
+        HirKind::Alternation(alts) => alts.iter().fold(false, |empty, a| add_first_bytes(a, set) | empty),
+    }
+}
+
+/// Whether every match of `hir` opens with an ASCII word boundary (`\b` as the rules
+/// compile it): such a match can only start where the bytes on either side of it differ in
+/// being ASCII word characters.
+fn opens_with_word_boundary(hir: &Hir) -> bool {
+    match hir.kind() {
+        HirKind::Look(Look::WordAscii | Look::WordStartAscii) => true,
+        HirKind::Capture(c) => opens_with_word_boundary(&c.sub),
+        HirKind::Concat(parts) => parts.first().is_some_and(opens_with_word_boundary),
+        HirKind::Alternation(alts) => alts.iter().all(opens_with_word_boundary),
+        _ => false,
+    }
+}
+
+/// ASCII word characters, as `(?-u:\b)` sees bytes.
+fn is_word_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
+
 impl LiveDfa {
     pub(crate) fn build(hir: &Hir) -> Result<LiveDfa, String> {
-        let relaxed = relax(hir);
         let nfa = thompson::Compiler::new()
             .configure(thompson::Config::new().which_captures(WhichCaptures::None))
-            .build_from_hir(&relaxed)
+            .build_from_hir(&relax(hir))
             .map_err(|e| format!("streaming automaton: {e}"))?;
         let dfa = dense::Builder::new()
             .configure(
@@ -95,37 +165,59 @@ impl LiveDfa {
 /// All patterns' automata plus, per first byte, the patterns a thread can start with.
 #[derive(Clone, Debug)]
 pub(crate) struct Live {
-    dfas: Vec<LiveDfa>,
-    // [256][patterns that survive this first byte]
+    // [patterns] None: no automaton could be built; the pattern may be in progress anywhere
+    dfas: Vec<Option<LiveDfa>>,
+    // [256][patterns that survive this first byte and may start anywhere]
     first: Vec<Vec<u32>>,
+    // [256][patterns that survive this first byte, but only where an ASCII word boundary
+    // lies just before it: every match of theirs opens with `\b`]
+    first_at_boundary: Vec<Vec<u32>>,
 }
 
 impl Live {
-    pub(crate) fn new(dfas: Vec<LiveDfa>) -> Live {
+    /// Determinises every pattern's automaton (the costly part of loading a ruleset); the
+    /// errors name the pattern index.
+    pub(crate) fn build(patterns: &[Hir]) -> Result<Live, Vec<(usize, String)>> {
+        let mut dfas = Vec::with_capacity(patterns.len());
+        let mut errors = Vec::new();
+        for (p, hir) in patterns.iter().enumerate() {
+            match LiveDfa::build(hir) {
+                Ok(d) => dfas.push(Some(d)),
+                Err(e) => errors.push((p, e)),
+            }
+        }
+        if errors.is_empty() {
+            Ok(Live::from_automata(dfas, patterns))
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// Like [`Live::build`], for patterns that were never checked: a pattern whose
+    /// automaton cannot be built is followed as "in progress everywhere" (sound, only
+    /// slower: its candidates wait for the holdback limit).
+    pub(crate) fn build_lenient(patterns: &[Hir]) -> Live {
+        Live::from_automata(patterns.iter().map(|hir| LiveDfa::build(hir).ok()).collect(), patterns)
+    }
+
+    /// `dfas[p]` is the automaton of `patterns[p]`, if it could be built.
+    fn from_automata(dfas: Vec<Option<LiveDfa>>, patterns: &[Hir]) -> Live {
         let mut first = vec![Vec::new(); 256];
+        let mut first_at_boundary = vec![Vec::new(); 256];
         for (p, d) in dfas.iter().enumerate() {
+            // Relaxing drops look-around; an opening `\b` is put back as a spawn condition.
+            let table = if patterns.get(p).is_some_and(opens_with_word_boundary) { &mut first_at_boundary } else { &mut first };
             for b in 0..=255u8 {
-                if !d.dfa.is_dead_state(d.dfa.next_state(d.start, b)) {
-                    first[b as usize].push(p as u32);
+                if d.as_ref().is_none_or(|d| !d.dfa.is_dead_state(d.dfa.next_state(d.start, b))) {
+                    table[b as usize].push(p as u32);
                 }
             }
         }
-        Live { dfas, first }
+        Live { dfas, first, first_at_boundary }
     }
 
     pub(crate) fn memory_usage(&self) -> usize {
-        self.dfas.iter().map(LiveDfa::memory_usage).sum()
-    }
-
-    /// The bytes pattern `p` can begin with, as a 256-bit set (a superset of the real ones).
-    pub(crate) fn first_bytes(&self, p: usize) -> [u64; 4] {
-        let mut set = [0u64; 4];
-        for (b, patterns) in self.first.iter().enumerate() {
-            if patterns.contains(&(p as u32)) {
-                set[b >> 6] |= 1u64 << (b & 63);
-            }
-        }
-        set
+        self.dfas.iter().flatten().map(LiveDfa::memory_usage).sum()
     }
 }
 
@@ -143,6 +235,8 @@ pub(crate) struct Threads {
     scratch: Vec<Thread>,
     // (pattern, state) pairs already in `scratch` during one step
     seen: StepSet,
+    // the byte stepped last, for word boundaries; None at the start of the stream
+    prev: Option<u8>,
 }
 
 /// The (pattern, state) pairs already taken during one step: a small open-addressing set
@@ -212,7 +306,12 @@ impl Threads {
         next.clear();
         self.seen.clear();
         for t in &self.live {
-            let dfa = &live.dfas[t.pattern as usize].dfa;
+            let Some(Some(LiveDfa { dfa, .. })) = live.dfas.get(t.pattern as usize) else {
+                // Followed without an automaton: always a candidate, never finished.
+                on_match(t.pattern as usize, t.start);
+                push_unique(&mut next, &mut self.seen, *t);
+                continue;
+            };
             let state = dfa.next_state(t.state, byte);
             if dfa.is_match_state(state) {
                 on_match(t.pattern as usize, t.start);
@@ -226,9 +325,15 @@ impl Threads {
                 push_unique(&mut next, &mut self.seen, Thread { state, ..*t });
             }
         }
-        for &p in &live.first[byte as usize] {
-            let d = &live.dfas[p as usize];
-            let state = d.dfa.next_state(d.start, byte);
+        let at_boundary = self.prev.is_some_and(is_word_byte) != is_word_byte(byte);
+        self.prev = Some(byte);
+        let anywhere = live.first[byte as usize].iter();
+        let opening = if at_boundary { live.first_at_boundary[byte as usize].as_slice() } else { &[] };
+        for &p in anywhere.chain(opening) {
+            let state = match live.dfas.get(p as usize) {
+                Some(Some(d)) => d.dfa.next_state(d.start, byte),
+                _ => StateID::ZERO,
+            };
             push_unique(&mut next, &mut self.seen, Thread { pattern: p, start: pos, state });
         }
         self.scratch = std::mem::replace(&mut self.live, next);
@@ -237,8 +342,11 @@ impl Threads {
     /// Ends the stream: reports the matches that end exactly at the end and clears.
     pub(crate) fn finish(&mut self, live: &Live, on_match: &mut impl FnMut(usize, usize)) {
         for t in self.live.drain(..) {
-            let dfa = &live.dfas[t.pattern as usize].dfa;
-            if dfa.is_match_state(dfa.next_eoi_state(t.state)) {
+            let matched = match live.dfas.get(t.pattern as usize) {
+                Some(Some(LiveDfa { dfa, .. })) => dfa.is_match_state(dfa.next_eoi_state(t.state)),
+                _ => true,
+            };
+            if matched {
                 on_match(t.pattern as usize, t.start);
             }
         }
@@ -272,13 +380,11 @@ mod tests {
     use super::*;
 
     fn live(patterns: &[&str]) -> Live {
-        let dfas = patterns
-            .iter()
-            .filter_map(|p| regex_syntax::parse(p).ok())
-            .filter_map(|h| LiveDfa::build(&h).ok())
-            .collect::<Vec<_>>();
-        assert_eq!(dfas.len(), patterns.len());
-        Live::new(dfas)
+        let hirs = patterns.iter().filter_map(|p| regex_syntax::parse(p).ok()).map(|h| crate::rule::ascii_twin(&h)).collect::<Vec<_>>();
+        assert_eq!(hirs.len(), patterns.len());
+        let built = Live::build(&hirs).map_err(|e| format!("{e:?}"));
+        assert!(built.is_ok(), "{built:?}");
+        built.unwrap_or_else(|_| Live::build_lenient(&[]))
     }
 
     fn run(l: &Live, text: &str) -> (Option<usize>, Vec<(usize, usize)>) {
@@ -302,6 +408,23 @@ mod tests {
     }
 
     #[test]
+    fn an_opening_word_boundary_spawns_threads_only_at_word_starts() {
+        let l = live(&[r"(?i:\b(?:token))[a-z_]{0,8}=\S+", r"[a-z_]{0,8}token=\S+"]);
+        // (pattern, start) of every relaxed match, once each
+        let matches = |text: &str| {
+            let mut hits = run(&l, text).1;
+            hits.sort_unstable();
+            hits.dedup();
+            hits
+        };
+        // "xtoken=" cannot match the first pattern anywhere; the second from "x" on.
+        assert_eq!(matches("xtoken=abc "), vec![(1, 0)]);
+        assert_eq!(matches("a token=abc "), vec![(0, 2), (1, 2)]);
+        assert_eq!(l.first_at_boundary[usize::from(b't')], vec![0]);
+        assert_eq!(l.first[usize::from(b't')], vec![1]);
+    }
+
+    #[test]
     fn leading_loops_keep_the_earliest_start() {
         // A thread from 0 and one from 1 share a state after "aa": the start 0 is kept.
         let l = live(&["a*b"]);
@@ -318,6 +441,39 @@ mod tests {
         assert!((0..500u64).all(|k| !set.insert(k << 32 | k)));
         set.clear();
         assert!(set.insert(7 << 32 | 7) && !set.insert(7 << 32 | 7));
+    }
+
+    /// The first-byte set of pattern `p` as its automaton sees it.
+    fn automaton_first_bytes(l: &Live, p: usize) -> [u64; 4] {
+        let mut set = [0u64; 4];
+        for (b, (anywhere, opening)) in l.first.iter().zip(&l.first_at_boundary).enumerate() {
+            if anywhere.contains(&(p as u32)) || opening.contains(&(p as u32)) {
+                set[b >> 6] |= 1u64 << (b & 63);
+            }
+        }
+        set
+    }
+
+    #[test]
+    fn first_bytes_of_every_default_rule_equal_its_automatons() {
+        let rules = crate::Ruleset::builtin().map_err(|e| e.to_string());
+        let Ok(rules) = rules else { return assert_eq!(rules.err(), None) };
+        let live = rules.engine.live();
+        for (p, r) in rules.rules.iter().enumerate() {
+            assert_eq!(first_bytes(&r.hir), automaton_first_bytes(live, p), "{}", r.id);
+        }
+    }
+
+    #[test]
+    fn first_bytes_from_the_syntax_equal_those_of_the_automaton() {
+        let patterns = [r"\bAKIA[A-Z0-9]{16}", r"(?i)token|x-api-key", r"(?:ab|[0-9])?c+", r"(?i)\w+ключ", "пароль|q~", r"(?:\b|x*)(?-u:[\x00-\x10])?é{2}"];
+        for pattern in patterns {
+            let hir = regex_syntax::parse(pattern).map_err(|e| e.to_string());
+            let Ok(hir) = hir else { return assert_eq!(hir.err(), None) };
+            let l = Live::build(std::slice::from_ref(&hir)).map_err(|e| format!("{e:?}"));
+            let Ok(l) = l else { return assert_eq!(l.err(), None) };
+            assert_eq!(first_bytes(&hir), automaton_first_bytes(&l, 0), "{pattern}");
+        }
     }
 
     #[test]

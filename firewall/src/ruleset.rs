@@ -1,7 +1,8 @@
 //! Loading a ruleset: rule files in, one validated [`Ruleset`] or every error out.
 //!
 //! Invariants: a [`Ruleset`] exists only if every file parsed, every rule and canary
-//! validated, ids are unique across all files, the streaming automata built and (unless
+//! validated, ids are unique across all files, the streaming automata built (unless
+//! [`LoadOptions::defer_streaming`] puts that off to first use) and (unless
 //! [`LoadOptions::check_samples`] is off) every sample behaved. There is no partial result:
 //! one bad file means `Err` with all errors, each naming file:line, the rule id and why.
 //! File reading happens only in [`Ruleset::load_dir`]; everything else works on strings, so
@@ -14,7 +15,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::rule::{Canary, FieldError, RawCanary, RawRule, Rule};
-use crate::scan::Engine;
+use crate::scan::{Engine, LiveBuild};
 
 /// One problem in the rule files.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,11 +59,18 @@ pub struct LoadOptions {
     /// Reject rules whose `must_match` / `must_not_match` samples fail. `rules test` turns
     /// this off to report per rule instead.
     pub check_samples: bool,
+    /// Build the streaming automata when the first [`crate::StreamScanner`] needs them, not
+    /// now. Determinising them is most of the loading time and one-shot scanning
+    /// ([`Ruleset::scan`]) never uses them. The price: their size limits are not checked at
+    /// load, and a pattern whose automaton turns out too large is streamed as "possibly in
+    /// progress anywhere" (still sound, but held back up to the holdback limit). For
+    /// one-shot tools such as `crossguard scan`; anything that streams should load eagerly.
+    pub defer_streaming: bool,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { check_samples: true }
+        LoadOptions { check_samples: true, defer_streaming: false }
     }
 }
 
@@ -176,7 +184,8 @@ impl Ruleset {
         }
         let (rules, origins): (Vec<_>, Vec<_>) = all.rules.into_iter().unzip();
         let (canaries, canary_origins): (Vec<_>, Vec<_>) = all.canaries.into_iter().unzip();
-        let engine = Engine::build(&rules, &canaries).map_err(|errs| LoadErrors {
+        let when = if opts.defer_streaming { LiveBuild::OnFirstUse } else { LiveBuild::Now };
+        let engine = Engine::build(&rules, &canaries, when).map_err(|errs| LoadErrors {
             errors: errs
                 .into_iter()
                 .map(|(i, reason)| {
@@ -215,7 +224,8 @@ impl Ruleset {
         self.rules.len()
     }
 
-    /// Bytes held by the compiled automata (streaming DFAs and keyword prefilter).
+    /// Bytes held by the compiled automata (keyword prefilter, and the streaming DFAs once
+    /// built; see [`LoadOptions::defer_streaming`]).
     pub fn memory_usage(&self) -> usize {
         self.engine.memory_usage()
     }
@@ -226,7 +236,7 @@ impl Ruleset {
 
     /// An empty ruleset (no rules, no canaries): scanning finds nothing.
     pub fn empty() -> Ruleset {
-        let engine = Engine::build(&[], &[]).unwrap_or_else(|_| Engine::default());
+        let engine = Engine::build(&[], &[], LiveBuild::Now).unwrap_or_else(|_| Engine::default());
         Ruleset { rules: Vec::new(), origins: Vec::new(), canaries: Vec::new(), engine }
     }
 }

@@ -16,12 +16,14 @@
 //! window with a start bound, which is why streaming and one-shot results cannot drift.
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, AhoCorasickKind, MatchKind};
 use regex::{Regex, RegexBuilder};
+use regex_syntax::hir::Hir;
 
 use crate::detect::{self, Detectors, ScanContext};
-use crate::live::{Live, LiveDfa};
+use crate::live::{first_bytes, Live};
 use crate::reach::keyword_reach;
 use crate::rule::{shannon_entropy, Canary, Rule};
 use crate::ruleset::{LoadError, Ruleset};
@@ -55,7 +57,11 @@ pub(crate) struct Engine {
     keyword_rules: Vec<Vec<u32>>,
     /// [rules] anchored searches for one-shot scanning near keyword hits
     searches: Vec<RuleSearch>,
-    pub(crate) live: Live,
+    /// [patterns] the syntax the liveness automata are built from
+    live_patterns: Vec<Hir>,
+    /// The streaming liveness automata: determinising them is most of a ruleset's build
+    /// time, and one-shot scanning never uses them, so they may be built on first use.
+    live: OnceLock<Live>,
 }
 
 impl Default for Engine {
@@ -66,7 +72,8 @@ impl Default for Engine {
             prefilter: None,
             keyword_rules: Vec::new(),
             searches: Vec::new(),
-            live: Live::new(Vec::new()),
+            live_patterns: Vec::new(),
+            live: OnceLock::new(),
         }
     }
 }
@@ -74,24 +81,26 @@ impl Default for Engine {
 /// Engine build errors: the rule index (None = the canary pattern) and why.
 pub(crate) type EngineErrors = Vec<(Option<usize>, String)>;
 
+/// When the streaming automata are built (see [`crate::LoadOptions::defer_streaming`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum LiveBuild {
+    /// Now, every error reported against its rule.
+    Now,
+    /// On first use; a pattern whose automaton fails then is followed without one.
+    OnFirstUse,
+}
+
 impl Engine {
-    pub(crate) fn build(rules: &[Rule], canaries: &[Canary]) -> Result<Engine, EngineErrors> {
+    pub(crate) fn build(rules: &[Rule], canaries: &[Canary], when: LiveBuild) -> Result<Engine, EngineErrors> {
         let mut errors = Vec::new();
-        let mut dfas = Vec::new();
-        let mut patterns = Vec::new();
-        for (i, r) in rules.iter().enumerate() {
-            match LiveDfa::build(&r.hir) {
-                Ok(d) => dfas.push(d),
-                Err(e) => errors.push((Some(i), e)),
-            }
-            patterns.push(PatternKind::Rule(i));
-        }
+        let mut patterns: Vec<PatternKind> = (0..rules.len()).map(PatternKind::Rule).collect();
+        let mut live_patterns: Vec<Hir> = rules.iter().map(|r| r.hir.clone()).collect();
         let canary = if canaries.is_empty() {
             None
         } else {
             match build_canaries(canaries) {
-                Ok((m, d)) => {
-                    dfas.push(d);
+                Ok((m, hir)) => {
+                    live_patterns.push(hir);
                     patterns.push(PatternKind::Canary);
                     Some(m)
                 }
@@ -101,15 +110,23 @@ impl Engine {
                 }
             }
         };
+        let live = OnceLock::new();
+        if when == LiveBuild::Now {
+            match Live::build(&live_patterns) {
+                Ok(l) => {
+                    let _ = live.set(l);
+                }
+                Err(errs) => errors.extend(errs.into_iter().map(|(p, e)| (Some(p).filter(|&p| p < rules.len()), e))),
+            }
+        }
         if !errors.is_empty() {
             return Err(errors);
         }
         let (prefilter, keyword_rules) = build_prefilter(rules).map_err(|e| vec![(None, e)])?;
-        let live = Live::new(dfas);
         let mut searches = Vec::with_capacity(rules.len());
         for (i, r) in rules.iter().enumerate() {
             let reach = if r.keywords.is_empty() { None } else { keyword_reach(&r.hir, &r.keywords) };
-            match RuleSearch::build(&r.hir, r.secret_group, reach, live.first_bytes(i)) {
+            match RuleSearch::build(&r.hir, r.secret_group, reach, first_bytes(&r.hir)) {
                 Ok(s) => searches.push(s),
                 Err(e) => errors.push((Some(i), e)),
             }
@@ -117,11 +134,17 @@ impl Engine {
         if !errors.is_empty() {
             return Err(errors);
         }
-        Ok(Engine { patterns, canary, prefilter, keyword_rules, searches, live })
+        Ok(Engine { patterns, canary, prefilter, keyword_rules, searches, live_patterns, live })
     }
 
+    /// The streaming liveness automata, built now if they were deferred.
+    pub(crate) fn live(&self) -> &Live {
+        self.live.get_or_init(|| Live::build_lenient(&self.live_patterns))
+    }
+
+    /// Bytes held by the compiled automata (streaming DFAs once built, keyword prefilter).
     pub(crate) fn memory_usage(&self) -> usize {
-        self.live.memory_usage() + self.prefilter.as_ref().map_or(0, AhoCorasick::memory_usage)
+        self.live.get().map_or(0, Live::memory_usage) + self.prefilter.as_ref().map_or(0, AhoCorasick::memory_usage)
     }
 }
 
@@ -157,7 +180,7 @@ fn build_prefilter(rules: &[Rule]) -> Result<Prefilter, String> {
     Ok((Some(ac), keyword_rules))
 }
 
-fn build_canaries(canaries: &[Canary]) -> Result<(CanaryMatcher, LiveDfa), String> {
+fn build_canaries(canaries: &[Canary]) -> Result<(CanaryMatcher, Hir), String> {
     let mut by_string: HashMap<String, Vec<usize>> = HashMap::new();
     for (i, c) in canaries.iter().enumerate() {
         for s in &c.strings {
@@ -170,7 +193,7 @@ fn build_canaries(canaries: &[Canary]) -> Result<(CanaryMatcher, LiveDfa), Strin
     let pattern = strings.iter().map(|s| regex::escape(s)).collect::<Vec<_>>().join("|");
     let regex = RegexBuilder::new(&pattern).size_limit(CANARY_REGEX_LIMIT).build().map_err(|e| format!("canary strings: {e}"))?;
     let hir = regex_syntax::parse(&pattern).map_err(|e| format!("canary strings: {e}"))?;
-    Ok((CanaryMatcher { regex, by_string }, LiveDfa::build(&hir)?))
+    Ok((CanaryMatcher { regex, by_string }, hir))
 }
 
 impl Ruleset {

@@ -197,7 +197,7 @@ impl StreamScanner {
     /// Advances the liveness threads over `bytes` (starting at absolute `start`) and
     /// returns the earliest position at which a match may still be in progress.
     fn advance_threads(&mut self, bytes: &[u8], start: usize, finishing: bool) -> usize {
-        let live = &self.rules.engine.live;
+        let live = self.rules.engine.live();
         let (candidates, pending) = (&mut self.candidates, &mut self.pending);
         let mut on_match = |p: usize, s: usize| {
             if candidates[p].is_empty() {

@@ -40,7 +40,7 @@ pub(crate) struct RuleSearch {
     secret_group: usize,
     /// Upper bound on the offset of the first keyword in any match; `None`: unbounded.
     pub(crate) reach: Option<usize>,
-    /// Bytes a match can begin with (from the relaxed streaming automaton, a superset).
+    /// Bytes a match can begin with (read off the relaxed NFA, a superset).
     first: [u64; 4],
 }
 

@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use firewall::{Action, Detectors, ScanContext, StreamScanner};
+use firewall::{Action, Detectors, LoadOptions, Ruleset, ScanContext, StreamScanner};
 use proptest::prelude::*;
 
 const KEY: &str = "dbk_Q2w3E4r5T6y7U8i9O0pA";
@@ -147,5 +147,45 @@ proptest! {
     fn one_byte_chunks_agree_with_one_shot(text in planted_text()) {
         let rules = fixture_rules();
         check_chunking(&rules, &ctx(), &none(), &text, &char_cuts(&text));
+    }
+}
+
+/// A rule whose streaming automaton blows past the size limit: after "key", the 16th
+/// character from the end must be `a` (2^16 DFA states), while its NFA stays small.
+const EXPLODING_RULE: &str = r#"
+[[rule]]
+id = "exploding-automaton"
+description = "streaming automaton too large to determinise"
+severity = "high"
+action = "block"
+regex = 'key[a-z]*a[a-z]{16}'
+keywords = ["key"]
+must_match = ["keyaaaaaaaaaaaaaaaaa"]
+must_not_match = ["keybbbbbbbbbbbbbbbbb"]
+"#;
+
+#[test]
+fn deferred_automata_are_checked_only_when_eager() {
+    let sources = [("exploding.toml".to_string(), EXPLODING_RULE.to_string())];
+    let eager = Ruleset::load_sources(&sources, LoadOptions::default());
+    let reason = eager.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(reason.contains("exploding-automaton") && reason.contains("streaming automaton"), "{reason}");
+    let deferred = Ruleset::load_sources(&sources, LoadOptions { defer_streaming: true, ..LoadOptions::default() });
+    assert!(deferred.is_ok_and(|r| r.scan("the keyzzzzzzazzzzzzzzzzzzzzzz").len() == 1));
+}
+
+#[test]
+fn a_pattern_without_an_automaton_streams_held_back_but_exact() {
+    let sources = [("exploding.toml".to_string(), EXPLODING_RULE.to_string())];
+    let loaded = Ruleset::load_sources(&sources, LoadOptions { defer_streaming: true, ..LoadOptions::default() });
+    assert!(loaded.is_ok(), "deferred load failed: {loaded:?}");
+    let Ok(rules) = loaded else { return };
+    let rules = Arc::new(rules);
+    let text = "some words, then keyqqqqqqqqqqqqqqqqqqqqaqqqqqqqqqqqqqqqq and more words after it";
+    assert_eq!(rules.scan(text).len(), 1);
+    check_chunking(&rules, &ctx(), &none(), text, &[]);
+    check_chunking(&rules, &ctx(), &none(), text, &char_cuts(text));
+    for (i, _) in text.char_indices().skip(1) {
+        check_chunking(&rules, &ctx(), &none(), text, &[i]);
     }
 }

@@ -41,7 +41,7 @@ pub fn check(dir: &Path) -> ExitCode {
 /// `crossguard rules test [DIR]`: run every sample and report per rule; exit 1 if any
 /// sample fails or the files do not load.
 pub fn test(dir: &Path) -> ExitCode {
-    let set = match load(dir, LoadOptions { check_samples: false }) {
+    let set = match load(dir, LoadOptions { check_samples: false, ..LoadOptions::default() }) {
         Ok(s) => s,
         Err(e) => {
             eprint!("{e}");

@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use firewall::{Action, Ruleset, Severity};
+use firewall::{Action, LoadOptions, Ruleset, Severity};
 
 pub struct ScanArgs {
     /// Rules folder; `None` = the built-in ruleset.
@@ -47,9 +47,14 @@ struct Outcome {
 }
 
 pub fn scan(args: &ScanArgs) -> ExitCode {
+    // One-shot scanning never streams: the streaming automata (most of the loading time)
+    // are not built. A rules folder still has its samples checked; the built-in rules had
+    // theirs checked by the test suite on the very files embedded in this binary, so
+    // checking them again would only add start-up time.
+    let opts = LoadOptions { check_samples: args.rules.is_some(), defer_streaming: true };
     let loaded = match &args.rules {
-        Some(dir) => Ruleset::load_dir(dir),
-        None => Ruleset::builtin(),
+        Some(dir) => Ruleset::load_dir_with(dir, opts),
+        None => Ruleset::builtin_with(opts),
     };
     let rules = match loaded {
         Ok(r) => r,
