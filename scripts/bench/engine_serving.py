@@ -14,7 +14,11 @@ For each server and concurrency C, C workers each send REQUESTS streamed chat co
 (temperature 0, max_tokens MAX_TOKENS) from a fixed list of prompts. Every content chunk of
 the stream counts as one generated token (both servers send one token per chunk).
 Reported per run: aggregate generated tokens/s over the wall time, time to first token and
-inter-token latency (p50, p99, over every request and every gap). Only the standard library
+inter-token latency (p50, p99, over every request and every gap between content chunks, as
+a client sees it: crossguard's firewall holds a word in progress back until it is complete,
+so a held token arrives with the next one, one step later), and for crossguard the engine's
+own decode-step durations (from the step histogram on /metrics, interpolated within its
+buckets). Tokens are the usage counts where the server reports them. Only the standard library
 is used on the client side, so the client costs the same against both servers.
 
 All servers start first and stay up; each round runs every level on every server in turn,
@@ -76,7 +80,8 @@ def wait_ready(port, path, proc, log_path, deadline_s=300):
 def one_request(port, model, key, prompt, max_tokens, system=None):
     """Streams one completion; returns (ttft_s, [gaps_s], tokens)."""
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-    body = json.dumps({"model": model, "stream": True, "temperature": 0, "max_tokens": max_tokens, "messages": messages})
+    body = json.dumps({"model": model, "stream": True, "temperature": 0, "max_tokens": max_tokens, "messages": messages,
+                       "stream_options": {"include_usage": True}})
     headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     start = time.perf_counter()
@@ -84,7 +89,7 @@ def one_request(port, model, key, prompt, max_tokens, system=None):
     resp = c.getresponse()
     if resp.status != 200:
         raise RuntimeError(f"status {resp.status}: {resp.read()[:200]!r}")
-    times = []
+    times, usage_tokens = [], None
     for raw in resp:
         line = raw.decode("utf-8", "replace").strip()
         if not line.startswith("data: ") or line == "data: [DONE]":
@@ -93,11 +98,44 @@ def one_request(port, model, key, prompt, max_tokens, system=None):
         for choice in chunk.get("choices", []):
             if choice.get("delta", {}).get("content"):
                 times.append(time.perf_counter())
+        if chunk.get("usage"):
+            usage_tokens = chunk["usage"].get("completion_tokens")
     c.close()
     if not times:
         return None, [], 0
     gaps = [b - a for a, b in zip(times, times[1:])]
-    return times[0] - start, gaps, len(times)
+    # A chunk may carry several tokens (crossguard's firewall releases a held-back word
+    # with the next token), so the usage count is the token count where a server gives it.
+    return times[0] - start, gaps, usage_tokens or len(times)
+
+
+def step_histogram(port):
+    """crossguard's own decode-step durations (`le` bound -> cumulative count) from /metrics."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    buckets = {}
+    for line in text.splitlines():
+        if line.startswith("crossguard_engine_step_duration_seconds_bucket{") and 'kind="decode"' in line:
+            le = line.split('le="')[1].split('"')[0]
+            buckets[float("inf") if le == "+Inf" else float(le)] = int(line.rsplit(" ", 1)[1])
+    return buckets
+
+
+def step_quantile(before, after, q):
+    """The q-th percentile of the decode steps between two scrapes, interpolated in its bucket."""
+    bounds = sorted(after)
+    counts = [after[b] - before.get(b, 0) for b in bounds]
+    if not counts or counts[-1] == 0:
+        return float("nan")
+    rank, lower, below = q / 100 * counts[-1], 0.0, 0
+    for bound, cum in zip(bounds, counts):
+        if cum >= rank:
+            if bound == float("inf"):
+                return float("inf")
+            return lower + (bound - lower) * (rank - below) / max(cum - below, 1)
+        lower, below = bound, cum
+    return float("inf")
 
 
 def pct(values, q):
@@ -107,7 +145,7 @@ def pct(values, q):
     return values[min(len(values) - 1, int(round(q / 100 * (len(values) - 1))))]
 
 
-def run_level(port, model, key, concurrency, requests, max_tokens):
+def run_level(port, model, key, concurrency, requests, max_tokens, engine_steps=False):
     ttfts, gaps, tokens, errors = [], [], [0], [0]
     lock = threading.Lock()
 
@@ -127,6 +165,7 @@ def run_level(port, model, key, concurrency, requests, max_tokens):
                 gaps.extend(g)
                 tokens[0] += n
 
+    steps_before = step_histogram(port) if engine_steps else None
     start = time.perf_counter()
     threads = [threading.Thread(target=worker, args=(w,)) for w in range(concurrency)]
     for t in threads:
@@ -134,7 +173,12 @@ def run_level(port, model, key, concurrency, requests, max_tokens):
     for t in threads:
         t.join()
     wall = time.perf_counter() - start
-    return {
+    steps = {}
+    if engine_steps:
+        after = step_histogram(port)
+        steps = {"step_p50_ms": round(step_quantile(steps_before, after, 50) * 1000, 1),
+                 "step_p99_ms": round(step_quantile(steps_before, after, 99) * 1000, 1)}
+    return {**steps,
         "concurrency": concurrency, "requests": concurrency * requests, "tokens": tokens[0], "wall_s": round(wall, 2),
         "tok_per_s": round(tokens[0] / wall, 1),
         "ttft_p50_ms": round(pct(ttfts, 50) * 1000, 1), "ttft_p99_ms": round(pct(ttfts, 99) * 1000, 1),
@@ -236,7 +280,7 @@ def main():
         for round_ in range(args.rounds):
             for c in args.concurrency:
                 for name, _, port, _, model, server_keys, _ in servers:
-                    r = run_level(port, model, server_keys[0], c, args.requests, args.max_tokens)
+                    r = run_level(port, model, server_keys[0], c, args.requests, args.max_tokens, engine_steps=name.startswith("crossguard"))
                     r.update(server=name, round=round_)
                     print(json.dumps(r), flush=True)
                     results.append(r)
@@ -256,16 +300,17 @@ def main():
 
     names = [s[0] for s in servers]
     print(f"\nmedians over {args.rounds} round(s)")
-    print("\n| server | concurrency | requests | tokens | aggregate tok/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | errors | load |")
-    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+    print("\n| server | concurrency | requests | tokens | aggregate tok/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | decode step p50 / p99 ms | errors | load |")
+    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     by = {}
     for c in args.concurrency:
         for name in names:
             rows = [r for r in results if r["server"] == name and r["concurrency"] == c]
             m = {k: median_of(rows, k) for k in ["tokens", "tok_per_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "loadavg"]}
             by[(name, c)] = m["tok_per_s"]
+            steps = f"{median_of(rows, 'step_p50_ms')} / {median_of(rows, 'step_p99_ms')}" if "step_p99_ms" in rows[0] else "—"
             print(f"| {name} | {c} | {rows[0]['requests']} | {m['tokens']:.0f} | {m['tok_per_s']} | {m['ttft_p50_ms']} | {m['ttft_p99_ms']} | "
-                  f"{m['itl_p50_ms']} | {m['itl_p99_ms']} | {sum(r['errors'] for r in rows)} | {m['loadavg']:.1f} |")
+                  f"{m['itl_p50_ms']} | {m['itl_p99_ms']} | {steps} | {sum(r['errors'] for r in rows)} | {m['loadavg']:.1f} |")
     for c in args.concurrency:
         if ("crossguard", c) in by and ("llama.cpp", c) in by and by[("llama.cpp", c)] > 0:
             print(f"concurrency {c}: crossguard / llama.cpp aggregate = {by[('crossguard', c)] / by[('llama.cpp', c)]:.2f}x")
