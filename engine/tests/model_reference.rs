@@ -17,6 +17,8 @@
 //! token for token up to the first step where the reference itself was at a near tie
 //! (margin below `NEAR_TIE`), after which the two may legitimately take different paths.
 
+#![allow(clippy::panic)] // a test: a missing model or fixture should stop it loudly
+
 use std::ops::ControlFlow;
 use std::sync::OnceLock;
 

@@ -26,6 +26,11 @@ pub const RESERVED_ENV: &[&str] = &[
     "CROSSGUARD_FINGERPRINT_KEY",
     "CROSSGUARD_LOG",
     "CROSSGUARD_LOG_FORMAT",
+    // read by the test suite and scripts, never by the gateway
+    "CROSSGUARD_GPU_TESTS",
+    "CROSSGUARD_MODEL",
+    "CROSSGUARD_PYTHON",
+    "CROSSGUARD_REQUIRE_NVRTC",
 ];
 
 /// The id under which a config without `[[models]]` serves the default model (a contract).

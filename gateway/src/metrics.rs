@@ -195,7 +195,9 @@ pub fn render_kv_pools<'a>(pools: impl Iterator<Item = (&'a str, engine::kv::KvS
         return String::new();
     }
     let mut out = String::new();
-    let gauges: [(&str, &str, &str, fn(&engine::kv::KvStats) -> u64); 8] = [
+    // (series, kind, help, value)
+    type KvSeries = (&'static str, &'static str, &'static str, fn(&engine::kv::KvStats) -> u64);
+    let gauges: [KvSeries; 8] = [
         ("crossguard_engine_kv_blocks_total", "gauge", "KV blocks in the pool.", |k| k.blocks_total as u64),
         ("crossguard_engine_kv_blocks_used", "gauge", "KV blocks held by sequences or the prefix cache.", |k| k.blocks_used as u64),
         ("crossguard_engine_kv_blocks_free", "gauge", "KV blocks on the free list (zeroed).", |k| k.blocks_free as u64),

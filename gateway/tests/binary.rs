@@ -1,6 +1,8 @@
 //! The `crossguard` binary itself: version, config errors on the terminal, and a real
 //! `serve` that answers on the address it logs and stops cleanly on SIGTERM.
 
+#![allow(clippy::expect_used)] // a test: a failed set-up step should stop it loudly
+
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -97,7 +97,7 @@ async fn default_model_serves_greedy_chats_identical_to_llama_cpp() {
         }
         let prompt_len = case["prompt_ids"].as_array().unwrap().len() as u64;
         assert_eq!(v["usage"]["prompt_tokens"], prompt_len, "{name}: exact prompt token count");
-        let stopped = ids.len() < max_tokens as usize || ids.iter().any(|id| *id == 2);
+        let stopped = ids.len() < max_tokens as usize || ids.contains(&2);
         if exact {
             let reason = if stopped { "stop" } else { "length" };
             assert_eq!(v["choices"][0]["finish_reason"], reason, "{name}");

@@ -116,7 +116,7 @@ async fn complete(gw: &TestGateway, tenant: &str, messages: Value, stream: bool)
         assert_eq!(frames.last().map(String::as_str), Some("[DONE]"));
         let chunks: Vec<Value> = frames[..frames.len() - 1].iter().map(|f| serde_json::from_str(f).unwrap()).collect();
         let text = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
-        let finish = chunks.iter().filter_map(|c| c["choices"][0]["finish_reason"].as_str()).last().unwrap_or("").to_owned();
+        let finish = chunks.iter().rev().find_map(|c| c["choices"][0]["finish_reason"].as_str()).unwrap_or("").to_owned();
         Delivered { text, finish, audit_id }
     } else {
         let v: Value = resp.json().await.unwrap();

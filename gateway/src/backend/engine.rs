@@ -25,7 +25,8 @@ use crate::error::ApiError;
 
 /// Where the model stands.
 enum Load {
-    Ready(Engine),
+    // Boxed: an engine is kilobytes of state beside the failure's one string.
+    Ready(Box<Engine>),
     Failed(String),
 }
 
@@ -54,7 +55,7 @@ impl EngineBackend {
                 let outcome = match load(&config) {
                     Ok(engine) => {
                         tracing::info!(model = %id, context_tokens = engine.context_tokens(), "model loaded");
-                        Load::Ready(engine)
+                        Load::Ready(Box::new(engine))
                     }
                     Err(reason) => {
                         tracing::error!(model = %id, error = %reason, "model failed to load");

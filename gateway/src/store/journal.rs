@@ -158,7 +158,7 @@ mod tests {
         // a hand-edited bad line, then a torn write without its newline
         std::fs::write(&path, format!("{}\nnot json\n{{\"id\":\"x", serde_json::to_string(&a).unwrap())).unwrap();
         let (j, got) = Journal::open(&path).unwrap();
-        assert_eq!(got, [a.clone()]);
+        assert_eq!(got, std::slice::from_ref(&a));
         j.append_blocking(std::slice::from_ref(&b)).unwrap();
         drop(j);
         let (j, got) = Journal::open(&path).unwrap();
