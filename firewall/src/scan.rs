@@ -12,7 +12,7 @@
 //! cannot count any match and is skipped, and a rule whose keyword reach is bounded (see
 //! `reach`) is tried only in the regions before its hits (see `window`). The others, and
 //! rules without keywords, take one unanchored pass over the text, which visits the same
-//! positions ([`Ruleset::pattern_matches`]). The stream scanner calls that pass on its
+//! positions (`Ruleset::pattern_matches`). The stream scanner calls that pass on its
 //! window with a start bound, which is why streaming and one-shot results cannot drift.
 
 use std::collections::HashMap;

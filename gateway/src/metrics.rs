@@ -10,7 +10,7 @@ use std::time::Duration;
 /// Upper bounds of the latency histogram buckets, in seconds.
 const BUCKETS_S: &[f64] = &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
 
-/// A latency histogram over [`BUCKETS_S`].
+/// A latency histogram over fixed buckets from 0.5 ms to 60 s.
 #[derive(Debug, Default)]
 pub struct Histogram {
     counts: Vec<u64>,

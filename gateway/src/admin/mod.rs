@@ -3,13 +3,13 @@
 //! incident.
 //!
 //! Owns the page routes, the login session ([`session`]), the live feed of new audit
-//! records ([`live`]) and the embedded assets (one stylesheet, one small script; no Node
+//! records (`live`) and the embedded assets (one stylesheet, one small script; no Node
 //! toolchain, nothing from a CDN). Reads what the rest of the gateway already keeps: the
 //! store, the statistics, the metrics, the rules. The JSON API in
 //! [`crate::routes::admin`] stays the machine interface.
 //!
 //! Invariants: every page needs a live session, every POST its CSRF token; everything a
-//! page shows is escaped ([`html`]); responses carry a Content-Security-Policy that allows
+//! page shows is escaped (`html`); responses carry a Content-Security-Policy that allows
 //! no inline script, and the pages use none. Lists render fully without JavaScript.
 
 mod blocked;
