@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::backend::cpu::attention;
 use crate::error::{Error, Result};
 
 /// Most alternatives a step may report (OpenAI's limit for `top_logprobs`).
@@ -136,27 +137,39 @@ impl Sampler {
 
     /// Temperature, top-k, top-p, then a draw from what is left.
     fn draw(&mut self) -> u32 {
-        let t = self.params.temperature;
-        let max = self.work.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
         // Unnormalised probabilities; normalising is unnecessary for a draw.
-        let mut cand: Vec<(u32, f32)> = self.work.iter().enumerate().map(|(i, l)| (i as u32, ((l - max) / t).exp())).collect();
-        let k = if self.params.top_k == 0 { cand.len() } else { self.params.top_k.min(cand.len()) };
+        attention::exp_shifted(&mut self.work, 1.0 / self.params.temperature);
+        let n = self.work.len();
+        let k = if self.params.top_k == 0 { n } else { self.params.top_k.min(n) };
+        if k == n && self.params.top_p >= 1.0 {
+            let weights = self.work.iter().enumerate().map(|(i, p)| (i as u32, *p));
+            return pick(&mut self.rng, weights);
+        }
+        let mut cand: Vec<(u32, f32)> = self.work.iter().enumerate().map(|(i, p)| (i as u32, *p)).collect();
         if k < cand.len() {
             keep_largest(&mut cand, k);
         }
         if self.params.top_p < 1.0 {
             nucleus(&mut cand, self.params.top_p);
         }
-        let total: f32 = cand.iter().map(|c| c.1).sum();
-        let mut r = self.rng.gen::<f32>() * total;
-        for &(id, p) in &cand {
-            if r < p {
-                return id;
-            }
-            r -= p;
-        }
-        cand.last().map_or(0, |c| c.0)
+        pick(&mut self.rng, cand.into_iter())
     }
+}
+
+/// Draws an id with probability proportional to its weight (the last one if rounding
+/// leaves the draw past the end; id 0 when there are none).
+fn pick(rng: &mut StdRng, weights: impl Iterator<Item = (u32, f32)> + Clone) -> u32 {
+    let total: f32 = weights.clone().map(|c| c.1).sum();
+    let mut r = rng.gen::<f32>() * total;
+    let mut last = 0;
+    for (id, p) in weights {
+        if r < p {
+            return id;
+        }
+        r -= p;
+        last = id;
+    }
+    last
 }
 
 /// Keeps the `k` largest candidates, sorted by probability (descending, then id).
@@ -201,29 +214,31 @@ fn argmax(x: &[f32]) -> u32 {
     best as u32
 }
 
-/// `(log Σ exp(l), -Σ p log p)` of the softmax of `logits`.
+/// `(log Σ exp(l), -Σ p log p)` of the softmax of `logits` (vectorised; sums in f64).
 fn log_partition_and_entropy(logits: &[f32]) -> (f32, f32) {
-    let max = logits.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
-    let (mut z, mut zl) = (0.0f64, 0.0f64);
-    for l in logits {
-        let e = f64::from(l - max).exp();
-        z += e;
-        zl += e * f64::from(l - max);
-    }
+    let (max, z, zl) = attention::softmax_moments(logits);
     let log_z = z.ln();
     // H = log Z - E[l - max]
     (max + log_z as f32, (log_z - zl / z) as f32)
 }
 
-/// Ids of the `n` largest logits, largest first (ties by lower id).
+/// Ids of the `n` largest logits, largest first (ties by lower id), in one pass that
+/// keeps only the best `n` (a step asks for at most 20 of a whole vocabulary).
 fn top_n_ids(logits: &[f32], n: usize) -> Vec<u32> {
-    let mut cand: Vec<(u32, f32)> = logits.iter().enumerate().map(|(i, l)| (i as u32, *l)).collect();
     if n == 0 {
         return Vec::new();
     }
-    let n = n.min(cand.len());
-    keep_largest(&mut cand, n);
-    cand.into_iter().map(|c| c.0).collect()
+    let mut best: Vec<(u32, f32)> = Vec::with_capacity(n + 1);
+    for (i, &l) in logits.iter().enumerate() {
+        if best.len() == n && best.last().is_some_and(|worst| l.total_cmp(&worst.1).is_le()) {
+            continue;
+        }
+        // After every kept value at least as large: equal values stay in id order.
+        let at = best.partition_point(|b| b.1.total_cmp(&l).is_ge());
+        best.insert(at, (i as u32, l));
+        best.truncate(n);
+    }
+    best.into_iter().map(|b| b.0).collect()
 }
 
 #[cfg(test)]
@@ -246,6 +261,18 @@ mod tests {
         assert!(out.top.windows(2).all(|w| w[0].1 >= w[1].1));
         let p: f64 = l.iter().map(|v| f64::from(v - l.iter().cloned().fold(f32::MIN, f32::max)).exp()).sum();
         assert!(out.logprob < 0.0 && out.logprob > -(p.ln() as f32) - 1e-3);
+    }
+
+    #[test]
+    fn top_n_agrees_with_a_full_sort_ties_by_id() {
+        let mut l = logits();
+        l.extend([4.95, 4.95, f32::NEG_INFINITY, 4.95]);
+        let mut sorted: Vec<(u32, f32)> = l.iter().enumerate().map(|(i, v)| (i as u32, *v)).collect();
+        sorted.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        for n in [0, 1, 3, 20, l.len()] {
+            let want: Vec<u32> = sorted.iter().take(n).map(|c| c.0).collect();
+            assert_eq!(top_n_ids(&l, n), want, "n={n}");
+        }
     }
 
     #[test]

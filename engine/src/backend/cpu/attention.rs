@@ -1,6 +1,8 @@
 //! The inner loops of attention over an f16 KV block: the scores of one query against a
 //! block's keys, their softmax (rounded to f16, as the reference multiplies f16 values
-//! with f16 probabilities), and the probability-weighted sum of a block's values.
+//! with f16 probabilities), and the probability-weighted sum of a block's values. Also
+//! the softmax moments over a whole vocabulary that sampling reports logprobs and
+//! entropy from, with the same vector `exp`.
 //!
 //! Owns the portable definitions; `ops_simd.rs` holds their AVX2 twins, used when the CPU
 //! has the features. The layouts are the KV pool's (`kv::HeadBlock`): keys transposed
@@ -136,6 +138,60 @@ pub(crate) fn softmax_f16_portable(x: &mut [f32]) {
     x.iter_mut().for_each(|v| *v = f16::from_f32(*v * inv).to_f32());
 }
 
+/// In place: `x = exp((x - max(x)) * scale)` for `scale > 0`: unnormalised softmax
+/// weights (sampling at temperature `1 / scale`), with the vector `exp`.
+pub fn exp_shifted(x: &mut [f32], scale: f32) {
+    if !super::ops_simd::exp_shifted(x, scale) {
+        exp_shifted_portable(x, scale);
+    }
+}
+
+pub(crate) fn exp_shifted_portable(x: &mut [f32], scale: f32) {
+    let max = x.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
+    x.iter_mut().for_each(|v| *v = exp_nonpositive((*v - max) * scale));
+}
+
+/// Elements summed in f32 lanes before the lane sums move into f64: long enough to stay
+/// vectorised, short enough that a 49,152-entry vocabulary loses nothing a logprob shows.
+pub(crate) const MOMENT_FLUSH: usize = 512;
+
+/// The softmax's moments about the maximum, for log-probabilities and entropy over a
+/// whole vocabulary: `(max, Σ e^(x - max), Σ e^(x - max) · (x - max))`.
+///
+/// Order: the maximum of `x`; then per run of [`MOMENT_FLUSH`] elements (whole vectors
+/// only) eight f32 lane sums, added lane after lane into f64; then the tail in f64. The
+/// exponential is [`exp_nonpositive`]; `(x - max)` is floored at [`EXP_MIN`] before the
+/// product, where the exponential is already 0 (so `-inf` logits add nothing, not NaN).
+pub fn softmax_moments(x: &[f32]) -> (f32, f64, f64) {
+    super::ops_simd::softmax_moments(x).unwrap_or_else(|| softmax_moments_portable(x))
+}
+
+pub(crate) fn softmax_moments_portable(x: &[f32]) -> (f32, f64, f64) {
+    let max = x.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
+    let whole = x.len() / LANES * LANES;
+    let (mut z, mut zl) = (0.0f64, 0.0f64);
+    for run in x[..whole].chunks(MOMENT_FLUSH) {
+        let (mut lz, mut lzl) = ([0.0f32; LANES], [0.0f32; LANES]);
+        for (i, v) in run.iter().enumerate() {
+            let d = *v - max;
+            let e = exp_nonpositive(d);
+            lz[i % LANES] += e;
+            lzl[i % LANES] += e * d.max(EXP_MIN);
+        }
+        for l in 0..LANES {
+            z += f64::from(lz[l]);
+            zl += f64::from(lzl[l]);
+        }
+    }
+    for v in &x[whole..] {
+        let d = *v - max;
+        let e = exp_nonpositive(d);
+        z += f64::from(e);
+        zl += f64::from(e * d.max(EXP_MIN));
+    }
+    (max, z, zl)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,6 +264,40 @@ mod tests {
             assert!((x.iter().sum::<f32>() - 1.0).abs() < 2e-3 * (n as f32).sqrt(), "n={n}");
             assert_eq!(x[n], 0.0);
             assert!(x.iter().all(|v| f16::from_f32(*v).to_f32() == *v));
+        }
+    }
+
+    #[test]
+    fn shifted_exponentials_peak_at_one_and_their_twins_agree() {
+        for n in [1, 7, 8, 9, 100, 49_152] {
+            let x: Vec<f32> = (0..n).map(|i| ((i as f32) * 0.29).cos() * 20.0).collect();
+            let (mut fast, mut slow) = (x.clone(), x.clone());
+            exp_shifted(&mut fast, 1.25);
+            exp_shifted_portable(&mut slow, 1.25);
+            assert_eq!(fast, slow, "n={n}");
+            let max = x.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
+            for (v, e) in x.iter().zip(&fast) {
+                let want = ((v - max) * 1.25).exp();
+                assert!((e - want).abs() <= 2.0 * want * f32::EPSILON + f32::MIN_POSITIVE, "{v}: {e} vs {want}");
+            }
+        }
+    }
+
+    #[test]
+    fn softmax_moments_match_f64_and_their_twins_agree() {
+        for n in [1, 7, 8, 9, 511, 512, 513, 4099, 49_152] {
+            let mut x: Vec<f32> = (0..n).map(|i| ((i as f32) * 0.173).sin() * 12.0 + (i % 7) as f32).collect();
+            x[n / 2] = f32::NEG_INFINITY;
+            let (max, z, zl) = softmax_moments(&x);
+            assert_eq!((max, z, zl), softmax_moments_portable(&x), "twins n={n}");
+            let m = x.iter().fold(f32::NEG_INFINITY, |a, v| a.max(*v));
+            let (wz, wzl) = x.iter().filter(|v| v.is_finite()).fold((0.0f64, 0.0f64), |(z, zl), v| {
+                let d = f64::from(v - m);
+                (z + d.exp(), zl + d.exp() * d)
+            });
+            assert_eq!(max, m);
+            assert!((z - wz).abs() <= 1e-6 * wz, "z n={n}: {z} vs {wz}");
+            assert!((zl - wzl).abs() <= 1e-5 * wz, "zl n={n}: {zl} vs {wzl}");
         }
     }
 

@@ -1,5 +1,5 @@
-//! AVX2/FMA/F16C twins of the attention loops in `attention.rs` and of `ops::round_to_f16`,
-//! chosen at run time.
+//! AVX2/FMA/F16C twins of the attention loops in `attention.rs` (softmax moments
+//! included) and of `ops::round_to_f16`, chosen at run time.
 //!
 //! Owns only the vector bodies; the portable definitions stay with their callers, which
 //! call these when the CPU has the features. Every function here is bit-identical to its
@@ -111,6 +111,43 @@ pub fn softmax_f16(x: &mut [f32]) -> bool {
     {
         let _ = x;
         false
+    }
+}
+
+/// [`attention::exp_shifted`]; `false` without the features.
+#[inline]
+pub fn exp_shifted(x: &mut [f32], scale: f32) -> bool {
+    if !available() {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: the features were detected above; the body stays inside `x`.
+        unsafe { exp_shifted_avx2(x, scale) };
+        true
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (x, scale);
+        false
+    }
+}
+
+/// [`attention::softmax_moments`]; `None` without the features.
+#[inline]
+pub fn softmax_moments(x: &[f32]) -> Option<(f32, f64, f64)> {
+    if !available() {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: the features were detected above; the body stays inside `x`.
+        Some(unsafe { softmax_moments_avx2(x) })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = x;
+        None
     }
 }
 
@@ -246,6 +283,84 @@ unsafe fn softmax_f16_avx2(x: &mut [f32]) {
         for v in &mut x[whole..] {
             *v = f16::from_f32(*v * inv).to_f32();
         }
+    }
+}
+
+/// The maximum of `x` (whole vectors, then the lanes and the tail).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn max_avx2(x: &[f32]) -> f32 {
+    let whole = x.len() / LANES * LANES;
+    // SAFETY: vector loads cover `[i, i + 8)` with `i + 8 <= whole`.
+    unsafe {
+        let mut vmax = _mm256_set1_ps(f32::NEG_INFINITY);
+        for i in (0..whole).step_by(LANES) {
+            vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(x.as_ptr().add(i)));
+        }
+        let mut lanes = [0.0f32; LANES];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), vmax);
+        lanes.iter().chain(&x[whole..]).fold(f32::NEG_INFINITY, |m, v| m.max(*v))
+    }
+}
+
+/// `x = exp((x - max) * scale)`, the portable twin's operations lane by lane.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn exp_shifted_avx2(x: &mut [f32], scale: f32) {
+    let whole = x.len() / LANES * LANES;
+    // SAFETY (whole body): vector accesses cover `[i, i + 8)` with `i + 8 <= whole`.
+    unsafe {
+        let max = max_avx2(x);
+        let (vm, vs, ptr) = (_mm256_set1_ps(max), _mm256_set1_ps(scale), x.as_mut_ptr());
+        for i in (0..whole).step_by(LANES) {
+            let d = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(ptr.add(i)), vm), vs);
+            _mm256_storeu_ps(ptr.add(i), exp8(d));
+        }
+        for v in &mut x[whole..] {
+            *v = attention::exp_nonpositive((*v - max) * scale);
+        }
+    }
+}
+
+/// Softmax moments in the portable twin's order: max, then per run of `MOMENT_FLUSH`
+/// whole vectors eight lane sums moved into f64 lane after lane, then the tail.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn softmax_moments_avx2(x: &[f32]) -> (f32, f64, f64) {
+    let whole = x.len() / LANES * LANES;
+    let ptr = x.as_ptr();
+    // SAFETY (whole body): vector loads cover `[i, i + 8)` with `i + 8 <= whole`.
+    unsafe {
+        let max = max_avx2(x);
+        let mut lanes = [0.0f32; LANES];
+        let (vm, floor) = (_mm256_set1_ps(max), _mm256_set1_ps(attention::EXP_MIN));
+        let (mut z, mut zl) = (0.0f64, 0.0f64);
+        let mut run = 0;
+        while run < whole {
+            let end = (run + attention::MOMENT_FLUSH).min(whole);
+            let (mut az, mut azl) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+            for i in (run..end).step_by(LANES) {
+                let d = _mm256_sub_ps(_mm256_loadu_ps(ptr.add(i)), vm);
+                let e = exp8(d);
+                az = _mm256_add_ps(az, e);
+                azl = _mm256_add_ps(azl, _mm256_mul_ps(e, _mm256_max_ps(d, floor)));
+            }
+            let mut lz = [0.0f32; LANES];
+            _mm256_storeu_ps(lz.as_mut_ptr(), az);
+            _mm256_storeu_ps(lanes.as_mut_ptr(), azl);
+            for l in 0..LANES {
+                z += f64::from(lz[l]);
+                zl += f64::from(lanes[l]);
+            }
+            run = end;
+        }
+        for v in &x[whole..] {
+            let d = *v - max;
+            let e = attention::exp_nonpositive(d);
+            z += f64::from(e);
+            zl += f64::from(e * d.max(attention::EXP_MIN));
+        }
+        (max, z, zl)
     }
 }
 

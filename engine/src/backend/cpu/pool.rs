@@ -13,6 +13,13 @@
 //! the tiles itself, then closes the job; only workers that joined before the close are
 //! waited for (each is inside a tile it claimed). One that wakes later skips the job.
 //!
+//! Why the pool sometimes runs alone: a worker descheduled *inside* its tile still holds
+//! the step for the rest of another process's time slice (milliseconds, against tens of
+//! microseconds for a tile), so on a loaded machine two threads ran slower than one. When
+//! the caller waits that long for a worker ([`Straggle`]), the pool runs its jobs on the
+//! caller alone for a while (doubling, up to a second, while it keeps happening), then
+//! tries its workers again: throughput falls back to one thread's, not below it.
+//!
 //! Invariants: `run` returns only after every worker that joined the job has finished
 //! with it (even if the caller's share panics), so a job may borrow from the caller's
 //! stack; no worker joins a closed job. [`ThreadPool::par_tiles`] hands each tile of the
@@ -24,6 +31,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// How long an idle worker spins before parking: long enough to bridge the gap between
 /// two steps of one forward pass, short enough not to burn a core between requests.
@@ -63,8 +71,60 @@ unsafe impl Send for Shared {}
 pub struct ThreadPool {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
-    /// Serialises `run` callers: one job at a time.
-    dispatch: Mutex<()>,
+    /// Serialises `run` callers (one job at a time) and holds when to run alone.
+    dispatch: Mutex<Straggle>,
+}
+
+/// When a worker last held up a job, and for how long the pool runs without workers.
+#[derive(Debug)]
+struct Straggle {
+    /// Whether straggles switch workers off at all (tests of the protocol turn it off).
+    adaptive: bool,
+    /// Jobs run on the caller alone until then.
+    solo_until: Option<Instant>,
+    /// The next solo period.
+    backoff: Duration,
+    /// Since when workers have joined without holding anything up.
+    clean_since: Instant,
+}
+
+impl Straggle {
+    /// A wait for a worker after the caller's share this long (and longer than the share
+    /// itself) means the worker lost its core mid-tile: a tile takes microseconds.
+    const WAIT: Duration = Duration::from_millis(1);
+    const FIRST_SOLO: Duration = Duration::from_millis(20);
+    const MAX_SOLO: Duration = Duration::from_secs(1);
+
+    fn new(adaptive: bool) -> Straggle {
+        Straggle { adaptive, solo_until: None, backoff: Straggle::FIRST_SOLO, clean_since: Instant::now() }
+    }
+
+    /// Whether the next job runs on the caller alone.
+    fn solo(&mut self) -> bool {
+        match self.solo_until {
+            Some(until) if Instant::now() < until => true,
+            Some(_) => {
+                self.solo_until = None;
+                self.clean_since = Instant::now();
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Records how long the caller waited for its workers after doing `share` itself.
+    fn record(&mut self, share: Duration, waited: Duration) {
+        if !self.adaptive || waited < Straggle::WAIT || waited < share {
+            return;
+        }
+        let now = Instant::now();
+        // A long clean run since the last solo period means the load went away.
+        if now.duration_since(self.clean_since) > 4 * self.backoff {
+            self.backoff = Straggle::FIRST_SOLO;
+        }
+        self.solo_until = Some(now + self.backoff);
+        self.backoff = (2 * self.backoff).min(Straggle::MAX_SOLO);
+    }
 }
 
 impl std::fmt::Debug for ThreadPool {
@@ -76,6 +136,16 @@ impl std::fmt::Debug for ThreadPool {
 impl ThreadPool {
     /// A pool of `threads` (at least 1) including the caller.
     pub fn new(threads: usize) -> ThreadPool {
+        ThreadPool::build(threads, true)
+    }
+
+    /// A pool that never switches its workers off (to test the join protocol alone).
+    #[cfg(test)]
+    fn always_parallel(threads: usize) -> ThreadPool {
+        ThreadPool::build(threads, false)
+    }
+
+    fn build(threads: usize, adaptive: bool) -> ThreadPool {
         let shared = Arc::new(Shared {
             ticket: AtomicU64::new(CLOSED),
             sleepers: AtomicUsize::new(0),
@@ -93,7 +163,7 @@ impl ThreadPool {
                     .ok()
             })
             .collect();
-        ThreadPool { shared, workers, dispatch: Mutex::new(()) }
+        ThreadPool { shared, workers, dispatch: Mutex::new(Straggle::new(adaptive)) }
     }
 
     /// Threads that run each job (workers plus the caller).
@@ -103,13 +173,18 @@ impl ThreadPool {
 
     /// Runs `job(0)` on the caller and `job(i)` on each worker `i` that joins before the
     /// caller's share is done; returns when every joined worker is done. A job must
-    /// therefore claim its work dynamically: any part may fall to the caller.
+    /// therefore claim its work dynamically: any part may fall to the caller (all of it
+    /// while a straggle keeps the workers off).
     fn run(&self, job: &(dyn Fn(usize) + Sync)) {
         if self.workers.is_empty() {
             job(0);
             return;
         }
-        let _one_at_a_time = self.dispatch.lock().unwrap_or_else(|e| e.into_inner());
+        let mut straggle = self.dispatch.lock().unwrap_or_else(|e| e.into_inner());
+        if straggle.solo() {
+            job(0);
+            return;
+        }
         let s = &*self.shared;
         // SAFETY: the previous `run` closed its job and waited for every joined worker,
         // and no worker joins a closed ticket, so no one reads `job` now. Erasing the
@@ -125,8 +200,14 @@ impl ThreadPool {
             let _g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
         }
-        let _wait = CloseAndWait(s);
-        job(0);
+        let started = Instant::now();
+        let mut waited = Duration::ZERO;
+        let share = {
+            let _wait = CloseAndWait { shared: s, waited: &mut waited };
+            job(0);
+            started.elapsed()
+        };
+        straggle.record(share, waited);
     }
 
     /// Splits the `[rows, cols]` row-major matrix `out` into tiles of `row_step` rows by
@@ -214,14 +295,22 @@ impl Drop for ThreadPool {
 }
 
 /// Closes the current job and waits for the workers inside it, also when the caller's
-/// share unwinds.
-struct CloseAndWait<'a>(&'a Shared);
+/// share unwinds; reports how long it waited.
+struct CloseAndWait<'a> {
+    shared: &'a Shared,
+    waited: &'a mut Duration,
+}
 
 impl Drop for CloseAndWait<'_> {
     fn drop(&mut self) {
-        self.0.ticket.fetch_or(CLOSED, Ordering::SeqCst);
+        let s = self.shared;
+        s.ticket.fetch_or(CLOSED, Ordering::SeqCst);
+        if s.ticket.load(Ordering::Acquire) & JOINED == 0 {
+            return;
+        }
+        let start = Instant::now();
         let mut spins = 0usize;
-        while self.0.ticket.load(Ordering::Acquire) & JOINED != 0 {
+        while s.ticket.load(Ordering::Acquire) & JOINED != 0 {
             spins += 1;
             if spins < SPIN_ROUNDS {
                 std::hint::spin_loop();
@@ -229,6 +318,7 @@ impl Drop for CloseAndWait<'_> {
                 std::thread::yield_now();
             }
         }
+        *self.waited = start.elapsed();
     }
 }
 
@@ -351,7 +441,7 @@ mod tests {
     fn a_slow_share_is_joined_by_the_workers() {
         // The caller's share waits until another thread has joined: the job ends only
         // because a worker ran it, and `run` waited for that worker.
-        let pool = ThreadPool::new(2);
+        let pool = ThreadPool::always_parallel(2);
         let joined = AtomicUsize::new(0);
         for _ in 0..20 {
             joined.store(0, Ordering::SeqCst);
@@ -365,6 +455,57 @@ mod tests {
             });
             assert_eq!(joined.load(Ordering::SeqCst), 2);
         }
+    }
+
+    #[test]
+    fn a_worker_that_holds_up_a_job_is_left_out_for_a_while() {
+        let pool = ThreadPool::new(2);
+        let spin = |d: Duration| {
+            let t = Instant::now();
+            while t.elapsed() < d {
+                std::hint::spin_loop();
+            }
+        };
+        let helped = AtomicUsize::new(0);
+        let job = |i: usize| {
+            if i != 0 {
+                helped.fetch_add(1, Ordering::SeqCst);
+            }
+            spin(Duration::from_micros(50));
+        };
+        // A run of jobs the machine's own load stretched past the solo period proves
+        // nothing, so it is tried again (a repeated straggle only lengthens the period).
+        let mut checked = false;
+        for _ in 0..5 {
+            // The worker joins and then stalls well past the caller's share, as one
+            // descheduled inside its tile would.
+            let joined = AtomicUsize::new(0);
+            pool.run(&|i| {
+                joined.fetch_add(1, Ordering::SeqCst);
+                if i == 0 {
+                    while joined.load(Ordering::SeqCst) < 2 {
+                        std::thread::yield_now();
+                    }
+                } else {
+                    std::thread::sleep(Straggle::WAIT * 20);
+                }
+            });
+            helped.store(0, Ordering::SeqCst);
+            let started = Instant::now();
+            (0..10).for_each(|_| pool.run(&job));
+            if started.elapsed() < Straggle::FIRST_SOLO {
+                assert_eq!(helped.load(Ordering::SeqCst), 0, "a worker joined while the pool should run alone");
+                checked = true;
+                break;
+            }
+        }
+        assert!(checked, "every attempt outlasted the solo period");
+        // Once the period is over the workers are asked again.
+        let deadline = Instant::now() + 3 * Straggle::MAX_SOLO;
+        while helped.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+            pool.run(&job);
+        }
+        assert!(helped.load(Ordering::SeqCst) > 0, "the workers never came back");
     }
 
     #[test]
