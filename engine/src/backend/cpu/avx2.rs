@@ -12,7 +12,7 @@
 //!
 //! Also owns the decode prefetch both x86 kernels share ([`prefetch_ahead`]).
 //!
-//! Invariants: reached only through [`kernel`] and `SimdKernel::call`, which check the the CPU's
+//! Invariants: reached only through [`kernel`] and `SimdKernel::call`, which check the CPU's
 //! features; results equal `packed::dot_group_scalar` up to float summation order.
 #![allow(unsafe_code)]
 

@@ -5,7 +5,10 @@
 //! ([`Activations`]), and the parallel products between them ([`Cpu::matmul`]). One code
 //! path serves decode (one token: matrix-vector) and batched prefill (many tokens:
 //! matrix-matrix tiles that unpack each weight step once for up to four tokens).
-//! [`matmul_reference`] is the plain f32 path the fast one is tested against.
+//! [`matmul_reference`] is the plain f32 path the fast one is tested against. Decode is
+//! bound by DRAM bandwidth, so a matrix can be marked streamed ([`Matrix::set_streamed`]:
+//! non-temporal prefetch) to leave the last-level cache to the ones kept cached between
+//! tokens; [`cached_weight_budget`] says how many bytes that may be.
 //!
 //! Invariants: a `Matrix` holds exactly `rows` rows of `cols` elements in `format`;
 //! activations are quantized with the reference's `q8_1` rule, once per product, before
