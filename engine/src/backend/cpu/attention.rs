@@ -158,9 +158,9 @@ pub(crate) const MOMENT_FLUSH: usize = 512;
 /// The softmax's moments about the maximum, for log-probabilities and entropy over a
 /// whole vocabulary: `(max, Σ e^(x - max), Σ e^(x - max) · (x - max))`.
 ///
-/// Order: the maximum of `x`; then per run of [`MOMENT_FLUSH`] elements (whole vectors
+/// Order: the maximum of `x`; then per run of `MOMENT_FLUSH` elements (whole vectors
 /// only) eight f32 lane sums, added lane after lane into f64; then the tail in f64. The
-/// exponential is [`exp_nonpositive`]; `(x - max)` is floored at [`EXP_MIN`] before the
+/// exponential is `exp_nonpositive`; `(x - max)` is floored at `EXP_MIN` before the
 /// product, where the exponential is already 0 (so `-inf` logits add nothing, not NaN).
 pub fn softmax_moments(x: &[f32]) -> (f32, f64, f64) {
     super::ops_simd::softmax_moments(x).unwrap_or_else(|| softmax_moments_portable(x))

@@ -16,7 +16,7 @@
 //! Why the pool sometimes runs alone: a worker descheduled *inside* its tile still holds
 //! the step for the rest of another process's time slice (milliseconds, against tens of
 //! microseconds for a tile), so on a loaded machine two threads ran slower than one. When
-//! the caller waits that long for a worker ([`Straggle`]), the pool runs its jobs on the
+//! the caller waits that long for a worker (`Straggle`), the pool runs its jobs on the
 //! caller alone for a while (doubling, up to a second, while it keeps happening), then
 //! tries its workers again: throughput falls back to one thread's, not below it.
 //!
