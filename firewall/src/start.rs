@@ -80,51 +80,52 @@ pub(crate) fn is_word_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_'
 }
 
-/// A set of bytes.
-type ByteSet = [u64; 4];
-
-fn contains(set: &ByteSet, b: u8) -> bool {
-    set[usize::from(b >> 6)] & (1u64 << (b & 63)) != 0
-}
-
 /// The positions a pattern's matches can start at (see the module docs).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct StartFilter {
-    /// [`Opening::ALL`] order: the bytes a match can begin with under that condition.
-    bytes: [ByteSet; 4],
+    /// [256] for each byte, the openings under which a match can begin with it: bit `i`
+    /// stands for `Opening::ALL[i]`.
+    by_byte: [u8; 256],
 }
 
 impl StartFilter {
     pub(crate) fn of(hir: &Hir) -> StartFilter {
-        let mut filter = StartFilter { bytes: [[0; 4]; 4] };
+        let mut filter = StartFilter { by_byte: [0; 256] };
         if filter.add(hir, Opening::Anywhere).is_some() {
             // An empty match could "begin" anywhere.
-            filter.bytes[0] = [u64::MAX; 4];
+            filter.by_byte = [1; 256];
         }
         filter
     }
 
     /// Whether a match may start at `s` (a position inside `text`).
+    #[inline]
     pub(crate) fn may_start_at(&self, text: &[u8], s: usize) -> bool {
         let Some(&at) = text.get(s) else { return false };
+        let openings = self.by_byte[usize::from(at)];
+        // Most positions settle here: no match begins with this byte, or one may anywhere.
+        if openings & 1 != 0 || openings == 0 {
+            return openings != 0;
+        }
         let before = s.checked_sub(1).and_then(|p| text.get(p)).copied();
-        Opening::ALL.iter().zip(&self.bytes).any(|(o, set)| contains(set, at) && o.holds(before, at))
+        Opening::ALL.iter().enumerate().any(|(i, o)| openings & (1 << i) != 0 && o.holds(before, at))
     }
 
-    /// Every byte a match can begin with, whatever surrounds it.
+    /// Every byte a match can begin with, whatever surrounds it, as a 256-bit set.
     #[cfg(test)]
-    pub(crate) fn any_byte(&self) -> ByteSet {
+    pub(crate) fn any_byte(&self) -> [u64; 4] {
         let mut all = [0u64; 4];
-        for set in &self.bytes {
-            all.iter_mut().zip(set).for_each(|(a, s)| *a |= s);
+        for (b, &openings) in self.by_byte.iter().enumerate() {
+            if openings != 0 {
+                all[b >> 6] |= 1u64 << (b & 63);
+            }
         }
         all
     }
 
     fn add_range(&mut self, opening: Opening, lo: u8, hi: u8) {
-        let slot = Opening::ALL.iter().position(|&o| o == opening).unwrap_or(0);
-        let set = &mut self.bytes[slot];
-        (lo..=hi).for_each(|b| set[usize::from(b >> 6)] |= 1u64 << (b & 63));
+        let bit = 1u8 << Opening::ALL.iter().position(|&o| o == opening).unwrap_or(0);
+        self.by_byte[usize::from(lo)..=usize::from(hi)].iter_mut().for_each(|b| *b |= bit);
     }
 
     /// Adds the bytes `hir` can begin with when entered under `opening`. Returns the
