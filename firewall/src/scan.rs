@@ -26,8 +26,8 @@ use crate::detect::{self, Detectors, ScanContext};
 use crate::live::Live;
 use crate::reach::keyword_reach;
 use crate::rule::{shannon_entropy, Canary, Rule};
-use crate::start::StartFilter;
 use crate::ruleset::{LoadError, Ruleset};
+use crate::start::StartFilter;
 use crate::verdict::{mask, Action, Detail, DetectorKind, Finding, Severity};
 use crate::window::{Found, RuleSearch, Verdict};
 

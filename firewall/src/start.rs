@@ -223,4 +223,27 @@ mod tests {
         assert_eq!(starts(r"(?u:\b)é", "aé"), [1]);
         assert_eq!(filter(r"x*").any_byte(), [u64::MAX; 4]);
     }
+
+    /// Soundness on the default rules: wherever a rule's regex has a match starting at `s`
+    /// in one of its own samples (or a sample with text around it), the filter admits `s`.
+    #[test]
+    fn every_default_rule_start_in_its_samples_is_admitted() {
+        let rules = crate::Ruleset::builtin().map_err(|e| e.to_string());
+        let Ok(rules) = rules else { return assert_eq!(rules.err(), None) };
+        let mut admitted = 0;
+        for r in &rules.rules {
+            let filter = StartFilter::of(&r.hir);
+            for sample in r.must_match.iter().chain(&r.must_not_match) {
+                for text in [sample.clone(), format!("x{sample}"), format!("a;\n\t{sample} z")] {
+                    for s in (0..text.len()).filter(|&s| text.is_char_boundary(s)) {
+                        if r.regex.find_at(&text, s).is_some_and(|m| m.start() == s) {
+                            assert!(filter.may_start_at(text.as_bytes(), s), "{} at {s} in {text:?}", r.id);
+                            admitted += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(admitted > 1000, "{admitted}");
+    }
 }
