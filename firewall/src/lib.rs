@@ -27,6 +27,7 @@ pub mod reload;
 pub mod rule;
 pub mod ruleset;
 pub mod scan;
+mod start;
 pub mod stream;
 pub mod verdict;
 mod window;

@@ -25,6 +25,8 @@ use regex_automata::util::primitives::StateID;
 use regex_automata::{Anchored, Input, MatchKind};
 use regex_syntax::hir::{Class, ClassUnicode, ClassUnicodeRange, Hir, HirKind, Look, Repetition};
 
+use crate::start::is_word_byte;
+
 /// Size limit for one pattern's liveness DFA and for its determinisation (bytes).
 pub const LIVE_DFA_LIMIT: usize = 16 << 20;
 
@@ -69,54 +71,6 @@ pub(crate) struct LiveDfa {
     start: StateID,
 }
 
-/// The bytes a match of `hir` can begin with, as a 256-bit set: exactly those of its
-/// relaxed automaton (see [`relax`]), read off the syntax tree so that one-shot scanning
-/// needs no automaton at all.
-pub(crate) fn first_bytes(hir: &Hir) -> [u64; 4] {
-    let mut set = [0u64; 4];
-    if add_first_bytes(hir, &mut set) {
-        // An empty match could "begin" with anything.
-        set = [u64::MAX; 4];
-    }
-    set
-}
-
-/// Adds the bytes `hir` can begin with to `set`; returns whether `hir` can match empty.
-fn add_first_bytes(hir: &Hir, set: &mut [u64; 4]) -> bool {
-    let mut add = |lo: u8, hi: u8| (lo..=hi).for_each(|b| set[usize::from(b >> 6)] |= 1u64 << (b & 63));
-    match hir.kind() {
-        HirKind::Empty | HirKind::Look(_) => true,
-        HirKind::Literal(l) => match l.0.first() {
-            Some(&b) => {
-                add(b, b);
-                false
-            }
-            None => true,
-        },
-        HirKind::Class(Class::Bytes(c)) => {
-            c.iter().for_each(|r| add(r.start(), r.end()));
-            false
-        }
-        HirKind::Class(Class::Unicode(c)) => {
-            for r in c.iter() {
-                let (lo, hi) = (r.start() as u32, r.end() as u32);
-                if lo < 0x80 {
-                    add(lo as u8, hi.min(0x7F) as u8);
-                }
-                if hi >= 0x80 {
-                    // Relaxed, any non-ASCII character: every UTF-8 lead byte.
-                    add(0xC2, 0xF4);
-                }
-            }
-            false
-        }
-        HirKind::Capture(c) => add_first_bytes(&c.sub, set),
-        HirKind::Repetition(r) => add_first_bytes(&r.sub, set) || r.min == 0,
-        HirKind::Concat(parts) => parts.iter().all(|p| add_first_bytes(p, set)),
-        HirKind::Alternation(alts) => alts.iter().fold(false, |empty, a| add_first_bytes(a, set) | empty),
-    }
-}
-
 /// Whether every match of `hir` opens with an ASCII word boundary (`\b` as the rules
 /// compile it): such a match can only start where the bytes on either side of it differ in
 /// being ASCII word characters.
@@ -128,11 +82,6 @@ fn opens_with_word_boundary(hir: &Hir) -> bool {
         HirKind::Alternation(alts) => alts.iter().all(opens_with_word_boundary),
         _ => false,
     }
-}
-
-/// ASCII word characters, as `(?-u:\b)` sees bytes.
-fn is_word_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b == b'_'
 }
 
 impl LiveDfa {
@@ -378,6 +327,7 @@ fn push_unique(v: &mut Vec<Thread>, seen: &mut StepSet, t: Thread) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::start::StartFilter;
 
     fn live(patterns: &[&str]) -> Live {
         let hirs = patterns.iter().filter_map(|p| regex_syntax::parse(p).ok()).map(|h| crate::rule::ascii_twin(&h)).collect::<Vec<_>>();
@@ -455,24 +405,24 @@ mod tests {
     }
 
     #[test]
-    fn first_bytes_of_every_default_rule_equal_its_automatons() {
+    fn start_filter_bytes_of_every_default_rule_equal_its_automatons() {
         let rules = crate::Ruleset::builtin().map_err(|e| e.to_string());
         let Ok(rules) = rules else { return assert_eq!(rules.err(), None) };
         let live = rules.engine.live();
         for (p, r) in rules.rules.iter().enumerate() {
-            assert_eq!(first_bytes(&r.hir), automaton_first_bytes(live, p), "{}", r.id);
+            assert_eq!(StartFilter::of(&r.hir).any_byte(), automaton_first_bytes(live, p), "{}", r.id);
         }
     }
 
     #[test]
-    fn first_bytes_from_the_syntax_equal_those_of_the_automaton() {
+    fn start_filter_bytes_from_the_syntax_equal_those_of_the_automaton() {
         let patterns = [r"\bAKIA[A-Z0-9]{16}", r"(?i)token|x-api-key", r"(?:ab|[0-9])?c+", r"(?i)\w+ключ", "пароль|q~", r"(?:\b|x*)(?-u:[\x00-\x10])?é{2}"];
         for pattern in patterns {
             let hir = regex_syntax::parse(pattern).map_err(|e| e.to_string());
             let Ok(hir) = hir else { return assert_eq!(hir.err(), None) };
             let l = Live::build(std::slice::from_ref(&hir)).map_err(|e| format!("{e:?}"));
             let Ok(l) = l else { return assert_eq!(l.err(), None) };
-            assert_eq!(first_bytes(&hir), automaton_first_bytes(&l, 0), "{pattern}");
+            assert_eq!(StartFilter::of(&hir).any_byte(), automaton_first_bytes(&l, 0), "{pattern}");
         }
     }
 

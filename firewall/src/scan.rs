@@ -23,10 +23,11 @@ use regex::{Regex, RegexBuilder};
 use regex_syntax::hir::Hir;
 
 use crate::detect::{self, Detectors, ScanContext};
-use crate::live::{first_bytes, Live};
+use crate::live::Live;
 use crate::reach::keyword_reach;
 use crate::rule::{shannon_entropy, Canary, Rule};
 use crate::ruleset::{LoadError, Ruleset};
+use crate::start::StartFilter;
 use crate::verdict::{mask, Action, Detail, DetectorKind, Finding, Severity};
 use crate::window::{Found, RuleSearch, Verdict};
 
@@ -126,7 +127,7 @@ impl Engine {
         let mut searches = Vec::with_capacity(rules.len());
         for (i, r) in rules.iter().enumerate() {
             let reach = if r.keywords.is_empty() { None } else { keyword_reach(&r.hir, &r.keywords) };
-            match RuleSearch::build(&r.hir, r.secret_group, reach, first_bytes(&r.hir)) {
+            match RuleSearch::build(&r.hir, r.secret_group, reach, StartFilter::of(&r.hir)) {
                 Ok(s) => searches.push(s),
                 Err(e) => errors.push((Some(i), e)),
             }

@@ -10,7 +10,9 @@
 //! bytes after its start, see `reach`), every match starts within `[hit - P, hit]` of a
 //! keyword hit. Those *regions*, merged, are the only positions tried here. A rule without
 //! a bounded reach is walked over the whole text by the caller with an unanchored search,
-//! which visits the same positions in one pass.
+//! which visits the same positions in one pass. Inside a region, a position where no match
+//! can start (by its byte and, for matches opening with `^` or `\b`, the byte before; see
+//! `start`) is skipped without a try: the regex would fail there anyway.
 //!
 //! Invariant: for any text, [`RuleSearch::walk_regions`] reports exactly the matches that
 //! the unanchored walk over the whole text (`scan::rule_matches`) reports; the tests of
@@ -22,6 +24,7 @@ use regex_automata::{Anchored, Input};
 use regex_syntax::hir::Hir;
 
 use crate::rule::REGEX_SIZE_LIMIT;
+use crate::start::StartFilter;
 
 /// A match: whole-match span and secret span, byte offsets into the text.
 pub(crate) type Found = ((usize, usize), (usize, usize));
@@ -40,21 +43,17 @@ pub(crate) struct RuleSearch {
     secret_group: usize,
     /// Upper bound on the offset of the first keyword in any match; `None`: unbounded.
     pub(crate) reach: Option<usize>,
-    /// Bytes a match can begin with (read off the relaxed NFA, a superset).
-    first: [u64; 4],
+    /// Where a match can start (a superset), to skip tries that cannot match.
+    starts: StartFilter,
 }
 
 impl RuleSearch {
-    pub(crate) fn build(hir: &Hir, secret_group: usize, reach: Option<usize>, first: [u64; 4]) -> Result<RuleSearch, String> {
+    pub(crate) fn build(hir: &Hir, secret_group: usize, reach: Option<usize>, starts: StartFilter) -> Result<RuleSearch, String> {
         let regex = MetaRegex::builder()
             .configure(MetaRegex::config().nfa_size_limit(Some(REGEX_SIZE_LIMIT)))
             .build_from_hir(hir)
             .map_err(|e| format!("anchored search: {e}"))?;
-        Ok(RuleSearch { regex, secret_group, reach, first })
-    }
-
-    fn may_start_with(&self, byte: u8) -> bool {
-        self.first[usize::from(byte >> 6)] & (1u64 << (byte & 63)) != 0
+        Ok(RuleSearch { regex, secret_group, reach, starts })
     }
 
     /// Merges the start regions `[hit - reach, hit]` of the sorted keyword hit starts.
@@ -81,7 +80,7 @@ impl RuleSearch {
         for &(first, last) in regions {
             let mut s = first.max(at);
             while s <= last && s < bytes.len() {
-                if !self.may_start_with(bytes[s]) || !text.is_char_boundary(s) {
+                if !self.starts.may_start_at(bytes, s) || !text.is_char_boundary(s) {
                     s += 1;
                     continue;
                 }
