@@ -14,7 +14,7 @@ mod forward;
 pub use config::LlamaConfig;
 pub use forward::{Path, Scratch, Segment};
 
-use crate::backend::cpu::{cached_weight_budget, Format, Matrix};
+use crate::backend::cpu::{Format, Matrix};
 use crate::error::{Error, Result};
 use crate::gguf::{GgmlType, GgufFile, Tensor};
 
@@ -76,35 +76,13 @@ impl Llama {
             Err(Error::MissingTensor { .. }) => None,
             Err(e) => return Err(e),
         };
-        let mut llama = Llama {
+        Ok(Llama {
             embed: matrix(file, "token_embd.weight", c.vocab, c.n_embd)?,
             norm: vector(file, "output_norm.weight", c.n_embd)?,
             layers,
             output,
             config,
-        };
-        llama.keep_cached(cached_weight_budget());
-        Ok(llama)
-    }
-
-    /// Decode is bound by DRAM bandwidth, and a model larger than the last-level cache
-    /// evicts all of itself every step when it is read in order. So the matrices read
-    /// first, up to `budget` bytes, are kept cached (normal prefetch) and every later one
-    /// is streamed past the outer caches (non-temporal prefetch); each step then reads
-    /// the kept part from cache instead of DRAM. Results do not change.
-    fn keep_cached(&mut self, budget: usize) {
-        if budget == 0 {
-            return;
-        }
-        let mut in_order: Vec<&mut Matrix> = Vec::new();
-        for l in &mut self.layers {
-            in_order.extend([&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo, &mut l.gate, &mut l.up, &mut l.down]);
-        }
-        in_order.push(self.output.as_mut().unwrap_or(&mut self.embed));
-        let kept = cached_prefix(in_order.iter().map(|m| m.bytes()), budget);
-        for (i, m) in in_order.into_iter().enumerate() {
-            m.set_streamed(i >= kept);
-        }
+        })
     }
 
     /// Bytes of weights one decode step reads (every matrix once, the embedding row aside).
@@ -117,17 +95,6 @@ impl Llama {
     pub(crate) fn head(&self) -> &Matrix {
         self.output.as_ref().unwrap_or(&self.embed)
     }
-}
-
-/// How many of the leading sizes fit in `budget` together (all of them when it holds
-/// the whole model, which is then read exactly as without a budget).
-fn cached_prefix(sizes: impl Iterator<Item = usize>, budget: usize) -> usize {
-    let mut used = 0usize;
-    sizes.take_while(|b| {
-        used = used.saturating_add(*b);
-        used <= budget
-    })
-    .count()
 }
 
 /// The CPU format of a GGUF tensor type, if the kernels support it.
@@ -161,20 +128,4 @@ fn vector(file: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>> {
     let mut out = vec![0.0; len];
     m.dequantize_row(0, &mut out);
     Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::cached_prefix;
-
-    #[test]
-    fn the_cached_prefix_is_what_fits_in_order() {
-        let sizes = [4, 4, 8, 2, 1];
-        assert_eq!(cached_prefix(sizes.into_iter(), 0), 0);
-        assert_eq!(cached_prefix(sizes.into_iter(), 9), 2);
-        // A matrix that does not fit ends the prefix: later small ones are streamed too.
-        assert_eq!(cached_prefix(sizes.into_iter(), 15), 2);
-        assert_eq!(cached_prefix(sizes.into_iter(), 16), 3);
-        assert_eq!(cached_prefix(sizes.into_iter(), usize::MAX), 5);
-    }
 }

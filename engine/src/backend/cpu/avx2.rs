@@ -10,8 +10,6 @@
 //! records, with a software prefetch ahead (decode streams the weights from DRAM once);
 //! more tokens take a half per pass (prefill, compute-bound), for want of registers.
 //!
-//! Also owns the decode prefetch both x86 kernels share ([`prefetch_ahead`]).
-//!
 //! Invariants: reached only through [`kernel`] and `SimdKernel::call`, which check the CPU's
 //! features; results equal `packed::dot_group_scalar` up to float summation order.
 #![allow(unsafe_code)]
@@ -35,29 +33,9 @@ pub fn kernel() -> Option<SimdKernel> {
     None
 }
 
-/// How far ahead of the record being multiplied a decode kernel prefetches.
+/// How far ahead of the record being multiplied a one-pass tile prefetches.
 #[cfg(target_arch = "x86_64")]
 const PREFETCH_BYTES: usize = 1024;
-
-/// Asks for the record `PREFETCH_BYTES` ahead of the one at `record` (`bytes` long):
-/// decode streams the weights once from DRAM. A streamed matrix is prefetched
-/// non-temporally: its lines skip the outer caches, which keep the cached matrices.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-pub(super) fn prefetch_ahead(record: *const u8, bytes: usize, streamed: bool) {
-    for line in (0..bytes).step_by(64) {
-        let at = record.wrapping_add(PREFETCH_BYTES + line) as *const i8;
-        // SAFETY: SSE is part of x86_64, and a prefetch never faults, so an address
-        // past the group is harmless.
-        unsafe {
-            if streamed {
-                _mm_prefetch::<_MM_HINT_NTA>(at);
-            } else {
-                _mm_prefetch::<_MM_HINT_T0>(at);
-            }
-        }
-    }
-}
 
 /// Level kinds: two per byte; one per byte up to 31; Q8_0's signed bytes stored + 128.
 #[cfg(target_arch = "x86_64")]
@@ -135,8 +113,11 @@ unsafe fn tile<const KIND: u8, const MIN: bool, const N: usize, const H: usize>(
             unsafe {
                 let r = g.add(i * rec);
                 if H == 2 {
-                    // One pass streams the weights from DRAM.
-                    prefetch_ahead(r, rec, s.streamed);
+                    // One pass streams the weights from DRAM: ask for them a few records
+                    // early (a prefetch never faults, so running past the group is harmless).
+                    for line in (0..rec).step_by(64) {
+                        _mm_prefetch::<_MM_HINT_T0>(r.wrapping_add(PREFETCH_BYTES + line) as *const i8);
+                    }
                 }
                 let q: [*const Q8Block; N] = std::array::from_fn(|n| a[n].add(i));
                 let mut acc = [[_mm256_setzero_si256(); H]; N];

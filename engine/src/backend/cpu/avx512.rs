@@ -16,12 +16,14 @@
 use std::arch::x86_64::*;
 
 #[cfg(target_arch = "x86_64")]
-use super::avx2::prefetch_ahead;
-#[cfg(target_arch = "x86_64")]
 use super::packed::{Scheme, GROUP, MAX_TILE};
 use super::packed::SimdKernel;
 #[cfg(target_arch = "x86_64")]
 use super::quant::Q8Block;
+
+/// How far ahead of the record being multiplied the kernel prefetches.
+#[cfg(target_arch = "x86_64")]
+const PREFETCH_BYTES: usize = 1024;
 
 /// The kernel, if this CPU has its features.
 pub fn kernel() -> Option<SimdKernel> {
@@ -41,10 +43,10 @@ unsafe fn dispatch(s: Scheme, g: *const u8, blocks: usize, a: [*const Q8Block; M
         macro_rules! by_n {
             ($nib:expr, $min:expr) => {
                 match n {
-                    1 => tile::<$nib, $min, 1>(g, blocks, s.zero, s.streamed, [a[0]], out),
-                    2 => tile::<$nib, $min, 2>(g, blocks, s.zero, s.streamed, [a[0], a[1]], out),
-                    3 => tile::<$nib, $min, 3>(g, blocks, s.zero, s.streamed, [a[0], a[1], a[2]], out),
-                    _ => tile::<$nib, $min, 4>(g, blocks, s.zero, s.streamed, a, out),
+                    1 => tile::<$nib, $min, 1>(g, blocks, s.zero, [a[0]], out),
+                    2 => tile::<$nib, $min, 2>(g, blocks, s.zero, [a[0], a[1]], out),
+                    3 => tile::<$nib, $min, 3>(g, blocks, s.zero, [a[0], a[1], a[2]], out),
+                    _ => tile::<$nib, $min, 4>(g, blocks, s.zero, a, out),
                 }
             };
         }
@@ -73,11 +75,10 @@ unsafe fn tile<const NIB: bool, const MIN: bool, const N: usize>(
     g: *const u8,
     blocks: usize,
     zero: i32,
-    streamed: bool,
     a: [*const Q8Block; N],
     out: *mut [f32; GROUP],
 ) {
-    let scheme = Scheme { nibbles: NIB, zero, min: MIN, streamed };
+    let scheme = Scheme { nibbles: NIB, zero, min: MIN };
     let (rec, lb) = (scheme.record_bytes(), scheme.levels_bytes());
     let low = _mm512_set1_epi8(0x0f);
     let mut res = [_mm512_setzero_ps(); N];
@@ -86,8 +87,11 @@ unsafe fn tile<const NIB: bool, const MIN: bool, const N: usize>(
         // holds at least `blocks` blocks (caller's contract); offsets stay inside a record.
         unsafe {
             let r = g.add(i * rec);
-            // Decode streams the weights once from DRAM.
-            prefetch_ahead(r, rec, streamed);
+            // Decode streams the weights once from DRAM: ask for them a few records
+            // early (a prefetch never faults, so running past the group is harmless).
+            for line in (0..rec).step_by(64) {
+                _mm_prefetch::<_MM_HINT_T0>(r.wrapping_add(PREFETCH_BYTES + line) as *const i8);
+            }
             let q: [*const Q8Block; N] = std::array::from_fn(|n| a[n].add(i));
             // Two accumulators per token halve the chain of dependent `vpdpbusd`s.
             let mut acc = [_mm512_setzero_si512(); N];

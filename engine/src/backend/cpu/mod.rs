@@ -5,10 +5,7 @@
 //! ([`Activations`]), and the parallel products between them ([`Cpu::matmul`]). One code
 //! path serves decode (one token: matrix-vector) and batched prefill (many tokens:
 //! matrix-matrix tiles that unpack each weight step once for up to four tokens).
-//! [`matmul_reference`] is the plain f32 path the fast one is tested against. Decode is
-//! bound by DRAM bandwidth, so a matrix can be marked streamed ([`Matrix::set_streamed`]:
-//! non-temporal prefetch) to leave the last-level cache to the ones kept cached between
-//! tokens; [`cached_weight_budget`] says how many bytes that may be.
+//! [`matmul_reference`] is the plain f32 path the fast one is tested against.
 //!
 //! Invariants: a `Matrix` holds exactly `rows` rows of `cols` elements in `format`;
 //! activations are quantized with the reference's `q8_1` rule, once per product, before
@@ -86,14 +83,6 @@ impl Matrix {
         match &self.storage {
             Storage::Packed(p) => p.dequantize_row(r, out),
             Storage::Rows { .. } => quant::dequantize_row(self.format, self.float_row(r), out),
-        }
-    }
-
-    /// Marks the matrix as read past the caches by decode (see `packed::Scheme`), or not;
-    /// float matrices are read as they are.
-    pub fn set_streamed(&mut self, streamed: bool) {
-        if let Storage::Packed(p) = &mut self.storage {
-            p.scheme.streamed = streamed;
         }
     }
 
@@ -304,35 +293,6 @@ impl Cpu {
     }
 }
 
-/// Bytes of weights worth keeping in the last-level cache from one decode step to the
-/// next: half of it (the KV cache, activations and other processes need the rest), or
-/// 0 where the cache size cannot be read (every matrix is then read as before).
-pub fn cached_weight_budget() -> usize {
-    last_level_cache_bytes().map_or(0, |b| b / 2)
-}
-
-/// The size of the level-3 cache of CPU 0, from sysfs (`size` reads like `32768K`).
-fn last_level_cache_bytes() -> Option<usize> {
-    (0..8).find_map(|i| {
-        let dir = format!("/sys/devices/system/cpu/cpu0/cache/index{i}");
-        let level = std::fs::read_to_string(format!("{dir}/level")).ok()?;
-        if level.trim() != "3" {
-            return None;
-        }
-        parse_cache_size(&std::fs::read_to_string(format!("{dir}/size")).ok()?)
-    })
-}
-
-/// `"32768K"` -> 32 MiB; also `M` and plain bytes.
-fn parse_cache_size(text: &str) -> Option<usize> {
-    let t = text.trim();
-    let (digits, unit) = match t.strip_suffix('K') {
-        Some(d) => (d, 1 << 10),
-        None => t.strip_suffix('M').map_or((t, 1), |d| (d, 1 << 20)),
-    };
-    digits.parse::<usize>().ok()?.checked_mul(unit)
-}
-
 /// The plain reference: dequantize each row to f32 and multiply with f32 activations
 /// (no activation quantization). `x` is `[tokens, cols]`, `out` `[tokens, rows]`.
 pub fn matmul_reference(w: &Matrix, x: &[f32], out: &mut [f32]) {
@@ -431,14 +391,6 @@ mod tests {
             assert_eq!(&both[t * 14 + 5..t * 14 + 14], &one[t * 9..t * 9 + 9]);
         }
         Ok(())
-    }
-
-    #[test]
-    fn cache_sizes_parse_as_sysfs_writes_them() {
-        assert_eq!(parse_cache_size("32768K\n"), Some(32 << 20));
-        assert_eq!(parse_cache_size("1M"), Some(1 << 20));
-        assert_eq!(parse_cache_size("512"), Some(512));
-        assert_eq!(parse_cache_size("lots"), None);
     }
 
     #[test]

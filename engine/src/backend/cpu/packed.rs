@@ -41,16 +41,12 @@ pub struct Scheme {
     pub zero: i32,
     /// Whether records carry per-row minimums.
     pub min: bool,
-    /// Whether decode reads the matrix past the caches (non-temporal prefetch), so that
-    /// streaming it does not evict the matrices kept cached between steps. Changes
-    /// nothing in the results.
-    pub streamed: bool,
 }
 
 impl Scheme {
     /// The scheme of a quantized format; `None` for the float formats.
     pub fn of(format: Format) -> Option<Scheme> {
-        let s = |nibbles, zero, min| Some(Scheme { nibbles, zero, min, streamed: false });
+        let s = |nibbles, zero, min| Some(Scheme { nibbles, zero, min });
         match format {
             Format::Q4_0 => s(true, 8, false),
             Format::Q4_1 => s(true, 0, true),
@@ -319,10 +315,6 @@ pub(crate) mod tests {
                     let refs: Vec<&[Q8Block]> = acts[..width].iter().map(|a| a.as_slice()).collect();
                     let mut out = vec![[0.0f32; GROUP]; tile];
                     assert!(kernel.call(p.scheme, p.group(g), &refs, &mut out), "{f:?}");
-                    // Reading past the caches is a hint, never a different result.
-                    let mut streamed = vec![[0.0f32; GROUP]; tile];
-                    assert!(kernel.call(Scheme { streamed: true, ..p.scheme }, p.group(g), &refs, &mut streamed));
-                    assert_eq!(out, streamed, "{f:?} g={g} width={width}");
                     for n in 0..width {
                         let mut want = [0.0f32; GROUP];
                         dot_group_scalar(p.scheme, p.group(g), &acts[n], &mut want);
