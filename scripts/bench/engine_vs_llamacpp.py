@@ -13,7 +13,8 @@ both alike; the load average is printed with every round.
     /tmp/refvenv/bin/python scripts/bench/engine_vs_llamacpp.py [--threads 1 2] [--rounds 3] [--repeats 2]
 
 The engine's binary is looked up under $CARGO_TARGET_DIR (else `target/`); `--ours PATH`
-names another.
+names another. `--busy-core` runs a CPU-bound process (one busy loop) through every
+measurement, to see how each engine's threads cope with a core that is not theirs alone.
 """
 
 import argparse
@@ -84,12 +85,24 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--prompt-tokens", type=int, default=512)
     ap.add_argument("--decode-tokens", type=int, default=128)
+    ap.add_argument("--busy-core", action="store_true", help="a busy loop competes for one core throughout")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         llama_child(a.model, a.threads[0], a.prompt_tokens, a.decode_tokens, a.repeats)
         return
     results = {(t, n): [] for t in a.threads for n in ("crossguard", "llama.cpp")}
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if a.busy_core else None
+    try:
+        measure(a, results)
+    finally:
+        if busy:
+            busy.kill()
+    report(a, results)
+
+
+def measure(a, results) -> None:
+    """Alternates the two engines, round after round, at each thread count."""
     for r in range(a.rounds):
         for threads in a.threads:
             load = os.getloadavg()[0]
@@ -102,6 +115,10 @@ def main() -> None:
             brief = lambda res: " ".join(f"{x['prefill_tok_s']:.0f}/{x['decode_tok_s']:.1f}" for x in res)
             print(f"round {r + 1} threads={threads} load={load:.2f}: prefill/decode tok/s "
                   f"crossguard {brief(ours)} | llama.cpp {brief(theirs)}", flush=True)
+
+
+def report(a, results) -> None:
+    """Medians per engine and thread count as a markdown table, then the ratios."""
     rows = []
     for (threads, name), res in results.items():
         med = {k: statistics.median(x[k] for x in res) for k in ("prefill_tok_s", "decode_tok_s", "decode_cpu_tok_s", "ttft_ms")}
