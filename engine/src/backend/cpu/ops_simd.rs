@@ -255,13 +255,8 @@ unsafe fn softmax_f16_avx2(x: &mut [f32]) {
     let ptr = x.as_mut_ptr();
     // SAFETY (whole body): vector accesses cover `[i, i + 8)` with `i + 8 <= whole`.
     unsafe {
-        let mut vmax = _mm256_set1_ps(f32::NEG_INFINITY);
-        for i in (0..whole).step_by(LANES) {
-            vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(ptr.add(i)));
-        }
+        let max = max_avx2(x);
         let mut lanes = [0.0f32; LANES];
-        _mm256_storeu_ps(lanes.as_mut_ptr(), vmax);
-        let max = lanes.iter().chain(&x[whole..]).fold(f32::NEG_INFINITY, |m, v| m.max(*v));
         let (vm, mut acc) = (_mm256_set1_ps(max), _mm256_setzero_ps());
         for i in (0..whole).step_by(LANES) {
             let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(ptr.add(i)), vm));
