@@ -8,8 +8,9 @@
 //! hides nothing: the walk moves on by one character. Rules without keywords count every
 //! match. Canary strings form one extra pattern, an alternation of their literals.
 //!
-//! One-shot scanning runs an aho-corasick automaton over every keyword; a rule with no hit
-//! cannot count any match and is skipped, and a rule whose keyword reach is bounded (see
+//! One-shot scanning finds every keyword occurrence first (with `keywords::KeywordFinder`,
+//! or an aho-corasick automaton where that declines); a rule with no hit cannot count any
+//! match and is skipped, and a rule whose keyword reach is bounded (see
 //! `reach`) is tried only in the regions before its hits (see `window`). The others, and
 //! rules without keywords, take one unanchored pass over the text, which visits the same
 //! positions (`Ruleset::pattern_matches`). The stream scanner calls that pass on its
@@ -23,6 +24,7 @@ use regex::{Regex, RegexBuilder};
 use regex_syntax::hir::Hir;
 
 use crate::detect::{self, Detectors, ScanContext};
+use crate::keywords::KeywordFinder;
 use crate::live::Live;
 use crate::reach::keyword_reach;
 use crate::rule::{shannon_entropy, Canary, Rule};
@@ -53,7 +55,7 @@ pub(crate) struct Engine {
     /// Pattern ids: rules first, in rule order, then the canary pattern if any.
     pub(crate) patterns: Vec<PatternKind>,
     canary: Option<CanaryMatcher>,
-    prefilter: Option<AhoCorasick>,
+    prefilter: Option<KeywordSearch>,
     /// prefilter pattern id -> rules that list this keyword
     keyword_rules: Vec<Vec<u32>>,
     /// [rules] anchored searches for one-shot scanning near keyword hits
@@ -75,6 +77,23 @@ impl Default for Engine {
             searches: Vec::new(),
             live_patterns: Vec::new(),
             live: OnceLock::new(),
+        }
+    }
+}
+
+/// How one-shot scanning finds keyword occurrences.
+#[derive(Debug)]
+enum KeywordSearch {
+    Filter(KeywordFinder),
+    /// For keyword sets the filter declines.
+    Automaton(AhoCorasick),
+}
+
+impl KeywordSearch {
+    fn memory_usage(&self) -> usize {
+        match self {
+            KeywordSearch::Filter(f) => f.memory_usage(),
+            KeywordSearch::Automaton(ac) => ac.memory_usage(),
         }
     }
 }
@@ -145,11 +164,11 @@ impl Engine {
 
     /// Bytes held by the compiled automata (streaming DFAs once built, keyword prefilter).
     pub(crate) fn memory_usage(&self) -> usize {
-        self.live.get().map_or(0, Live::memory_usage) + self.prefilter.as_ref().map_or(0, AhoCorasick::memory_usage)
+        self.live.get().map_or(0, Live::memory_usage) + self.prefilter.as_ref().map_or(0, KeywordSearch::memory_usage)
     }
 }
 
-type Prefilter = (Option<AhoCorasick>, Vec<Vec<u32>>);
+type Prefilter = (Option<KeywordSearch>, Vec<Vec<u32>>);
 
 fn build_prefilter(rules: &[Rule]) -> Result<Prefilter, String> {
     let mut ids: HashMap<&str, usize> = HashMap::new();
@@ -170,15 +189,19 @@ fn build_prefilter(rules: &[Rule]) -> Result<Prefilter, String> {
     }
     let mut words: Vec<(&str, usize)> = ids.into_iter().collect();
     words.sort_by_key(|&(_, id)| id);
+    let words: Vec<&str> = words.into_iter().map(|(w, _)| w).collect();
+    if let Some(finder) = KeywordFinder::build(&words) {
+        return Ok((Some(KeywordSearch::Filter(finder)), keyword_rules));
+    }
     let ac = AhoCorasickBuilder::new()
         .ascii_case_insensitive(true)
         .match_kind(MatchKind::Standard)
         // A DFA walks prose about four times faster than the default NFA here (a few
         // hundred keywords); it costs memory once per ruleset.
         .kind(Some(AhoCorasickKind::DFA))
-        .build(words.iter().map(|(w, _)| w))
+        .build(&words)
         .map_err(|e| format!("keyword automaton: {e}"))?;
-    Ok((Some(ac), keyword_rules))
+    Ok((Some(KeywordSearch::Automaton(ac)), keyword_rules))
 }
 
 fn build_canaries(canaries: &[Canary]) -> Result<(CanaryMatcher, Hir), String> {
@@ -235,12 +258,15 @@ impl Ruleset {
     fn keyword_hits(&self, text: &str) -> Vec<Vec<usize>> {
         let e = &self.engine;
         let mut hits = vec![Vec::new(); self.rules.len()];
-        if let Some(ac) = &e.prefilter {
-            for m in ac.find_overlapping_iter(text) {
-                for &r in &e.keyword_rules[m.pattern().as_usize()] {
-                    hits[r as usize].push(m.start());
-                }
+        let mut add = |keyword: usize, start: usize| {
+            for &r in &e.keyword_rules[keyword] {
+                hits[r as usize].push(start);
             }
+        };
+        match &e.prefilter {
+            Some(KeywordSearch::Filter(f)) => f.for_each(text.as_bytes(), add),
+            Some(KeywordSearch::Automaton(ac)) => ac.find_overlapping_iter(text).for_each(|m| add(m.pattern().as_usize(), m.start())),
+            None => {}
         }
         hits
     }
