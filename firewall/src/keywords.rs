@@ -201,8 +201,10 @@ impl KeywordFinder {
     fn confirm(&self, text: &[u8], at: usize, found: &mut impl FnMut(usize, usize)) {
         let w = window(text, at);
         let rest = &text[at..];
-        let pairs = if self.pairs.is_empty() { 2 } else { 3 };
-        for key in [w, w & 0x00FF_FFFF, w & 0xFFFF].into_iter().take(pairs) {
+        // Four-byte prefix, three-byte prefix, and the two-byte one where there are any.
+        let keys = [w, w & 0x00FF_FFFF, w & 0xFFFF];
+        let keys = if self.pairs.is_empty() { &keys[..2] } else { &keys[..] };
+        for &key in keys {
             for &id in self.prefixes.get(key) {
                 if self.words[id as usize].starts(rest) {
                     found(id as usize, at);
