@@ -243,7 +243,7 @@ impl Ruleset {
                 continue;
             }
             hits.sort_unstable();
-            let regions = search.regions(hits);
+            let regions = search.regions(text.as_bytes(), hits);
             search.walk_regions(text, &regions, |found| judge(rule, text, 0, found, &mut out));
         }
         if e.canary.is_some() {

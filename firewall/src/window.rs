@@ -8,7 +8,10 @@
 //!
 //! For a rule whose keyword reach is `P` (every match has a keyword starting at most `P`
 //! bytes after its start, see `reach`), every match starts within `[hit - P, hit]` of a
-//! keyword hit. Those *regions*, merged, are the only positions tried here. A rule without
+//! keyword hit. Every byte between such a start and the hit is part of the match, so a
+//! region also ends, going back, at the last byte no match of the rule can hold (a newline,
+//! for the generic `password = …` rules). Those *regions*, merged, are the only positions
+//! tried here. A rule without
 //! a bounded reach is walked over the whole text by the caller with an unanchored search,
 //! which visits the same positions in one pass. Inside a region, a position where no match
 //! can start (by its byte and, for matches opening with `^` or `\b`, the byte before; see
@@ -21,7 +24,7 @@
 use regex_automata::meta::Regex as MetaRegex;
 use regex_automata::util::captures::Captures;
 use regex_automata::{Anchored, Input};
-use regex_syntax::hir::Hir;
+use regex_syntax::hir::{Class, Hir, HirKind};
 
 use crate::rule::REGEX_SIZE_LIMIT;
 use crate::start::StartFilter;
@@ -45,6 +48,10 @@ pub(crate) struct RuleSearch {
     pub(crate) reach: Option<usize>,
     /// Where a match can start (a superset), to skip tries that cannot match.
     starts: StartFilter,
+    /// Every byte that can occur inside a match (a superset): a match that starts before a
+    /// keyword hit holds every byte between, so a region ends, going back from its hit, at
+    /// the first byte outside this set (a newline, for most generic rules).
+    inside: [bool; 256],
 }
 
 impl RuleSearch {
@@ -53,16 +60,21 @@ impl RuleSearch {
             .configure(MetaRegex::config().nfa_size_limit(Some(REGEX_SIZE_LIMIT)))
             .build_from_hir(hir)
             .map_err(|e| format!("anchored search: {e}"))?;
-        Ok(RuleSearch { regex, secret_group, reach, starts })
+        let mut inside = [false; 256];
+        add_match_bytes(hir, &mut inside);
+        Ok(RuleSearch { regex, secret_group, reach, starts, inside })
     }
 
-    /// Merges the start regions `[hit - reach, hit]` of the sorted keyword hit starts.
-    /// Returns inclusive `(first, last)` start positions; empty without a bounded reach.
-    pub(crate) fn regions(&self, hit_starts: &[usize]) -> Vec<(usize, usize)> {
+    /// Merges the start regions of the sorted keyword hit starts in `text`: `[hit - reach,
+    /// hit]`, cut after the last byte before the hit that no match can hold. Returns
+    /// inclusive `(first, last)` start positions; empty without a bounded reach.
+    pub(crate) fn regions(&self, text: &[u8], hit_starts: &[usize]) -> Vec<(usize, usize)> {
         let Some(reach) = self.reach else { return Vec::new() };
         let mut out: Vec<(usize, usize)> = Vec::new();
         for &h in hit_starts {
-            let a = h.saturating_sub(reach);
+            let furthest = h.saturating_sub(reach);
+            let before = text.get(furthest..h).unwrap_or(&[]);
+            let a = before.iter().rposition(|&b| !self.inside[usize::from(b)]).map_or(furthest, |i| furthest + i + 1);
             match out.last_mut() {
                 Some(last) if a <= last.1 + 1 => last.1 = last.1.max(h),
                 _ => out.push((a, h)),
@@ -110,5 +122,54 @@ impl RuleSearch {
                 Some(((m.start(), m.end()), secret))
             }
         }
+    }
+}
+
+/// Marks every byte that can occur in a match of `hir` (non-ASCII characters as every byte
+/// from 0x80: their UTF-8 encodings).
+fn add_match_bytes(hir: &Hir, set: &mut [bool; 256]) {
+    let mut mark = |lo: u8, hi: u8| set[usize::from(lo)..=usize::from(hi)].iter_mut().for_each(|b| *b = true);
+    match hir.kind() {
+        HirKind::Empty | HirKind::Look(_) => {}
+        HirKind::Literal(lit) => lit.0.iter().for_each(|&b| mark(b, b)),
+        HirKind::Class(Class::Bytes(c)) => c.iter().for_each(|r| mark(r.start(), r.end())),
+        HirKind::Class(Class::Unicode(c)) => {
+            for r in c.iter() {
+                let (lo, hi) = (u32::from(r.start()), u32::from(r.end()));
+                if lo < 0x80 {
+                    mark(lo as u8, hi.min(0x7F) as u8);
+                }
+                if hi >= 0x80 {
+                    mark(0x80, 0xFF);
+                }
+            }
+        }
+        HirKind::Repetition(r) => add_match_bytes(&r.sub, set),
+        HirKind::Capture(c) => add_match_bytes(&c.sub, set),
+        HirKind::Concat(parts) | HirKind::Alternation(parts) => parts.iter().for_each(|p| add_match_bytes(p, set)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn search(pattern: &str, reach: usize) -> RuleSearch {
+        let hir = regex_syntax::parse(pattern).expect("pattern parses");
+        RuleSearch::build(&hir, 0, Some(reach), StartFilter::of(&hir)).expect("search builds")
+    }
+
+    #[test]
+    fn a_region_stops_at_a_byte_no_match_can_hold() {
+        let s = search(r"(?m)(?:^|[ \t])[a-z_]{0,40}password[ \t]*=[ \t]*[^\s]{8,}", 64);
+        assert!(s.inside[usize::from(b'_')] && s.inside[usize::from(b' ')] && s.inside[0x80] && !s.inside[usize::from(b'\n')]);
+        let text = b"x = 1\n    db_password = hunter2hunter2";
+        let hit = 13;
+        assert_eq!(&text[hit..hit + 8], b"password");
+        // Back from the hit to just after the newline, not 64 bytes (the text's start).
+        assert_eq!(s.regions(text, &[hit]), vec![(6, hit)]);
+        // Without a byte outside the set, the reach alone bounds the region.
+        assert_eq!(s.regions(&text[6..], &[hit - 6]), vec![(0, hit - 6)]);
+        assert_eq!(search("a[^\n]*password", 4).regions(text, &[hit]), vec![(hit - 4, hit)]);
     }
 }
