@@ -8,8 +8,8 @@
 //! hides nothing: the walk moves on by one character. Rules without keywords count every
 //! match. Canary strings form one extra pattern, an alternation of their literals.
 //!
-//! One-shot scanning finds every keyword occurrence first (with `keywords::KeywordFinder`,
-//! or an aho-corasick automaton where that declines); a rule with no hit cannot count any
+//! One-shot scanning finds every keyword occurrence first (with `keywords::KeywordFinder`
+//! where AVX2 runs it, else an aho-corasick automaton); a rule with no hit cannot count any
 //! match and is skipped, and a rule whose keyword reach is bounded (see
 //! `reach`) is tried only in the regions before its hits (see `window`). The others, and
 //! rules without keywords, take one unanchored pass over the text, which visits the same
@@ -190,7 +190,7 @@ fn build_prefilter(rules: &[Rule]) -> Result<Prefilter, String> {
     let mut words: Vec<(&str, usize)> = ids.into_iter().collect();
     words.sort_by_key(|&(_, id)| id);
     let words: Vec<&str> = words.into_iter().map(|(w, _)| w).collect();
-    if let Some(finder) = KeywordFinder::build(&words) {
+    if let Some(finder) = KeywordFinder::build(&words).filter(KeywordFinder::is_accelerated) {
         return Ok((Some(KeywordSearch::Filter(finder)), keyword_rules));
     }
     let ac = AhoCorasickBuilder::new()

@@ -11,9 +11,8 @@
 //! keyword hit. Every byte between such a start and the hit is part of the match, so a
 //! region also ends, going back, at the last byte no match of the rule can hold (a newline,
 //! for the generic `password = …` rules). Those *regions*, merged, are the only positions
-//! tried here. A rule without
-//! a bounded reach is walked over the whole text by the caller with an unanchored search,
-//! which visits the same positions in one pass. Inside a region, a position where no match
+//! tried here. A rule without a bounded reach is walked over the whole text by the caller
+//! with an unanchored search, which visits the same positions in one pass. Inside a region, a position where no match
 //! can start (by its byte and, for matches opening with `^` or `\b`, the byte before; see
 //! `start`) is skipped without a try: the regex would fail there anyway.
 //!
