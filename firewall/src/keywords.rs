@@ -58,49 +58,69 @@ fn hash(key: Key) -> usize {
 }
 const HASH_MULTIPLIER: u32 = 0x9E37_79B1;
 
-/// Exact prefix -> keyword ids, open addressing on the same hash.
+/// Exact prefix -> the keywords it opens, open addressing on the same hash.
 #[derive(Debug)]
 struct PrefixTable {
-    /// (key, start, end) into `ids`; key 0 = empty slot.
+    /// (key, start, end) into `heads`; key 0 = empty slot.
     slots: Vec<(Key, u32, u32)>,
-    ids: Vec<u32>,
+    /// Each prefix's keywords, contiguous: a confirmation reads one short run.
+    heads: Vec<Head>,
     mask: usize,
 }
 
 impl PrefixTable {
-    fn build(mut entries: Vec<(Key, u32)>) -> PrefixTable {
+    fn build(mut entries: Vec<(Key, u32)>, words: &[Word]) -> PrefixTable {
         entries.sort_unstable();
         entries.dedup();
         let distinct = entries.chunk_by(|a, b| a.0 == b.0).count();
         let capacity = (distinct * 2).next_power_of_two().max(16);
         let mut slots = vec![(0, 0, 0); capacity];
-        let mut ids = Vec::with_capacity(entries.len());
+        let mut heads = Vec::with_capacity(entries.len());
         let mask = capacity - 1;
         for group in entries.chunk_by(|a, b| a.0 == b.0) {
             let key = group[0].0;
-            let start = ids.len() as u32;
-            ids.extend(group.iter().map(|&(_, id)| id));
+            let start = heads.len() as u32;
+            heads.extend(group.iter().map(|&(_, id)| Head::of(&words[id as usize], id)));
             let mut slot = hash(key) & mask;
             while slots[slot].0 != 0 {
                 slot = (slot + 1) & mask;
             }
-            slots[slot] = (key, start, ids.len() as u32);
+            slots[slot] = (key, start, heads.len() as u32);
         }
-        PrefixTable { slots, ids, mask }
+        PrefixTable { slots, heads, mask }
     }
 
-    fn get(&self, key: Key) -> &[u32] {
+    fn get(&self, key: Key) -> &[Head] {
         let mut slot = hash(key) & self.mask;
         loop {
             let (k, start, end) = self.slots[slot];
             if k == key {
-                return &self.ids[start as usize..end as usize];
+                return &self.heads[start as usize..end as usize];
             }
             if k == 0 {
                 return &[];
             }
             slot = (slot + 1) & self.mask;
         }
+    }
+}
+
+/// A keyword's first eight bytes, compared with the text's in one step (see [`Word`] for
+/// the fold); a longer keyword then compares the rest.
+#[derive(Debug, Clone, Copy)]
+struct Head {
+    lower: u64,
+    fold: u64,
+    /// The bytes the keyword has among the eight.
+    care: u64,
+    id: u32,
+    len: u32,
+}
+
+impl Head {
+    fn of(word: &Word, id: u32) -> Head {
+        let care = if word.len >= 8 { u64::MAX } else { (1u64 << (8 * word.len)) - 1 };
+        Head { lower: word.lower[0], fold: word.fold[0], care, id, len: word.len as u32 }
     }
 }
 
@@ -114,6 +134,9 @@ pub(crate) struct KeywordFinder {
     filter: Box<Filter>,
     /// Folded two-byte keywords, compared directly (at most MAX_PAIRS).
     pairs: Vec<Key>,
+    /// Bit `hash(prefix)` set for the prefix of each three-byte keyword: most positions
+    /// that pass the filter have none to look up.
+    threes: Box<[u64; FILTER_WORDS / 64]>,
     prefixes: PrefixTable,
     /// Whether to take the AVX2 twin of the block loop (detected once, at build).
     avx2: bool,
@@ -155,8 +178,14 @@ impl KeywordFinder {
         if f64::from(set) > MAX_FILL * (32 * FILTER_WORDS) as f64 {
             return None;
         }
-        let words = words.iter().map(|w| Word::new(w.as_ref().as_bytes())).collect();
-        Some(KeywordFinder { words, filter, pairs, prefixes: PrefixTable::build(entries), avx2: avx2::available() })
+        let mut threes = Box::new([0u64; FILTER_WORDS / 64]);
+        for &(key, _) in entries.iter().filter(|(key, _)| key >> 16 != 0 && key >> 24 == 0) {
+            let h = hash(key);
+            threes[h / 64] |= 1 << (h % 64);
+        }
+        let words: Vec<Word> = words.iter().map(|w| Word::new(w.as_ref().as_bytes())).collect();
+        let prefixes = PrefixTable::build(entries, &words);
+        Some(KeywordFinder { words, filter, pairs, threes, prefixes, avx2: avx2::available() })
     }
 
     /// Whether the AVX2 loop runs: only then does the finder beat an automaton.
@@ -216,27 +245,39 @@ impl KeywordFinder {
         (self.filter[hash(w & 0x00FF_FFFF) % FILTER_WORDS] >> (w >> 24 & 31)) & 1 | u32::from(pair)
     }
 
-    /// Reports the keywords that really start at `at`.
+    /// Reports the keywords that really start at `at`: those of its four-byte prefix, and
+    /// of the three- and two-byte ones where there are such keywords.
     #[cold]
     fn confirm(&self, text: &[u8], at: usize, found: &mut impl FnMut(usize, usize)) {
         let w = window(text, at);
         let rest = &text[at..];
-        // Four-byte prefix, three-byte prefix, and the two-byte one where there are any.
-        let keys = [w, w & 0x00FF_FFFF, w & 0xFFFF];
-        let keys = if self.pairs.is_empty() { &keys[..2] } else { &keys[..] };
-        for &key in keys {
-            for &id in self.prefixes.get(key) {
-                if self.words[id as usize].starts(rest) {
-                    found(id as usize, at);
+        // Past the text's end zeros stand in (the length check rules them out).
+        let mut first = [0u8; 8];
+        let n = rest.len().min(8);
+        first[..n].copy_from_slice(&rest[..n]);
+        let first = u64::from_le_bytes(first);
+        let mut check = |heads: &[Head]| {
+            for h in heads {
+                if (first | h.fold) & h.care == h.lower && rest.len() >= h.len as usize && (h.len <= 8 || self.words[h.id as usize].starts(rest)) {
+                    found(h.id as usize, at);
                 }
             }
+        };
+        check(self.prefixes.get(w));
+        let three = hash(w & 0x00FF_FFFF);
+        if self.threes[three / 64] >> (three % 64) & 1 != 0 {
+            check(self.prefixes.get(w & 0x00FF_FFFF));
+        }
+        if self.pairs.contains(&(w & 0xFFFF)) {
+            check(self.prefixes.get(w & 0xFFFF));
         }
     }
 
     pub(crate) fn memory_usage(&self) -> usize {
         FILTER_WORDS * 4
             + self.prefixes.slots.len() * std::mem::size_of::<(Key, u32, u32)>()
-            + self.prefixes.ids.len() * 4
+            + self.prefixes.heads.len() * std::mem::size_of::<Head>()
+            + FILTER_WORDS / 8
             + self.words.iter().map(|w| 16 * w.lower.len()).sum::<usize>()
     }
 }

@@ -58,6 +58,8 @@ pub(crate) struct Engine {
     prefilter: Option<KeywordSearch>,
     /// prefilter pattern id -> rules that list this keyword
     keyword_rules: Vec<Vec<u32>>,
+    /// prefilter pattern id -> the keyword's length in bytes
+    keyword_lens: Vec<usize>,
     /// [rules] anchored searches for one-shot scanning near keyword hits
     searches: Vec<RuleSearch>,
     /// [patterns] the syntax the liveness automata are built from
@@ -74,6 +76,7 @@ impl Default for Engine {
             canary: None,
             prefilter: None,
             keyword_rules: Vec::new(),
+            keyword_lens: Vec::new(),
             searches: Vec::new(),
             live_patterns: Vec::new(),
             live: OnceLock::new(),
@@ -142,7 +145,7 @@ impl Engine {
         if !errors.is_empty() {
             return Err(errors);
         }
-        let (prefilter, keyword_rules) = build_prefilter(rules).map_err(|e| vec![(None, e)])?;
+        let (prefilter, keyword_rules, keyword_lens) = build_prefilter(rules).map_err(|e| vec![(None, e)])?;
         let mut searches = Vec::with_capacity(rules.len());
         for (i, r) in rules.iter().enumerate() {
             let reach = if r.keywords.is_empty() { None } else { keyword_reach(&r.hir, &r.keywords) };
@@ -154,7 +157,7 @@ impl Engine {
         if !errors.is_empty() {
             return Err(errors);
         }
-        Ok(Engine { patterns, canary, prefilter, keyword_rules, searches, live_patterns, live })
+        Ok(Engine { patterns, canary, prefilter, keyword_rules, keyword_lens, searches, live_patterns, live })
     }
 
     /// The streaming liveness automata, built now if they were deferred.
@@ -168,7 +171,8 @@ impl Engine {
     }
 }
 
-type Prefilter = (Option<KeywordSearch>, Vec<Vec<u32>>);
+/// The keyword search, then per keyword id the rules that list it and its length.
+type Prefilter = (Option<KeywordSearch>, Vec<Vec<u32>>, Vec<usize>);
 
 fn build_prefilter(rules: &[Rule]) -> Result<Prefilter, String> {
     let mut ids: HashMap<&str, usize> = HashMap::new();
@@ -185,13 +189,14 @@ fn build_prefilter(rules: &[Rule]) -> Result<Prefilter, String> {
         }
     }
     if keyword_rules.is_empty() {
-        return Ok((None, keyword_rules));
+        return Ok((None, keyword_rules, Vec::new()));
     }
     let mut words: Vec<(&str, usize)> = ids.into_iter().collect();
     words.sort_by_key(|&(_, id)| id);
     let words: Vec<&str> = words.into_iter().map(|(w, _)| w).collect();
+    let lens = words.iter().map(|w| w.len()).collect();
     if let Some(finder) = KeywordFinder::build(&words).filter(KeywordFinder::is_accelerated) {
-        return Ok((Some(KeywordSearch::Filter(finder)), keyword_rules));
+        return Ok((Some(KeywordSearch::Filter(finder)), keyword_rules, lens));
     }
     let ac = AhoCorasickBuilder::new()
         .ascii_case_insensitive(true)
@@ -201,7 +206,7 @@ fn build_prefilter(rules: &[Rule]) -> Result<Prefilter, String> {
         .kind(Some(AhoCorasickKind::DFA))
         .build(&words)
         .map_err(|e| format!("keyword automaton: {e}"))?;
-    Ok((Some(KeywordSearch::Automaton(ac)), keyword_rules))
+    Ok((Some(KeywordSearch::Automaton(ac)), keyword_rules, lens))
 }
 
 fn build_canaries(canaries: &[Canary]) -> Result<(CanaryMatcher, Hir), String> {
@@ -244,7 +249,7 @@ impl Ruleset {
             }
             hits.sort_unstable();
             let regions = search.regions(text.as_bytes(), hits);
-            search.walk_regions(text, &regions, |found| judge(rule, text, 0, found, &mut out));
+            search.walk_regions(text, &regions, |found| judge(rule, text, 0, found, KeywordCheck::Hits(hits), &mut out));
         }
         if e.canary.is_some() {
             self.canary_matches(text, 0, 0, usize::MAX, ctx, &mut out);
@@ -254,13 +259,14 @@ impl Ruleset {
         out
     }
 
-    /// `[rules] start offsets of that rule's keyword hits in text` (unsorted).
-    fn keyword_hits(&self, text: &str) -> Vec<Vec<usize>> {
+    /// `[rules] (start, end) of that rule's keyword hits in text` (unsorted).
+    fn keyword_hits(&self, text: &str) -> Vec<Vec<(usize, usize)>> {
         let e = &self.engine;
         let mut hits = vec![Vec::new(); self.rules.len()];
         let mut add = |keyword: usize, start: usize| {
+            let end = start + e.keyword_lens[keyword];
             for &r in &e.keyword_rules[keyword] {
-                hits[r as usize].push(start);
+                hits[r as usize].push((start, end));
             }
         };
         match &e.prefilter {
@@ -374,7 +380,7 @@ fn rule_matches(rule: &Rule, hay: &str, base: usize, from: usize, until: usize, 
         if ms >= until {
             break;
         }
-        at = match judge(rule, hay, base, found, out) {
+        at = match judge(rule, hay, base, found, KeywordCheck::Search, out) {
             // Rules cannot match the empty string (the loader rejects them), so this advances.
             Verdict::Taken => me.max(ms + 1),
             Verdict::Passed => next_char(hay, ms),
@@ -388,12 +394,35 @@ fn next_char(hay: &str, at: usize) -> usize {
     hay.get(at..).and_then(|rest| rest.chars().next()).map_or(at + 1, |c| at + c.len_utf8())
 }
 
+/// How [`judge`] tells whether a match holds one of its rule's keywords.
+#[derive(Debug, Clone, Copy)]
+enum KeywordCheck<'a> {
+    /// Search the match for each keyword.
+    Search,
+    /// Every occurrence of the rule's keywords in the text, as `(start, end)` sorted by
+    /// start (what one-shot scanning has found already): a match holds a keyword exactly
+    /// when one of them lies inside it.
+    Hits(&'a [(usize, usize)]),
+}
+
+impl KeywordCheck<'_> {
+    fn holds(self, rule: &Rule, hay: &str, (ms, me): (usize, usize)) -> bool {
+        match self {
+            KeywordCheck::Search => hay.get(ms..me).is_some_and(|whole| rule.keywords.iter().any(|k| contains_ascii_ci(whole, k))),
+            KeywordCheck::Hits(hits) => {
+                let first = hits.partition_point(|&(start, _)| start < ms);
+                hits[first..].iter().take_while(|&&(start, _)| start < me).any(|&(_, end)| end <= me)
+            }
+        }
+    }
+}
+
 /// Decides what a match of `rule` at `found` (offsets into `hay`) counts for: nothing
 /// without a keyword inside it; otherwise the walk takes it, and it is a finding unless
 /// `min_entropy` or an `allow` regex rules the secret out.
-fn judge(rule: &Rule, hay: &str, base: usize, ((ms, me), (ss, se)): Found, out: &mut Vec<Finding>) -> Verdict {
-    let (Some(whole), Some(secret)) = (hay.get(ms..me), hay.get(ss..se)) else { return Verdict::Passed };
-    if !rule.keywords.is_empty() && !rule.keywords.iter().any(|k| contains_ascii_ci(whole, k)) {
+fn judge(rule: &Rule, hay: &str, base: usize, ((ms, me), (ss, se)): Found, keywords: KeywordCheck<'_>, out: &mut Vec<Finding>) -> Verdict {
+    let (Some(_), Some(secret)) = (hay.get(ms..me), hay.get(ss..se)) else { return Verdict::Passed };
+    if !rule.keywords.is_empty() && !keywords.holds(rule, hay, (ms, me)) {
         return Verdict::Passed;
     }
     if rule.min_entropy.is_some_and(|min| shannon_entropy(secret) < min) || rule.allow.iter().any(|a| a.is_match(secret)) {

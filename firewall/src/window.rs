@@ -64,13 +64,14 @@ impl RuleSearch {
         Ok(RuleSearch { regex, secret_group, reach, starts, inside })
     }
 
-    /// Merges the start regions of the sorted keyword hit starts in `text`: `[hit - reach,
-    /// hit]`, cut after the last byte before the hit that no match can hold. Returns
-    /// inclusive `(first, last)` start positions; empty without a bounded reach.
-    pub(crate) fn regions(&self, text: &[u8], hit_starts: &[usize]) -> Vec<(usize, usize)> {
+    /// Merges the start regions of the keyword hits in `text`, `(start, end)` sorted by
+    /// start: `[start - reach, start]`, cut after the last byte before the hit that no
+    /// match can hold. Returns inclusive `(first, last)` start positions; empty without a
+    /// bounded reach.
+    pub(crate) fn regions(&self, text: &[u8], hits: &[(usize, usize)]) -> Vec<(usize, usize)> {
         let Some(reach) = self.reach else { return Vec::new() };
         let mut out: Vec<(usize, usize)> = Vec::new();
-        for &h in hit_starts {
+        for &(h, _) in hits {
             let furthest = h.saturating_sub(reach);
             let before = text.get(furthest..h).unwrap_or(&[]);
             let a = before.iter().rposition(|&b| !self.inside[usize::from(b)]).map_or(furthest, |i| furthest + i + 1);
@@ -115,7 +116,11 @@ impl RuleSearch {
         match caps {
             None => self.regex.search(&input).map(|m| ((m.start(), m.end()), (m.start(), m.end()))),
             Some(caps) => {
-                self.regex.search_captures(&input, caps);
+                // The lazy DFA rules out most tries; captures run on the match it found
+                // (an anchored capture search of the whole rest would go by the slower
+                // one-pass engine, failures included).
+                let end = self.regex.search_half(&input)?.offset();
+                self.regex.search_captures(&input.span(s..end), caps);
                 let m = caps.get_match()?;
                 let secret = caps.get_group(self.secret_group).map_or((m.start(), m.end()), |g| (g.start, g.end));
                 Some(((m.start(), m.end()), secret))
@@ -166,9 +171,9 @@ mod tests {
         let hit = 13;
         assert_eq!(&text[hit..hit + 8], b"password");
         // Back from the hit to just after the newline, not 64 bytes (the text's start).
-        assert_eq!(s.regions(text, &[hit]), vec![(6, hit)]);
+        assert_eq!(s.regions(text, &[(hit, hit + 8)]), vec![(6, hit)]);
         // Without a byte outside the set, the reach alone bounds the region.
-        assert_eq!(s.regions(&text[6..], &[hit - 6]), vec![(0, hit - 6)]);
-        assert_eq!(search("a[^\n]*password", 4).regions(text, &[hit]), vec![(hit - 4, hit)]);
+        assert_eq!(s.regions(&text[6..], &[(hit - 6, hit + 2)]), vec![(0, hit - 6)]);
+        assert_eq!(search("a[^\n]*password", 4).regions(text, &[(hit, hit + 8)]), vec![(hit - 4, hit)]);
     }
 }
