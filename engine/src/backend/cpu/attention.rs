@@ -224,8 +224,8 @@ mod tests {
     #[test]
     fn simd_twins_are_bit_identical_to_the_portable_loops() {
         // Head sizes around the vector width, position counts around 8 and the stride.
-        for hd in [1, 7, 8, 16, 24, 64, 72, 128] {
-            for (n, stride) in [(1, 16), (7, 16), (8, 16), (9, 16), (16, 16), (3, 4), (32, 32)] {
+        for hd in [1, 7, 8, 16, 24, 64, 72, 128, 136] {
+            for (n, stride) in [(1, 16), (7, 16), (8, 16), (9, 16), (16, 16), (3, 4), (32, 32), (24, 32), (31, 32), (47, 64), (64, 64)] {
                 let (q, keys) = (floats(hd, hd as f32), f16s(hd * stride, n as f32));
                 let (mut fast, mut slow) = (vec![0.0; n], vec![0.0; n]);
                 key_scores(&q, &keys, stride, 0.125, &mut fast);

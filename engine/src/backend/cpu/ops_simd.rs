@@ -1,5 +1,8 @@
 //! AVX2/FMA/F16C twins of the attention loops in `attention.rs` (softmax moments
-//! included) and of `ops::round_to_f16`, chosen at run time.
+//! included), of `ops::round_to_f16` and of `quant::quantize_q8`, chosen at run time.
+//! Where AVX-512 runs, the two loops that dominate prefill's attention (key scores, value
+//! sums) take 16 lanes per instruction for their whole vectors, and the 8-lane loops
+//! finish.
 //!
 //! Owns only the vector bodies; the portable definitions stay with their callers, which
 //! call these when the CPU has the features. Every function here is bit-identical to its
@@ -14,6 +17,9 @@ use half::f16;
 
 #[cfg(target_arch = "x86_64")]
 use super::attention::{self, EXP_CONSTANTS, LANES};
+#[cfg(target_arch = "x86_64")]
+use super::quant;
+use super::quant::Q8Block;
 
 /// Whether this CPU runs the functions below.
 #[inline]
@@ -26,6 +32,13 @@ fn available() -> bool {
     {
         false
     }
+}
+
+/// Whether the 16-lane loops run too.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn wide() -> bool {
+    is_x86_feature_detected!("avx512f")
 }
 
 /// Head sizes up to which the last partial vector of scores is padded on the stack.
@@ -43,7 +56,11 @@ pub fn key_scores(q: &[f32], keys: &[f16], stride: usize, scale: f32, out: &mut 
     {
         // SAFETY: the features were detected above; the caller checked that `keys` holds
         // `(q.len() - 1) * stride + out.len()` values and `out.len() <= stride`.
-        let whole = unsafe { key_scores_avx2(q, keys.as_ptr().cast::<u16>(), stride, scale, out) };
+        let keys_at = keys.as_ptr().cast::<u16>();
+        // SAFETY: AVX-512F was detected; the same checked range as below.
+        let wide = if wide() { unsafe { key_scores_avx512(q, keys_at, stride, scale, out) } } else { 0 };
+        // SAFETY: as above, from position `wide` on (`out[wide..]` is within `stride`).
+        let whole = wide + unsafe { key_scores_avx2(q, keys_at.add(wide), stride, scale, &mut out[wide..]) };
         let rest = out.len() - whole;
         if rest > 0 && q.len() <= MAX_PADDED_HEAD {
             // The last partial vector (decode's newest block): copy its positions into a
@@ -81,7 +98,16 @@ pub fn accumulate_values(probs: &[f32], values: &[f16], stride: usize, out: &mut
         let (head, tail) = out.split_at_mut(vectors);
         // SAFETY: the features were detected above; the caller checked that `values`
         // holds `(probs.len() - 1) * stride + out.len()` values.
-        unsafe { accumulate_values_avx2(probs, values.as_ptr().cast::<u16>(), stride, head) };
+        unsafe {
+            let values_at = values.as_ptr().cast::<u16>();
+            // The 16-lane loop takes whole spans of 64 dimensions, the 8-lane one the rest.
+            let wide = if wide() { head.len() / (4 * WIDE) * (4 * WIDE) } else { 0 };
+            let (spans, rest) = head.split_at_mut(wide);
+            if !spans.is_empty() {
+                accumulate_values_avx512(probs, values_at, stride, spans);
+            }
+            accumulate_values_avx2(probs, values_at.add(wide), stride, rest);
+        }
         if !tail.is_empty() {
             let rest = values.get(vectors..).unwrap_or(&[]);
             attention::accumulate_values_portable(probs, rest, stride, tail);
@@ -151,6 +177,25 @@ pub fn softmax_moments(x: &[f32]) -> Option<(f32, f64, f64)> {
     }
 }
 
+/// [`quant::quantize_q8`] (`x.len()` a multiple of 32); `false` without the features.
+#[inline]
+pub fn quantize_q8(x: &[f32], out: &mut [Q8Block]) -> bool {
+    if !available() {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: the features were detected above; the body reads whole blocks of `x`.
+        unsafe { quantize_q8_avx2(x, out) };
+        true
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (x, out);
+        false
+    }
+}
+
 /// Rounds every value to f16 precision in place; `false` without the features.
 #[inline]
 pub fn round_to_f16(x: &mut [f32]) -> bool {
@@ -167,43 +212,146 @@ pub fn round_to_f16(x: &mut [f32]) -> bool {
     false
 }
 
-/// Scores of the leading positions of `out` in whole vectors of 8; returns how many
-/// positions it scored (the caller finishes the rest with the portable loop).
+/// Defines a key-score loop over whole vectors of `$width` positions, one function per
+/// vector width with its intrinsics: each position gets the same eight lane sums over the
+/// dimensions, added in the same order, whatever the width.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn key_scores_avx2(q: &[f32], keys: *const u16, stride: usize, scale: f32, out: &mut [f32]) -> usize {
-    let hd = q.len();
-    let chunks = hd / LANES;
-    let whole = out.len() / LANES * LANES;
-    let vscale = _mm256_set1_ps(scale);
-    for p0 in (0..whole).step_by(LANES) {
-        let mut acc = [_mm256_setzero_ps(); LANES];
-        // SAFETY (whole body): every load reads 8 keys `d * stride + p0..+ 8` with
-        // `d < hd` and `p0 + 8 <= out.len()`, inside the caller's checked range.
-        unsafe {
-            let at = keys.add(p0);
-            for c in 0..chunks {
-                for (l, a) in acc.iter_mut().enumerate() {
-                    let d = LANES * c + l;
-                    *a = _mm256_add_ps(*a, _mm256_mul_ps(_mm256_set1_ps(q[d]), load8(at.add(d * stride))));
+macro_rules! key_scores_loop {
+    ($(#[$doc:meta])* $name:ident, $features:literal, $width:expr, $zero:ident, $set1:ident, $add:ident, $mul:ident, $load:ident, $store:ident) => {
+        $(#[$doc])*
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $features)]
+        unsafe fn $name(q: &[f32], keys: *const u16, stride: usize, scale: f32, out: &mut [f32]) -> usize {
+            let hd = q.len();
+            let chunks = hd / LANES;
+            let whole = out.len() / $width * $width;
+            let vscale = $set1(scale);
+            for p0 in (0..whole).step_by($width) {
+                let mut acc = [$zero(); LANES];
+                // SAFETY (whole body): every load reads `$width` keys from
+                // `d * stride + p0` with `d < hd` and `p0 + $width <= out.len()`, inside
+                // the caller's checked range.
+                unsafe {
+                    let at = keys.add(p0);
+                    for c in 0..chunks {
+                        for (l, a) in acc.iter_mut().enumerate() {
+                            let d = LANES * c + l;
+                            *a = $add(*a, $mul($set1(q[d]), $load(at.add(d * stride))));
+                        }
+                    }
+                    // Lane sums added first to last, then the tail dimensions in order.
+                    let mut sum = acc[0];
+                    for a in &acc[1..] {
+                        sum = $add(sum, *a);
+                    }
+                    let mut tail = $zero();
+                    for (d, qd) in q.iter().enumerate().skip(LANES * chunks) {
+                        tail = $add(tail, $mul($set1(*qd), $load(at.add(d * stride))));
+                    }
+                    if chunks * LANES < hd {
+                        sum = $add(sum, tail);
+                    }
+                    $store(out.as_mut_ptr().add(p0), $mul(sum, vscale));
                 }
             }
-            // Lane sums added first to last, then the tail dimensions in order.
-            let mut sum = acc[0];
-            for a in &acc[1..] {
-                sum = _mm256_add_ps(sum, *a);
+            whole
+        }
+    };
+}
+
+key_scores_loop!(
+    /// Scores of the leading positions of `out` in whole vectors of 8; returns how many
+    /// positions it scored (the caller finishes the rest with the portable loop).
+    key_scores_avx2, "avx2,fma,f16c", LANES, _mm256_setzero_ps, _mm256_set1_ps, _mm256_add_ps, _mm256_mul_ps, load8, _mm256_storeu_ps
+);
+
+/// Lanes of an AVX-512 vector.
+#[cfg(target_arch = "x86_64")]
+const WIDE: usize = 16;
+
+key_scores_loop!(
+    /// [`key_scores_avx2`] 16 positions at a time. Returns how many positions it scored.
+    key_scores_avx512, "avx512f", WIDE, _mm512_setzero_ps, _mm512_set1_ps, _mm512_add_ps, _mm512_mul_ps, load16, _mm512_storeu_ps
+);
+
+/// [`accumulate_values_avx2`] for `out.len()` a multiple of 64: four 16-lane vectors of
+/// dimensions held in registers across all positions.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn accumulate_values_avx512(probs: &[f32], values: *const u16, stride: usize, out: &mut [f32]) {
+    const M: usize = 4;
+    let mut d0 = 0;
+    // SAFETY (whole body): dimensions `d0..d0 + 64 <= out.len()` of rows `p <
+    // probs.len()`, inside the caller's checked range.
+    unsafe {
+        while d0 + M * WIDE <= out.len() {
+            let (row0, o) = (values.add(d0), out.as_mut_ptr().add(d0));
+            let mut acc: [__m512; M] = std::array::from_fn(|j| _mm512_loadu_ps(o.add(WIDE * j)));
+            for (p, w) in probs.iter().enumerate() {
+                let w = _mm512_set1_ps(*w);
+                let row = row0.add(p * stride);
+                for (j, a) in acc.iter_mut().enumerate() {
+                    // Multiply then add (not fused), as the portable loop rounds.
+                    *a = _mm512_add_ps(*a, _mm512_mul_ps(w, load16(row.add(WIDE * j))));
+                }
             }
-            let mut tail = _mm256_setzero_ps();
-            for (d, qd) in q.iter().enumerate().skip(LANES * chunks) {
-                tail = _mm256_add_ps(tail, _mm256_mul_ps(_mm256_set1_ps(*qd), load8(at.add(d * stride))));
+            for (j, a) in acc.iter().enumerate() {
+                _mm512_storeu_ps(o.add(WIDE * j), *a);
             }
-            if chunks * LANES < hd {
-                sum = _mm256_add_ps(sum, tail);
-            }
-            _mm256_storeu_ps(out.as_mut_ptr().add(p0), _mm256_mul_ps(sum, vscale));
+            d0 += M * WIDE;
         }
     }
-    whole
+}
+
+/// 16 f16 values from `at` as f32.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn load16(at: *const u16) -> __m512 {
+    // SAFETY: the caller passes a pointer to 16 readable values.
+    unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(at.cast::<__m256i>())) }
+}
+
+/// [`quant::quantize_q8_portable`] block by block, operation for operation: the absolute
+/// maximum (NaN ignored, as `f32::max` does), the same scalar scales, then `x * id`
+/// rounded by the same two additions. Before the conversion NaN becomes 0 and the rest is
+/// clamped to [-128, 127], which is what `as i8` does with them.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quantize_q8_avx2(x: &[f32], out: &mut [Q8Block]) {
+    let (sign, magic) = (_mm256_set1_ps(-0.0), _mm256_set1_ps(quant::ROUNDING_MAGIC));
+    let (lo, hi) = (_mm256_set1_ps(-128.0), _mm256_set1_ps(127.0));
+    // Bytes of `packs` come out as dwords 0, 4, 1, 5, ... of the four vectors.
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (chunk, block) in x.chunks_exact(quant::QK).zip(out.iter_mut()) {
+        // SAFETY: `chunk` holds 32 floats: four loads of 8; `qs` holds 32 bytes.
+        unsafe {
+            let p = chunk.as_ptr();
+            let v = [0, 1, 2, 3].map(|i| _mm256_loadu_ps(p.add(LANES * i)));
+            // `max(abs, acc)` keeps `acc` when `abs` is NaN.
+            let m = v.iter().fold(_mm256_setzero_ps(), |m, v| _mm256_max_ps(_mm256_andnot_ps(sign, *v), m));
+            let mut lanes = [0.0f32; LANES];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), m);
+            let amax = lanes.iter().fold(0.0f32, |a, l| a.max(*l));
+            let d = amax / 127.0;
+            let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+            let vid = _mm256_set1_ps(id);
+            let q = v.map(|v| {
+                let r = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(v, vid), magic), magic);
+                let r = _mm256_and_ps(r, _mm256_cmp_ps::<_CMP_ORD_Q>(r, r));
+                _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi))
+            });
+            let sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+            let mut sums = [0i32; LANES];
+            _mm256_storeu_si256(sums.as_mut_ptr().cast(), sum);
+            let isum: i32 = sums.iter().sum();
+            let bytes = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+            _mm256_storeu_si256(block.qs.as_mut_ptr().cast(), _mm256_permutevar8x32_epi32(bytes, order));
+            block.d = quant::round_f16(d);
+            block.s = quant::round_f16(d * isum as f32);
+            block.isum = isum;
+        }
+    }
 }
 
 /// `out[d] += Σ_p probs[p] * values[p * stride + d]` with `out.len()` a multiple of 8:

@@ -89,8 +89,17 @@ pub fn round_f16(x: f32) -> f32 {
     f16::from_f32(x).to_f32()
 }
 
-/// Quantizes `x` (length a multiple of 32) into `out` (`x.len() / 32` blocks).
+/// Quantizes `x` (length a multiple of 32) into `out` (`x.len() / 32` blocks). Prefill
+/// quantizes every projection's input on one thread before the product, so the AVX2
+/// twin (`ops_simd`) takes it where it runs.
 pub fn quantize_q8(x: &[f32], out: &mut [Q8Block]) {
+    if !super::ops_simd::quantize_q8(x, out) {
+        quantize_q8_portable(x, out);
+    }
+}
+
+/// The portable [`quantize_q8`], which the twin matches bit for bit.
+pub(crate) fn quantize_q8_portable(x: &[f32], out: &mut [Q8Block]) {
     for (chunk, block) in x.chunks_exact(QK).zip(out.iter_mut()) {
         let amax = chunk.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         let d = amax / 127.0;
@@ -113,9 +122,11 @@ pub fn quantize_q8(x: &[f32], out: &mut [Q8Block]) {
 /// baseline x86-64 build; this is two additions and vectorises.
 #[inline]
 fn round_ties_even_small(x: f32) -> f32 {
-    const MAGIC: f32 = 12_582_912.0;
-    (x + MAGIC) - MAGIC
+    (x + ROUNDING_MAGIC) - ROUNDING_MAGIC
 }
+
+/// 1.5 * 2^23: see [`round_ties_even_small`].
+pub(crate) const ROUNDING_MAGIC: f32 = 12_582_912.0;
 
 /// The 4-bit value of element `j` (0..32) of a block's 16 packed bytes: low nibbles hold
 /// elements 0..16, high nibbles 16..32.
@@ -357,6 +368,26 @@ pub(crate) mod tests {
         }
         for x in [0.5f32, 1.5, 2.5, -0.5, -2.5, 126.5, -127.5, 0.0, -0.0] {
             assert_eq!(round_ties_even_small(x), x.round_ties_even(), "{x}");
+        }
+    }
+
+    #[test]
+    fn q8_quantization_twin_is_bit_identical() {
+        // Ordinary activations, a zero block, a NaN, infinities and a denormal maximum
+        // (whose inverse overflows): the twin saturates and zeroes as `as i8` does.
+        let mut x = wave(32 * 64, 0.7);
+        x[32..64].fill(0.0);
+        x[70] = f32::NAN;
+        x[100] = f32::INFINITY;
+        x[140] = f32::NEG_INFINITY;
+        x[160..192].fill(0.0);
+        x[161] = 1e-45;
+        x[162] = -1e-45;
+        let (mut fast, mut slow) = (vec![Q8Block::default(); 64], vec![Q8Block::default(); 64]);
+        quantize_q8(&x, &mut fast);
+        quantize_q8_portable(&x, &mut slow);
+        for (i, (f, s)) in fast.iter().zip(&slow).enumerate() {
+            assert_eq!((f.d.to_bits(), f.s.to_bits(), f.isum, f.qs), (s.d.to_bits(), s.s.to_bits(), s.isum, s.qs), "block {i}");
         }
     }
 
