@@ -150,12 +150,18 @@ impl RawRule {
         if self.description.trim().is_empty() {
             errs.push(field("description", "description is empty"));
         }
-        let checked = compile_regex(&self.regex).map_err(|e| errs.push(field("regex", format!("bad regex: {e}")))).ok();
         let hir = regex_syntax::ParserBuilder::new().build().parse(&self.regex).ok().map(|h| ascii_twin(&h));
-        // The regex that runs is the ASCII-boundary twin of the one written (same groups).
-        let regex = match (&checked, &hir) {
-            (Some(_), Some(h)) => compile_regex(&h.to_string()).map_err(|e| errs.push(field("regex", format!("bad regex: {e}")))).ok(),
-            _ => None,
+        // The regex that runs is the ASCII-boundary twin of the one written (same groups,
+        // never larger), so only the twin is compiled; the one written is compiled when
+        // the twin fails, to word the error in terms of what the author wrote.
+        let regex = match hir.as_ref().map(|h| compile_regex(&h.to_string())) {
+            Some(Ok(re)) => Some(re),
+            twin => {
+                let twin_error = twin.and_then(Result::err);
+                let e = compile_regex(&self.regex).err().or(twin_error).unwrap_or_else(|| "the pattern does not parse".into());
+                errs.push(field("regex", format!("bad regex: {e}")));
+                None
+            }
         };
         if let Some(h) = &hir {
             if h.properties().minimum_len() == Some(0) {
