@@ -23,7 +23,7 @@ use crate::fault::FaultConfig;
 use crate::gguf::GgufFile;
 use crate::kv::{BlockShape, KvPool, KvStats, Owner, SequenceKv, Tenant, DEFAULT_BLOCK_TOKENS};
 use crate::model::{self, Llama, LlamaConfig, Scratch, Segment};
-use crate::sample::MAX_TOP_LOGPROBS;
+use crate::sample::{GreedyRow, RowNeed, MAX_TOP_LOGPROBS};
 use crate::sched::decoding::Decoding;
 use crate::template::{ChatMessage, ChatTemplate};
 use crate::tokenizer::Tokenizer;
@@ -48,11 +48,14 @@ pub struct EngineOptions {
     pub ctx_tokens: usize,
     /// Where the forward pass runs (the CPU unless asked).
     pub device: Device,
+    /// On a GPU, replay repeated decode steps from CUDA graphs (on unless switched off,
+    /// e.g. to measure what they bring).
+    pub cuda_graphs: bool,
 }
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        EngineOptions { threads: std::thread::available_parallelism().map_or(1, |n| n.get()), ctx_tokens: 0, device: Device::Cpu }
+        EngineOptions { threads: std::thread::available_parallelism().map_or(1, |n| n.get()), ctx_tokens: 0, device: Device::Cpu, cuda_graphs: true }
     }
 }
 
@@ -163,7 +166,7 @@ impl Engine {
         let pool_tokens = if kv.pool_tokens == 0 { DEFAULT_POOL_CONTEXTS * ctx } else { kv.pool_tokens.max(ctx) };
         let pool = KvPool::new(shape, pool_tokens.div_ceil(kv.block_tokens.max(1)), kv.fault)?;
         let cpu = Cpu::new(options.threads.max(1));
-        let gpu = gpu_model(options.device, &file, &model, &pool, ctx + shape.block_tokens)?;
+        let gpu = gpu_model(&options, &file, &model, &pool, ctx + shape.block_tokens)?;
         let device = gpu.as_ref().map_or("cpu", |g| g.device_name());
         tracing::info!(path = %path.display(), layers = model.config.n_layer, ctx, device, threads = cpu.pool.threads(), kernels = cpu.kernels(), kv_blocks = pool.total_blocks(), kv_block_tokens = shape.block_tokens, "model loaded");
         Ok(Engine { model, tokenizer, template, cpu, ctx, pool, gpu })
@@ -183,11 +186,13 @@ impl Engine {
     }
 
     /// One sequence's forward step on the engine's device; its isolation error, if any,
-    /// stops it.
-    fn forward(&self, tokens: &[u32], kv: &mut SequenceKv<'_>, scratch: &mut Scratch) -> Result<()> {
-        let mut segments = [Segment::new(tokens, kv)];
+    /// stops it. Returns the backend's greedy pick when `need` asked for one and it made
+    /// it; otherwise the last row's logits are in `scratch.logits` when `need` wants them.
+    fn forward(&self, tokens: &[u32], kv: &mut SequenceKv<'_>, scratch: &mut Scratch, need: RowNeed) -> Result<Option<GreedyRow>> {
+        let mut segments = [Segment::new(tokens, kv).needing(need)];
         self.forward_batch(&mut segments, scratch)?;
-        segments[0].error.take().map_or(Ok(()), Err)
+        let [segment] = segments;
+        segment.error.map_or(Ok(segment.picked), Err)
     }
 
     /// The KV pool's counters (blocks, zero-fills, isolation violations, prefix hits).
@@ -256,7 +261,7 @@ impl Engine {
             if reference {
                 self.model.forward(model::Path::reference(&self.cpu), chunk, &mut kv, &mut scratch)?;
             } else {
-                self.forward(chunk, &mut kv, &mut scratch)?;
+                self.forward(chunk, &mut kv, &mut scratch, RowNeed::Logits)?;
             }
         }
         Ok(scratch.logits)
@@ -279,12 +284,16 @@ impl Engine {
         }
         let mut kv = SequenceKv::for_prompt(&self.pool, owner.clone(), sequence_capacity(prompt.len(), budget, self.pool.shape()), prompt);
         let mut scratch = Scratch::default();
-        for chunk in prompt[kv.cached_prompt_tokens()..].chunks(PREFILL_BATCH_TOKENS) {
-            self.forward(chunk, &mut kv, &mut scratch)?;
-        }
         let mut decoding = Decoding::new(&self.tokenizer, request, budget);
+        let rest = &prompt[kv.cached_prompt_tokens()..];
+        let chunks = rest.len().div_ceil(PREFILL_BATCH_TOKENS);
+        let mut picked = None;
+        for (i, chunk) in rest.chunks(PREFILL_BATCH_TOKENS).enumerate() {
+            let need = if i + 1 == chunks { decoding.need() } else { RowNeed::Nothing };
+            picked = self.forward(chunk, &mut kv, &mut scratch, need)?;
+        }
         loop {
-            let (event, last) = decoding.step(&scratch.logits, kv.read_owners());
+            let (event, last) = decoding.step(&scratch.logits, picked.as_ref(), kv.read_owners());
             if on_token(&event).is_break() {
                 decoding.done.finish = FinishReason::Cancelled;
                 return Ok(decoding.done);
@@ -292,7 +301,7 @@ impl Engine {
             if last {
                 return Ok(decoding.done);
             }
-            self.forward(&[event.id], &mut kv, &mut scratch)?;
+            picked = self.forward(&[event.id], &mut kv, &mut scratch, decoding.need())?;
         }
     }
 
@@ -318,7 +327,8 @@ impl Engine {
 
 /// The model on the GPU as `device` asks: none for the CPU, an error for `cuda` without a
 /// usable GPU, and for `auto` the GPU when there is one, else none (said once).
-fn gpu_model(device: Device, file: &GgufFile, model: &Llama, pool: &KvPool, max_pos: usize) -> Result<Option<Box<GpuModel>>> {
+fn gpu_model(options: &EngineOptions, file: &GgufFile, model: &Llama, pool: &KvPool, max_pos: usize) -> Result<Option<Box<GpuModel>>> {
+    let device = options.device;
     if device == Device::Cpu {
         return Ok(None);
     }
@@ -330,7 +340,7 @@ fn gpu_model(device: Device, file: &GgufFile, model: &Llama, pool: &KvPool, max_
         }
         (_, Err(e)) => return Err(e),
     };
-    Ok(Some(Box::new(GpuModel::load(cuda, file, model, pool, max_pos)?)))
+    Ok(Some(Box::new(GpuModel::load(cuda, file, model, pool, max_pos, options.cuda_graphs)?)))
 }
 
 /// Positions a request's sequence may hold: its prompt and budget, plus one block of room

@@ -87,6 +87,36 @@ pub struct Sampled {
     pub top: Vec<(u32, f32)>,
 }
 
+/// What a step's caller needs from a sequence's last row of logits, so that a backend
+/// holding the logits elsewhere (the GPU) computes and moves only that.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum RowNeed {
+    /// The whole row (sampling with a temperature draws on the host).
+    #[default]
+    Logits,
+    /// Nothing: the sequence is still reading its prompt.
+    Nothing,
+    /// A greedy pick: the argmax after `adjust` (added in order to the logits of their
+    /// ids: logit bias, then penalties, as [`Sampler`] applies them) and the statistics
+    /// of the raw row with its `top_n` most likely tokens.
+    Greedy { top_n: usize, adjust: Vec<(u32, f32)> },
+}
+
+/// A [`RowNeed::Greedy`] step computed where the logits are.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GreedyRow {
+    /// The pick: the first largest adjusted logit.
+    pub id: u32,
+    /// The raw logit of `id`.
+    pub id_logit: f32,
+    /// `ln Σ e^l` of the raw row.
+    pub log_z: f32,
+    /// Entropy of the raw row's softmax, in nats.
+    pub entropy: f32,
+    /// The `top_n` largest raw logits as (id, logit), largest first, ties by lower id.
+    pub top: Vec<(u32, f32)>,
+}
+
 /// The sampling state of one request.
 #[derive(Debug)]
 pub struct Sampler {
@@ -119,20 +149,42 @@ impl Sampler {
         Sampled { id, logprob, entropy, top }
     }
 
+    /// What the next step needs from its row: for a greedy request the pick can be made
+    /// where the logits are ([`RowNeed::Greedy`]); a draw needs the whole row.
+    pub fn need(&self, top_n: usize) -> RowNeed {
+        if self.params.temperature > 0.0 {
+            return RowNeed::Logits;
+        }
+        RowNeed::Greedy { top_n: top_n.min(MAX_TOP_LOGPROBS), adjust: self.adjustments().collect() }
+    }
+
+    /// [`Sampler::sample`] for a greedy request whose row was reduced elsewhere to `row`
+    /// (asked for with [`Sampler::need`]): the same token and statistics.
+    pub fn accept(&mut self, row: &GreedyRow, top_n: usize) -> Sampled {
+        *self.counts.entry(row.id).or_insert(0) += 1;
+        let top = row.top.iter().take(top_n.min(MAX_TOP_LOGPROBS)).map(|&(id, l)| (id, l - row.log_z)).collect();
+        Sampled { id: row.id, logprob: row.id_logit - row.log_z, entropy: row.entropy, top }
+    }
+
+    /// `(id, delta)` in the order `adjust` adds them: each bias, then each penalty
+    /// (negated: `v - p` and `v + (-p)` round alike).
+    fn adjustments(&self) -> impl Iterator<Item = (u32, f32)> + '_ {
+        let (presence, frequency) = (self.params.presence_penalty, self.params.frequency_penalty);
+        let penalties = self.counts.iter().map(move |(&id, &n)| (id, -(presence + frequency * n as f32)));
+        self.params.logit_bias.iter().copied().chain(penalties)
+    }
+
     /// `work = logits + bias - penalties`.
     fn adjust(&mut self, logits: &[f32]) {
-        self.work.clear();
-        self.work.extend_from_slice(logits);
-        for &(id, bias) in &self.params.logit_bias {
-            if let Some(v) = self.work.get_mut(id as usize) {
-                *v += bias;
+        let mut work = std::mem::take(&mut self.work);
+        work.clear();
+        work.extend_from_slice(logits);
+        for (id, delta) in self.adjustments() {
+            if let Some(v) = work.get_mut(id as usize) {
+                *v += delta;
             }
         }
-        for (&id, &n) in &self.counts {
-            if let Some(v) = self.work.get_mut(id as usize) {
-                *v -= self.params.presence_penalty + self.params.frequency_penalty * n as f32;
-            }
-        }
+        self.work = work;
     }
 
     /// Temperature, top-k, top-p, then a draw from what is left.
@@ -315,6 +367,32 @@ mod tests {
         let mut s = Sampler::new(&SamplingParams { frequency_penalty: 2.0, presence_penalty: 2.0, ..SamplingParams::greedy() });
         let ids: Vec<u32> = (0..5).map(|_| s.sample(&l, 0).id).collect();
         assert!(ids.windows(2).all(|w| w[0] != w[1]), "{ids:?}");
+    }
+
+    /// What a device computes for a greedy row, done here from the logits.
+    fn reduce(logits: &[f32], need: &RowNeed) -> GreedyRow {
+        let RowNeed::Greedy { top_n, adjust } = need else { panic!("not greedy: {need:?}") };
+        let mut adjusted = logits.to_vec();
+        for &(id, delta) in adjust {
+            adjusted[id as usize] += delta;
+        }
+        let id = argmax(&adjusted);
+        let (log_z, entropy) = log_partition_and_entropy(logits);
+        let top = top_n_ids(logits, *top_n).into_iter().map(|i| (i, logits[i as usize])).collect();
+        GreedyRow { id, id_logit: logits[id as usize], log_z, entropy, top }
+    }
+
+    #[test]
+    fn a_greedy_step_reduced_elsewhere_equals_sampling_the_row_here() {
+        let l = logits();
+        let params = SamplingParams { logit_bias: vec![(3, 2.5), (71, -100.0), (3, 0.25)], frequency_penalty: 0.7, presence_penalty: 0.3, ..SamplingParams::greedy() };
+        let (mut here, mut there) = (Sampler::new(&params), Sampler::new(&params));
+        for step in 0..12 {
+            let need = there.need(4);
+            let want = here.sample(&l, 4);
+            assert_eq!(there.accept(&reduce(&l, &need), 4), want, "step {step}");
+        }
+        assert_eq!(Sampler::new(&SamplingParams::default()).need(4), RowNeed::Logits, "a draw needs the row");
     }
 
     #[test]

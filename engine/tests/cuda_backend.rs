@@ -16,6 +16,7 @@ use engine::backend::cuda::{driver_present, Cuda};
 use engine::backend::Device;
 use engine::engine::{Engine, GenerateRequest, SamplingParams, TokenEvent};
 use engine::fault::FaultConfig;
+use engine::kv::Owner;
 use engine::sample::Sampler;
 use engine::Error;
 use isolation_cases::TestResult;
@@ -135,6 +136,42 @@ fn gpu_logit_statistics_equal_what_the_sampler_reports() -> TestResult {
         assert!((logits[want.id as usize] - s.log_z - want.logprob).abs() < 1e-3);
         let top: Vec<u32> = s.top.iter().map(|t| t.0).collect();
         assert_eq!(top, want.top.iter().map(|t| t.0).collect::<Vec<_>>());
+    }
+    Ok(())
+}
+
+#[test]
+fn gpu_greedy_picks_apply_each_logit_bias_entry_as_the_host_sampler_does() -> TestResult {
+    if !gpu_tests("gpu_greedy_picks_apply_each_logit_bias_entry") {
+        return Ok(());
+    }
+    let (_, gpu) = engines()?;
+    for (n, case) in cases()?.iter().take(3).enumerate() {
+        let prompt = prompt_ids(case);
+        // The GPU's own logits of the prompt, copied back whole (the host sampler's input).
+        let logits = gpu.prompt_logits(&prompt, 0, false)?;
+        let mut order: Vec<usize> = (0..logits.len()).collect();
+        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+        let (first, third) = (order[0], order[2]);
+        // Only both entries together lift the third most likely token past the first.
+        let half = (logits[first] - logits[third]) * 0.6;
+        let logit_bias = vec![(third as u32, half), (first as u32, -0.0), (third as u32, half)];
+        let sampling = SamplingParams { logit_bias, ..SamplingParams::greedy() };
+        let want = Sampler::new(&sampling).sample(&logits, 3);
+        assert_eq!(want.id, third as u32, "{}: the bias should decide", case["name"]);
+        // The same prompt, prefilled the same way (a tenant of its own: no prefix reuse),
+        // with the pick and its statistics made on the GPU.
+        let request = GenerateRequest { prompt, max_tokens: 1, stop: Vec::new(), sampling, top_logprobs: 3 };
+        let mut events = Vec::new();
+        gpu.generate_for(&Owner::new(&format!("picks-{n}"), "test"), &request, &mut |e| {
+            events.push(e.clone());
+            ControlFlow::Continue(())
+        })?;
+        let got = events.first().ok_or("no token")?;
+        assert_eq!(got.id, want.id, "{}", case["name"]);
+        assert!((got.logprob - want.logprob).abs() < 1e-4, "{}: logprob {} vs {}", case["name"], got.logprob, want.logprob);
+        assert!((got.entropy - want.entropy).abs() < 1e-4, "{}: entropy {} vs {}", case["name"], got.entropy, want.entropy);
+        assert!(got.top_logprobs.iter().map(|t| t.id).eq(want.top.iter().map(|t| t.0)), "{}: top", case["name"]);
     }
     Ok(())
 }

@@ -56,6 +56,29 @@ struct Q8_1 {
     int qs[8];
 };
 
+// One warp quantizes its 32 lanes' values `v` (lane i holds element i) into `out`, with
+// the CPU backend's rule: amax over the 32, d = amax / 127, q = round-half-even(v * 127 /
+// amax), d and s = d * Σq rounded to f16; lanes 4k..4k+3 pack little-endian into qs[k].
+// Every lane of the warp must call it.
+__device__ __forceinline__ void q8_1_warp(float v, Q8_1* out) {
+    const u32 lane = threadIdx.x & 31u;
+    const float amax = warp_max(fabsf(v));
+    const float d = amax / 127.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const int q = (int)rintf(v * id);
+    const int isum = warp_sum_int(q);
+    const int q1 = __shfl_down_sync(0xffffffffu, q, 1);
+    const int q2 = __shfl_down_sync(0xffffffffu, q, 2);
+    const int q3 = __shfl_down_sync(0xffffffffu, q, 3);
+    if ((lane & 3u) == 0u) {
+        out->qs[lane / 4u] = (q & 0xff) | ((q1 & 0xff) << 8) | ((q2 & 0xff) << 16) | ((u32)(q3 & 0xff) << 24);
+    }
+    if (lane == 0u) {
+        out->d = round_f16(d);
+        out->s = round_f16(d * (float)isum);
+    }
+}
+
 // KV isolation status of one sequence: [code, block, position]. The first violation a
 // kernel sees wins (atomicCAS on the code); the host turns it into Error::Isolation.
 #define KV_OK 0u

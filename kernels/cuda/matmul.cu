@@ -10,16 +10,19 @@
 //
 // `matvec_*` is the decode case (one token per warp), `matmul_*` the prefill / batched
 // case (a warp reads each weight block once for TILE tokens). `accumulate` != 0 adds to
-// `out` (the residual stream) instead of overwriting it.
+// `out` (the residual stream) instead of overwriting it. With `staged` != 0 the CTA first
+// copies its TILE tokens' activation blocks into shared memory, so its 8 warps read them
+// from there instead of each from L2 (the host stages when the tile fits).
 //
-// Launch: grid = (ceil(rows / 8), ceil(tokens / TILE), 1), block = (256, 1, 1);
+// Launch: grid = (ceil(rows / 8), ceil(tokens / TILE), 1), block = (256, 1, 1), dynamic
+//         shared memory TILE * cols / 32 * sizeof(Q8_1) bytes when staged, else 0;
 //         one warp per weight row and token tile, lanes stride over the row's blocks.
-//         TILE = 1 (matvec_*) or 8 (matmul_*).
+//         TILE = 1 (matvec_*) or 16 (matmul_*).
 // Tensors: w    u8   [rows, cols / 32 * block_bytes]   (ggml rows, back to back)
 //          a    Q8_1 [tokens, cols / 32]
 //          out  f32  [tokens, ld_out]                  (columns col_offset .. + rows)
 
-#define MATMUL_TILE 8
+#define MATMUL_TILE 16
 
 struct Q4_1Format {
     static constexpr u32 bytes = 20;
@@ -53,14 +56,25 @@ struct Q8_0Format {
     }
 };
 
+extern __shared__ int matmul_tile[];
+
 template <typename F, int TILE>
 __device__ void matmul_rows(const u8* w, u32 rows, u32 cols, const Q8_1* a, u32 tokens, float* out, u32 ld_out,
-                            u32 col_offset, u32 accumulate) {
+                            u32 col_offset, u32 accumulate, u32 staged) {
     const u32 lane = threadIdx.x & 31u;
     const u32 r = blockIdx.x * (blockDim.x / 32u) + threadIdx.x / 32u;
     const u32 t0 = blockIdx.y * TILE;
-    if (r >= rows) return;
     const u32 nb = cols / 32u;
+    const Q8_1* at = a + (u64)t0 * nb;  // this tile's activations, [TILE, nb]
+    if (staged) {
+        const u32 n_t = tokens - t0 < (u32)TILE ? tokens - t0 : (u32)TILE;
+        const u32 words = n_t * nb * (u32)(sizeof(Q8_1) / 4u);
+        const int* src = (const int*)at;
+        for (u32 i = threadIdx.x; i < words; i += blockDim.x) matmul_tile[i] = src[i];
+        __syncthreads();
+        at = (const Q8_1*)matmul_tile;
+    }
+    if (r >= rows) return;
     const u8* row = w + (u64)r * nb * F::bytes;
     float acc[TILE];
 #pragma unroll
@@ -69,7 +83,7 @@ __device__ void matmul_rows(const u8* w, u32 rows, u32 cols, const Q8_1* a, u32 
         const u8* blk = row + (u64)b * F::bytes;
 #pragma unroll
         for (int k = 0; k < TILE; ++k) {
-            if (t0 + k < tokens) acc[k] += F::dot(blk, a[(u64)(t0 + k) * nb + b]);
+            if (t0 + k < tokens) acc[k] += F::dot(blk, at[(u64)k * nb + b]);
         }
     }
 #pragma unroll
@@ -83,21 +97,21 @@ __device__ void matmul_rows(const u8* w, u32 rows, u32 cols, const Q8_1* a, u32 
 }
 
 extern "C" __global__ void matvec_q4_1(const u8* w, u32 rows, u32 cols, const Q8_1* a, u32 tokens, float* out,
-                                       u32 ld_out, u32 col_offset, u32 accumulate) {
-    matmul_rows<Q4_1Format, 1>(w, rows, cols, a, tokens, out, ld_out, col_offset, accumulate);
+                                       u32 ld_out, u32 col_offset, u32 accumulate, u32 staged) {
+    matmul_rows<Q4_1Format, 1>(w, rows, cols, a, tokens, out, ld_out, col_offset, accumulate, staged);
 }
 
 extern "C" __global__ void matmul_q4_1(const u8* w, u32 rows, u32 cols, const Q8_1* a, u32 tokens, float* out,
-                                       u32 ld_out, u32 col_offset, u32 accumulate) {
-    matmul_rows<Q4_1Format, MATMUL_TILE>(w, rows, cols, a, tokens, out, ld_out, col_offset, accumulate);
+                                       u32 ld_out, u32 col_offset, u32 accumulate, u32 staged) {
+    matmul_rows<Q4_1Format, MATMUL_TILE>(w, rows, cols, a, tokens, out, ld_out, col_offset, accumulate, staged);
 }
 
 extern "C" __global__ void matvec_q8_0(const u8* w, u32 rows, u32 cols, const Q8_1* a, u32 tokens, float* out,
-                                       u32 ld_out, u32 col_offset, u32 accumulate) {
-    matmul_rows<Q8_0Format, 1>(w, rows, cols, a, tokens, out, ld_out, col_offset, accumulate);
+                                       u32 ld_out, u32 col_offset, u32 accumulate, u32 staged) {
+    matmul_rows<Q8_0Format, 1>(w, rows, cols, a, tokens, out, ld_out, col_offset, accumulate, staged);
 }
 
 extern "C" __global__ void matmul_q8_0(const u8* w, u32 rows, u32 cols, const Q8_1* a, u32 tokens, float* out,
-                                       u32 ld_out, u32 col_offset, u32 accumulate) {
-    matmul_rows<Q8_0Format, MATMUL_TILE>(w, rows, cols, a, tokens, out, ld_out, col_offset, accumulate);
+                                       u32 ld_out, u32 col_offset, u32 accumulate, u32 staged) {
+    matmul_rows<Q8_0Format, MATMUL_TILE>(w, rows, cols, a, tokens, out, ld_out, col_offset, accumulate, staged);
 }

@@ -34,10 +34,6 @@ macro_rules! family {
 }
 
 family!(
-    /// Quantizes f32 activation rows to q8_1 blocks for the integer products.
-    QUANTIZE, "quantize", ["quantize_q8_1"]
-);
-family!(
     /// Quantized weights (Q4_1, Q8_0) times q8_1 activations: decode and batched.
     MATMUL, "matmul", ["matvec_q4_1", "matmul_q4_1", "matvec_q8_0", "matmul_q8_0"]
 );
@@ -46,16 +42,16 @@ family!(
     EMBED, "embed", ["embed_q4_1", "embed_q8_0"]
 );
 family!(
-    /// RMSNorm of every row, or of gathered rows (before the output head).
-    RMS_NORM, "rms_norm", ["rms_norm_rows", "rms_norm_gather"]
+    /// RMSNorm of every row, or of gathered rows (before the output head), quantized to q8_1.
+    RMS_NORM, "rms_norm", ["rms_norm_q8_1_rows", "rms_norm_q8_1_gather"]
 );
 family!(
     /// Rotary position embedding of query and key heads.
     ROPE, "rope", ["rope_qk"]
 );
 family!(
-    /// The feed-forward block's SwiGLU.
-    SWIGLU, "swiglu", ["swiglu"]
+    /// The feed-forward block's SwiGLU, quantized to q8_1.
+    SWIGLU, "swiglu", ["swiglu_q8_1"]
 );
 family!(
     /// Checked writes of keys and values into the paged KV blocks.
@@ -70,12 +66,12 @@ family!(
     ZERO_FILL, "zero_fill", ["zero_fill_block"]
 );
 family!(
-    /// Softmax, log-softmax, entropy, argmax and top-k over rows of logits.
-    SAMPLING, "sampling", ["logits_stats", "log_softmax", "softmax", "top_k"]
+    /// Logit adjustments, softmax, log-softmax, entropy, argmax and top-k over rows of logits.
+    SAMPLING, "sampling", ["pick_partial", "pick_final", "log_softmax", "softmax", "top_k"]
 );
 
 /// Every kernel family, for ahead-of-time compile checks.
-pub const ALL: &[KernelSource] = &[QUANTIZE, MATMUL, EMBED, RMS_NORM, ROPE, SWIGLU, KV_APPEND, ATTENTION, ZERO_FILL, SAMPLING];
+pub const ALL: &[KernelSource] = &[MATMUL, EMBED, RMS_NORM, ROPE, SWIGLU, KV_APPEND, ATTENTION, ZERO_FILL, SAMPLING];
 
 #[cfg(test)]
 mod tests {

@@ -13,6 +13,7 @@
 use crate::backend::cpu::{attention, matmul_reference, ops, Activations, Cpu, Matrix};
 use crate::error::{Error, Result};
 use crate::kv::{HeadBlock, LayerKv, SequenceKv};
+use crate::sample::{GreedyRow, RowNeed};
 
 use super::{Layer, Llama};
 
@@ -92,11 +93,23 @@ pub struct Segment<'a, 'p> {
     /// Why this sequence dropped out of the step (its KV refused a read or write, it
     /// overflowed, the pool is full); its rows are discarded and nothing is committed.
     pub error: Option<Error>,
+    /// What the caller needs of the last row. The CPU leaves every row's logits; the GPU
+    /// copies back only rows that need them and makes greedy picks itself.
+    pub need: RowNeed,
+    /// The pick a backend made for [`RowNeed::Greedy`] (the GPU's); `None` means reduce
+    /// the row of logits on the host.
+    pub picked: Option<GreedyRow>,
 }
 
 impl<'a, 'p> Segment<'a, 'p> {
+    /// A segment whose caller needs its last row of logits.
     pub fn new(tokens: &'a [u32], kv: &'a mut SequenceKv<'p>) -> Segment<'a, 'p> {
-        Segment { tokens, kv, error: None }
+        Segment { tokens, kv, error: None, need: RowNeed::Logits, picked: None }
+    }
+
+    /// The segment with what its caller needs of the last row.
+    pub fn needing(self, need: RowNeed) -> Segment<'a, 'p> {
+        Segment { need, ..self }
     }
 }
 

@@ -9,7 +9,7 @@
 
 use crate::engine::{FinishReason, GenerateRequest, Generation, TokenEvent, TopLogprob};
 use crate::kv::Tenant;
-use crate::sample::{Sampled, Sampler};
+use crate::sample::{GreedyRow, RowNeed, Sampled, Sampler};
 use crate::stop::StopMatcher;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 
@@ -38,10 +38,18 @@ impl<'t> Decoding<'t> {
         }
     }
 
-    /// Samples the next token from `logits` (`[vocab]`); returns its event and whether
-    /// it is the request's last.
-    pub(crate) fn step(&mut self, logits: &[f32], owners: &[Tenant]) -> (TokenEvent, bool) {
-        let sampled = self.sampler.sample(logits, self.top_logprobs);
+    /// What the next step needs of its last row of logits (see [`RowNeed`]).
+    pub(crate) fn need(&self) -> RowNeed {
+        self.sampler.need(self.top_logprobs)
+    }
+
+    /// Samples the next token, from the backend's greedy pick when it made one, else from
+    /// `logits` (`[vocab]`); returns its event and whether it is the request's last.
+    pub(crate) fn step(&mut self, logits: &[f32], picked: Option<&GreedyRow>, owners: &[Tenant]) -> (TokenEvent, bool) {
+        let sampled = match picked {
+            Some(row) => self.sampler.accept(row, self.top_logprobs),
+            None => self.sampler.sample(logits, self.top_logprobs),
+        };
         self.done.completion_tokens += 1;
         let eos = self.tokenizer.is_eos(sampled.id);
         let delta = if eos { String::new() } else { self.decoder.push(sampled.id) };

@@ -36,6 +36,7 @@ use crate::engine::{Engine, FinishReason, GenerateRequest, Generation, TokenEven
 use crate::error::{Error, Result};
 use crate::kv::{Owner, SequenceKv};
 use crate::model::{Scratch, Segment};
+use crate::sample::{GreedyRow, RowNeed};
 use cost::StepCost;
 use decoding::Decoding;
 
@@ -266,10 +267,14 @@ impl<'e, 's> Scheduler<'e, 's> {
             .iter_mut()
             .zip(takes)
             .filter(|(_, n)| **n > 0)
-            .map(|(r, n)| Segment::new(&r.feed[..*n], &mut r.kv))
+            .map(|(r, n)| {
+                // Only a sequence whose feed runs out this step samples from its last row.
+                let need = if *n == r.feed.len() { r.decoding.need() } else { RowNeed::Nothing };
+                Segment::new(&r.feed[..*n], &mut r.kv).needing(need)
+            })
             .collect();
         self.engine.forward_batch(&mut segments, &mut self.scratch)?;
-        let mut errors: VecDeque<Option<Error>> = segments.into_iter().map(|s| s.error).collect();
+        let mut outcomes: VecDeque<(Option<Error>, Option<GreedyRow>)> = segments.into_iter().map(|s| (s.error, s.picked)).collect();
         let vocab = self.engine.config().vocab;
         // `[segments, vocab]`, moved out so that sampling may borrow `self`.
         let all_logits = std::mem::take(&mut self.scratch.logits);
@@ -286,7 +291,8 @@ impl<'e, 's> Scheduler<'e, 's> {
             }
             let logits = all_logits.get(row * vocab..(row + 1) * vocab).unwrap_or(&[]);
             row += 1;
-            match errors.pop_front().flatten() {
+            let (error, picked) = outcomes.pop_front().unwrap_or_default();
+            match error {
                 Some(Error::KvExhausted { .. }) if !alone => {
                     self.starved = true;
                     if kept_starved {
@@ -301,7 +307,7 @@ impl<'e, 's> Scheduler<'e, 's> {
                     r.feed.drain(..n);
                     if !r.feed.is_empty() {
                         keep.push(r);
-                    } else if let Some(r) = self.sample(r, logits) {
+                    } else if let Some(r) = self.sample(r, logits, picked.as_ref()) {
                         keep.push(r);
                     }
                 }
@@ -313,8 +319,8 @@ impl<'e, 's> Scheduler<'e, 's> {
     }
 
     /// Samples `r`'s next token and emits it; `None` once the request has finished.
-    fn sample(&mut self, mut r: Running<'e, 's>, logits: &[f32]) -> Option<Running<'e, 's>> {
-        let (event, last) = r.decoding.step(logits, r.kv.read_owners());
+    fn sample(&mut self, mut r: Running<'e, 's>, logits: &[f32], picked: Option<&GreedyRow>) -> Option<Running<'e, 's>> {
+        let (event, last) = r.decoding.step(logits, picked, r.kv.read_owners());
         if (r.job.sink)(&event).is_break() {
             r.decoding.done.finish = FinishReason::Cancelled;
             self.done.push((r.job.id, Ok(r.decoding.done)));

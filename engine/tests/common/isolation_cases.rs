@@ -22,7 +22,7 @@ fn model_path() -> Result<&'static PathBuf, String> {
 
 pub fn load(device: Device, fault: FaultConfig) -> Result<Engine, Box<dyn std::error::Error>> {
     let kv = KvOptions { fault, ..KvOptions::default() };
-    Ok(Engine::load_with(model_path()?, EngineOptions { threads: 2, ctx_tokens: 512, device }, kv)?)
+    Ok(Engine::load_with(model_path()?, EngineOptions { threads: 2, ctx_tokens: 512, device, ..EngineOptions::default() }, kv)?)
 }
 
 /// A chat prompt (several full KV blocks: tenants' prompts share the chat template).

@@ -25,7 +25,10 @@ const THREADS: u32 = 256;
 const MATMUL_ROWS_PER_CTA: usize = 8;
 
 /// Tokens per warp of `matmul_*` (`MATMUL_TILE` in matmul.cu).
-const MATMUL_TILE: usize = 8;
+const MATMUL_TILE: usize = 16;
+
+/// Dynamic shared memory a CTA may take without raising the function's limit.
+const SHARED_BYTES: usize = 48 * 1024;
 
 fn u32_of(what: &'static str, v: usize) -> Result<u32> {
     u32::try_from(v).map_err(|_| Error::Cuda { op: what, reason: format!("{v} does not fit the kernel's 32-bit index") })
@@ -40,21 +43,6 @@ fn need<T>(what: &'static str, len: usize, at_least: usize) -> Result<()> {
 
 fn config(grid: (usize, usize), threads: u32) -> Result<LaunchConfig> {
     Ok(LaunchConfig { grid_dim: (u32_of("grid", grid.0.max(1))?, u32_of("grid", grid.1.max(1))?, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 })
-}
-
-/// `y = q8_1(x)`; `x` `[rows, cols]`, `y` `[rows, cols / 32]` blocks.
-pub(crate) fn quantize(cuda: &Cuda, x: &CudaSlice<f32>, y: &mut CudaSlice<u8>, rows: usize, cols: usize) -> Result<()> {
-    need::<f32>("quantize", x.len(), rows * cols)?;
-    need::<u8>("quantize", y.len(), rows * cols / 32 * Q8_1_BYTES)?;
-    let f = cuda.function(&kernels::QUANTIZE, "quantize_q8_1")?;
-    let (r, c) = (u32_of("rows", rows)?, u32_of("cols", cols)?);
-    let cfg = config(((cols / 32).div_ceil(8), rows), THREADS)?;
-    let mut b = cuda.stream().launch_builder(&f);
-    b.arg(x).arg(y).arg(&r).arg(&c);
-    // SAFETY: quantize_q8_1(const float*, Q8_1*, u32, u32); x holds rows*cols floats and
-    // y rows*cols/32 blocks (checked above); cols % 32 == 0 is a model invariant.
-    unsafe { b.launch(cfg) }.map_err(cuda_error("quantize_q8_1"))?;
-    Ok(())
 }
 
 /// A quantized weight matrix on the device: ggml rows back to back.
@@ -95,12 +83,21 @@ pub(crate) fn matmul(cuda: &Cuda, w: &DeviceMatrix, a: &CudaSlice<u8>, tokens: u
     let f = cuda.function(&kernels::MATMUL, entry)?;
     let (rows, cols, t) = (u32_of("rows", w.rows)?, u32_of("cols", w.cols)?, u32_of("tokens", tokens)?);
     let (ld, off, acc) = (u32_of("ld", into.ld)?, u32_of("col_offset", into.col_offset)?, u32::from(into.accumulate));
-    let cfg = config((w.rows.div_ceil(MATMUL_ROWS_PER_CTA), tokens.div_ceil(tile)), THREADS)?;
+    // Stage the token tile's activations in shared memory when there is a tile and it fits.
+    let tile_bytes = tile * w.cols / 32 * Q8_1_BYTES;
+    let staged = tile > 1 && tile_bytes <= SHARED_BYTES;
+    let mut cfg = config((w.rows.div_ceil(MATMUL_ROWS_PER_CTA), tokens.div_ceil(tile)), THREADS)?;
+    if staged {
+        cfg.shared_mem_bytes = u32_of("shared memory", tile_bytes)?;
+    }
+    let stage = u32::from(staged);
     let mut b = cuda.stream().launch_builder(&f);
-    b.arg(&w.data).arg(&rows).arg(&cols).arg(a).arg(&t).arg(out).arg(&ld).arg(&off).arg(&acc);
+    b.arg(&w.data).arg(&rows).arg(&cols).arg(a).arg(&t).arg(out).arg(&ld).arg(&off).arg(&acc).arg(&stage);
     // SAFETY: matmul_*(const u8* w, u32 rows, u32 cols, const Q8_1* a, u32 tokens, float* out,
-    // u32 ld_out, u32 col_offset, u32 accumulate); w holds rows whole ggml rows, a tokens
-    // rows of blocks, out tokens rows of ld with col_offset + rows <= ld (checked above).
+    // u32 ld_out, u32 col_offset, u32 accumulate, u32 staged); w holds rows whole ggml rows,
+    // a tokens rows of blocks, out tokens rows of ld with col_offset + rows <= ld (checked
+    // above); when staged, the CTA copies at most tile rows of blocks into the dynamic
+    // shared memory sized for exactly that.
     unsafe { b.launch(cfg) }.map_err(cuda_error("matmul"))?;
     Ok(())
 }
@@ -134,34 +131,39 @@ pub(crate) enum Rows<'a, 'b> {
     Listed(&'a CudaView<'b, u32>),
 }
 
-/// RMSNorm of `rows` of `x` into consecutive rows of `out`; `x`, `out`: `[_, cols]`.
-pub(crate) fn rms_norm(cuda: &Cuda, x: &CudaSlice<f32>, rows: Rows<'_, '_>, weight: &CudaSlice<f32>, eps: f32, cols: usize, out: &mut CudaSlice<f32>) -> Result<()> {
+/// RMSNorm of `rows` of `x`, quantized into consecutive q8_1 rows of `out`; `x` `[_, cols]`,
+/// `out` `[_, cols / 32]` blocks.
+pub(crate) fn rms_norm_q8_1(cuda: &Cuda, x: &CudaSlice<f32>, rows: Rows<'_, '_>, weight: &CudaSlice<f32>, eps: f32, cols: usize, out: &mut CudaSlice<u8>) -> Result<()> {
     need::<f32>("rms_norm weight", weight.len(), cols)?;
+    if !cols.is_multiple_of(32) {
+        return Err(Error::Cuda { op: "rms_norm", reason: format!("{cols} columns, not whole q8_1 blocks") });
+    }
     let c = u32_of("cols", cols)?;
     let n = match rows {
         Rows::All(n) => n,
         Rows::Listed(ids) => ids.len(),
     };
-    need::<f32>("rms_norm output", out.len(), n * cols)?;
+    need::<u8>("rms_norm output", out.len(), n * cols / 32 * Q8_1_BYTES)?;
     let cfg = config((n, 1), THREADS)?;
     match rows {
         Rows::All(n) => {
             need::<f32>("rms_norm input", x.len(), n * cols)?;
-            let f = cuda.function(&kernels::RMS_NORM, "rms_norm_rows")?;
+            let f = cuda.function(&kernels::RMS_NORM, "rms_norm_q8_1_rows")?;
             let mut b = cuda.stream().launch_builder(&f);
             b.arg(x).arg(weight).arg(&eps).arg(&c).arg(out);
-            // SAFETY: rms_norm_rows(const float* x, const float* weight, float eps, u32 cols,
-            // float* out); one CTA per row; x and out hold n rows, weight cols (checked).
-            unsafe { b.launch(cfg) }.map_err(cuda_error("rms_norm_rows"))?;
+            // SAFETY: rms_norm_q8_1_rows(const float* x, const float* weight, float eps,
+            // u32 cols, Q8_1* y); one CTA per row; x holds n rows, out n rows of blocks,
+            // weight cols (checked).
+            unsafe { b.launch(cfg) }.map_err(cuda_error("rms_norm_q8_1_rows"))?;
         }
         Rows::Listed(ids) => {
-            let f = cuda.function(&kernels::RMS_NORM, "rms_norm_gather")?;
+            let f = cuda.function(&kernels::RMS_NORM, "rms_norm_q8_1_gather")?;
             let mut b = cuda.stream().launch_builder(&f);
             b.arg(x).arg(ids).arg(weight).arg(&eps).arg(&c).arg(out);
-            // SAFETY: rms_norm_gather(const float* x, const u32* row_ids, const float* weight,
-            // float eps, u32 cols, float* out); the caller passes row ids of rows x holds
-            // (the last row of each live sequence), out holds one row per id (checked).
-            unsafe { b.launch(cfg) }.map_err(cuda_error("rms_norm_gather"))?;
+            // SAFETY: rms_norm_q8_1_gather(const float* x, const u32* row_ids, const float*
+            // weight, float eps, u32 cols, Q8_1* y); the caller passes row ids of rows x
+            // holds (the last row of each live sequence), out holds one row per id (checked).
+            unsafe { b.launch(cfg) }.map_err(cuda_error("rms_norm_q8_1_gather"))?;
         }
     }
     Ok(())
@@ -203,18 +205,22 @@ pub(crate) fn rope(cuda: &Cuda, qkv: &mut CudaSlice<f32>, table: &CudaSlice<f32>
     Ok(())
 }
 
-/// `h = silu(gate) * up` for `rows` rows; `gu` `[rows, 2 n_ff]`, `h` `[rows, n_ff]`.
-pub(crate) fn swiglu(cuda: &Cuda, gu: &CudaSlice<f32>, h: &mut CudaSlice<f32>, rows: usize, n_ff: usize) -> Result<()> {
+/// `h = silu(gate) * up` for `rows` rows, quantized; `gu` `[rows, 2 n_ff]`, `out` `[rows,
+/// n_ff / 32]` q8_1 blocks.
+pub(crate) fn swiglu_q8_1(cuda: &Cuda, gu: &CudaSlice<f32>, out: &mut CudaSlice<u8>, rows: usize, n_ff: usize) -> Result<()> {
+    if !n_ff.is_multiple_of(32) {
+        return Err(Error::Cuda { op: "swiglu", reason: format!("{n_ff} columns, not whole q8_1 blocks") });
+    }
     need::<f32>("swiglu input", gu.len(), rows * 2 * n_ff)?;
-    need::<f32>("swiglu output", h.len(), rows * n_ff)?;
-    let f = cuda.function(&kernels::SWIGLU, "swiglu")?;
+    need::<u8>("swiglu output", out.len(), rows * n_ff / 32 * Q8_1_BYTES)?;
+    let f = cuda.function(&kernels::SWIGLU, "swiglu_q8_1")?;
     let n = u32_of("n_ff", n_ff)?;
-    let cfg = config((n_ff.div_ceil(THREADS as usize), rows), THREADS)?;
+    let cfg = config(((n_ff / 32).div_ceil(8), rows), THREADS)?;
     let mut b = cuda.stream().launch_builder(&f);
-    b.arg(gu).arg(h).arg(&n);
-    // SAFETY: swiglu(const float* gu, float* h, u32 n_ff); grid covers rows x n_ff, the
-    // kernel drops threads past n_ff; both buffers hold rows rows (checked).
-    unsafe { b.launch(cfg) }.map_err(cuda_error("swiglu"))?;
+    b.arg(gu).arg(out).arg(&n);
+    // SAFETY: swiglu_q8_1(const float* gu, Q8_1* y, u32 n_ff); grid covers rows x n_ff / 32
+    // blocks, the kernel drops warps past them; both buffers hold rows rows (checked).
+    unsafe { b.launch(cfg) }.map_err(cuda_error("swiglu_q8_1"))?;
     Ok(())
 }
 
@@ -300,16 +306,19 @@ pub(crate) struct AttentionArgs {
     pub check_bounds: bool,
 }
 
-/// Checked paged attention of `rows` query rows of `qkv` into `out` (`[rows, q_dim]`).
+/// Checked paged attention of `rows` query rows of `qkv` into q8_1 blocks `out`
+/// (`[rows, q_dim / 32]`, what the output projection reads).
 #[allow(clippy::too_many_arguments)] // as kv_append
-pub(crate) fn attention(cuda: &Cuda, qkv: &CudaSlice<f32>, out: &mut CudaSlice<f32>, scores: &mut CudaSlice<f32>, kv: &CudaSlice<u16>, geo: KvGeometry, step: &KvStep<'_>, status: &mut CudaSlice<u32>, a: AttentionArgs) -> Result<()> {
+pub(crate) fn attention(cuda: &Cuda, qkv: &CudaSlice<f32>, out: &mut CudaSlice<u8>, scores: &mut CudaSlice<f32>, kv: &CudaSlice<u16>, geo: KvGeometry, step: &KvStep<'_>, status: &mut CudaSlice<u32>, a: AttentionArgs) -> Result<()> {
     let rows = step.row_pos.len();
     let h = a.heads;
-    if h.head_dim > THREADS as usize || h.n_head_kv == 0 || !h.n_head.is_multiple_of(h.n_head_kv) {
-        return Err(Error::Cuda { op: "attention", reason: format!("head size {} (at most {THREADS}) or {} heads over {} KV heads", h.head_dim, h.n_head, h.n_head_kv) });
+    let shape_ok = h.head_dim <= THREADS as usize && h.head_dim.is_multiple_of(32) && geo.kv_dim.is_multiple_of(8);
+    if !shape_ok || h.n_head_kv == 0 || !h.n_head.is_multiple_of(h.n_head_kv) {
+        let reason = format!("head size {} (a multiple of 32, at most {THREADS}), KV row {} (a multiple of 8), {} heads over {} KV heads", h.head_dim, geo.kv_dim, h.n_head, h.n_head_kv);
+        return Err(Error::Cuda { op: "attention", reason });
     }
     need::<f32>("attention input", qkv.len(), rows * h.row())?;
-    need::<f32>("attention output", out.len(), rows * h.n_head * h.head_dim)?;
+    need::<u8>("attention output", out.len(), rows * h.n_head * h.head_dim / 32 * Q8_1_BYTES)?;
     need::<f32>("attention scores", scores.len(), rows * h.n_head * a.max_visible)?;
     geo.check("attention", kv, step, status)?;
     let f = cuda.function(&kernels::ATTENTION, "paged_attention")?;
@@ -322,12 +331,13 @@ pub(crate) fn attention(cuda: &Cuda, qkv: &CudaSlice<f32>, out: &mut CudaSlice<f
     b.arg(qkv).arg(&stride).arg(out).arg(scores).arg(&mv).arg(kv).arg(&step.tags).arg(&step.tables).arg(&step.seqs);
     b.arg(&step.row_seq).arg(&step.row_pos).arg(status).arg(&l).arg(&layers).arg(&bt).arg(&kv_dim).arg(&total);
     b.arg(&nh).arg(&nkv).arg(&hd).arg(&a.scale).arg(&owner).arg(&bounds);
-    // SAFETY: paged_attention(const float* qkv, u32 row_stride, float* out, float* scores,
+    // SAFETY: paged_attention(const float* qkv, u32 row_stride, Q8_1* out, float* scores,
     // u32 max_visible, const u16* kv, const u32* tags, const u32* tables, const u32* seqs,
     // const u32* row_seq, const u32* row_pos, u32* status, u32 layer, u32 layers,
     // u32 block_tokens, u32 kv_dim, u32 total_blocks, u32 n_head, u32 n_head_kv,
     // u32 head_dim, float scale, u32 check_owner, u32 check_bounds). Reads of kv happen
-    // only after the kernel found every block id in the table and < total_blocks; score
+    // only after the kernel found every block id in the table and < total_blocks, 16 bytes
+    // at a time at 16-byte aligned rows (kv_dim and head_dim multiples of 8, checked); score
     // writes stay below max_visible per row and head (rows past it are refused).
     unsafe { b.launch(cfg) }.map_err(cuda_error("paged_attention"))?;
     Ok(())
@@ -349,20 +359,59 @@ pub(crate) fn zero_fill(cuda: &Cuda, kv: &mut CudaSlice<u16>, tags: &mut CudaSli
     Ok(())
 }
 
-/// Per-row statistics of `[rows, vocab]` logits: (log Z, entropy, argmax).
-pub(crate) fn logits_stats(cuda: &Cuda, logits: &CudaSlice<f32>, rows: usize, vocab: usize, log_z: &mut CudaSlice<f32>, entropy: &mut CudaSlice<f32>, argmax: &mut CudaSlice<u32>) -> Result<()> {
-    need::<f32>("logits_stats", logits.len(), rows * vocab)?;
-    for len in [log_z.len(), entropy.len(), argmax.len()] {
-        need::<f32>("logits_stats output", len, rows)?;
+/// Vocabulary entries one CTA of `pick_partial` covers.
+pub(crate) const PICK_CHUNK: usize = 1024;
+
+/// f64 values `pick_partial` writes per chunk (`PICK_PARTS` in sampling.cu).
+pub(crate) const PICK_PARTS: usize = 5;
+
+/// The device views of one step's logit adjustments: row `r` owns entries
+/// `spans[r]..spans[r + 1]` of `ids` and `deltas`, sorted by id, equal ids in order.
+pub(crate) struct Adjustments<'a> {
+    pub spans: CudaView<'a, u32>,
+    pub ids: CudaView<'a, u32>,
+    pub deltas: CudaView<'a, f32>,
+}
+
+/// Where [`pick`] writes: `[rows]` each.
+pub(crate) struct RowStatsOut<'a> {
+    pub log_z: &'a mut CudaSlice<f32>,
+    pub entropy: &'a mut CudaSlice<f32>,
+    pub argmax: &'a mut CudaSlice<u32>,
+    pub pick_logit: &'a mut CudaSlice<f32>,
+}
+
+/// Per row of `[rows, vocab]` logits: log Z and entropy of the raw row, and the argmax of
+/// the row with its adjustments added, with the raw logit there. `part` is the
+/// `[rows, chunks, PICK_PARTS]` workspace of the first stage.
+pub(crate) fn pick(cuda: &Cuda, logits: &CudaSlice<f32>, rows: usize, vocab: usize, adjust: &Adjustments<'_>, part: &mut CudaSlice<f64>, out: RowStatsOut<'_>) -> Result<()> {
+    let chunks = vocab.div_ceil(PICK_CHUNK);
+    need::<f32>("pick", logits.len(), rows * vocab)?;
+    need::<u32>("pick spans", adjust.spans.len(), rows + 1)?;
+    need::<f64>("pick workspace", part.len(), rows * chunks * PICK_PARTS)?;
+    for len in [out.log_z.len(), out.entropy.len(), out.argmax.len(), out.pick_logit.len()] {
+        need::<f32>("pick output", len, rows)?;
     }
-    let f = cuda.function(&kernels::SAMPLING, "logits_stats")?;
-    let v = u32_of("vocab", vocab)?;
-    let cfg = config((rows, 1), 1024)?;
+    if adjust.ids.len() != adjust.deltas.len() {
+        return Err(Error::Cuda { op: "pick", reason: format!("{} ids but {} deltas", adjust.ids.len(), adjust.deltas.len()) });
+    }
+    let (v, chunk, n) = (u32_of("vocab", vocab)?, u32_of("chunk", PICK_CHUNK)?, u32_of("chunks", chunks)?);
+    let f = cuda.function(&kernels::SAMPLING, "pick_partial")?;
     let mut b = cuda.stream().launch_builder(&f);
-    b.arg(logits).arg(&v).arg(log_z).arg(entropy).arg(argmax);
-    // SAFETY: logits_stats(const float* logits, u32 vocab, float* log_z, float* entropy,
-    // u32* argmax); one CTA per row, all buffers hold rows entries (checked).
-    unsafe { b.launch(cfg) }.map_err(cuda_error("logits_stats"))?;
+    b.arg(logits).arg(&v).arg(&chunk).arg(&adjust.spans).arg(&adjust.ids).arg(&adjust.deltas).arg(&mut *part);
+    // SAFETY: pick_partial(const float* logits, u32 vocab, u32 chunk, const u32* spans, const
+    // u32* ids, const float* deltas, double* part); grid (chunks, rows) covers the
+    // vocabulary, each CTA writes its own PICK_PARTS values of part (checked to hold them
+    // all); the spans index ids and deltas, which the host built together (Plan::build).
+    unsafe { b.launch(config((chunks, rows), THREADS)?) }.map_err(cuda_error("pick_partial"))?;
+    let f = cuda.function(&kernels::SAMPLING, "pick_final")?;
+    let mut b = cuda.stream().launch_builder(&f);
+    b.arg(&*part).arg(&n).arg(logits).arg(&v).arg(out.log_z).arg(out.entropy).arg(out.argmax).arg(out.pick_logit);
+    // SAFETY: pick_final(const double* part, u32 chunks, const float* logits, u32 vocab,
+    // float* log_z, float* entropy, u32* argmax, float* pick_logit); one warp per row reads
+    // that row's chunks and writes its outputs, which hold rows entries (checked); the
+    // logit it reads is at an id below vocab.
+    unsafe { b.launch(config((rows, 1), 32)?) }.map_err(cuda_error("pick_final"))?;
     Ok(())
 }
 

@@ -8,7 +8,9 @@
 //! - `weights.rs`: the model's weights uploaded in their GGUF block layouts;
 //! - `kv.rs`: the KV blocks and owner tags in device memory, zero-filled on the stream
 //!   when the host pool releases a block;
-//! - `forward.rs`: the forward pass, mirroring `model/forward.rs`;
+//! - `forward.rs`: the forward pass, mirroring `model/forward.rs`, with greedy picks made
+//!   on the device (only picks, or rows that are asked for, are copied back);
+//! - `graphs.rs`: decode steps captured as CUDA graphs and replayed as one launch;
 //! - `stats.rs`: what sampling reports (log Z, entropy, argmax, top-k), on the GPU.
 //!
 //! Only Q4_1 and Q8_0 weights are supported (the default model's); other formats are a
@@ -17,6 +19,7 @@
 mod compile;
 mod device;
 mod forward;
+mod graphs;
 mod kv;
 mod launch;
 mod stats;

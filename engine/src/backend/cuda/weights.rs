@@ -22,14 +22,14 @@ use crate::model::Llama;
 pub(crate) struct DeviceLayer {
     /// `[n_embd]`
     pub attn_norm: CudaSlice<f32>,
-    pub wq: DeviceMatrix,
-    pub wk: DeviceMatrix,
-    pub wv: DeviceMatrix,
+    /// Wq, Wk, Wv with their rows stacked (one product for all three), or the three apart
+    /// when their formats differ.
+    pub qkv: Vec<DeviceMatrix>,
     pub wo: DeviceMatrix,
     /// `[n_embd]`
     pub ffn_norm: CudaSlice<f32>,
-    pub gate: DeviceMatrix,
-    pub up: DeviceMatrix,
+    /// W_gate then W_up, stacked the same way.
+    pub gate_up: Vec<DeviceMatrix>,
     pub down: DeviceMatrix,
 }
 
@@ -52,6 +52,7 @@ impl DeviceWeights {
     pub fn upload(cuda: &Arc<Cuda>, file: &GgufFile, model: &Llama, max_pos: usize) -> Result<DeviceWeights> {
         let c = &model.config;
         let m = |w: &Matrix| matrix(cuda, file, w);
+        let stacked = |ws: &[&Matrix]| stack(cuda, file, ws);
         let v = |x: &[f32]| cuda.stream().clone_htod(x).map_err(cuda_error("weight upload"));
         let layers = model
             .layers
@@ -59,13 +60,10 @@ impl DeviceWeights {
             .map(|l| {
                 Ok(DeviceLayer {
                     attn_norm: v(&l.attn_norm)?,
-                    wq: m(&l.wq)?,
-                    wk: m(&l.wk)?,
-                    wv: m(&l.wv)?,
+                    qkv: stacked(&[&l.wq, &l.wk, &l.wv])?,
                     wo: m(&l.wo)?,
                     ffn_norm: v(&l.ffn_norm)?,
-                    gate: m(&l.gate)?,
-                    up: m(&l.up)?,
+                    gate_up: stacked(&[&l.gate, &l.up])?,
                     down: m(&l.down)?,
                 })
             })
@@ -93,6 +91,28 @@ impl DeviceWeights {
 
 /// The ggml bytes of `w` (as stored in `file`) on the device.
 fn matrix(cuda: &Cuda, file: &GgufFile, w: &Matrix) -> Result<DeviceMatrix> {
+    let data = cuda.stream().clone_htod(bytes(file, w)?).map_err(cuda_error("weight upload"))?;
+    Ok(DeviceMatrix { format: w.format, rows: w.rows, cols: w.cols, data })
+}
+
+/// Matrices that multiply the same input, as one matrix of their rows stacked in order
+/// when they share format and width (ggml rows are independent, so each output row is
+/// what it would be alone); else each on its own.
+fn stack(cuda: &Cuda, file: &GgufFile, ws: &[&Matrix]) -> Result<Vec<DeviceMatrix>> {
+    let Some(first) = ws.first() else { return Ok(Vec::new()) };
+    if !ws.iter().all(|w| w.format == first.format && w.cols == first.cols) {
+        return ws.iter().map(|w| matrix(cuda, file, w)).collect();
+    }
+    let mut all = Vec::new();
+    for w in ws {
+        all.extend_from_slice(bytes(file, w)?);
+    }
+    let data = cuda.stream().clone_htod(&all).map_err(cuda_error("weight upload"))?;
+    Ok(vec![DeviceMatrix { format: first.format, rows: ws.iter().map(|w| w.rows).sum(), cols: first.cols, data }])
+}
+
+/// `w`'s bytes in `file`, checked against its shape and a format the kernels read.
+fn bytes<'f>(file: &'f GgufFile, w: &Matrix) -> Result<&'f [u8]> {
     if !matches!(w.format, Format::Q4_1 | Format::Q8_0) {
         return Err(Error::CudaFormat { tensor: w.name.clone(), format: format!("{:?}", w.format) });
     }
@@ -101,6 +121,5 @@ fn matrix(cuda: &Cuda, file: &GgufFile, w: &Matrix) -> Result<DeviceMatrix> {
     if expected != Some(t.data.len()) {
         return Err(Error::Shape { tensor: w.name.clone(), reason: format!("{} bytes in the file, {expected:?} expected", t.data.len()) });
     }
-    let data = cuda.stream().clone_htod(t.data).map_err(cuda_error("weight upload"))?;
-    Ok(DeviceMatrix { format: w.format, rows: w.rows, cols: w.cols, data })
+    Ok(t.data)
 }
