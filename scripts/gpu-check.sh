@@ -3,18 +3,23 @@
 # an H200 box with torch + transformers and no internet): build (release), run the GPU
 # tests (the CPU test bodies on the CUDA backend, every isolation fault switch, GPU vs CPU
 # greedy tokens and logits), run the GPU benchmarks next to a transformers baseline on the
-# same GGUF, and write a markdown report. Sized to finish in about 8 minutes.
+# same GGUF, profile one decode step per kernel (Nsight Compute, when present), and write a
+# markdown report. Each stage has a time limit; all together stay under 10 minutes.
 #
-#   scripts/gpu-check.sh [--model PATH] [--out DIR] [--prebuilt DIR]
+#   scripts/gpu-check.sh [--model PATH] [--out DIR] [--prebuilt DIR] [--wheels DIR]
 #   scripts/gpu-check.sh --bundle DIR        # on a build machine: release binaries into DIR
 #
 # --model     the GGUF (default: $CROSSGUARD_MODEL, else the default model in the cache,
 #             $CROSSGUARD_CACHE_DIR or ~/.cache/crossguard, models/SmolLM2-135M-Instruct.Q4_1.gguf)
 # --out       where the report and logs go (default: $OUT if set, else ./gpu-check-out)
 # --prebuilt  binaries made by --bundle (for a GPU machine that cannot run cargo)
+# --wheels    Python wheels to install first (e.g. `gguf`, which transformers needs to
+#             read the GGUF, on a machine that cannot reach a package index)
 #
-# NVRTC: found in Python's nvidia-cuda-nvrtc-cu12 package (torch installs it), in .venv,
-# or on the system library path. The report only states what was measured here.
+# NVRTC: the CUDA 12 or 13 library from Python's nvidia-cuda-nvrtc packages (torch
+# installs one), .venv, the CUDA toolkit, or the system library path; it is offered to
+# cudarc under the plain name libnvrtc.so, which cudarc tries first whatever its version.
+# The report only states what was measured here.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,17 +30,20 @@ MODEL="${CROSSGUARD_MODEL:-}"
 OUTDIR="${OUT:-$PWD/gpu-check-out}"
 PREBUILT=""
 BUNDLE=""
+WHEELS=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --model) MODEL="$2"; shift 2 ;;
         --out) OUTDIR="$2"; shift 2 ;;
         --prebuilt) PREBUILT="$2"; shift 2 ;;
         --bundle) BUNDLE="$2"; shift 2 ;;
+        --wheels) WHEELS="$2"; shift 2 ;;
         *) die "unknown argument $1 (see the header of $0)" ;;
     esac
 done
 
-TESTS=(cuda_backend cuda_nvrtc isolation)
+# The CPU suite's isolation tests run on the GPU through cuda_backend's bodies.
+TESTS=(cuda_backend cuda_nvrtc)
 # The engine's unit tests hold the device-KV checks (zero-fill kernel, skip_zero_fill).
 LIB_TESTS=engine_lib
 
@@ -83,13 +91,38 @@ mkdir -p "$CACHE/models"
 ln -sf "$(readlink -f "$MODEL")" "$CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 export CROSSGUARD_CACHE_DIR="$CACHE"
 
-# NVRTC on the library path (cudarc loads libnvrtc.so.12 by name).
+# NVRTC: the first libnvrtc.so.1[23] found, linked as libnvrtc.so in a folder of our own
+# (cudarc's first candidate name), with its own folder on the path for its builtins.
+find_nvrtc() {
+    local py
+    for py in python3 .venv/bin/python; do
+        command -v "$py" >/dev/null 2>&1 || continue
+        "$py" - <<'PY' 2>/dev/null && return 0
+import glob, os, site, sys
+roots = site.getsitepackages() + [site.getusersitepackages()]
+for pattern in ("nvidia/cuda_nvrtc/lib/libnvrtc.so.1[23]*", "nvidia/cu1[23]/lib/libnvrtc.so.1[23]*", "nvidia/*/lib/libnvrtc.so.1[23]*"):
+    for root in roots:
+        hits = sorted(glob.glob(os.path.join(root, pattern)))
+        if hits:
+            print(hits[0]); sys.exit(0)
+sys.exit(1)
+PY
+    done
+    ls /usr/local/cuda/lib64/libnvrtc.so.1[23]* /usr/local/cuda-*/lib64/libnvrtc.so.1[23]* 2>/dev/null | head -n 1 | grep . && return 0
+    ldconfig -p 2>/dev/null | awk '/libnvrtc\.so\.1[23]/ {print $NF; exit}' | grep .
+}
+nvrtc_lib=$(find_nvrtc) || nvrtc_lib=""
 nvrtc_dir=""
-for py in python3 .venv/bin/python; do
-    command -v "$py" >/dev/null 2>&1 || continue
-    nvrtc_dir=$("$py" -c 'import nvidia.cuda_nvrtc, os; print(os.path.join(list(nvidia.cuda_nvrtc.__path__)[0], "lib"))' 2>/dev/null) && break
-done
-[ -n "$nvrtc_dir" ] && export LD_LIBRARY_PATH="$nvrtc_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if [ -n "$nvrtc_lib" ]; then
+    nvrtc_dir="$OUTDIR/nvrtc"
+    mkdir -p "$nvrtc_dir"
+    ln -sf "$nvrtc_lib" "$nvrtc_dir/libnvrtc.so"
+    export LD_LIBRARY_PATH="$nvrtc_dir:$(dirname "$nvrtc_lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+if [ -n "$WHEELS" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$OUTDIR/site" "$WHEELS"/*.whl >&2 \
+        && export PYTHONPATH="$OUTDIR/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
 export CROSSGUARD_REQUIRE_NVRTC=1 CROSSGUARD_GPU_TESTS=1
 
 {
@@ -98,7 +131,7 @@ export CROSSGUARD_REQUIRE_NVRTC=1 CROSSGUARD_GPU_TESTS=1
     echo "gpu:    $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'nvidia-smi failed')"
     echo "cpus:   $(nproc)"
     echo "model:  $MODEL"
-    echo "nvrtc:  ${nvrtc_dir:-system library path}"
+    echo "nvrtc:  ${nvrtc_lib:-not found}"
 } >"$OUTDIR/env.txt"
 cat "$OUTDIR/env.txt" >&2
 
@@ -108,27 +141,40 @@ if [ -z "$BIN" ]; then
     build_into "$BIN" || { cp "$BIN/build.log" "$OUTDIR/" 2>/dev/null; die "build failed (see $OUTDIR/build.log); on a machine without cargo access use --bundle elsewhere and --prebuilt here"; }
 fi
 
+# run_tests SECONDS BINARY [FILTER...]; the limits keep the whole check inside one
+# 10-minute device call, a hung kernel included.
 run_tests() {
-    local name="$1"; shift
+    local limit="$1" name="$2"; shift 2
     log "tests: $name"
     # One thread: the GPU tests share one device and print in order.
-    timeout 240 "$BIN/$name" --test-threads=1 "$@" >"$OUTDIR/tests-$name.log" 2>&1
+    timeout "$limit" "$BIN/$name" --test-threads=1 "$@" >"$OUTDIR/tests-$name.log" 2>&1
     echo "exit $?" >>"$OUTDIR/tests-$name.log"
     tail -n 3 "$OUTDIR/tests-$name.log" >&2
 }
-run_tests cuda_nvrtc
-run_tests "$LIB_TESTS" backend::cuda
-run_tests cuda_backend
-run_tests isolation
+run_tests 60 cuda_nvrtc
+run_tests 60 "$LIB_TESTS" backend::cuda
+run_tests 120 cuda_backend
 
 log "benchmark: crossguard (bench_gpu)"
-timeout 180 "$BIN/bench_gpu" "$MODEL" cuda 128 128 1,16,64,256 >"$OUTDIR/ours.jsonl" 2>"$OUTDIR/ours.err"
+timeout 240 "$BIN/bench_gpu" "$MODEL" cuda 128 128 1,16,64,256 >"$OUTDIR/ours.jsonl" 2>"$OUTDIR/ours.err"
 echo "exit $?" >>"$OUTDIR/ours.err"
 
 log "benchmark: transformers baseline"
-timeout 150 python3 scripts/bench/transformers_baseline.py "$MODEL" --prompt-tokens 128 --decode-tokens 128 \
+timeout 120 python3 scripts/bench/transformers_baseline.py "$MODEL" --prompt-tokens 128 --decode-tokens 128 \
     --batches 1,16,64,256 >"$OUTDIR/baseline.jsonl" 2>"$OUTDIR/baseline.err"
 echo "exit $?" >>"$OUTDIR/baseline.err"
+
+# Where a decode step's time goes: each kernel of one un-graphed step, timed by Nsight
+# Compute (when the machine has it), at batch 1 and 64.
+NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+if [ -n "$NCU" ]; then
+    for batch in 1 64; do
+        log "profile: one decode step at batch $batch ($NCU)"
+        timeout 90 "$NCU" --profile-from-start off --clock-control none --metrics gpu__time_duration.sum \
+            --print-summary per-kernel "$BIN/bench_gpu" "$MODEL" cuda 128 4 "$batch" profile >"$OUTDIR/profile-b$batch.txt" 2>&1
+        echo "exit $?" >>"$OUTDIR/profile-b$batch.txt"
+    done
+fi
 
 python3 scripts/bench/gpu_report.py "$OUTDIR" >"$OUTDIR/gpu-report.md"
 echo "wall: $(( $(date +%s) - START )) s" >>"$OUTDIR/gpu-report.md"
