@@ -167,10 +167,13 @@ impl Sampler {
     }
 
     /// `(id, delta)` in the order `adjust` adds them: each bias, then each penalty
-    /// (negated: `v - p` and `v + (-p)` round alike).
+    /// (negated: `v - p` and `v + (-p)` round alike). Without penalties there are no
+    /// penalty entries: adding -0.0 would change no logit, and a greedy pick on the GPU
+    /// would search a list that grows with every token.
     fn adjustments(&self) -> impl Iterator<Item = (u32, f32)> + '_ {
         let (presence, frequency) = (self.params.presence_penalty, self.params.frequency_penalty);
-        let penalties = self.counts.iter().map(move |(&id, &n)| (id, -(presence + frequency * n as f32)));
+        let penalized = presence != 0.0 || frequency != 0.0;
+        let penalties = self.counts.iter().filter(move |_| penalized).map(move |(&id, &n)| (id, -(presence + frequency * n as f32)));
         self.params.logit_bias.iter().copied().chain(penalties)
     }
 
@@ -393,6 +396,12 @@ mod tests {
             assert_eq!(there.accept(&reduce(&l, &need), 4), want, "step {step}");
         }
         assert_eq!(Sampler::new(&SamplingParams::default()).need(4), RowNeed::Logits, "a draw needs the row");
+        // Without penalties only the biases are sent, however many tokens came before.
+        let mut plain = Sampler::new(&SamplingParams { logit_bias: vec![(5, 1.0)], ..SamplingParams::greedy() });
+        for _ in 0..5 {
+            plain.sample(&l, 0);
+        }
+        assert_eq!(plain.need(0), RowNeed::Greedy { top_n: 0, adjust: vec![(5, 1.0)] });
     }
 
     #[test]
