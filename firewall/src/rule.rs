@@ -12,7 +12,10 @@
 //! must not be matched by any `allow` regex. Keeping keywords inside the match is what makes
 //! a finding depend only on the text around it, so streaming agrees with one-shot scanning.
 
+use std::collections::HashMap;
+
 use regex::{Regex, RegexBuilder};
+use regex_automata::meta::Regex as MetaRegex;
 use regex_syntax::hir::Hir;
 use serde::{Deserialize, Serialize};
 
@@ -94,7 +97,9 @@ pub struct Rule {
     pub description: String,
     pub severity: Severity,
     pub action: Action,
-    pub regex: Regex,
+    /// The pattern that runs (the ASCII twin of the one written, see [`ascii_twin`]),
+    /// shared by every search of the rule: a clone shares the compiled program.
+    pub regex: MetaRegex,
     /// Capture index of the secret; 0 = the whole match.
     pub secret_group: usize,
     /// ASCII-lowercased keywords; empty = the rule runs on every text.
@@ -134,15 +139,45 @@ pub fn is_kebab(id: &str) -> bool {
 
 /// Compiles a regex under the size limit, reporting the regex crate's message on one line.
 pub(crate) fn compile_regex(pattern: &str) -> Result<Regex, String> {
-    RegexBuilder::new(pattern)
-        .size_limit(REGEX_SIZE_LIMIT)
-        .build()
-        .map_err(|e| e.to_string().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" "))
+    RegexBuilder::new(pattern).size_limit(REGEX_SIZE_LIMIT).build().map_err(|e| one_line(&e.to_string()))
+}
+
+/// Compiles a parsed pattern under the same size limit.
+pub(crate) fn compile_hir(hir: &Hir) -> Result<MetaRegex, String> {
+    MetaRegex::builder()
+        .configure(MetaRegex::config().nfa_size_limit(Some(REGEX_SIZE_LIMIT)))
+        .build_from_hir(hir)
+        .map_err(|e| one_line(&e.to_string()))
+}
+
+fn one_line(message: &str) -> String {
+    message.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
+}
+
+/// Compiled `allow` patterns by their source, for one load: the default rules repeat a few
+/// lists (58 distinct patterns among 269), and a clone shares the compiled program.
+#[derive(Debug, Default)]
+pub(crate) struct AllowCache(HashMap<String, Regex>);
+
+impl AllowCache {
+    fn compile(&mut self, pattern: &str) -> Result<Regex, String> {
+        if let Some(re) = self.0.get(pattern) {
+            return Ok(re.clone());
+        }
+        let re = compile_regex(pattern)?;
+        self.0.insert(pattern.to_string(), re.clone());
+        Ok(re)
+    }
 }
 
 impl RawRule {
     /// Validates everything that can be checked on the rule alone; every problem is listed.
     pub fn compile(self) -> Result<Rule, Vec<FieldError>> {
+        self.compile_sharing(&mut AllowCache::default())
+    }
+
+    /// [`RawRule::compile`], taking `allow` patterns compiled already from `cache`.
+    pub(crate) fn compile_sharing(self, cache: &mut AllowCache) -> Result<Rule, Vec<FieldError>> {
         let mut errs = Vec::new();
         if !is_kebab(&self.id) {
             errs.push(field("id", format!("id `{}` is not kebab-case (a-z, 0-9, single hyphens)", self.id)));
@@ -154,7 +189,7 @@ impl RawRule {
         // The regex that runs is the ASCII-boundary twin of the one written (same groups,
         // never larger), so only the twin is compiled; the one written is compiled when
         // the twin fails, to word the error in terms of what the author wrote.
-        let regex = match hir.as_ref().map(|h| compile_regex(&h.to_string())) {
+        let regex = match hir.as_ref().map(compile_hir) {
             Some(Ok(re)) => Some(re),
             twin => {
                 let twin_error = twin.and_then(Result::err);
@@ -177,7 +212,7 @@ impl RawRule {
         }
         let mut allow = Vec::new();
         for a in &self.allow {
-            match compile_regex(a) {
+            match cache.compile(a) {
                 Ok(re) => allow.push(re),
                 Err(e) => errs.push(field("allow", format!("bad allow regex `{a}`: {e}"))),
             }
@@ -256,7 +291,7 @@ fn ascii_letter_pair(c: &regex_syntax::hir::ClassUnicode) -> Option<regex_syntax
     pair.then(|| ClassUnicode::new([ClassUnicodeRange::new(a, a), ClassUnicodeRange::new(b, b)]))
 }
 
-fn resolve_group(re: &Regex, group: Option<&SecretGroup>) -> Result<usize, FieldError> {
+fn resolve_group(re: &MetaRegex, group: Option<&SecretGroup>) -> Result<usize, FieldError> {
     match group {
         None => Ok(0),
         Some(SecretGroup::Index(i)) if *i < re.captures_len() => Ok(*i),
@@ -265,7 +300,8 @@ fn resolve_group(re: &Regex, group: Option<&SecretGroup>) -> Result<usize, Field
             format!("secret_group {i} does not exist: the regex has {} capture group(s)", re.captures_len() - 1),
         )),
         Some(SecretGroup::Name(n)) => re
-            .capture_names()
+            .group_info()
+            .pattern_names(regex_automata::PatternID::ZERO)
             .position(|c| c == Some(n.as_str()))
             .ok_or_else(|| field("secret_group", format!("secret_group `{n}` names no capture group of the regex"))),
     }

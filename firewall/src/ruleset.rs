@@ -14,7 +14,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::rule::{Canary, FieldError, RawCanary, RawRule, Rule};
+use crate::rule::{AllowCache, Canary, FieldError, RawCanary, RawRule, Rule};
 use crate::scan::{Engine, LiveBuild};
 
 /// One problem in the rule files.
@@ -171,8 +171,9 @@ impl Ruleset {
     /// Loads from `(file name, contents)` pairs; the file names only label messages.
     pub fn load_sources(sources: &[(String, String)], opts: LoadOptions) -> Result<Ruleset, LoadErrors> {
         let mut all = Parsed::default();
+        let mut allow = AllowCache::default();
         for (file, text) in sources {
-            let p = parse_file(file, text);
+            let p = parse_file(file, text, &mut allow);
             all.rules.extend(p.rules);
             all.canaries.extend(p.canaries);
             all.errors.extend(p.errors);
@@ -287,7 +288,7 @@ fn sample_lines(text: &str, span: &std::ops::Range<usize>, key: &str, samples: &
     samples.iter().map(|s| body.find(s.as_str()).filter(|_| !s.is_empty()).map_or(fallback, |i| line_of(text, span.start + i))).collect()
 }
 
-fn parse_file(file: &str, text: &str) -> Parsed {
+fn parse_file(file: &str, text: &str, allow: &mut AllowCache) -> Parsed {
     let mut out = Parsed::default();
     let raw: RawFile = match toml::from_str(text) {
         Ok(r) => r,
@@ -315,7 +316,7 @@ fn parse_file(file: &str, text: &str) -> Parsed {
             must_match_lines: sample_lines(text, &span, "must_match", &parsed.must_match),
             must_not_match_lines: sample_lines(text, &span, "must_not_match", &parsed.must_not_match),
         };
-        match parsed.compile() {
+        match parsed.compile_sharing(allow) {
             Ok(rule) => out.rules.push((rule, origin)),
             Err(errs) => out.errors.extend(errs.into_iter().map(|FieldError { key, reason }| err(key_line(text, &span, key), reason))),
         }

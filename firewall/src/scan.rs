@@ -21,6 +21,7 @@ use std::sync::OnceLock;
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, AhoCorasickKind, MatchKind};
 use regex::{Regex, RegexBuilder};
+use regex_automata::Input;
 use regex_syntax::hir::Hir;
 
 use crate::detect::{self, Detectors, ScanContext};
@@ -146,17 +147,13 @@ impl Engine {
             return Err(errors);
         }
         let (prefilter, keyword_rules, keyword_lens) = build_prefilter(rules).map_err(|e| vec![(None, e)])?;
-        let mut searches = Vec::with_capacity(rules.len());
-        for (i, r) in rules.iter().enumerate() {
-            let reach = if r.keywords.is_empty() { None } else { keyword_reach(&r.hir, &r.keywords) };
-            match RuleSearch::build(&r.hir, r.secret_group, reach, StartFilter::of(&r.hir)) {
-                Ok(s) => searches.push(s),
-                Err(e) => errors.push((Some(i), e)),
-            }
-        }
-        if !errors.is_empty() {
-            return Err(errors);
-        }
+        let searches = rules
+            .iter()
+            .map(|r| {
+                let reach = if r.keywords.is_empty() { None } else { keyword_reach(&r.hir, &r.keywords) };
+                RuleSearch::new(r.regex.clone(), &r.hir, r.secret_group, reach, StartFilter::of(&r.hir))
+            })
+            .collect();
         Ok(Engine { patterns, canary, prefilter, keyword_rules, keyword_lens, searches, live_patterns, live })
     }
 
@@ -365,15 +362,18 @@ impl Ruleset {
 /// pass; see [`Ruleset::pattern_matches`] and the module docs for what counts.
 fn rule_matches(rule: &Rule, hay: &str, base: usize, from: usize, until: usize, out: &mut Vec<Finding>) -> usize {
     let mut at = from;
-    let mut locs = rule.regex.capture_locations();
+    let mut caps = (rule.secret_group != 0).then(|| rule.regex.create_captures());
     while at <= hay.len() {
-        let found = if rule.secret_group == 0 {
-            rule.regex.find_at(hay, at).map(|m| ((m.start(), m.end()), (m.start(), m.end())))
-        } else {
-            rule.regex.captures_read_at(&mut locs, hay, at).map(|m| {
-                let secret = locs.get(rule.secret_group).unwrap_or((m.start(), m.end()));
-                ((m.start(), m.end()), secret)
-            })
+        let input = Input::new(hay).span(at..hay.len());
+        let found = match caps.as_mut() {
+            None => rule.regex.search(&input).map(|m| ((m.start(), m.end()), (m.start(), m.end()))),
+            Some(caps) => {
+                rule.regex.search_captures(&input, caps);
+                caps.get_match().map(|m| {
+                    let secret = caps.get_group(rule.secret_group).map_or((m.start(), m.end()), |g| (g.start, g.end));
+                    ((m.start(), m.end()), secret)
+                })
+            }
         };
         let Some(found) = found else { break };
         let (ms, me) = found.0;

@@ -25,7 +25,6 @@ use regex_automata::util::captures::Captures;
 use regex_automata::{Anchored, Input};
 use regex_syntax::hir::{Class, Hir, HirKind};
 
-use crate::rule::REGEX_SIZE_LIMIT;
 use crate::start::StartFilter;
 
 /// A match: whole-match span and secret span, byte offsets into the text.
@@ -54,14 +53,11 @@ pub(crate) struct RuleSearch {
 }
 
 impl RuleSearch {
-    pub(crate) fn build(hir: &Hir, secret_group: usize, reach: Option<usize>, starts: StartFilter) -> Result<RuleSearch, String> {
-        let regex = MetaRegex::builder()
-            .configure(MetaRegex::config().nfa_size_limit(Some(REGEX_SIZE_LIMIT)))
-            .build_from_hir(hir)
-            .map_err(|e| format!("anchored search: {e}"))?;
+    /// `regex` is the rule's compiled `hir`.
+    pub(crate) fn new(regex: MetaRegex, hir: &Hir, secret_group: usize, reach: Option<usize>, starts: StartFilter) -> RuleSearch {
         let mut inside = [false; 256];
         add_match_bytes(hir, &mut inside);
-        Ok(RuleSearch { regex, secret_group, reach, starts, inside })
+        RuleSearch { regex, secret_group, reach, starts, inside }
     }
 
     /// Merges the start regions of the keyword hits in `text`, `(start, end)` sorted by
@@ -160,7 +156,8 @@ mod tests {
 
     fn search(pattern: &str, reach: usize) -> RuleSearch {
         let hir = regex_syntax::parse(pattern).expect("pattern parses");
-        RuleSearch::build(&hir, 0, Some(reach), StartFilter::of(&hir)).expect("search builds")
+        let regex = crate::rule::compile_hir(&hir).expect("pattern compiles");
+        RuleSearch::new(regex, &hir, 0, Some(reach), StartFilter::of(&hir))
     }
 
     #[test]
