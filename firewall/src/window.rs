@@ -62,11 +62,11 @@ impl RuleSearch {
 
     /// Merges the start regions of the keyword hits in `text`, `(start, end)` sorted by
     /// start: `[start - reach, start]`, cut after the last byte before the hit that no
-    /// match can hold. Returns inclusive `(first, last)` start positions; empty without a
-    /// bounded reach.
-    pub(crate) fn regions(&self, text: &[u8], hits: &[(usize, usize)]) -> Vec<(usize, usize)> {
-        let Some(reach) = self.reach else { return Vec::new() };
-        let mut out: Vec<(usize, usize)> = Vec::new();
+    /// match can hold. Sets `out` to inclusive `(first, last)` start positions; empty
+    /// without a bounded reach.
+    pub(crate) fn regions(&self, text: &[u8], hits: &[(usize, usize)], out: &mut Vec<(usize, usize)>) {
+        out.clear();
+        let Some(reach) = self.reach else { return };
         for &(h, _) in hits {
             let furthest = h.saturating_sub(reach);
             let before = text.get(furthest..h).unwrap_or(&[]);
@@ -76,14 +76,18 @@ impl RuleSearch {
                 _ => out.push((a, h)),
             }
         }
-        out
+    }
+
+    /// Captures for [`RuleSearch::walk_regions`]; None when the secret is the whole match.
+    pub(crate) fn captures(&self) -> Option<Captures> {
+        (self.secret_group != 0).then(|| self.regex.create_captures())
     }
 
     /// Walks the start positions of `regions` (sorted, disjoint) in `text`, trying the
-    /// regex anchored at each; `take` judges every match found.
-    pub(crate) fn walk_regions(&self, text: &str, regions: &[(usize, usize)], mut take: impl FnMut(Found) -> Verdict) {
+    /// regex anchored at each; `take` judges every match found. `caps` comes from
+    /// [`RuleSearch::captures`] (kept between walks: creating it allocates).
+    pub(crate) fn walk_regions(&self, text: &str, regions: &[(usize, usize)], caps: &mut Option<Captures>, mut take: impl FnMut(Found) -> Verdict) {
         let bytes = text.as_bytes();
-        let mut caps = (self.secret_group != 0).then(|| self.regex.create_captures());
         let mut at = 0;
         for &(first, last) in regions {
             let mut s = first.max(at);
@@ -168,9 +172,14 @@ mod tests {
         let hit = 13;
         assert_eq!(&text[hit..hit + 8], b"password");
         // Back from the hit to just after the newline, not 64 bytes (the text's start).
-        assert_eq!(s.regions(text, &[(hit, hit + 8)]), vec![(6, hit)]);
+        let regions = |s: &RuleSearch, text: &[u8], hits: &[(usize, usize)]| {
+            let mut out = vec![(99, 99)];
+            s.regions(text, hits, &mut out);
+            out
+        };
+        assert_eq!(regions(&s, text, &[(hit, hit + 8)]), vec![(6, hit)]);
         // Without a byte outside the set, the reach alone bounds the region.
-        assert_eq!(s.regions(&text[6..], &[(hit - 6, hit + 2)]), vec![(0, hit - 6)]);
-        assert_eq!(search("a[^\n]*password", 4).regions(text, &[(hit, hit + 8)]), vec![(hit - 4, hit)]);
+        assert_eq!(regions(&s, &text[6..], &[(hit - 6, hit + 2)]), vec![(0, hit - 6)]);
+        assert_eq!(regions(&search("a[^\n]*password", 4), text, &[(hit, hit + 8)]), vec![(hit - 4, hit)]);
     }
 }
