@@ -97,8 +97,9 @@ pub struct Rule {
     pub description: String,
     pub severity: Severity,
     pub action: Action,
-    /// The pattern that runs (the ASCII twin of the one written, see [`ascii_twin`]),
-    /// shared by every search of the rule: a clone shares the compiled program.
+    /// The pattern that runs (the ASCII twin of the one written: ASCII word boundaries,
+    /// ASCII-only case folds), shared by every search of the rule: a clone shares the
+    /// compiled program.
     pub regex: MetaRegex,
     /// Capture index of the secret; 0 = the whole match.
     pub secret_group: usize,
