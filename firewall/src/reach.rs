@@ -118,7 +118,15 @@ fn product(a: &[String], b: &[String]) -> Option<Vec<String>> {
     if a.len().checked_mul(b.len())? > MAX_STRINGS {
         return None;
     }
-    let mut out: Vec<String> = a.iter().flat_map(|x| b.iter().map(move |y| format!("{x}{y}"))).collect();
+    let mut out = Vec::with_capacity(a.len() * b.len());
+    for x in a {
+        for y in b {
+            let mut joined = String::with_capacity(x.len() + y.len());
+            joined.push_str(x);
+            joined.push_str(y);
+            out.push(joined);
+        }
+    }
     out.sort_unstable();
     out.dedup();
     Some(out)
