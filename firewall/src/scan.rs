@@ -33,7 +33,7 @@ use crate::rule::{shannon_entropy, Canary, Rule};
 use crate::ruleset::{LoadError, Ruleset};
 use crate::start::StartFilter;
 use crate::verdict::{mask, Action, Detail, DetectorKind, Finding, Severity};
-use crate::window::{Found, RuleSearch, Verdict};
+use crate::window::{found_in, Found, RuleSearch, Verdict};
 
 /// Size limit of the compiled canary alternation (bytes); canary tables can be long.
 const CANARY_REGEX_LIMIT: usize = 16 << 20;
@@ -87,6 +87,9 @@ struct Scratch {
 
 /// Scratch buffers kept at most: one per thread scanning at once, within reason.
 const MAX_SCRATCH: usize = 64;
+
+/// Hits and regions a kept scratch may hold room for (16 bytes each: 1 MiB).
+const MAX_SCRATCH_ENTRIES: usize = 1 << 16;
 
 impl Default for Engine {
     fn default() -> Self {
@@ -182,6 +185,11 @@ impl Engine {
     }
 
     fn give_back(&self, scratch: Scratch) {
+        // A huge text's hit lists are not worth keeping for the small ones that follow.
+        let held: usize = scratch.hits.iter().map(Vec::capacity).sum::<usize>() + scratch.regions.capacity();
+        if held > MAX_SCRATCH_ENTRIES {
+            return;
+        }
         let mut kept = self.scratch.lock().unwrap_or_else(PoisonError::into_inner);
         if kept.len() < MAX_SCRATCH {
             kept.push(scratch);
@@ -404,10 +412,7 @@ fn rule_matches(rule: &Rule, hay: &str, base: usize, from: usize, until: usize, 
             None => rule.regex.search(&input).map(|m| ((m.start(), m.end()), (m.start(), m.end()))),
             Some(caps) => {
                 rule.regex.search_captures(&input, caps);
-                caps.get_match().map(|m| {
-                    let secret = caps.get_group(rule.secret_group).map_or((m.start(), m.end()), |g| (g.start, g.end));
-                    ((m.start(), m.end()), secret)
-                })
+                found_in(caps, rule.secret_group)
             }
         };
         let Some(found) = found else { break };

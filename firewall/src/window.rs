@@ -121,12 +121,18 @@ impl RuleSearch {
                 // one-pass engine, failures included).
                 let end = self.regex.search_half(&input)?.offset();
                 self.regex.search_captures(&input.span(s..end), caps);
-                let m = caps.get_match()?;
-                let secret = caps.get_group(self.secret_group).map_or((m.start(), m.end()), |g| (g.start, g.end));
-                Some(((m.start(), m.end()), secret))
+                found_in(caps, self.secret_group)
             }
         }
     }
+}
+
+/// The match in `caps` and its secret (group `secret_group`, or the whole match when that
+/// group took no part).
+pub(crate) fn found_in(caps: &Captures, secret_group: usize) -> Option<Found> {
+    let m = caps.get_match()?;
+    let secret = caps.get_group(secret_group).map_or((m.start(), m.end()), |g| (g.start, g.end));
+    Some(((m.start(), m.end()), secret))
 }
 
 /// Marks every byte that can occur in a match of `hir` (non-ASCII characters as every byte
