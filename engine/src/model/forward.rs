@@ -254,7 +254,8 @@ impl Llama {
     }
 
     /// Causal grouped-query attention of the batch's queries over cache positions
-    /// `0..=start + t`, one task per (head, block of queries). `out` is `[tokens, q_dim]`.
+    /// `0..=start + t`, one task per (KV head, block of queries): the query heads that
+    /// share a KV head read its keys and values together. `out` is `[tokens, q_dim]`.
     /// Block by block: scores against the head's f16 keys, softmax, then the probability-
     /// weighted f16 values, all read through the checked view.
     fn attend(&self, cpu: &Cpu, start: usize, kv: &LayerKv<'_>, qkv: &[f32], out: &mut [f32]) {
@@ -262,39 +263,40 @@ impl Llama {
         let (hd, qd, kd) = (c.head_dim, c.q_dim(), c.kv_dim());
         let (group, bt) = (c.n_head / c.n_head_kv, kv.block_tokens());
         let scale = 1.0 / (hd as f32).sqrt();
-        cpu.pool.par_tiles(out, qd, ATTENTION_TOKEN_STEP, hd, &|rows, cols, tile| {
-            let head = cols.start / hd;
-            let kvh = head / group;
-            // `[blocks]` this head's part of every block the tile's last query sees.
+        cpu.pool.par_tiles(out, qd, ATTENTION_TOKEN_STEP, group * hd, &|rows, cols, tile| {
+            let kvh = cols.start / (group * hd);
+            // `[blocks]` this KV head's part of every block the tile's last query sees.
             let blocks: Vec<Option<HeadBlock<'_>>> = (0..(start + rows.end).div_ceil(bt)).map(|i| kv.head_block(i, kvh * hd..(kvh + 1) * hd)).collect();
-            let mut q = vec![0.0f32; hd];
-            let mut scores = Vec::with_capacity((start + rows.end).next_multiple_of(bt));
+            let mut q = vec![0.0f32; cols.len()];
+            // `[group, row]`: each query head's scores, then its probabilities.
+            let row_len = (start + rows.end).next_multiple_of(bt);
+            let mut scores = vec![0.0f32; group * row_len];
             for t in rows {
                 let row = &qkv[t * (qd + 2 * kd)..];
-                q.copy_from_slice(&row[head * hd..(head + 1) * hd]);
+                q.copy_from_slice(&row[cols.clone()]);
                 // The reference multiplies f16 K with Q converted to f16.
                 ops::round_to_f16(&mut q);
                 let visible = start + t + 1;
                 // Whole vectors of positions where the block holds them: the ones past
                 // `visible` are this sequence's own later tokens of the batch (read through
                 // the same checked view), scored and then left out of the softmax.
-                scores.resize(visible.next_multiple_of(attention::LANES), 0.0);
-                for (s, block) in scores.chunks_mut(bt).zip(&blocks) {
+                let scored = visible.next_multiple_of(attention::LANES);
+                for (i, block) in blocks.iter().enumerate().take(scored.div_ceil(bt)) {
+                    let (at, n) = (i * bt, (scored - i * bt).min(bt));
                     match block {
-                        Some(b) => {
-                            let n = s.len().min(b.positions);
-                            attention::key_scores(&q, b.keys, b.key_stride, scale, &mut s[..n]);
-                        }
-                        None => s.fill(f32::NEG_INFINITY),
+                        Some(b) => attention::group_key_scores(&q, hd, b.keys, b.key_stride, scale, &mut scores[at..], row_len, n.min(b.positions)),
+                        None => scores.chunks_mut(row_len).for_each(|s| s[at..at + n].fill(f32::NEG_INFINITY)),
                     }
                 }
-                let probs = &mut scores[..visible];
-                attention::softmax_f16(probs);
+                for probs in scores.chunks_mut(row_len) {
+                    attention::softmax_f16(&mut probs[..visible]);
+                }
                 let o = tile.row(t);
                 o.fill(0.0);
-                for (w, block) in probs.chunks(bt).zip(&blocks) {
+                for (i, block) in blocks.iter().enumerate().take(visible.div_ceil(bt)) {
                     if let Some(b) = block {
-                        attention::accumulate_values(w, b.values, b.value_stride, o);
+                        let (at, n) = (i * bt, (visible - i * bt).min(bt));
+                        attention::group_accumulate_values(&scores[at..], row_len, n, b.values, b.value_stride, o, hd);
                     }
                 }
             }

@@ -28,13 +28,33 @@ pub(crate) const LANES: usize = 8;
 /// `[q.len(), stride]` (the last row may end at `out.len()`). Positions the slices cannot
 /// hold (a caller bug) score `-inf`: nothing is attended there.
 pub fn key_scores(q: &[f32], keys: &[f16], stride: usize, scale: f32, out: &mut [f32]) {
-    let hd = q.len();
-    let n = out.len().min(stride);
-    let n = if hd == 0 { n } else { n.min(keys.len().saturating_sub((hd - 1) * stride)) };
-    let (scored, unreadable) = out.split_at_mut(n);
-    unreadable.fill(f32::NEG_INFINITY);
-    if !super::ops_simd::key_scores(q, keys, stride, scale, scored) {
-        key_scores_portable(q, keys, stride, scale, scored, 0);
+    let n = out.len();
+    group_key_scores(q, q.len(), keys, stride, scale, out, n, n);
+}
+
+/// [`key_scores`] of every query head of a group that shares one KV head, reading each
+/// key once for all of them: `q` is `[heads, head_dim]`, and head `h`'s scores of
+/// positions `0..n` go to `out[h * out_stride..][..n]`. Each head's scores are exactly
+/// those [`key_scores`] gives it alone. Positions the slices cannot hold score `-inf`;
+/// an `out` too short for `n` positions of every head gets fewer.
+#[allow(clippy::too_many_arguments)]
+pub fn group_key_scores(q: &[f32], head_dim: usize, keys: &[f16], stride: usize, scale: f32, out: &mut [f32], out_stride: usize, n: usize) {
+    if head_dim == 0 {
+        return;
+    }
+    let heads = q.len() / head_dim;
+    let Some(last) = heads.checked_sub(1) else { return };
+    let n = n.min(out.len().saturating_sub(last * out_stride));
+    let n = if heads > 1 { n.min(out_stride) } else { n };
+    let readable = n.min(stride).min(keys.len().saturating_sub((head_dim - 1) * stride));
+    for h in 0..heads {
+        out[h * out_stride + readable..h * out_stride + n].fill(f32::NEG_INFINITY);
+    }
+    let q = &q[..heads * head_dim];
+    if !super::ops_simd::group_key_scores(q, head_dim, keys, stride, scale, out, out_stride, readable) {
+        for (h, qh) in q.chunks_exact(head_dim).enumerate() {
+            key_scores_portable(qh, keys, stride, scale, &mut out[h * out_stride..h * out_stride + readable], 0);
+        }
     }
 }
 
@@ -61,10 +81,27 @@ pub(crate) fn key_scores_portable(q: &[f32], keys: &[f16], stride: usize, scale:
 /// cannot hold (a caller bug) are skipped.
 pub fn accumulate_values(probs: &[f32], values: &[f16], stride: usize, out: &mut [f32]) {
     let hd = out.len();
-    let held = if hd == 0 || stride == 0 { 0 } else { (values.len() + stride).saturating_sub(hd) / stride };
-    let probs = &probs[..probs.len().min(held)];
-    if !super::ops_simd::accumulate_values(probs, values, stride, out) {
-        accumulate_values_portable(probs, values, stride, out);
+    group_accumulate_values(probs, probs.len(), probs.len(), values, stride, out, hd);
+}
+
+/// [`accumulate_values`] for every query head of a group that shares one KV head,
+/// reading each value once for all of them: head `h` weighs positions `0..n` by
+/// `probs[h * probs_stride..][..n]` into `out[h * head_dim..][..head_dim]`, exactly as
+/// [`accumulate_values`] would for it alone.
+pub fn group_accumulate_values(probs: &[f32], probs_stride: usize, n: usize, values: &[f16], stride: usize, out: &mut [f32], head_dim: usize) {
+    if head_dim == 0 || stride == 0 {
+        return;
+    }
+    let heads = out.len() / head_dim;
+    let Some(last) = heads.checked_sub(1) else { return };
+    let held = (values.len() + stride).saturating_sub(head_dim) / stride;
+    let n = n.min(held).min(probs.len().saturating_sub(last * probs_stride));
+    let n = if heads > 1 { n.min(probs_stride) } else { n };
+    let out = &mut out[..heads * head_dim];
+    if !super::ops_simd::group_accumulate_values(probs, probs_stride, n, values, stride, out, head_dim) {
+        for (h, o) in out.chunks_exact_mut(head_dim).enumerate() {
+            accumulate_values_portable(&probs[h * probs_stride..h * probs_stride + n], values, stride, o);
+        }
     }
 }
 
@@ -242,6 +279,36 @@ mod tests {
     }
 
     #[test]
+    fn a_group_gets_exactly_what_each_of_its_heads_gets_alone() {
+        // Groups around the kernels' three heads per pass, head sizes around the vector
+        // width and past the padded tile, positions around 8, 16 and the stride.
+        for heads in 1..=7 {
+            for hd in [8, 20, 64, 72, 264] {
+                for (n, stride) in [(1, 16), (7, 16), (8, 16), (13, 16), (16, 16), (24, 32), (31, 32), (40, 48)] {
+                    let (q, keys) = (floats(heads * hd, hd as f32), f16s(hd * stride, n as f32));
+                    let row = n + 5;
+                    let mut group = vec![7.0; heads * row];
+                    group_key_scores(&q, hd, &keys, stride, 0.125, &mut group, row, n);
+                    let vstride = hd + 3;
+                    let values = f16s(n * vstride, 0.7);
+                    let mut summed = floats(heads * hd, 0.9);
+                    let before = summed.clone();
+                    group_accumulate_values(&group, row, n, &values, vstride, &mut summed, hd);
+                    for h in 0..heads {
+                        let mut alone = vec![0.0; n];
+                        key_scores(&q[h * hd..(h + 1) * hd], &keys, stride, 0.125, &mut alone);
+                        assert_eq!(group[h * row..h * row + n], alone[..], "scores heads={heads} h={h} hd={hd} n={n}");
+                        assert!(group[h * row + n..(h + 1) * row].iter().all(|v| *v == 7.0), "wrote past n: heads={heads} h={h}");
+                        let mut o = before[h * hd..(h + 1) * hd].to_vec();
+                        accumulate_values_portable(&alone, &values, vstride, &mut o);
+                        assert_eq!(summed[h * hd..(h + 1) * hd], o[..], "values heads={heads} h={h} hd={hd} n={n}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn exp_is_within_two_ulp_of_libm_and_zero_far_below() {
         for i in 0..=200_000 {
             let x = -87.0 * i as f32 / 200_000.0;
@@ -313,5 +380,23 @@ mod tests {
         accumulate_values(&[0.5; 3], &values, 10, &mut three);
         accumulate_values(&[0.5; 4], &values, 10, &mut four);
         assert_eq!(three, four);
+        // Two heads whose rows of `out` leave room for 5 positions, asked for 9: none of
+        // them is written past its row, and the keys still bound what is read.
+        let mut out = vec![1.0; 2 * 5];
+        group_key_scores(&floats(16, 0.0), 8, &keys, 16, 1.0, &mut out, 5, 9);
+        assert!(out.iter().all(|s| s.is_finite() && *s != 1.0));
+        // Room for only 4 positions in the second head's row: 4 for each.
+        let mut out = vec![1.0; 16 + 4];
+        group_key_scores(&floats(16, 0.0), 8, &keys, 16, 1.0, &mut out, 16, 16);
+        assert!(out[..4].iter().chain(&out[16..]).all(|s| s.is_finite() && *s != 1.0) && out[4..16].iter().all(|s| *s == 1.0));
+        // Past the 6 readable positions: -inf in every head's row.
+        let mut out = vec![1.0; 2 * 8];
+        group_key_scores(&floats(16, 0.0), 8, &keys, 16, 1.0, &mut out, 8, 8);
+        assert!(out.chunks(8).all(|r| r[..6].iter().all(|s| s.is_finite() && *s != 1.0) && r[6..].iter().all(|s| *s == f32::NEG_INFINITY)));
+        // Weights for two heads at a stride of 3 but only 4 of them in all: one position.
+        let (mut one, mut two) = (vec![0.0; 16], vec![0.0; 16]);
+        group_accumulate_values(&[0.5; 4], 3, 3, &values, 10, &mut one, 8);
+        group_accumulate_values(&[0.5; 4], 3, 1, &values, 10, &mut two, 8);
+        assert_eq!(one, two);
     }
 }

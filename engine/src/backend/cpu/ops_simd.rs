@@ -1,8 +1,9 @@
 //! AVX2/FMA/F16C twins of the attention loops in `attention.rs` (softmax moments
 //! included), of `ops::round_to_f16` and of `quant::quantize_q8`, chosen at run time.
-//! Where AVX-512 runs, the two loops that dominate prefill's attention (key scores, value
-//! sums) take 16 lanes per instruction for their whole vectors, and the 8-lane loops
-//! finish.
+//! The key-score and value-sum loops take the query heads that share a KV head together
+//! (up to three per pass), so that each f16 key and value is loaded and converted once
+//! for all of them; where AVX-512 runs they take 16 lanes per instruction for their whole
+//! vectors, and the 8-lane loops finish.
 //!
 //! Owns only the vector bodies; the portable definitions stay with their callers, which
 //! call these when the CPU has the features. Every function here is bit-identical to its
@@ -45,79 +46,171 @@ fn wide() -> bool {
 #[cfg(target_arch = "x86_64")]
 const MAX_PADDED_HEAD: usize = 256;
 
-/// [`attention::key_scores`] for the positions of `out`, which the caller has checked
-/// `keys` holds; `false` without the features.
+/// Query heads one pass of the group kernels takes: their sums stay in registers (six
+/// 8-lane accumulators per head for scores, fewer than AVX2's sixteen registers); larger
+/// groups go in chunks of this.
+#[cfg(target_arch = "x86_64")]
+const MAX_GROUP: usize = 3;
+
+/// [`attention::group_key_scores`] for positions `0..n`, which the caller has checked
+/// `keys` holds and every head's row of `out` has room for; `false` without the features.
+#[allow(clippy::too_many_arguments)]
 #[inline]
-pub fn key_scores(q: &[f32], keys: &[f16], stride: usize, scale: f32, out: &mut [f32]) -> bool {
+pub fn group_key_scores(q: &[f32], hd: usize, keys: &[f16], stride: usize, scale: f32, out: &mut [f32], out_stride: usize, n: usize) -> bool {
     if !available() {
         return false;
     }
     #[cfg(target_arch = "x86_64")]
     {
-        // SAFETY: the features were detected above; the caller checked that `keys` holds
-        // `(q.len() - 1) * stride + out.len()` values and `out.len() <= stride`.
-        let keys_at = keys.as_ptr().cast::<u16>();
-        // SAFETY: AVX-512F was detected; the same checked range as below.
-        let wide = if wide() { unsafe { key_scores_avx512(q, keys_at, stride, scale, out) } } else { 0 };
-        // SAFETY: as above, from position `wide` on (`out[wide..]` is within `stride`).
-        let whole = wide + unsafe { key_scores_avx2(q, keys_at.add(wide), stride, scale, &mut out[wide..]) };
-        let rest = out.len() - whole;
-        if rest > 0 && q.len() <= MAX_PADDED_HEAD {
-            // The last partial vector (decode's newest block): copy its positions into a
-            // zero-padded `[head_dim, 8]` tile, never reading past the readable ones.
-            let mut tile = [f16::ZERO; MAX_PADDED_HEAD * LANES];
-            for (d, row) in tile.chunks_exact_mut(LANES).take(q.len()).enumerate() {
-                row[..rest].copy_from_slice(&keys[d * stride + whole..d * stride + whole + rest]);
+        let heads = q.len() / hd;
+        for h0 in (0..heads).step_by(MAX_GROUP) {
+            let (qs, at) = (&q[h0 * hd..(h0 + MAX_GROUP).min(heads) * hd], h0 * out_stride);
+            // SAFETY: the features were detected above; the caller checked that `keys`
+            // holds `(hd - 1) * stride + n` values, `n <= stride`, and that `out` holds
+            // `n` positions at `h * out_stride` for every head.
+            unsafe {
+                match qs.len() / hd {
+                    1 => scores_chunk::<1>(qs, hd, keys, stride, scale, &mut out[at..], out_stride, n),
+                    2 => scores_chunk::<2>(qs, hd, keys, stride, scale, &mut out[at..], out_stride, n),
+                    _ => scores_chunk::<3>(qs, hd, keys, stride, scale, &mut out[at..], out_stride, n),
+                }
             }
-            let mut scores = [0.0f32; LANES];
-            // SAFETY: as above; the tile holds `q.len()` rows of 8 values (stride 8).
-            unsafe { key_scores_avx2(q, tile.as_ptr().cast::<u16>(), LANES, scale, &mut scores) };
-            out[whole..].copy_from_slice(&scores[..rest]);
-        } else {
-            attention::key_scores_portable(q, keys, stride, scale, out, whole);
         }
         true
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (q, keys, stride, scale, out);
+        let _ = (q, hd, keys, stride, scale, out, out_stride, n);
         false
     }
 }
 
-/// [`attention::accumulate_values`] over rows the caller has checked `values` holds;
+/// The scores of `H` heads: 16 positions at a time (one 16-lane vector with AVX-512, two
+/// 8-lane ones without), then 8, then the last partial vector from a zero-padded copy.
+/// Safety: as [`group_key_scores`], with `q` holding exactly `H` heads.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn scores_chunk<const H: usize>(q: &[f32], hd: usize, keys: &[f16], stride: usize, scale: f32, out: &mut [f32], out_stride: usize, n: usize) {
+    let (k, o) = (keys.as_ptr().cast::<u16>(), out.as_mut_ptr());
+    let mut p = 0;
+    // SAFETY (whole body): every kernel call scores positions `p..p + width <= n`, inside
+    // the caller's checked ranges of `keys` and `out`.
+    unsafe {
+        if wide() {
+            while p + WIDE <= n {
+                group_scores_avx512::<H, 1>(q.as_ptr(), hd, k.add(p), stride, scale, o.add(p), out_stride);
+                p += WIDE;
+            }
+        }
+        while p + 2 * LANES <= n {
+            group_scores_avx2::<H, 2>(q.as_ptr(), hd, k.add(p), stride, scale, o.add(p), out_stride);
+            p += 2 * LANES;
+        }
+        if p + LANES <= n {
+            group_scores_avx2::<H, 1>(q.as_ptr(), hd, k.add(p), stride, scale, o.add(p), out_stride);
+            p += LANES;
+        }
+    }
+    let rest = n - p;
+    if rest == 0 {
+        return;
+    }
+    if hd <= MAX_PADDED_HEAD {
+        // The last partial vector (decode's newest block): copy its positions into a
+        // zero-padded `[hd, 8]` tile, never reading past the readable ones.
+        let mut tile = [f16::ZERO; MAX_PADDED_HEAD * LANES];
+        for (d, row) in tile.chunks_exact_mut(LANES).take(hd).enumerate() {
+            row[..rest].copy_from_slice(&keys[d * stride + p..d * stride + n]);
+        }
+        let mut scores = [0.0f32; MAX_GROUP * LANES];
+        // SAFETY: the tile holds `hd` rows of 8 values (stride 8); `scores` holds 8
+        // positions of each of the `H <= MAX_GROUP` heads at stride 8.
+        unsafe { group_scores_avx2::<H, 1>(q.as_ptr(), hd, tile.as_ptr().cast::<u16>(), LANES, scale, scores.as_mut_ptr(), LANES) };
+        for h in 0..H {
+            out[h * out_stride + p..h * out_stride + n].copy_from_slice(&scores[h * LANES..h * LANES + rest]);
+        }
+    } else {
+        for (h, qh) in q.chunks_exact(hd).enumerate() {
+            attention::key_scores_portable(qh, keys, stride, scale, &mut out[h * out_stride..h * out_stride + n], p);
+        }
+    }
+}
+
+/// [`attention::group_accumulate_values`] over positions `0..n`, whose rows the caller
+/// has checked `values` holds and whose weights every head's row of `probs` holds;
 /// `false` without the features.
 #[inline]
-pub fn accumulate_values(probs: &[f32], values: &[f16], stride: usize, out: &mut [f32]) -> bool {
+pub fn group_accumulate_values(probs: &[f32], probs_stride: usize, n: usize, values: &[f16], stride: usize, out: &mut [f32], hd: usize) -> bool {
     if !available() {
         return false;
     }
     #[cfg(target_arch = "x86_64")]
     {
-        let vectors = out.len() / LANES * LANES;
-        let (head, tail) = out.split_at_mut(vectors);
-        // SAFETY: the features were detected above; the caller checked that `values`
-        // holds `(probs.len() - 1) * stride + out.len()` values.
-        unsafe {
-            let values_at = values.as_ptr().cast::<u16>();
-            // The 16-lane loop takes whole spans of 64 dimensions, the 8-lane one the rest.
-            let wide = if wide() { head.len() / (4 * WIDE) * (4 * WIDE) } else { 0 };
-            let (spans, rest) = head.split_at_mut(wide);
-            if !spans.is_empty() {
-                accumulate_values_avx512(probs, values_at, stride, spans);
+        let heads = out.len() / hd;
+        let vectors = hd / LANES * LANES;
+        let v = values.as_ptr().cast::<u16>();
+        for h0 in (0..heads).step_by(MAX_GROUP) {
+            let count = MAX_GROUP.min(heads - h0);
+            let (w, o) = (probs[h0 * probs_stride..].as_ptr(), out[h0 * hd..].as_mut_ptr());
+            // SAFETY: the features were detected above; dimensions `d < vectors <= hd` of
+            // rows `p < n`, weights `h * probs_stride + p` and outputs `h * hd + d` of
+            // heads `h < count`, all inside the caller's checked ranges.
+            unsafe {
+                match count {
+                    1 => values_chunk::<1>(w, probs_stride, n, v, stride, o, hd, vectors),
+                    2 => values_chunk::<2>(w, probs_stride, n, v, stride, o, hd, vectors),
+                    _ => values_chunk::<3>(w, probs_stride, n, v, stride, o, hd, vectors),
+                }
             }
-            accumulate_values_avx2(probs, values_at.add(wide), stride, rest);
-        }
-        if !tail.is_empty() {
-            let rest = values.get(vectors..).unwrap_or(&[]);
-            attention::accumulate_values_portable(probs, rest, stride, tail);
+            for h in h0..h0 + count {
+                if vectors < hd {
+                    let rest = values.get(vectors..).unwrap_or(&[]);
+                    let weights = &probs[h * probs_stride..h * probs_stride + n];
+                    attention::accumulate_values_portable(weights, rest, stride, &mut out[h * hd + vectors..(h + 1) * hd]);
+                }
+            }
         }
         true
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (probs, values, stride, out);
+        let _ = (probs, probs_stride, n, values, stride, out, hd);
         false
+    }
+}
+
+/// The weighted value sums of `H` heads over dimensions `0..vectors` (a multiple of 8):
+/// spans of 64 in 16-lane vectors with AVX-512, then as many 8-lane vectors per pass as
+/// the heads' sums leave registers for, then 8 at a time.
+/// Safety: as [`group_accumulate_values`].
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn values_chunk<const H: usize>(w: *const f32, ws: usize, n: usize, v: *const u16, stride: usize, o: *mut f32, hd: usize, vectors: usize) {
+    let mut d = 0;
+    // SAFETY (whole body): each call covers dimensions `d..d + width <= vectors`.
+    unsafe {
+        if wide() {
+            while d + 4 * WIDE <= vectors {
+                group_values_avx512::<H, 4>(w, ws, n, v.add(d), stride, o.add(d), hd);
+                d += 4 * WIDE;
+            }
+        }
+        // Eight vectors for one head (its sums and a weight fill half the registers);
+        // fewer per head when several share the pass.
+        const SPAN: [usize; 4] = [0, 8, 4, 2];
+        while d + SPAN[H] * LANES <= vectors {
+            match H {
+                1 => group_values_avx2::<1, 8>(w, ws, n, v.add(d), stride, o.add(d), hd),
+                2 => group_values_avx2::<2, 4>(w, ws, n, v.add(d), stride, o.add(d), hd),
+                _ => group_values_avx2::<3, 2>(w, ws, n, v.add(d), stride, o.add(d), hd),
+            }
+            d += SPAN[H] * LANES;
+        }
+        while d + LANES <= vectors {
+            group_values_avx2::<H, 1>(w, ws, n, v.add(d), stride, o.add(d), hd);
+            d += LANES;
+        }
     }
 }
 
@@ -212,96 +305,121 @@ pub fn round_to_f16(x: &mut [f32]) -> bool {
     false
 }
 
-/// Defines a key-score loop over whole vectors of `$width` positions, one function per
-/// vector width with its intrinsics: each position gets the same eight lane sums over the
-/// dimensions, added in the same order, whatever the width.
+/// Defines a group key-score kernel for one vector width: the scores of `H` heads at
+/// `V` vectors of positions from `keys`, each key vector loaded once for every head. Per
+/// head and position the sums are the portable loop's: lane sum `l` over dimensions
+/// `l, l + 8, ...` in order, the lane sums added first to last, then the tail
+/// dimensions. Taking one lane sum at a time (not all eight side by side) leaves only
+/// two registers per head and vector: the lane sum in progress and the running total.
 #[cfg(target_arch = "x86_64")]
-macro_rules! key_scores_loop {
-    ($(#[$doc:meta])* $name:ident, $features:literal, $width:expr, $zero:ident, $set1:ident, $add:ident, $mul:ident, $load:ident, $store:ident) => {
+macro_rules! group_scores_kernel {
+    ($(#[$doc:meta])* $name:ident, $features:literal, $vec:ty, $width:expr, $zero:ident, $set1:ident, $add:ident, $mul:ident, $load:ident, $store:ident) => {
         $(#[$doc])*
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = $features)]
-        unsafe fn $name(q: &[f32], keys: *const u16, stride: usize, scale: f32, out: &mut [f32]) -> usize {
-            let hd = q.len();
+        unsafe fn $name<const H: usize, const V: usize>(q: *const f32, hd: usize, keys: *const u16, stride: usize, scale: f32, out: *mut f32, out_stride: usize) {
             let chunks = hd / LANES;
-            let whole = out.len() / $width * $width;
-            let vscale = $set1(scale);
-            for p0 in (0..whole).step_by($width) {
-                let mut acc = [$zero(); LANES];
-                // SAFETY (whole body): every load reads `$width` keys from
-                // `d * stride + p0` with `d < hd` and `p0 + $width <= out.len()`, inside
-                // the caller's checked range.
-                unsafe {
-                    let at = keys.add(p0);
+            let mut sum = [[$zero(); V]; H];
+            // SAFETY (whole body): `q` holds `H * hd` floats; every key load reads
+            // `$width` values at `d * stride + v * $width` with `d < hd` and `v < V`, and
+            // every store writes them at `h * out_stride + v * $width` with `h < H`, all
+            // inside the caller's checked ranges.
+            unsafe {
+                for l in 0..LANES {
+                    let mut lane = [[$zero(); V]; H];
                     for c in 0..chunks {
-                        for (l, a) in acc.iter_mut().enumerate() {
-                            let d = LANES * c + l;
-                            *a = $add(*a, $mul($set1(q[d]), $load(at.add(d * stride))));
+                        let d = LANES * c + l;
+                        let k: [$vec; V] = std::array::from_fn(|v| $load(keys.add(d * stride + v * $width)));
+                        for (h, acc) in lane.iter_mut().enumerate() {
+                            let qd = $set1(*q.add(h * hd + d));
+                            for (a, kv) in acc.iter_mut().zip(&k) {
+                                *a = $add(*a, $mul(qd, *kv));
+                            }
                         }
                     }
-                    // Lane sums added first to last, then the tail dimensions in order.
-                    let mut sum = acc[0];
-                    for a in &acc[1..] {
-                        sum = $add(sum, *a);
+                    for (s, a) in sum.iter_mut().zip(&lane) {
+                        for (sv, av) in s.iter_mut().zip(a) {
+                            *sv = if l == 0 { *av } else { $add(*sv, *av) };
+                        }
                     }
-                    let mut tail = $zero();
-                    for (d, qd) in q.iter().enumerate().skip(LANES * chunks) {
-                        tail = $add(tail, $mul($set1(*qd), $load(at.add(d * stride))));
+                }
+                let vscale = $set1(scale);
+                for (h, s) in sum.iter_mut().enumerate() {
+                    for (v, sv) in s.iter_mut().enumerate() {
+                        if chunks * LANES < hd {
+                            let mut tail = $zero();
+                            for d in chunks * LANES..hd {
+                                tail = $add(tail, $mul($set1(*q.add(h * hd + d)), $load(keys.add(d * stride + v * $width))));
+                            }
+                            *sv = $add(*sv, tail);
+                        }
+                        $store(out.add(h * out_stride + v * $width), $mul(*sv, vscale));
                     }
-                    if chunks * LANES < hd {
-                        sum = $add(sum, tail);
-                    }
-                    $store(out.as_mut_ptr().add(p0), $mul(sum, vscale));
                 }
             }
-            whole
         }
     };
 }
 
-key_scores_loop!(
-    /// Scores of the leading positions of `out` in whole vectors of 8; returns how many
-    /// positions it scored (the caller finishes the rest with the portable loop).
-    key_scores_avx2, "avx2,fma,f16c", LANES, _mm256_setzero_ps, _mm256_set1_ps, _mm256_add_ps, _mm256_mul_ps, load8, _mm256_storeu_ps
+group_scores_kernel!(
+    /// 8-lane scores of `H` heads at `V` vectors of 8 positions.
+    group_scores_avx2, "avx2,fma,f16c", __m256, LANES, _mm256_setzero_ps, _mm256_set1_ps, _mm256_add_ps, _mm256_mul_ps, load8, _mm256_storeu_ps
 );
 
 /// Lanes of an AVX-512 vector.
 #[cfg(target_arch = "x86_64")]
 const WIDE: usize = 16;
 
-key_scores_loop!(
-    /// [`key_scores_avx2`] 16 positions at a time. Returns how many positions it scored.
-    key_scores_avx512, "avx512f", WIDE, _mm512_setzero_ps, _mm512_set1_ps, _mm512_add_ps, _mm512_mul_ps, load16, _mm512_storeu_ps
+group_scores_kernel!(
+    /// [`group_scores_avx2`] 16 positions per vector.
+    group_scores_avx512, "avx512f", __m512, WIDE, _mm512_setzero_ps, _mm512_set1_ps, _mm512_add_ps, _mm512_mul_ps, load16, _mm512_storeu_ps
 );
 
-/// [`accumulate_values_avx2`] for `out.len()` a multiple of 64: four 16-lane vectors of
-/// dimensions held in registers across all positions.
+/// Defines a group value-sum kernel for one vector width: `M` vectors of dimensions of
+/// `H` heads' weighted sums held in registers across positions `0..n`, each value
+/// vector loaded once for every head; positions in order, multiply then add (not fused),
+/// as the portable loop rounds.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn accumulate_values_avx512(probs: &[f32], values: *const u16, stride: usize, out: &mut [f32]) {
-    const M: usize = 4;
-    let mut d0 = 0;
-    // SAFETY (whole body): dimensions `d0..d0 + 64 <= out.len()` of rows `p <
-    // probs.len()`, inside the caller's checked range.
-    unsafe {
-        while d0 + M * WIDE <= out.len() {
-            let (row0, o) = (values.add(d0), out.as_mut_ptr().add(d0));
-            let mut acc: [__m512; M] = std::array::from_fn(|j| _mm512_loadu_ps(o.add(WIDE * j)));
-            for (p, w) in probs.iter().enumerate() {
-                let w = _mm512_set1_ps(*w);
-                let row = row0.add(p * stride);
-                for (j, a) in acc.iter_mut().enumerate() {
-                    // Multiply then add (not fused), as the portable loop rounds.
-                    *a = _mm512_add_ps(*a, _mm512_mul_ps(w, load16(row.add(WIDE * j))));
+macro_rules! group_values_kernel {
+    ($(#[$doc:meta])* $name:ident, $features:literal, $vec:ty, $width:expr, $set1:ident, $add:ident, $mul:ident, $load:ident, $loadf:ident, $store:ident) => {
+        $(#[$doc])*
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $features)]
+        unsafe fn $name<const H: usize, const M: usize>(w: *const f32, ws: usize, n: usize, values: *const u16, stride: usize, out: *mut f32, hd: usize) {
+            // SAFETY (whole body): head `h < H`'s outputs `h * hd + j * $width` (`j < M`)
+            // and weights `h * ws + p`, and rows `p < n` of `M * $width` values from
+            // `values`, all inside the caller's checked ranges.
+            unsafe {
+                let mut acc: [[$vec; M]; H] = std::array::from_fn(|h| std::array::from_fn(|j| $loadf(out.add(h * hd + j * $width))));
+                for p in 0..n {
+                    let row = values.add(p * stride);
+                    let v: [$vec; M] = std::array::from_fn(|j| $load(row.add(j * $width)));
+                    for (h, a) in acc.iter_mut().enumerate() {
+                        let wh = $set1(*w.add(h * ws + p));
+                        for (aj, vj) in a.iter_mut().zip(&v) {
+                            *aj = $add(*aj, $mul(wh, *vj));
+                        }
+                    }
+                }
+                for (h, a) in acc.iter().enumerate() {
+                    for (j, aj) in a.iter().enumerate() {
+                        $store(out.add(h * hd + j * $width), *aj);
+                    }
                 }
             }
-            for (j, a) in acc.iter().enumerate() {
-                _mm512_storeu_ps(o.add(WIDE * j), *a);
-            }
-            d0 += M * WIDE;
         }
-    }
+    };
 }
+
+group_values_kernel!(
+    /// 8-lane value sums of `H` heads over `M` vectors of dimensions.
+    group_values_avx2, "avx2,fma,f16c", __m256, LANES, _mm256_set1_ps, _mm256_add_ps, _mm256_mul_ps, load8, _mm256_loadu_ps, _mm256_storeu_ps
+);
+
+group_values_kernel!(
+    /// [`group_values_avx2`] 16 dimensions per vector.
+    group_values_avx512, "avx512f", __m512, WIDE, _mm512_set1_ps, _mm512_add_ps, _mm512_mul_ps, load16, _mm512_loadu_ps, _mm512_storeu_ps
+);
 
 /// 16 f16 values from `at` as f32.
 #[cfg(target_arch = "x86_64")]
@@ -350,26 +468,6 @@ unsafe fn quantize_q8_avx2(x: &[f32], out: &mut [Q8Block]) {
             block.d = quant::round_f16(d);
             block.s = quant::round_f16(d * isum as f32);
             block.isum = isum;
-        }
-    }
-}
-
-/// `out[d] += Σ_p probs[p] * values[p * stride + d]` with `out.len()` a multiple of 8:
-/// 64 dimensions at a time held in registers across all positions, then 8 at a time.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn accumulate_values_avx2(probs: &[f32], values: *const u16, stride: usize, out: &mut [f32]) {
-    let mut d0 = 0;
-    // SAFETY: dimensions `d0..d0 + 8 * M <= out.len()` of rows `p < probs.len()`, inside
-    // the caller's checked range.
-    unsafe {
-        while d0 + 8 * LANES <= out.len() {
-            values_span::<LANES>(probs, values.add(d0), stride, out.as_mut_ptr().add(d0));
-            d0 += 8 * LANES;
-        }
-        while d0 + LANES <= out.len() {
-            values_span::<1>(probs, values.add(d0), stride, out.as_mut_ptr().add(d0));
-            d0 += LANES;
         }
     }
 }
@@ -514,30 +612,6 @@ unsafe fn softmax_moments_avx2(x: &[f32]) -> (f32, f64, f64) {
 unsafe fn load8(at: *const u16) -> __m256 {
     // SAFETY: the caller passes a pointer to 8 readable values.
     unsafe { _mm256_cvtph_ps(_mm_loadu_si128(at.cast::<__m128i>())) }
-}
-
-/// `M` vectors of 8 dimensions of the weighted value sum, kept in registers.
-#[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn values_span<const M: usize>(probs: &[f32], values: *const u16, stride: usize, out: *mut f32) {
-    // SAFETY (whole body): `out` holds `8 * M` floats and `values` rows `p < probs.len()`
-    // hold `8 * M` values from here (caller's contract).
-    unsafe {
-        let mut acc: [__m256; M] = std::array::from_fn(|j| _mm256_loadu_ps(out.add(LANES * j)));
-        for (p, w) in probs.iter().enumerate() {
-            let w = _mm256_set1_ps(*w);
-            let row = values.add(p * stride);
-            for (j, a) in acc.iter_mut().enumerate() {
-                let v = load8(row.add(LANES * j));
-                // Multiply then add (not fused), as the portable loop rounds.
-                *a = _mm256_add_ps(*a, _mm256_mul_ps(w, v));
-            }
-        }
-        for (j, a) in acc.iter().enumerate() {
-            _mm256_storeu_ps(out.add(LANES * j), *a);
-        }
-    }
 }
 
 #[cfg(target_arch = "x86_64")]
