@@ -28,7 +28,6 @@ use regex_syntax::hir::Hir;
 use crate::detect::{self, Detectors, ScanContext};
 use crate::keywords::KeywordFinder;
 use crate::live::Live;
-use crate::reach::keyword_reach;
 use crate::rule::{shannon_entropy, Canary, Rule};
 use crate::ruleset::{LoadError, Ruleset};
 use crate::start::StartFilter;
@@ -171,10 +170,7 @@ impl Engine {
         let (prefilter, keyword_rules, keyword_lens) = build_prefilter(rules).map_err(|e| vec![(None, e)])?;
         let searches = rules
             .iter()
-            .map(|r| {
-                let reach = if r.keywords.is_empty() { None } else { keyword_reach(&r.hir, &r.keywords) };
-                RuleSearch::new(r.regex.clone(), &r.hir, r.secret_group, reach, StartFilter::of(&r.hir))
-            })
+            .map(|r| RuleSearch::new(r.regex.clone(), &r.hir, r.secret_group, r.reach, StartFilter::of(&r.hir)))
             .collect();
         Ok(Engine { patterns, canary, prefilter, keyword_rules, keyword_lens, searches, live_patterns, live, scratch: Mutex::default() })
     }

@@ -166,7 +166,7 @@ mod tests {
 
     fn search(pattern: &str, reach: usize) -> RuleSearch {
         let hir = regex_syntax::parse(pattern).expect("pattern parses");
-        let regex = crate::rule::compile_hir(&hir).expect("pattern compiles");
+        let regex = crate::rule::compile_hir(&hir, false).expect("pattern compiles");
         RuleSearch::new(regex, &hir, 0, Some(reach), StartFilter::of(&hir))
     }
 
