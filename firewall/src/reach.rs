@@ -12,6 +12,9 @@
 //! back to searching the whole text. It never over-claims: a keyword split across an
 //! optional part, or one behind an unbounded prefix, is simply not found.
 
+use std::collections::HashMap;
+use std::rc::Rc;
+
 use regex_syntax::hir::{Class, Hir, HirKind};
 
 /// An upper bound on where the first keyword of any match of `hir` starts, counted in
@@ -21,7 +24,7 @@ pub(crate) fn keyword_reach(hir: &Hir, keywords: &[String]) -> Option<usize> {
     if keywords.is_empty() || keywords.iter().any(String::is_empty) {
         return None;
     }
-    reach(hir, keywords)
+    reach(hir, keywords, &mut Memo::default())
 }
 
 /// Most strings a small finite part may stand for before the analysis gives up on it.
@@ -44,18 +47,24 @@ impl Starts {
     }
 }
 
-fn reach(hir: &Hir, keywords: &[String]) -> Option<usize> {
-    let starts = starts(hir);
+/// What each node of one tree begins with, by the node's address: `reach` and
+/// `concat_reach` ask again for the same subtrees at every level of the walk. Lives only
+/// while the tree is borrowed, so an address stands for one node.
+#[derive(Default)]
+struct Memo(HashMap<*const Hir, Rc<Starts>>);
+
+fn reach(hir: &Hir, keywords: &[String], memo: &mut Memo) -> Option<usize> {
+    let starts = starts(hir, memo);
     let by_start = strings_reach(&starts.set, keywords);
     if starts.complete {
         return by_start;
     }
     let by_parts = match hir.kind() {
-        HirKind::Concat(parts) => concat_reach(parts, keywords),
-        HirKind::Capture(c) => reach(&c.sub, keywords),
+        HirKind::Concat(parts) => concat_reach(parts, keywords, memo),
+        HirKind::Capture(c) => reach(&c.sub, keywords, memo),
         // The first repetition holds the keyword; with `min == 0` there may be none.
-        HirKind::Repetition(r) if r.min >= 1 => reach(&r.sub, keywords),
-        HirKind::Alternation(alts) => alts.iter().map(|a| reach(a, keywords)).try_fold(0, |m, r| r.map(|r| m.max(r))),
+        HirKind::Repetition(r) if r.min >= 1 => reach(&r.sub, keywords, memo),
+        HirKind::Alternation(alts) => alts.iter().map(|a| reach(a, keywords, memo)).try_fold(0, |m, r| r.map(|r| m.max(r))),
         _ => None,
     };
     min_some(by_start, by_parts)
@@ -81,12 +90,12 @@ fn longest(strings: &[String]) -> usize {
 /// Consecutive small finite parts are joined into one set of strings, and so is what the
 /// next part begins with, so `(?i:to)ken`, `sk-ant-o[ar]t01-`, `api[_-]?key` and the
 /// factored `r(?:azorpay|zp)` are searched for keywords whole.
-fn concat_reach(parts: &[Hir], keywords: &[String]) -> Option<usize> {
+fn concat_reach(parts: &[Hir], keywords: &[String], memo: &mut Memo) -> Option<usize> {
     let mut best: Option<usize> = None;
     let mut prefix_max = 0usize;
     let mut run: Vec<String> = vec![String::new()];
     for part in parts {
-        let st = starts(part);
+        let st = starts(part, memo);
         match product(&run, &st.set) {
             Some(joined) if st.complete => {
                 run = joined;
@@ -99,11 +108,11 @@ fn concat_reach(parts: &[Hir], keywords: &[String]) -> Option<usize> {
         prefix_max += longest(&run);
         if st.complete {
             // Too many strings to join: this part starts a new run.
-            run = st.set;
+            run = st.set.clone();
             continue;
         }
         run = vec![String::new()];
-        best = min_some(best, reach(part, keywords).map(|o| prefix_max + o));
+        best = min_some(best, reach(part, keywords, memo).map(|o| prefix_max + o));
         match part.properties().maximum_len().and_then(|m| prefix_max.checked_add(m)) {
             Some(p) => prefix_max = p,
             // Nothing after an unbounded part has a bounded offset.
@@ -133,8 +142,21 @@ fn product(a: &[String], b: &[String]) -> Option<Vec<String>> {
 }
 
 /// What `hir` begins with (see [`Starts`]); sound whatever the regex, precise for small
-/// finite parts.
-fn starts(hir: &Hir) -> Starts {
+/// finite parts. Each node is analysed once per tree (`memo`).
+fn starts(hir: &Hir, memo: &mut Memo) -> Rc<Starts> {
+    if let HirKind::Capture(c) = hir.kind() {
+        return starts(&c.sub, memo);
+    }
+    let key = std::ptr::from_ref(hir);
+    if let Some(known) = memo.0.get(&key) {
+        return Rc::clone(known);
+    }
+    let found = Rc::new(node_starts(hir, memo));
+    memo.0.insert(key, Rc::clone(&found));
+    found
+}
+
+fn node_starts(hir: &Hir, memo: &mut Memo) -> Starts {
     match hir.kind() {
         HirKind::Empty | HirKind::Look(_) => Starts::exactly(vec![String::new()]),
         HirKind::Literal(l) => std::str::from_utf8(&l.0).map_or_else(|_| Starts::unknown(), |t| Starts::exactly(vec![t.to_ascii_lowercase()])),
@@ -149,12 +171,13 @@ fn starts(hir: &Hir) -> Starts {
             }
             _ => Starts::unknown(),
         },
-        HirKind::Capture(c) => starts(&c.sub),
-        HirKind::Repetition(r) => repetition_starts(r),
+        // `starts` passes captures through before asking here.
+        HirKind::Capture(c) => node_starts(&c.sub, memo),
+        HirKind::Repetition(r) => repetition_starts(r, memo),
         HirKind::Concat(parts) => {
             let mut acc = vec![String::new()];
             for p in parts {
-                let st = starts(p);
+                let st = starts(p, memo);
                 let Some(joined) = product(&acc, &st.set) else { return Starts { set: acc, complete: false } };
                 acc = joined;
                 if !st.complete {
@@ -167,9 +190,9 @@ fn starts(hir: &Hir) -> Starts {
             let mut set = Vec::new();
             let mut complete = true;
             for a in alts {
-                let st = starts(a);
+                let st = starts(a, memo);
                 complete &= st.complete;
-                set.extend(st.set);
+                set.extend(st.set.iter().cloned());
                 if set.len() > MAX_STRINGS {
                     return Starts::unknown();
                 }
@@ -179,10 +202,10 @@ fn starts(hir: &Hir) -> Starts {
     }
 }
 
-fn repetition_starts(r: &regex_syntax::hir::Repetition) -> Starts {
-    let sub = starts(&r.sub);
+fn repetition_starts(r: &regex_syntax::hir::Repetition, memo: &mut Memo) -> Starts {
+    let sub = starts(&r.sub, memo);
     if !sub.complete {
-        return if r.min >= 1 { Starts { set: sub.set, complete: false } } else { Starts::unknown() };
+        return if r.min >= 1 { Starts { set: sub.set.clone(), complete: false } } else { Starts::unknown() };
     }
     // `sub` repeated `min` times opens every match.
     let mut power = vec![String::new()];
