@@ -46,9 +46,9 @@ fn wide() -> bool {
 #[cfg(target_arch = "x86_64")]
 const MAX_PADDED_HEAD: usize = 256;
 
-/// Query heads one pass of the group kernels takes: their sums stay in registers (six
-/// 8-lane accumulators per head for scores, fewer than AVX2's sixteen registers); larger
-/// groups go in chunks of this.
+/// Query heads one pass of the group kernels takes: their sums stay in registers (for
+/// scores, a lane sum and a total per head and vector of positions: twelve of AVX2's
+/// sixteen registers for three heads and two vectors); larger groups go in chunks of this.
 #[cfg(target_arch = "x86_64")]
 const MAX_GROUP: usize = 3;
 
@@ -162,9 +162,10 @@ pub fn group_accumulate_values(probs: &[f32], probs_stride: usize, n: usize, val
                     _ => values_chunk::<3>(w, probs_stride, n, v, stride, o, hd, vectors),
                 }
             }
-            for h in h0..h0 + count {
-                if vectors < hd {
-                    let rest = values.get(vectors..).unwrap_or(&[]);
+            if vectors < hd {
+                // The dimensions past the last whole vector, head by head.
+                let rest = values.get(vectors..).unwrap_or(&[]);
+                for h in h0..h0 + count {
                     let weights = &probs[h * probs_stride..h * probs_stride + n];
                     attention::accumulate_values_portable(weights, rest, stride, &mut out[h * hd + vectors..(h + 1) * hd]);
                 }
