@@ -134,6 +134,20 @@ fn batched_prefill_equals_token_by_token_decode() {
     }
 }
 
+/// Decode attention is split across threads by positions and dimensions (`attend_one`)
+/// only when there are several; one thread takes a KV head at a time. Both must give the
+/// same bits, over a context long enough for several score tasks per head.
+#[test]
+fn decode_split_across_threads_gives_the_same_bits_as_one_thread() {
+    let path = engine::fetch::ensure_default_model(&engine::fetch::default_cache_dir()).unwrap_or_else(|e| panic!("default model: {e}"));
+    let alone = Engine::load(&path, EngineOptions { threads: 1, ctx_tokens: 2048, ..EngineOptions::default() }).unwrap_or_else(|e| panic!("load: {e}"));
+    let prompt: Vec<u32> = cases().iter().flat_map(|c| ids(&c["prompt_ids"])).take(300).collect();
+    assert!(prompt.len() > 8 * 16, "{} tokens", prompt.len());
+    let split = engine().prompt_logits(&prompt, 1, false).unwrap_or_else(|e| panic!("{e}"));
+    let single = alone.prompt_logits(&prompt, 1, false).unwrap_or_else(|e| panic!("{e}"));
+    assert!(split.iter().zip(&single).all(|(a, b)| a.to_bits() == b.to_bits()), "the logits differ");
+}
+
 #[test]
 fn chat_prompts_tokenize_like_the_reference() {
     for case in cases().iter().filter(|c| c["messages"].is_array()) {

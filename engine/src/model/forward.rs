@@ -20,6 +20,14 @@ use super::{Layer, Llama};
 /// Query positions per attention task: enough tasks to balance, few enough to be cheap.
 const ATTENTION_TOKEN_STEP: usize = 16;
 
+/// Blocks of positions per score task of a single query (128 positions at the default
+/// block size): a 700-token context makes 18 tasks of the default model's 3 KV heads.
+const SCORE_TASK_BLOCKS: usize = 8;
+
+/// Slices of a head's dimensions per value task of a single query: 32 of 64 dimensions,
+/// one cache line of each f16 value row, and 6 tasks for 3 KV heads.
+const VALUE_TASK_SLICES: usize = 2;
+
 /// How matrix products are computed.
 #[derive(Debug, Clone, Copy)]
 pub struct Path<'a> {
@@ -261,6 +269,10 @@ impl Llama {
     fn attend(&self, cpu: &Cpu, start: usize, kv: &LayerKv<'_>, qkv: &[f32], out: &mut [f32]) {
         let c = &self.config;
         let (hd, qd, kd) = (c.head_dim, c.q_dim(), c.kv_dim());
+        // One thread gains nothing from the split, and pays for its second softmax.
+        if out.len() == qd && cpu.pool.threads() > 1 && hd.is_multiple_of(VALUE_TASK_SLICES * attention::LANES) {
+            return self.attend_one(cpu, start, kv, &qkv[..qd], out);
+        }
         let (group, bt) = (c.n_head / c.n_head_kv, kv.block_tokens());
         let scale = 1.0 / (hd as f32).sqrt();
         cpu.pool.par_tiles(out, qd, ATTENTION_TOKEN_STEP, group * hd, &|rows, cols, tile| {
@@ -302,6 +314,67 @@ impl Llama {
             }
         });
     }
+    /// [`Llama::attend`] for a single query (a decode step), with the same arithmetic
+    /// split so that several threads share the work evenly: one task per KV head would
+    /// give two threads the default model's three heads 2:1. Each score depends on one
+    /// position alone, so score tasks take (KV head, run of blocks); a value sum runs over
+    /// positions in order for each dimension on its own, so value tasks take (KV head,
+    /// slice of dimensions), each after its own softmax of the group's score rows.
+    fn attend_one(&self, cpu: &Cpu, start: usize, kv: &LayerKv<'_>, query: &[f32], out: &mut [f32]) {
+        let c = &self.config;
+        let (hd, group, bt) = (c.head_dim, c.n_head / c.n_head_kv, kv.block_tokens());
+        let scale = 1.0 / (hd as f32).sqrt();
+        let visible = start + 1;
+        let blocks = visible.div_ceil(bt);
+        let head_block = |i: usize, kvh: usize| kv.head_block(i, kvh * hd..(kvh + 1) * hd);
+        let mut q = query.to_vec();
+        // The reference multiplies f16 K with Q converted to f16.
+        ops::round_to_f16(&mut q);
+        // `[n_head, blocks * bt]`: every query head's scores, filled in runs of blocks.
+        let row_len = blocks * bt;
+        let mut scores = vec![0.0f32; c.n_head * row_len];
+        cpu.pool.par_tiles(&mut scores, row_len, group, SCORE_TASK_BLOCKS * bt, &|heads, cols, tile| {
+            let (kvh, width) = (heads.start / group, cols.len());
+            let mut run = vec![0.0f32; group * width];
+            for (j, i) in (cols.start / bt..cols.end / bt).enumerate() {
+                let (at, n) = (j * bt, (visible - i * bt).min(bt));
+                match head_block(i, kvh) {
+                    Some(b) => attention::group_key_scores(&q[heads.start * hd..heads.end * hd], hd, b.keys, b.key_stride, scale, &mut run[at..], width, n.min(b.positions)),
+                    None => run.chunks_mut(width).for_each(|s| s[at..at + n].fill(f32::NEG_INFINITY)),
+                }
+            }
+            for (h, part) in heads.zip(run.chunks_exact(width)) {
+                tile.row(h).copy_from_slice(part);
+            }
+        });
+        // `[n_head_kv, VALUE_TASK_SLICES, group, slice]`: the value sums by task.
+        let slice = hd / VALUE_TASK_SLICES;
+        let mut sums = vec![0.0f32; out.len()];
+        cpu.pool.par_tiles(&mut sums, out.len(), 1, group * slice, &|_, cols, tile| {
+            let task = cols.start / (group * slice);
+            let (kvh, first) = (task / VALUE_TASK_SLICES, task % VALUE_TASK_SLICES * slice);
+            let mut probs = vec![0.0f32; group * visible];
+            for (g, p) in probs.chunks_exact_mut(visible).enumerate() {
+                p.copy_from_slice(&scores[(kvh * group + g) * row_len..][..visible]);
+                attention::softmax_f16(p);
+            }
+            let o = tile.row(0);
+            o.fill(0.0);
+            for i in 0..blocks {
+                if let Some(b) = head_block(i, kvh) {
+                    let (at, n) = (i * bt, (visible - i * bt).min(bt));
+                    attention::group_accumulate_values(&probs[at..], visible, n, b.values.get(first..).unwrap_or(&[]), b.value_stride, o, slice);
+                }
+            }
+        });
+        for (task, part) in sums.chunks_exact(group * slice).enumerate() {
+            let (kvh, first) = (task / VALUE_TASK_SLICES, task % VALUE_TASK_SLICES * slice);
+            for (g, dims) in part.chunks_exact(slice).enumerate() {
+                out[(kvh * group + g) * hd + first..][..slice].copy_from_slice(dims);
+            }
+        }
+    }
+
 }
 
 /// RMSNorm of every `[width]` row of `x` into `out`.
