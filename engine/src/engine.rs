@@ -162,7 +162,7 @@ impl Engine {
         let model = Llama::from_gguf(&file, config)?;
         let trained = if model.config.context_length == 0 { DEFAULT_CONTEXT_TOKENS } else { model.config.context_length };
         let ctx = if options.ctx_tokens == 0 { trained } else { options.ctx_tokens.min(trained) };
-        let shape = BlockShape { layers: model.config.n_layer, block_tokens: kv.block_tokens, kv_dim: model.config.kv_dim() };
+        let shape = BlockShape { layers: model.config.n_layer, block_tokens: kv.block_tokens, kv_dim: model.config.kv_dim(), kv_heads: model.config.n_head_kv };
         let pool_tokens = if kv.pool_tokens == 0 { DEFAULT_POOL_CONTEXTS * ctx } else { kv.pool_tokens.max(ctx) };
         let pool = KvPool::new(shape, pool_tokens.div_ceil(kv.block_tokens.max(1)), kv.fault)?;
         let cpu = Cpu::new(options.threads.max(1));

@@ -8,11 +8,13 @@
 //! [`FaultConfig`](crate::fault::FaultConfig) switch so that its test can fail.
 //!
 //! - `owner.rs`: tenants and owners;
-//! - `pool.rs`: block memory, reference counts, free list, zero-fill, counters;
+//! - `arena.rs`: block memory, one slab per (layer, KV head), reached under block locks;
+//! - `pool.rs`: reference counts, free list, zero-fill, counters;
 //! - `prefix.rs`: the salted, chained prefix index;
 //! - `seq.rs`: a sequence's block table, checked reads and writes, provenance;
 //! - `mirror.rs`: the hook through which device copies of blocks follow zero-fills.
 
+mod arena;
 mod mirror;
 mod owner;
 mod pool;

@@ -15,14 +15,17 @@
 //!   (released, zero-fill deferred: only with the `stale_kv` fault on).
 //! - Lock order: the state mutex, then a block's lock. Readers of block data take only
 //!   block locks, so a reader never waits on the state mutex while holding a block.
+//! - Block memory (`arena.rs`) is reached only through the block's lock.
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
 
-use half::f16;
 
+pub(crate) use super::arena::BlockRead;
+use super::arena::{Arena, Block, BlockWrite};
+pub use super::arena::BlockShape;
 use super::mirror::BlockMirror;
 use super::owner::{Owner, Tenant};
 use super::prefix::PrefixIndex;
@@ -35,44 +38,6 @@ pub type BlockId = usize;
 /// Released blocks kept unzeroed for the `stale_kv` fault (the "asynchronous clear"
 /// window of the production bug).
 const STALE_WINDOW_BLOCKS: usize = 8;
-
-/// The size of every block.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BlockShape {
-    pub layers: usize,
-    /// Positions per block (a power of two).
-    pub block_tokens: usize,
-    /// Values of one position's key (or value) row.
-    pub kv_dim: usize,
-}
-
-impl BlockShape {
-    /// Values of one block: keys then values.
-    fn elements(&self) -> usize {
-        2 * self.layers * self.block_tokens * self.kv_dim
-    }
-
-    /// Offset of `layer`'s keys in a block (`[kv_dim, block_tokens]`, transposed).
-    pub(crate) fn key_offset(&self, layer: usize) -> usize {
-        layer * self.block_tokens * self.kv_dim
-    }
-
-    /// Offset of `layer`'s value rows in a block (`[block_tokens, kv_dim]`).
-    pub(crate) fn value_offset(&self, layer: usize) -> usize {
-        (self.layers + layer) * self.block_tokens * self.kv_dim
-    }
-}
-
-/// One block's memory and the tag of whose data it holds.
-pub(crate) struct Block {
-    pub(crate) owner: Option<Owner>,
-    /// f16, like the reference's KV cache: per layer, keys `[kv_dim, block_tokens]`
-    /// (transposed: one dimension's positions are contiguous, so attention scores a
-    /// block's positions with vector loads), then per layer, values `[block_tokens,
-    /// kv_dim]` (one position's row contiguous, for the weighted sum). Empty until first
-    /// handed out, so memory grows with the blocks actually used.
-    pub(crate) data: Box<[f16]>,
-}
 
 /// A snapshot of the pool's counters (for `/metrics`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -113,12 +78,6 @@ struct Counters {
     stale_handouts: AtomicU64,
 }
 
-impl fmt::Debug for Block {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Block").field("owner", &self.owner).field("values", &self.data.len()).finish()
-    }
-}
-
 /// All KV blocks of one engine. `Sync`: sequences on several threads share it.
 pub struct KvPool {
     shape: BlockShape,
@@ -126,8 +85,10 @@ pub struct KvPool {
     state: Mutex<PoolState>,
     fault: FaultConfig,
     counters: Counters,
-    /// Device copies of the blocks (CUDA backend); host `data` then stays empty.
+    /// Device copies of the blocks (CUDA backend); the host arena is then never made.
     mirror: OnceLock<Arc<dyn BlockMirror>>,
+    /// Host block memory, made when the first block is handed out without a mirror.
+    arena: OnceLock<Arena>,
 }
 
 impl fmt::Debug for KvPool {
@@ -142,11 +103,14 @@ impl KvPool {
         if !shape.block_tokens.is_power_of_two() {
             return Err(Error::InvalidOptions { reason: format!("kv block_tokens must be a power of two, got {}", shape.block_tokens) });
         }
+        if shape.kv_heads == 0 || !shape.kv_dim.is_multiple_of(shape.kv_heads) {
+            return Err(Error::InvalidOptions { reason: format!("a KV row of {} values does not split into {} heads", shape.kv_dim, shape.kv_heads) });
+        }
         if blocks == 0 {
             return Err(Error::InvalidOptions { reason: "the KV pool needs at least one block".into() });
         }
         fault.validate()?;
-        let memory = (0..blocks).map(|_| RwLock::new(Block { owner: None, data: Box::default() })).collect();
+        let memory = (0..blocks).map(|_| RwLock::new(Block { owner: None })).collect();
         let state = PoolState {
             refs: vec![0; blocks],
             // Popped from the back: low ids first.
@@ -154,7 +118,7 @@ impl KvPool {
             pending: VecDeque::new(),
             prefix: PrefixIndex::new(!fault.unsalted_prefix_cache),
         };
-        Ok(KvPool { shape, blocks: memory, state: Mutex::new(state), fault, counters: Counters::default(), mirror: OnceLock::new() })
+        Ok(KvPool { shape, blocks: memory, state: Mutex::new(state), fault, counters: Counters::default(), mirror: OnceLock::new(), arena: OnceLock::new() })
     }
 
     pub fn shape(&self) -> BlockShape {
@@ -222,11 +186,10 @@ impl KvPool {
     /// A zeroed block for `owner` (reclaiming pending or cached blocks when none is free).
     pub(crate) fn allocate(&self, owner: &Owner) -> Result<BlockId> {
         let mut st = self.lock();
+        self.materialize()?;
         let id = self.take_free(&mut st)?;
         st.refs[id] = 1;
-        let mut block = self.write(id);
-        self.materialize(&mut block);
-        block.owner = Some(owner.clone());
+        self.write(id).owner = Some(owner.clone());
         Ok(id)
     }
 
@@ -245,7 +208,9 @@ impl KvPool {
     /// and returned to the free list.
     pub(crate) fn release(&self, ids: &[BlockId]) {
         let mut st = self.lock();
-        for &id in ids {
+        // Last first: the free list hands out its top first, so the next sequence gets
+        // these blocks in ascending order, one contiguous run per slab of the arena.
+        for &id in ids.iter().rev() {
             self.release_one(&mut st, id);
         }
     }
@@ -262,8 +227,7 @@ impl KvPool {
         {
             let src = self.read(id);
             let mut dst = self.write(copy);
-            self.materialize(&mut dst);
-            dst.data.iter_mut().zip(src.data.iter()).for_each(|(d, s)| *d = *s);
+            dst.copy_from(&src);
             if let Some(m) = self.mirror.get() {
                 m.copy(id, copy);
             }
@@ -308,17 +272,19 @@ impl KvPool {
         Error::Isolation { violation }
     }
 
-    pub(crate) fn read(&self, id: BlockId) -> RwLockReadGuard<'_, Block> {
-        self.blocks[id].read().unwrap_or_else(PoisonError::into_inner)
+    pub(crate) fn read(&self, id: BlockId) -> BlockRead<'_> {
+        let guard = self.blocks[id].read().unwrap_or_else(PoisonError::into_inner);
+        BlockRead::new(guard, self.arena.get(), id)
     }
 
     /// The block's lock, or `None` when `id` is outside the pool.
-    pub(crate) fn try_read(&self, id: BlockId) -> Option<RwLockReadGuard<'_, Block>> {
-        self.blocks.get(id).map(|b| b.read().unwrap_or_else(PoisonError::into_inner))
+    pub(crate) fn try_read(&self, id: BlockId) -> Option<BlockRead<'_>> {
+        (id < self.blocks.len()).then(|| self.read(id))
     }
 
-    pub(crate) fn write(&self, id: BlockId) -> RwLockWriteGuard<'_, Block> {
-        self.blocks[id].write().unwrap_or_else(PoisonError::into_inner)
+    pub(crate) fn write(&self, id: BlockId) -> BlockWrite<'_> {
+        let guard = self.blocks[id].write().unwrap_or_else(PoisonError::into_inner);
+        BlockWrite::new(guard, self.arena.get(), id)
     }
 
     fn lock(&self) -> MutexGuard<'_, PoolState> {
@@ -365,18 +331,27 @@ impl KvPool {
         st.free.push(id);
     }
 
-    /// Gives a block its (zeroed) memory the first time it is handed out.
-    fn materialize(&self, block: &mut Block) {
-        if block.data.is_empty() && self.mirror.get().is_none() {
-            block.data = vec![f16::ZERO; self.shape.elements()].into_boxed_slice();
+    /// Makes the host arena when the first block is handed out (unless a mirror holds
+    /// the blocks). Called with the state lock held, so only one thread makes it.
+    fn materialize(&self) -> Result<()> {
+        if self.mirror.get().is_some() || self.arena.get().is_some() {
+            return Ok(());
         }
+        let blocks = self.blocks.len();
+        let arena = Arena::zeroed(self.shape, blocks).ok_or_else(|| {
+            let mib = (blocks * 2 * self.shape.layers * self.shape.block_tokens * self.shape.kv_dim * 2) >> 20;
+            Error::InvalidOptions { reason: format!("the KV pool's {blocks} blocks ({mib} MiB) could not be allocated; configure fewer pool tokens") }
+        })?;
+        // Cannot fail: the state lock is held, and nothing else sets the arena.
+        let _ = self.arena.set(arena);
+        Ok(())
     }
 
     /// Zero-fills a block (unless the fault says not to) and removes its tag.
     fn scrub(&self, id: BlockId) {
         let mut block = self.write(id);
         if !self.fault.skip_zero_fill {
-            block.data.fill(f16::ZERO);
+            block.zero();
             if let Some(m) = self.mirror.get() {
                 m.zero(id);
             }

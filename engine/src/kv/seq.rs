@@ -15,13 +15,10 @@
 //! - Dropping the sequence releases every block (zero-filled before reuse), so aborts and
 //!   errors cannot leak blocks.
 
-use std::ops::Range;
-use std::sync::RwLockReadGuard;
-
 use half::f16;
 
 use super::owner::{Owner, Tenant};
-use super::pool::{Block, BlockId, KvPool};
+use super::pool::{BlockId, BlockRead, KvPool};
 use super::prefix::ROOT;
 use super::Violation;
 use crate::error::{Error, Result};
@@ -169,15 +166,15 @@ impl<'p> SequenceKv<'p> {
             drop(block);
             return Err(self.pool.violation(Violation::ForeignBlock { block: id, position: pos }));
         }
-        let (bt, kv_dim) = (shape.block_tokens, shape.kv_dim);
+        let (bt, hd) = (shape.block_tokens, shape.head_dim());
         let slot = pos & (bt - 1);
-        let keys = &mut block.data[shape.key_offset(layer)..][..bt * kv_dim];
-        for (dst, src) in keys.iter_mut().skip(slot).step_by(bt).zip(key) {
-            *dst = f16::from_f32(*src);
-        }
-        let v_at = shape.value_offset(layer) + slot * kv_dim;
-        for (dst, src) in block.data[v_at..v_at + kv_dim].iter_mut().zip(value) {
-            *dst = f16::from_f32(*src);
+        for (head, (key, value)) in key.chunks_exact(hd).zip(value.chunks_exact(hd)).enumerate() {
+            for (dst, src) in block.keys_mut(layer, head).iter_mut().skip(slot).step_by(bt).zip(key) {
+                *dst = f16::from_f32(*src);
+            }
+            for (dst, src) in block.values_mut(layer, head).iter_mut().skip(slot * hd).zip(value) {
+                *dst = f16::from_f32(*src);
+            }
         }
         Ok(())
     }
@@ -218,8 +215,7 @@ impl<'p> SequenceKv<'p> {
             }
             guards.push(block);
         }
-        let (block_tokens, kv_dim) = (shape.block_tokens, shape.kv_dim);
-        Ok(LayerKv { guards, key_at: shape.key_offset(layer), value_at: shape.value_offset(layer), block_tokens, kv_dim, readable })
+        Ok(LayerKv { guards, layer, block_tokens: shape.block_tokens, kv_heads: shape.kv_heads, readable })
     }
 
     /// Marks the reserved positions as written and offers newly full blocks to the
@@ -258,11 +254,10 @@ impl Drop for SequenceKv<'_> {
 /// blocks and, within the last one, only the readable positions.
 #[derive(Debug)]
 pub struct LayerKv<'p> {
-    guards: Vec<RwLockReadGuard<'p, Block>>,
-    key_at: usize,
-    value_at: usize,
+    guards: Vec<BlockRead<'p>>,
+    layer: usize,
     block_tokens: usize,
-    kv_dim: usize,
+    kv_heads: usize,
     readable: usize,
 }
 
@@ -272,8 +267,7 @@ pub struct HeadBlock<'a> {
     /// `[head_dim, key_stride]`: the keys of dimension `d` at positions `0..positions`
     /// start at `d * key_stride` (the last row ends at `positions`).
     pub keys: &'a [f16],
-    /// `[positions, value_stride]` from the head's first dimension: position `p`'s values
-    /// start at `p * value_stride` (the last row ends at the head's last dimension).
+    /// `[positions, value_stride]`: position `p`'s values start at `p * value_stride`.
     pub values: &'a [f16],
     /// Readable positions of the block; nothing past them is served.
     pub positions: usize,
@@ -292,18 +286,23 @@ impl LayerKv<'_> {
         self.block_tokens
     }
 
-    /// Dimensions `dims` (one KV head, within `kv_dim`) of block `index`'s readable
-    /// positions; `None` past the checked range.
-    pub fn head_block(&self, index: usize, dims: Range<usize>) -> Option<HeadBlock<'_>> {
-        let (bt, kd) = (self.block_tokens, self.kv_dim);
+    /// KV head `head` of block `index`'s readable positions; `None` past the checked
+    /// range (or when the blocks live on a device).
+    pub fn head_block(&self, index: usize, head: usize) -> Option<HeadBlock<'_>> {
+        let bt = self.block_tokens;
         let positions = self.readable.checked_sub(index * bt)?.min(bt);
-        if positions == 0 || dims.is_empty() || dims.end > kd {
+        if positions == 0 || head >= self.kv_heads {
             return None;
         }
-        let data = &self.guards.get(index)?.data;
-        let keys = data.get(self.key_at + dims.start * bt..self.key_at + (dims.end - 1) * bt + positions)?;
-        let values = data.get(self.value_at + dims.start..self.value_at + (positions - 1) * kd + dims.end)?;
-        Some(HeadBlock { keys, values, positions, key_stride: bt, value_stride: kd })
+        let block = self.guards.get(index)?;
+        let (keys, values) = (block.keys(self.layer, head), block.values(self.layer, head));
+        let head_dim = keys.len() / bt;
+        if head_dim == 0 {
+            return None;
+        }
+        let keys = keys.get(..(head_dim - 1) * bt + positions)?;
+        let values = values.get(..positions * head_dim)?;
+        Some(HeadBlock { keys, values, positions, key_stride: bt, value_stride: head_dim })
     }
 
     /// The key row (`[kv_dim]`) at `pos` as f32; empty past the checked range.
@@ -313,12 +312,12 @@ impl LayerKv<'_> {
 
     /// The value row (`[kv_dim]`) at `pos` as f32; empty past the checked range.
     pub fn value(&self, pos: usize) -> Vec<f32> {
-        self.gather(pos, |b, p| b.values[p * b.value_stride..].iter().take(self.kv_dim).map(|v| v.to_f32()).collect())
+        self.gather(pos, |b, p| b.values[p * b.value_stride..][..b.value_stride].iter().map(|v| v.to_f32()).collect())
     }
 
+    /// Every head's part of position `pos`'s row, side by side.
     fn gather(&self, pos: usize, read: impl Fn(&HeadBlock<'_>, usize) -> Vec<f32>) -> Vec<f32> {
-        self.head_block(pos / self.block_tokens, 0..self.kv_dim)
-            .filter(|b| pos % self.block_tokens < b.positions)
-            .map_or_else(Vec::new, |b| read(&b, pos % self.block_tokens))
+        let (index, slot) = (pos / self.block_tokens, pos % self.block_tokens);
+        (0..self.kv_heads).map_while(|head| self.head_block(index, head).filter(|b| slot < b.positions)).flat_map(|b| read(&b, slot)).collect()
     }
 }

@@ -9,7 +9,7 @@ use super::*;
 use crate::error::{Error, Result};
 use crate::fault::FaultConfig;
 
-const SHAPE: BlockShape = BlockShape { layers: 2, block_tokens: 4, kv_dim: 3 };
+const SHAPE: BlockShape = BlockShape { layers: 2, block_tokens: 4, kv_dim: 3, kv_heads: 1 };
 
 fn pool(blocks: usize, fault: FaultConfig) -> Result<KvPool> {
     KvPool::new(SHAPE, blocks, fault)
@@ -61,7 +61,7 @@ fn released_blocks_read_back_zeros() -> Result<()> {
     assert_eq!(view.key(0), [1.0; 3]);
     drop(view);
     let block = pool.read(0);
-    assert!(block.data.iter().map(|v| v.to_f32()).filter(|v| *v != 1.0).all(|v| v == 0.0), "old rows were cleared");
+    assert!(block.contents().iter().map(|v| v.to_f32()).filter(|v| *v != 1.0).all(|v| v == 0.0), "old rows were cleared");
     assert!(pool.stats().zero_fills >= 1);
     Ok(())
 }
@@ -75,7 +75,7 @@ fn skip_zero_fill_leaves_the_old_rows_in_a_reused_block() -> Result<()> {
     let mut b = SequenceKv::new(&pool, Owner::new("b", "2"), 64);
     step(&mut b, &[9], 1.0)?;
     // Keys are stored transposed: position 1 of dimension 0 is the block's second value.
-    assert_eq!(pool.read(0).data[1].to_f32(), 7.0, "a's row 1 survived the release");
+    assert_eq!(pool.read(0).contents()[1].to_f32(), 7.0, "a's row 1 survived the release");
     assert_eq!(pool.stats().zero_fills, 0);
     Ok(())
 }
@@ -277,7 +277,7 @@ fn accounting_is_exact_after_a_randomized_workload_with_aborts() -> Result<()> {
     for id in 0..pool.total_blocks() {
         let block = pool.read(id);
         if block.owner.is_none() {
-            assert!(block.data.iter().all(|v| v.to_f32() == 0.0), "free block {id} is not zero");
+            assert!(block.contents().iter().all(|v| v.to_f32() == 0.0), "free block {id} is not zero");
         }
     }
     Ok(())
@@ -285,11 +285,12 @@ fn accounting_is_exact_after_a_randomized_workload_with_aborts() -> Result<()> {
 
 #[test]
 fn rows_read_back_as_written_across_blocks_and_heads() -> Result<(), Box<dyn std::error::Error>> {
-    let pool = pool(4, FaultConfig::default())?;
+    let shape = BlockShape { kv_dim: 6, kv_heads: 2, ..SHAPE };
+    let pool = KvPool::new(shape, 4, FaultConfig::default())?;
     let mut seq = SequenceKv::new(&pool, Owner::new("a", "1"), 64);
-    let n = SHAPE.block_tokens + 2;
+    let n = shape.block_tokens + 2;
     seq.reserve(&vec![1; n])?;
-    let row = |pos: usize, base: f32| -> Vec<f32> { (0..SHAPE.kv_dim).map(|d| base + (10 * pos + d) as f32).collect() };
+    let row = |pos: usize, base: f32| -> Vec<f32> { (0..shape.kv_dim).map(|d| base + (10 * pos + d) as f32).collect() };
     for pos in 0..n {
         seq.write(1, pos, &row(pos, 0.0), &row(pos, 0.5))?;
     }
@@ -298,11 +299,33 @@ fn rows_read_back_as_written_across_blocks_and_heads() -> Result<(), Box<dyn std
         assert_eq!((view.key(pos), view.value(pos)), (row(pos, 0.0), row(pos, 0.5)), "position {pos}");
     }
     assert!(view.key(n).is_empty() && view.value(n).is_empty());
-    // One head (dimensions 1..3) of the partial second block: two positions served.
-    let head = view.head_block(1, 1..3).ok_or("second block")?;
-    assert_eq!((head.positions, head.keys.len(), head.values.len()), (2, SHAPE.block_tokens + 2, SHAPE.kv_dim + 2));
-    assert_eq!(head.keys[SHAPE.block_tokens + 1].to_f32(), row(SHAPE.block_tokens + 1, 0.0)[2]);
-    assert_eq!(head.values[SHAPE.kv_dim].to_f32(), row(SHAPE.block_tokens + 1, 0.5)[1]);
-    assert!(view.head_block(2, 0..3).is_none() && view.head_block(0, 2..4).is_none());
+    // The second head (dimensions 3..6) of the partial second block: two positions served.
+    let head = view.head_block(1, 1).ok_or("second block")?;
+    let (bt, hd) = (shape.block_tokens, shape.head_dim());
+    assert_eq!((head.positions, head.keys.len(), head.values.len()), (2, (hd - 1) * bt + 2, 2 * hd));
+    assert_eq!(head.keys[bt + 1].to_f32(), row(bt + 1, 0.0)[hd + 1], "dimension 1 of the head at the block's position 1");
+    assert_eq!(head.values[hd + 2].to_f32(), row(bt + 1, 0.5)[hd + 2]);
+    assert!(view.head_block(2, 0).is_none() && view.head_block(0, 2).is_none());
     Ok(())
+}
+
+/// The arena streams a sequence's blocks as one run per head only if they come in order:
+/// a finished sequence's blocks go back so that the next one gets them ascending.
+#[test]
+fn a_new_sequence_reuses_released_blocks_in_ascending_order() -> Result<()> {
+    let pool = pool(8, FaultConfig::default())?;
+    let mut a = SequenceKv::uncached(&pool, Owner::new("a", "1"), 64);
+    step(&mut a, &[1; 10], 1.0)?;
+    assert_eq!(a.blocks(), [0, 1, 2]);
+    drop(a);
+    let mut b = SequenceKv::uncached(&pool, Owner::new("b", "2"), 64);
+    step(&mut b, &[2; 14], 1.0)?;
+    assert_eq!(b.blocks(), [0, 1, 2, 3]);
+    Ok(())
+}
+
+#[test]
+fn a_row_must_split_into_whole_heads() {
+    let uneven = BlockShape { kv_dim: 6, kv_heads: 4, ..SHAPE };
+    assert!(matches!(KvPool::new(uneven, 4, FaultConfig::default()), Err(Error::InvalidOptions { .. })));
 }

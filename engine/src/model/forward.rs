@@ -278,7 +278,7 @@ impl Llama {
         cpu.pool.par_tiles(out, qd, ATTENTION_TOKEN_STEP, group * hd, &|rows, cols, tile| {
             let kvh = cols.start / (group * hd);
             // `[blocks]` this KV head's part of every block the tile's last query sees.
-            let blocks: Vec<Option<HeadBlock<'_>>> = (0..(start + rows.end).div_ceil(bt)).map(|i| kv.head_block(i, kvh * hd..(kvh + 1) * hd)).collect();
+            let blocks: Vec<Option<HeadBlock<'_>>> = (0..(start + rows.end).div_ceil(bt)).map(|i| kv.head_block(i, kvh)).collect();
             let mut q = vec![0.0f32; cols.len()];
             // `[group, row]`: each query head's scores, then its probabilities.
             let row_len = (start + rows.end).next_multiple_of(bt);
@@ -326,8 +326,7 @@ impl Llama {
         let scale = 1.0 / (hd as f32).sqrt();
         let visible = start + 1;
         let blocks = visible.div_ceil(bt);
-        let head_block = |i: usize, kvh: usize| kv.head_block(i, kvh * hd..(kvh + 1) * hd);
-        let mut q = query.to_vec();
+                let mut q = query.to_vec();
         // The reference multiplies f16 K with Q converted to f16.
         ops::round_to_f16(&mut q);
         // `[n_head, blocks * bt]`: every query head's scores, filled in runs of blocks.
@@ -338,7 +337,7 @@ impl Llama {
             let mut run = vec![0.0f32; group * width];
             for (j, i) in (cols.start / bt..cols.end / bt).enumerate() {
                 let (at, n) = (j * bt, (visible - i * bt).min(bt));
-                match head_block(i, kvh) {
+                match kv.head_block(i, kvh) {
                     Some(b) => attention::group_key_scores(&q[heads.start * hd..heads.end * hd], hd, b.keys, b.key_stride, scale, &mut run[at..], width, n.min(b.positions)),
                     None => run.chunks_mut(width).for_each(|s| s[at..at + n].fill(f32::NEG_INFINITY)),
                 }
@@ -361,7 +360,7 @@ impl Llama {
             let o = tile.row(0);
             o.fill(0.0);
             for i in 0..blocks {
-                if let Some(b) = head_block(i, kvh) {
+                if let Some(b) = kv.head_block(i, kvh) {
                     let (at, n) = (i * bt, (visible - i * bt).min(bt));
                     attention::group_accumulate_values(&probs[at..], visible, n, b.values.get(first..).unwrap_or(&[]), b.value_stride, o, slice);
                 }

@@ -545,7 +545,7 @@ mod tests {
     use crate::kv::{BlockShape, Owner, SequenceKv};
 
     fn pool() -> KvPool {
-        let shape = BlockShape { layers: 2, block_tokens: 4, kv_dim: 8 };
+        let shape = BlockShape { layers: 2, block_tokens: 4, kv_dim: 8, kv_heads: 2 };
         KvPool::new(shape, 16, FaultConfig::default()).unwrap_or_else(|e| panic!("{e}"))
     }
 

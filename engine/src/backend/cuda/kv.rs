@@ -139,7 +139,7 @@ mod tests {
 
     /// A pool mirrored on the device, every device block and tag filled with a pattern.
     fn filled(cuda: &Arc<Cuda>, fault: FaultConfig) -> std::result::Result<(KvPool, Arc<DeviceKv>), Box<dyn std::error::Error>> {
-        let pool = KvPool::new(BlockShape { layers: GEO.layers, block_tokens: GEO.block_tokens, kv_dim: GEO.kv_dim }, GEO.total_blocks, fault)?;
+        let pool = KvPool::new(BlockShape { layers: GEO.layers, block_tokens: GEO.block_tokens, kv_dim: GEO.kv_dim, kv_heads: 1 }, GEO.total_blocks, fault)?;
         let kv = Arc::new(DeviceKv::new(cuda.clone(), GEO)?);
         assert!(pool.attach_mirror(kv.clone()));
         {
