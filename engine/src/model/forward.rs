@@ -24,10 +24,6 @@ const ATTENTION_TOKEN_STEP: usize = 16;
 /// block size): a 700-token context makes 18 tasks of the default model's 3 KV heads.
 const SCORE_TASK_BLOCKS: usize = 8;
 
-/// Slices of a head's dimensions per value task of a single query: 32 of 64 dimensions,
-/// one cache line of each f16 value row, and 6 tasks for 3 KV heads.
-const VALUE_TASK_SLICES: usize = 2;
-
 /// How matrix products are computed.
 #[derive(Debug, Clone, Copy)]
 pub struct Path<'a> {
@@ -269,8 +265,8 @@ impl Llama {
     fn attend(&self, cpu: &Cpu, start: usize, kv: &LayerKv<'_>, qkv: &[f32], out: &mut [f32]) {
         let c = &self.config;
         let (hd, qd, kd) = (c.head_dim, c.q_dim(), c.kv_dim());
-        // One thread gains nothing from the split, and pays for its second softmax.
-        if out.len() == qd && cpu.pool.threads() > 1 && hd.is_multiple_of(VALUE_TASK_SLICES * attention::LANES) {
+        // One thread gains nothing from the split.
+        if out.len() == qd && cpu.pool.threads() > 1 {
             return self.attend_one(cpu, start, kv, &qkv[..qd], out);
         }
         let (group, bt) = (c.n_head / c.n_head_kv, kv.block_tokens());
@@ -314,19 +310,20 @@ impl Llama {
             }
         });
     }
+
     /// [`Llama::attend`] for a single query (a decode step), with the same arithmetic
-    /// split so that several threads share the work evenly: one task per KV head would
+    /// split so that several threads share the scores evenly: one task per KV head would
     /// give two threads the default model's three heads 2:1. Each score depends on one
-    /// position alone, so score tasks take (KV head, run of blocks); a value sum runs over
-    /// positions in order for each dimension on its own, so value tasks take (KV head,
-    /// slice of dimensions), each after its own softmax of the group's score rows.
+    /// position alone, so score tasks take (KV head, run of blocks); then one task per KV
+    /// head takes the softmax and the value sums. (Splitting the value sums by dimensions
+    /// too was measured slower: the two halves of a value row share cache-line pairs.)
     fn attend_one(&self, cpu: &Cpu, start: usize, kv: &LayerKv<'_>, query: &[f32], out: &mut [f32]) {
         let c = &self.config;
         let (hd, group, bt) = (c.head_dim, c.n_head / c.n_head_kv, kv.block_tokens());
         let scale = 1.0 / (hd as f32).sqrt();
         let visible = start + 1;
         let blocks = visible.div_ceil(bt);
-                let mut q = query.to_vec();
+        let mut q = query.to_vec();
         // The reference multiplies f16 K with Q converted to f16.
         ops::round_to_f16(&mut q);
         // `[n_head, blocks * bt]`: every query head's scores, filled in runs of blocks.
@@ -346,34 +343,23 @@ impl Llama {
                 tile.row(h).copy_from_slice(part);
             }
         });
-        // `[n_head_kv, VALUE_TASK_SLICES, group, slice]`: the value sums by task.
-        let slice = hd / VALUE_TASK_SLICES;
-        let mut sums = vec![0.0f32; out.len()];
-        cpu.pool.par_tiles(&mut sums, out.len(), 1, group * slice, &|_, cols, tile| {
-            let task = cols.start / (group * slice);
-            let (kvh, first) = (task / VALUE_TASK_SLICES, task % VALUE_TASK_SLICES * slice);
-            let mut probs = vec![0.0f32; group * visible];
-            for (g, p) in probs.chunks_exact_mut(visible).enumerate() {
-                p.copy_from_slice(&scores[(kvh * group + g) * row_len..][..visible]);
-                attention::softmax_f16(p);
+        let qd = out.len();
+        cpu.pool.par_tiles(out, qd, 1, group * hd, &|_, cols, tile| {
+            let kvh = cols.start / (group * hd);
+            let mut probs = scores[kvh * group * row_len..(kvh + 1) * group * row_len].to_vec();
+            for p in probs.chunks_exact_mut(row_len) {
+                attention::softmax_f16(&mut p[..visible]);
             }
             let o = tile.row(0);
             o.fill(0.0);
             for i in 0..blocks {
                 if let Some(b) = kv.head_block(i, kvh) {
                     let (at, n) = (i * bt, (visible - i * bt).min(bt));
-                    attention::group_accumulate_values(&probs[at..], visible, n, b.values.get(first..).unwrap_or(&[]), b.value_stride, o, slice);
+                    attention::group_accumulate_values(&probs[at..], row_len, n, b.values, b.value_stride, o, hd);
                 }
             }
         });
-        for (task, part) in sums.chunks_exact(group * slice).enumerate() {
-            let (kvh, first) = (task / VALUE_TASK_SLICES, task % VALUE_TASK_SLICES * slice);
-            for (g, dims) in part.chunks_exact(slice).enumerate() {
-                out[(kvh * group + g) * hd + first..][..slice].copy_from_slice(dims);
-            }
-        }
     }
-
 }
 
 /// RMSNorm of every `[width]` row of `x` into `out`.
