@@ -262,38 +262,64 @@ fn duplicate_ids(all: &Parsed) -> Vec<LoadError> {
     errors
 }
 
-fn line_of(text: &str, offset: usize) -> usize {
-    text.as_bytes()[..offset.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1
+/// A file's text with the offset of every line start, so that each of the thousand-odd
+/// lines a load reports (rules, samples) is a binary search, not a count from the top.
+struct Lines<'t> {
+    text: &'t str,
+    starts: Vec<usize>,
 }
 
-/// The line of `key = ...` inside the table spanning `span`, or the table's first line.
-fn key_line(text: &str, span: &std::ops::Range<usize>, key: &str) -> usize {
-    let body = text.get(span.clone()).unwrap_or("");
-    let mut off = span.start;
-    for l in body.split_inclusive('\n') {
-        if let Some(rest) = l.trim_start().strip_prefix(key) {
-            if rest.trim_start().starts_with('=') {
-                return line_of(text, off);
-            }
-        }
-        off += l.len();
+impl<'t> Lines<'t> {
+    fn new(text: &'t str) -> Lines<'t> {
+        let starts = std::iter::once(0).chain(text.bytes().enumerate().filter(|&(_, b)| b == b'\n').map(|(i, _)| i + 1)).collect();
+        Lines { text, starts }
     }
-    line_of(text, span.start)
-}
 
-/// Line of each sample string inside the table, found by its literal text.
-fn sample_lines(text: &str, span: &std::ops::Range<usize>, key: &str, samples: &[String]) -> Vec<usize> {
-    let body = text.get(span.clone()).unwrap_or("");
-    let fallback = key_line(text, span, key);
-    samples.iter().map(|s| body.find(s.as_str()).filter(|_| !s.is_empty()).map_or(fallback, |i| line_of(text, span.start + i))).collect()
+    /// The 1-based line holding byte `offset`.
+    fn of(&self, offset: usize) -> usize {
+        self.starts.partition_point(|&s| s <= offset.min(self.text.len()))
+    }
+
+    /// The line of `key = ...` inside the table spanning `span`, or the table's first line.
+    fn key(&self, span: &std::ops::Range<usize>, key: &str) -> usize {
+        let body = self.text.get(span.clone()).unwrap_or("");
+        let mut off = span.start;
+        for l in body.split_inclusive('\n') {
+            if let Some(rest) = l.trim_start().strip_prefix(key) {
+                if rest.trim_start().starts_with('=') {
+                    return self.of(off);
+                }
+            }
+            off += l.len();
+        }
+        self.of(span.start)
+    }
+
+    /// Line of each sample string inside the table, found by its literal text.
+    fn samples(&self, span: &std::ops::Range<usize>, key: &str, samples: &[String]) -> Vec<usize> {
+        let body = self.text.get(span.clone()).unwrap_or("");
+        let fallback = self.key(span, key);
+        samples.iter().map(|s| body.find(s.as_str()).filter(|_| !s.is_empty()).map_or(fallback, |i| self.of(span.start + i))).collect()
+    }
+
+    /// The line of the key a deserialisation error names (`message` quotes it in
+    /// backticks), or the table's first line.
+    fn field_error(&self, span: &std::ops::Range<usize>, table: &toml::Table, message: &str) -> usize {
+        let named = message.split('`').nth(1).unwrap_or("");
+        match table.keys().find(|k| k.as_str() == named) {
+            Some(key) => self.key(span, key),
+            None => self.of(span.start),
+        }
+    }
 }
 
 fn parse_file(file: &str, text: &str, allow: &mut AllowCache) -> Parsed {
     let mut out = Parsed::default();
+    let lines = Lines::new(text);
     let raw: RawFile = match toml::from_str(text) {
         Ok(r) => r,
         Err(e) => {
-            let line = e.span().map_or(0, |s| line_of(text, s.start));
+            let line = e.span().map_or(0, |s| lines.of(s.start));
             out.errors.push(LoadError { file: file.into(), line, rule_id: None, reason: e.message().trim().to_string() });
             return out;
         }
@@ -306,19 +332,19 @@ fn parse_file(file: &str, text: &str, allow: &mut AllowCache) -> Parsed {
         let parsed: RawRule = match toml::Value::Table(t.clone()).try_into() {
             Ok(r) => r,
             Err(e) => {
-                out.errors.push(err(field_error_line(text, &span, &t, e.message()), e.message().trim().to_string()));
+                out.errors.push(err(lines.field_error(&span, &t, e.message()), e.message().trim().to_string()));
                 continue;
             }
         };
         let origin = Origin {
             file: file.into(),
-            line: line_of(text, span.start),
-            must_match_lines: sample_lines(text, &span, "must_match", &parsed.must_match),
-            must_not_match_lines: sample_lines(text, &span, "must_not_match", &parsed.must_not_match),
+            line: lines.of(span.start),
+            must_match_lines: lines.samples(&span, "must_match", &parsed.must_match),
+            must_not_match_lines: lines.samples(&span, "must_not_match", &parsed.must_not_match),
         };
         match parsed.compile_sharing(allow) {
             Ok(rule) => out.rules.push((rule, origin)),
-            Err(errs) => out.errors.extend(errs.into_iter().map(|FieldError { key, reason }| err(key_line(text, &span, key), reason))),
+            Err(errs) => out.errors.extend(errs.into_iter().map(|FieldError { key, reason }| err(lines.key(&span, key), reason))),
         }
     }
     for table in raw.canary {
@@ -326,13 +352,13 @@ fn parse_file(file: &str, text: &str, allow: &mut AllowCache) -> Parsed {
         let t = table.into_inner();
         let id = t.get("id").and_then(|v| v.as_str()).map(str::to_string);
         let err = |line: usize, reason: String| LoadError { file: file.into(), line, rule_id: id.clone(), reason };
-        let origin = Origin { file: file.into(), line: line_of(text, span.start), must_match_lines: vec![], must_not_match_lines: vec![] };
+        let origin = Origin { file: file.into(), line: lines.of(span.start), must_match_lines: vec![], must_not_match_lines: vec![] };
         match toml::Value::Table(t.clone()).try_into::<RawCanary>() {
             Ok(raw) => match raw.compile() {
                 Ok(c) => out.canaries.push((c, origin)),
-                Err(errs) => out.errors.extend(errs.into_iter().map(|FieldError { key, reason }| err(key_line(text, &span, key), reason))),
+                Err(errs) => out.errors.extend(errs.into_iter().map(|FieldError { key, reason }| err(lines.key(&span, key), reason))),
             },
-            Err(e) => out.errors.push(err(field_error_line(text, &span, &t, e.message()), e.message().trim().to_string())),
+            Err(e) => out.errors.push(err(lines.field_error(&span, &t, e.message()), e.message().trim().to_string())),
         }
     }
     out
@@ -340,19 +366,17 @@ fn parse_file(file: &str, text: &str, allow: &mut AllowCache) -> Parsed {
 
 /// Serde names the offending key in backticks (`unknown field `foo``, `missing field `id``);
 /// point at that key's line when it is in the table, else at the table.
-fn field_error_line(text: &str, span: &std::ops::Range<usize>, table: &toml::Table, message: &str) -> usize {
-    let named = message.split('`').nth(1).unwrap_or("");
-    let key = table.keys().find(|k| k.as_str() == named).map_or("", String::as_str);
-    if key.is_empty() {
-        line_of(text, span.start)
-    } else {
-        key_line(text, span, key)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lines_are_counted_from_one_at_every_offset() {
+        let lines = Lines::new("ab\ncd\n\nef");
+        let got: Vec<usize> = (0..=12).map(|i| lines.of(i)).collect();
+        // The newline ends its line; offsets past the end belong to the last line.
+        assert_eq!(got, [1, 1, 1, 2, 2, 2, 3, 4, 4, 4, 4, 4, 4]);
+    }
 
     fn load(text: &str) -> Result<Ruleset, LoadErrors> {
         Ruleset::load_sources(&[("a.toml".to_string(), text.to_string())], LoadOptions::default())
