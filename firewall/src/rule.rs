@@ -13,6 +13,7 @@
 //! a finding depend only on the text around it, so streaming agrees with one-shot scanning.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use regex::{Regex, RegexBuilder};
 use regex_automata::meta::Regex as MetaRegex;
@@ -99,9 +100,11 @@ pub struct Rule {
     pub severity: Severity,
     pub action: Action,
     /// The pattern that runs (the ASCII twin of the one written: ASCII word boundaries,
-    /// ASCII-only case folds), shared by every search of the rule: a clone shares the
-    /// compiled program.
-    pub regex: MetaRegex,
+    /// ASCII-only case folds), shared by every search of the rule. Shared by `Arc`, not
+    /// cloned: a clone of a meta regex starts a pool of search caches of its own, and the
+    /// lazy DFA states that checking the samples builds at load are worth keeping for
+    /// the scans that follow.
+    pub regex: Arc<MetaRegex>,
     /// Capture index of the secret; 0 = the whole match.
     pub secret_group: usize,
     /// ASCII-lowercased keywords; empty = the rule runs on every text.
@@ -205,7 +208,7 @@ impl RawRule {
         // never larger), so only the twin is compiled; the one written is compiled when
         // the twin fails, to word the error in terms of what the author wrote.
         let regex = match hir.as_ref().map(|h| compile_hir(h, reach.is_none())) {
-            Some(Ok(re)) => Some(re),
+            Some(Ok(re)) => Some(Arc::new(re)),
             twin => {
                 let twin_error = twin.and_then(Result::err);
                 let e = compile_regex(&self.regex).err().or(twin_error).unwrap_or_else(|| "the pattern does not parse".into());

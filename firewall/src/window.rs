@@ -20,6 +20,8 @@
 //! the unanchored walk over the whole text (`scan::rule_matches`) reports; the tests of
 //! `scan` check it on the labelled corpus with every default rule.
 
+use std::sync::Arc;
+
 use regex_automata::meta::Regex as MetaRegex;
 use regex_automata::util::captures::Captures;
 use regex_automata::{Anchored, Input};
@@ -40,7 +42,7 @@ pub(crate) enum Verdict {
 /// Everything needed to try one rule anchored at chosen positions.
 #[derive(Debug, Clone)]
 pub(crate) struct RuleSearch {
-    regex: MetaRegex,
+    regex: Arc<MetaRegex>,
     secret_group: usize,
     /// Upper bound on the offset of the first keyword in any match; `None`: unbounded.
     pub(crate) reach: Option<usize>,
@@ -54,7 +56,7 @@ pub(crate) struct RuleSearch {
 
 impl RuleSearch {
     /// `regex` is the rule's compiled `hir`.
-    pub(crate) fn new(regex: MetaRegex, hir: &Hir, secret_group: usize, reach: Option<usize>, starts: StartFilter) -> RuleSearch {
+    pub(crate) fn new(regex: Arc<MetaRegex>, hir: &Hir, secret_group: usize, reach: Option<usize>, starts: StartFilter) -> RuleSearch {
         let mut inside = [false; 256];
         add_match_bytes(hir, &mut inside);
         RuleSearch { regex, secret_group, reach, starts, inside }
@@ -167,7 +169,7 @@ mod tests {
     fn search(pattern: &str, reach: usize) -> RuleSearch {
         let hir = regex_syntax::parse(pattern).expect("pattern parses");
         let regex = crate::rule::compile_hir(&hir, false).expect("pattern compiles");
-        RuleSearch::new(regex, &hir, 0, Some(reach), StartFilter::of(&hir))
+        RuleSearch::new(Arc::new(regex), &hir, 0, Some(reach), StartFilter::of(&hir))
     }
 
     #[test]
