@@ -84,6 +84,9 @@ pub fn scan(args: &ScanArgs) -> ExitCode {
         eprintln!("writing findings: {e}");
         outcome.errors += 1;
     }
+    // The process ends here: freeing the compiled rules one allocation at a time would
+    // cost 5 % of what loading them did, for memory the OS takes back anyway.
+    std::mem::forget(rules);
     match outcome {
         Outcome { errors: 1.., .. } => ExitCode::from(2),
         Outcome { findings: 1.., .. } => ExitCode::from(1),
