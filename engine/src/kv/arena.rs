@@ -19,7 +19,7 @@ use std::alloc::Layout;
 use std::cell::UnsafeCell;
 use std::fmt;
 use std::ops::{Deref, DerefMut, Range};
-use std::sync::{RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use half::f16;
 
@@ -162,8 +162,11 @@ pub(crate) struct BlockWrite<'p> {
 }
 
 impl<'p> BlockRead<'p> {
-    /// `guard` is block `id`'s read lock.
-    pub(crate) fn new(guard: RwLockReadGuard<'p, Block>, arena: Option<&'p Arena>, id: BlockId) -> Self {
+    /// Read-locks block `id` of `blocks` (the pool's locks, one per block of `arena`;
+    /// an `id` outside them panics like an index). Taking the lock here, not from the
+    /// caller, is what ties the memory handed out to the lock held.
+    pub(crate) fn lock(blocks: &'p [RwLock<Block>], arena: Option<&'p Arena>, id: BlockId) -> Self {
+        let guard = blocks[id].read().unwrap_or_else(PoisonError::into_inner);
         BlockRead { guard, arena, id }
     }
 
@@ -195,8 +198,9 @@ impl<'p> BlockRead<'p> {
 }
 
 impl<'p> BlockWrite<'p> {
-    /// `guard` is block `id`'s write lock.
-    pub(crate) fn new(guard: RwLockWriteGuard<'p, Block>, arena: Option<&'p Arena>, id: BlockId) -> Self {
+    /// Write-locks block `id` of `blocks`, as [`BlockRead::lock`].
+    pub(crate) fn lock(blocks: &'p [RwLock<Block>], arena: Option<&'p Arena>, id: BlockId) -> Self {
+        let guard = blocks[id].write().unwrap_or_else(PoisonError::into_inner);
         BlockWrite { guard, arena, id }
     }
 

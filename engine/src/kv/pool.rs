@@ -273,8 +273,7 @@ impl KvPool {
     }
 
     pub(crate) fn read(&self, id: BlockId) -> BlockRead<'_> {
-        let guard = self.blocks[id].read().unwrap_or_else(PoisonError::into_inner);
-        BlockRead::new(guard, self.arena.get(), id)
+        BlockRead::lock(&self.blocks, self.arena.get(), id)
     }
 
     /// The block's lock, or `None` when `id` is outside the pool.
@@ -283,8 +282,7 @@ impl KvPool {
     }
 
     pub(crate) fn write(&self, id: BlockId) -> BlockWrite<'_> {
-        let guard = self.blocks[id].write().unwrap_or_else(PoisonError::into_inner);
-        BlockWrite::new(guard, self.arena.get(), id)
+        BlockWrite::lock(&self.blocks, self.arena.get(), id)
     }
 
     fn lock(&self) -> MutexGuard<'_, PoolState> {
