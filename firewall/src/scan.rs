@@ -274,17 +274,7 @@ impl Ruleset {
         let Scratch { hits, regions, captures } = &mut scratch;
         self.keyword_hits(text, hits);
         for (i, (hits, caps)) in hits.iter_mut().zip(captures.iter_mut()).enumerate() {
-            let (Some(rule), Some(search)) = (self.rules.get(i), e.searches.get(i)) else { continue };
-            if hits.is_empty() && !rule.keywords.is_empty() {
-                continue;
-            }
-            if search.reach.is_none() {
-                rule_matches(rule, text, 0, 0, usize::MAX, &mut out);
-                continue;
-            }
-            hits.sort_unstable();
-            search.regions(text.as_bytes(), hits, regions);
-            search.walk_regions(text, regions, caps, |found| judge(rule, text, 0, found, KeywordCheck::Hits(hits), &mut out));
+            self.rule_one_shot(i, text, hits, regions, caps, &mut out);
         }
         e.give_back(scratch);
         if e.canary.is_some() {
@@ -293,6 +283,22 @@ impl Ruleset {
         detect::scan_text(text, ctx, detectors, &mut out);
         Finding::sort(&mut out);
         out
+    }
+
+    /// Rule `i`'s one-shot findings in `text`, given every hit of its keywords there
+    /// (`hits`, any order; sorted here). `regions` and `caps` are scratch.
+    fn rule_one_shot(&self, i: usize, text: &str, hits: &mut [(usize, usize)], regions: &mut Vec<(usize, usize)>, caps: &mut Option<Captures>, out: &mut Vec<Finding>) {
+        let (Some(rule), Some(search)) = (self.rules.get(i), self.engine.searches.get(i)) else { return };
+        if hits.is_empty() && !rule.keywords.is_empty() {
+            return;
+        }
+        if search.reach.is_none() {
+            rule_matches(rule, text, 0, 0, usize::MAX, out);
+            return;
+        }
+        hits.sort_unstable();
+        search.regions(text.as_bytes(), hits, regions);
+        search.walk_regions(text, regions, caps, |found| judge(rule, text, 0, found, KeywordCheck::Hits(hits), out));
     }
 
     /// Sets `hits` to `[rules] (start, end) of that rule's keyword hits in text` (unsorted).
@@ -369,11 +375,14 @@ impl Ruleset {
             .rules
             .iter()
             .zip(&self.origins)
-            .map(|(rule, origin)| {
+            .enumerate()
+            .map(|(i, (rule, origin))| {
                 let mut failures = Vec::new();
+                // The samples go the way one-shot scanning goes (and warm the same caches).
                 let count = |text: &str| {
-                    let mut v = Vec::new();
-                    rule_matches(rule, text, 0, 0, usize::MAX, &mut v);
+                    let (mut hits, mut regions, mut v) = (own_keyword_hits(rule, text), Vec::new(), Vec::new());
+                    let mut caps = self.engine.searches.get(i).and_then(RuleSearch::captures);
+                    self.rule_one_shot(i, text, &mut hits, &mut regions, &mut caps, &mut v);
                     v.len()
                 };
                 for (k, s) in rule.must_match.iter().enumerate() {
@@ -423,6 +432,21 @@ fn rule_matches(rule: &Rule, hay: &str, base: usize, from: usize, until: usize, 
         };
     }
     at.max(until)
+}
+
+/// Every occurrence of `rule`'s keywords in `text`, overlapping ones too, as `(start,
+/// end)`: what the keyword pass reports for the rule, found directly in a short text.
+fn own_keyword_hits(rule: &Rule, text: &str) -> Vec<(usize, usize)> {
+    let bytes = text.as_bytes();
+    let mut hits = Vec::new();
+    for (k, word) in rule.keywords.iter().enumerate() {
+        if word.is_empty() || rule.keywords[..k].contains(word) {
+            continue;
+        }
+        let n = word.len();
+        hits.extend(bytes.windows(n).enumerate().filter(|(_, w)| w.eq_ignore_ascii_case(word.as_bytes())).map(|(at, _)| (at, at + n)));
+    }
+    hits
 }
 
 /// The position of the character after the one starting at `at`.
