@@ -234,6 +234,25 @@ pub fn softmax_f16(x: &mut [f32]) -> bool {
     }
 }
 
+/// [`ops::swiglu`](super::ops::swiglu); `false` without the features.
+#[inline]
+pub fn swiglu(gate: &mut [f32], up: &[f32]) -> bool {
+    if !available() {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: the features were detected above; the body stays inside both slices.
+        unsafe { swiglu_avx2(gate, up) };
+        true
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (gate, up);
+        false
+    }
+}
+
 /// [`attention::exp_shifted`]; `false` without the features.
 #[inline]
 pub fn exp_shifted(x: &mut [f32], scale: f32) -> bool {
@@ -491,6 +510,28 @@ unsafe fn exp8(x: __m256) -> __m256 {
     // NaN and everything below the floor (masked positions: -inf) give 0.
     let live = _mm256_cmp_ps::<_CMP_GE_OQ>(x, _mm256_set1_ps(attention::EXP_MIN));
     _mm256_and_ps(_mm256_mul_ps(y, pow2), live)
+}
+
+/// `ops::silu(gate) * up` on 8 lanes, operation for operation, then the tail portably.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn swiglu_avx2(gate: &mut [f32], up: &[f32]) {
+    let n = gate.len().min(up.len());
+    let whole = n / LANES * LANES;
+    let (g, u) = (gate.as_mut_ptr(), up.as_ptr());
+    // SAFETY (whole body): vector accesses cover `[i, i + 8)` with `i + 8 <= whole <= n`.
+    unsafe {
+        let (one, sign, zero) = (_mm256_set1_ps(1.0), _mm256_set1_ps(-0.0), _mm256_setzero_ps());
+        for i in (0..whole).step_by(LANES) {
+            let x = _mm256_loadu_ps(g.add(i));
+            // `-|x|`: the sign bit set.
+            let e = exp8(_mm256_or_ps(x, sign));
+            let s = _mm256_blendv_ps(e, one, _mm256_cmp_ps::<_CMP_GE_OQ>(x, zero));
+            let silu = _mm256_div_ps(_mm256_mul_ps(x, s), _mm256_add_ps(one, e));
+            _mm256_storeu_ps(g.add(i), _mm256_mul_ps(silu, _mm256_loadu_ps(u.add(i))));
+        }
+    }
+    super::ops::swiglu_portable(&mut gate[whole..n], &up[whole..n]);
 }
 
 /// Softmax rounded to f16, in the portable twin's order: max, exponentials summed in 8
