@@ -338,7 +338,7 @@ impl KvPool {
         let blocks = self.blocks.len();
         let arena = Arena::zeroed(self.shape, blocks).ok_or_else(|| {
             let mib = (blocks * 2 * self.shape.layers * self.shape.block_tokens * self.shape.kv_dim * 2) >> 20;
-            Error::InvalidOptions { reason: format!("the KV pool's {blocks} blocks ({mib} MiB) could not be allocated; configure fewer pool tokens") }
+            Error::InvalidOptions { reason: format!("the KV pool's {blocks} blocks ({mib} MiB) could not be allocated: lower `context_tokens` (the pool holds four contexts) or the pool size") }
         })?;
         // Cannot fail: the state lock is held, and nothing else sets the arena.
         let _ = self.arena.set(arena);

@@ -324,6 +324,17 @@ fn a_new_sequence_reuses_released_blocks_in_ascending_order() -> Result<()> {
     Ok(())
 }
 
+/// 420 TB of blocks: the arena cannot be had, and the first block handed out says so
+/// (rather than the process aborting).
+#[test]
+fn a_pool_too_large_for_memory_is_an_error_at_the_first_block() -> Result<()> {
+    let huge = BlockShape { layers: 1000, block_tokens: 1024, kv_dim: 1024, kv_heads: 1 };
+    let pool = KvPool::new(huge, 100_000, FaultConfig::default())?;
+    let mut seq = SequenceKv::new(&pool, Owner::new("a", "1"), 64);
+    assert!(matches!(seq.reserve(&[1]), Err(Error::InvalidOptions { .. })));
+    Ok(())
+}
+
 #[test]
 fn a_row_must_split_into_whole_heads() {
     let uneven = BlockShape { kv_dim: 6, kv_heads: 4, ..SHAPE };
