@@ -302,8 +302,9 @@ impl<'t> Lines<'t> {
         samples.iter().map(|s| body.find(s.as_str()).filter(|_| !s.is_empty()).map_or(fallback, |i| self.of(span.start + i))).collect()
     }
 
-    /// The line of the key a deserialisation error names (`message` quotes it in
-    /// backticks), or the table's first line.
+    /// The line of the key a deserialisation error names (serde quotes it in backticks:
+    /// `unknown field `foo``, `missing field `id``) when it is in the table, else the
+    /// table's first line.
     fn field_error(&self, span: &std::ops::Range<usize>, table: &toml::Table, message: &str) -> usize {
         let named = message.split('`').nth(1).unwrap_or("");
         match table.keys().find(|k| k.as_str() == named) {
@@ -364,8 +365,6 @@ fn parse_file(file: &str, text: &str, allow: &mut AllowCache) -> Parsed {
     out
 }
 
-/// Serde names the offending key in backticks (`unknown field `foo``, `missing field `id``);
-/// point at that key's line when it is in the table, else at the table.
 #[cfg(test)]
 mod tests {
     use super::*;

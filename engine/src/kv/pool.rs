@@ -22,7 +22,6 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
 
-
 pub(crate) use super::arena::BlockRead;
 use super::arena::{Arena, Block, BlockWrite};
 pub use super::arena::BlockShape;

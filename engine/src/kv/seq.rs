@@ -215,7 +215,7 @@ impl<'p> SequenceKv<'p> {
             }
             guards.push(block);
         }
-        Ok(LayerKv { guards, layer, block_tokens: shape.block_tokens, kv_heads: shape.kv_heads, readable })
+        Ok(LayerKv { guards, layer, block_tokens: shape.block_tokens, kv_heads: shape.kv_heads, head_dim: shape.head_dim(), readable })
     }
 
     /// Marks the reserved positions as written and offers newly full blocks to the
@@ -258,6 +258,7 @@ pub struct LayerKv<'p> {
     layer: usize,
     block_tokens: usize,
     kv_heads: usize,
+    head_dim: usize,
     readable: usize,
 }
 
@@ -294,15 +295,11 @@ impl LayerKv<'_> {
         if positions == 0 || head >= self.kv_heads {
             return None;
         }
-        let block = self.guards.get(index)?;
-        let (keys, values) = (block.keys(self.layer, head), block.values(self.layer, head));
-        let head_dim = keys.len() / bt;
-        if head_dim == 0 {
-            return None;
-        }
-        let keys = keys.get(..(head_dim - 1) * bt + positions)?;
-        let values = values.get(..positions * head_dim)?;
-        Some(HeadBlock { keys, values, positions, key_stride: bt, value_stride: head_dim })
+        let (block, hd) = (self.guards.get(index)?, self.head_dim);
+        // A block on a device has empty pieces here: `get` refuses them.
+        let keys = block.keys(self.layer, head).get(..(hd.checked_sub(1)? * bt + positions))?;
+        let values = block.values(self.layer, head).get(..positions * hd)?;
+        Some(HeadBlock { keys, values, positions, key_stride: bt, value_stride: hd })
     }
 
     /// The key row (`[kv_dim]`) at `pos` as f32; empty past the checked range.
