@@ -48,7 +48,11 @@ impl<'a> Path<'a> {
         let total: usize = ws.iter().map(|w| w.rows).sum();
         out.resize(tokens * total, 0.0);
         if !self.reference {
-            acts.set(input, cols);
+            if ws.iter().all(|w| w.takes_quantized()) {
+                acts.set_quantized(&self.cpu.pool, input, cols);
+            } else {
+                acts.set(input, cols);
+            }
             return self.cpu.matmul(ws, acts, out);
         }
         let mut offset = 0;
@@ -242,17 +246,25 @@ impl Llama {
         let n = s.x.len() / c.n_embd;
         norm_rows(&s.x, &l.ffn_norm, c.rms_eps, c.n_embd, &mut s.xn);
         path.project(&[&l.gate, &l.up], &s.xn, c.n_embd, &mut s.acts, &mut s.gu)?;
-        s.h.resize(n * c.n_ff, 0.0);
-        let gu = &s.gu;
-        let ff = c.n_ff;
-        path.cpu.pool.par_tiles(&mut s.h, ff, 16, ff, &|rows, _, tile| {
-            for t in rows {
-                let out = tile.row(t);
-                out.copy_from_slice(&gu[t * 2 * ff..t * 2 * ff + ff]);
-                ops::swiglu(out, &gu[t * 2 * ff + ff..(t + 1) * 2 * ff]);
-            }
-        });
-        path.project(&[&l.down], &s.h, c.n_ff, &mut s.acts, &mut s.proj)?;
+        if !path.reference && l.down.takes_quantized() && c.n_ff.is_multiple_of(32) {
+            // The hidden activations are read only quantized: SwiGLU goes straight into
+            // the down product's blocks, with no f32 pass in between.
+            s.acts.set_swiglu(&path.cpu.pool, &s.gu, c.n_ff);
+            s.proj.resize(n * c.n_embd, 0.0);
+            path.cpu.matmul(&[&l.down], &s.acts, &mut s.proj)?;
+        } else {
+            s.h.resize(n * c.n_ff, 0.0);
+            let gu = &s.gu;
+            let ff = c.n_ff;
+            path.cpu.pool.par_tiles(&mut s.h, ff, 16, ff, &|rows, _, tile| {
+                for t in rows {
+                    let out = tile.row(t);
+                    out.copy_from_slice(&gu[t * 2 * ff..t * 2 * ff + ff]);
+                    ops::swiglu(out, &gu[t * 2 * ff + ff..(t + 1) * 2 * ff]);
+                }
+            });
+            path.project(&[&l.down], &s.h, c.n_ff, &mut s.acts, &mut s.proj)?;
+        }
         s.x.iter_mut().zip(&s.proj).for_each(|(x, p)| *x += p);
         Ok(())
     }

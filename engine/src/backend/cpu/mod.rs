@@ -39,6 +39,10 @@ const PREFILL_TOKEN_STEP: usize = 32;
 /// claiming them costs nothing measurable.
 const TASKS_PER_THREAD: usize = 8;
 
+/// Tokens per task when a batch's activations are quantized in parallel (one token, as in
+/// decode, stays on the caller).
+const QUANTIZE_TOKEN_STEP: usize = 16;
+
 /// A weight matrix `[rows, cols]` (one output per row) in a ggml format.
 #[derive(Debug, Clone)]
 pub struct Matrix {
@@ -86,6 +90,11 @@ impl Matrix {
         }
     }
 
+    /// Whether products read this matrix with quantized activations only (no f32 copy).
+    pub fn takes_quantized(&self) -> bool {
+        matches!(self.storage, Storage::Packed(_))
+    }
+
     /// Bytes of weight data (what one full pass over the matrix reads).
     pub fn bytes(&self) -> usize {
         match &self.storage {
@@ -108,11 +117,13 @@ impl Matrix {
     }
 }
 
-/// Activations for a batch of tokens, in f32 and (for integer products) 8-bit blocks.
+/// Activations for a batch of tokens, in 8-bit blocks (for integer products) and, when a
+/// float matrix will read them, in f32.
 #[derive(Debug, Default, Clone)]
 pub struct Activations {
     pub cols: usize,
-    /// `[tokens, cols]`
+    tokens: usize,
+    /// `[tokens, cols]`, or empty when only quantized products read these activations
     pub x: Vec<f32>,
     /// `[tokens, cols / 32]`
     pub q8: Vec<Q8Block>,
@@ -121,20 +132,67 @@ pub struct Activations {
 impl Activations {
     /// Loads `x` (`[tokens, cols]`) and quantizes it; reuses the buffers.
     pub fn set(&mut self, x: &[f32], cols: usize) {
+        self.load(x, cols, None);
+    }
+
+    /// [`set`](Self::set) without the f32 copy, for products whose matrices are all
+    /// quantized (a prompt's activations are megabytes: the copy is not free), with the
+    /// pool's threads quantizing rows of a batch.
+    pub fn set_quantized(&mut self, pool: &ThreadPool, x: &[f32], cols: usize) {
+        self.load(x, cols, Some(pool));
+    }
+
+    /// Keeps the f32 copy when there is no `pool` (then quantizes on the caller).
+    fn load(&mut self, x: &[f32], cols: usize, pool: Option<&ThreadPool>) {
         self.cols = cols;
+        self.tokens = x.len().checked_div(cols).unwrap_or(0);
         self.x.clear();
-        self.x.extend_from_slice(x);
-        let tokens = x.len().checked_div(cols).unwrap_or(0);
-        self.q8.resize(tokens * cols / QK, Q8Block::default());
-        if cols.is_multiple_of(QK) {
-            for (row, q) in x.chunks_exact(cols).zip(self.q8.chunks_exact_mut(cols / QK)) {
-                quant::quantize_q8(row, q);
+        self.q8.resize(self.tokens * cols / QK, Q8Block::default());
+        if !cols.is_multiple_of(QK) {
+            self.x.extend_from_slice(x);
+            return;
+        }
+        let quantize = |rows: Range<usize>, tile: &mut pool::Tile<'_, Q8Block>| {
+            for t in rows {
+                quant::quantize_q8(&x[t * cols..(t + 1) * cols], tile.row(t));
+            }
+        };
+        match pool {
+            Some(pool) => pool.par_tiles(&mut self.q8, cols / QK, QUANTIZE_TOKEN_STEP, cols / QK, &|rows, _, tile| quantize(rows, tile)),
+            None => {
+                self.x.extend_from_slice(x);
+                for (row, q) in x.chunks_exact(cols).zip(self.q8.chunks_exact_mut(cols / QK)) {
+                    quant::quantize_q8(row, q);
+                }
             }
         }
     }
 
+    /// Quantizes `silu(gate) * up` of each `[2 * cols]` row of `gu` (gate, then up) block
+    /// by block as it is made: the feed-forward's hidden activations without an f32 pass.
+    /// The blocks equal [`ops::swiglu`] then [`set_quantized`](Self::set_quantized), bit
+    /// for bit (both work element by element, then per block of 32). `cols` must be a
+    /// whole number of blocks.
+    pub fn set_swiglu(&mut self, pool: &ThreadPool, gu: &[f32], cols: usize) {
+        self.cols = cols;
+        self.tokens = gu.len().checked_div(2 * cols).unwrap_or(0);
+        self.x.clear();
+        self.q8.resize(self.tokens * cols / QK, Q8Block::default());
+        pool.par_tiles(&mut self.q8, cols / QK, QUANTIZE_TOKEN_STEP, cols / QK, &|rows, _, tile| {
+            let mut h = [0.0f32; QK];
+            for t in rows {
+                let (gate, up) = gu[2 * t * cols..2 * (t + 1) * cols].split_at(cols);
+                for ((g, u), block) in gate.chunks_exact(QK).zip(up.chunks_exact(QK)).zip(tile.row(t).iter_mut()) {
+                    h.copy_from_slice(g);
+                    ops::swiglu(&mut h, u);
+                    quant::quantize_q8(&h, std::slice::from_mut(block));
+                }
+            }
+        });
+    }
+
     pub fn tokens(&self) -> usize {
-        self.x.len().checked_div(self.cols).unwrap_or(0)
+        self.tokens
     }
 
     fn q8_row(&self, t: usize) -> &[Q8Block] {
@@ -221,6 +279,9 @@ impl Cpu {
         let total: usize = ws.iter().map(|w| w.rows).sum();
         if let Some(w) = ws.iter().find(|w| w.cols != a.cols) {
             return Err(Error::Shape { tensor: w.name.clone(), reason: format!("{} columns, activations have {}", w.cols, a.cols) });
+        }
+        if ws.iter().any(|w| !w.takes_quantized()) && a.x.len() != a.tokens() * a.cols {
+            return Err(Error::Shape { tensor: "matmul activations".into(), reason: "a float matrix needs the f32 activations, which were not kept".into() });
         }
         if out.len() != a.tokens() * total {
             return Err(Error::Shape { tensor: "matmul output".into(), reason: format!("{} values for {}x{total}", out.len(), a.tokens()) });
@@ -389,6 +450,48 @@ mod tests {
         cpu.matmul(&[&w2], &a, &mut one)?;
         for t in 0..tokens {
             assert_eq!(&both[t * 14 + 5..t * 14 + 14], &one[t * 9..t * 9 + 9]);
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn quantized_only_activations_equal_the_kept_ones_in_any_batch() -> TestResult {
+        // 35 tokens: two whole parallel steps and a partial one.
+        let (cols, tokens) = (96, 35);
+        let x = wave(tokens * cols, 2.0);
+        let mut kept = Activations::default();
+        kept.set(&x, cols);
+        for threads in [1, 2] {
+            let cpu = Cpu::new(threads);
+            let mut quantized = Activations::default();
+            quantized.set_quantized(&cpu.pool, &x, cols);
+            assert_eq!((quantized.q8.as_slice(), quantized.tokens()), (kept.q8.as_slice(), tokens));
+            assert!(quantized.x.is_empty());
+            // A float matrix needs the f32 copy: an error, not a product of nothing.
+            let w = matrix(Format::F16, 4, cols)?;
+            assert!(cpu.matmul(&[&w], &quantized, &mut vec![0.0; tokens * 4]).is_err());
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn swiglu_into_blocks_equals_swiglu_then_quantizing() -> TestResult {
+        let (cols, tokens) = (64, 35);
+        // Gate values around zero and past the exponential's range on both sides.
+        let gu: Vec<f32> = wave(tokens * 2 * cols, 3.0).iter().enumerate().map(|(i, v)| if i % 29 == 0 { v * 200.0 } else { v * 4.0 }).collect();
+        let mut h = Vec::new();
+        for row in gu.chunks_exact(2 * cols) {
+            let mut gate = row[..cols].to_vec();
+            ops::swiglu(&mut gate, &row[cols..]);
+            h.extend(gate);
+        }
+        let mut want = Activations::default();
+        want.set(&h, cols);
+        for threads in [1, 2] {
+            let cpu = Cpu::new(threads);
+            let mut got = Activations::default();
+            got.set_swiglu(&cpu.pool, &gu, cols);
+            assert_eq!((got.q8.as_slice(), got.tokens()), (want.q8.as_slice(), tokens), "{threads} threads");
         }
         Ok(())
     }

@@ -48,7 +48,10 @@ const JOINED: u64 = CLOSED - 1;
 type Job = dyn Fn(usize) + Sync;
 
 /// A task of [`ThreadPool::par_tiles`]: (rows, columns, the tile to write).
-pub type TileTask<'t> = dyn Fn(Range<usize>, Range<usize>, &mut Tile<'_>) + Sync + 't;
+pub type TileTask<'t, T = f32> = dyn Fn(Range<usize>, Range<usize>, &mut Tile<'_, T>) + Sync + 't;
+
+/// A task of [`ThreadPool::par_spans`]: (rows, span index, the tile to write).
+pub type SpanTask<'t, T = f32> = dyn Fn(Range<usize>, usize, &mut Tile<'_, T>) + Sync + 't;
 
 struct Shared {
     /// Generation, closed flag and joined count of the current job (see the constants).
@@ -226,13 +229,13 @@ impl ThreadPool {
     /// Splits the `[rows, cols]` row-major matrix `out` into tiles of `row_step` rows by
     /// `col_step` columns and calls `task(rows, cols, tile)` once per tile, in parallel.
     /// Tiles are claimed dynamically, so a busy core slows its share, not the whole step.
-    pub fn par_tiles(
+    pub fn par_tiles<T: Send>(
         &self,
-        out: &mut [f32],
+        out: &mut [T],
         cols: usize,
         row_step: usize,
         col_step: usize,
-        task: &TileTask<'_>,
+        task: &TileTask<'_, T>,
     ) {
         let col_step = col_step.max(1);
         let span = |i: usize| i * col_step..((i + 1) * col_step).min(cols);
@@ -243,13 +246,13 @@ impl ThreadPool {
     /// `task(rows, i, tile)` for every tile of `row_step` rows by `spans[i]`. The spans
     /// must be ascending, disjoint and inside `cols`; returns `false` (running nothing)
     /// when they are not.
-    pub fn par_spans(
+    pub fn par_spans<T: Send>(
         &self,
-        out: &mut [f32],
+        out: &mut [T],
         cols: usize,
         row_step: usize,
         spans: &[Range<usize>],
-        task: &(dyn Fn(Range<usize>, usize, &mut Tile<'_>) + Sync),
+        task: &SpanTask<'_, T>,
     ) -> bool {
         let ordered = spans.iter().all(|s| s.start <= s.end) && spans.windows(2).all(|w| w[0].end <= w[1].start);
         if !ordered || spans.last().is_some_and(|s| s.end > cols) {
@@ -261,14 +264,14 @@ impl ThreadPool {
 
     /// The shared loop: tiles are (row block, span index) pairs, claimed through one
     /// atomic counter. `span(i)` must give disjoint in-bounds column ranges.
-    fn par_grid(
+    fn par_grid<T: Send>(
         &self,
-        out: &mut [f32],
+        out: &mut [T],
         cols: usize,
         row_step: usize,
         n_spans: usize,
         span: &(dyn Fn(usize) -> Range<usize> + Sync),
-        task: &(dyn Fn(Range<usize>, usize, &mut Tile<'_>) + Sync),
+        task: &SpanTask<'_, T>,
     ) {
         let rows = out.len().checked_div(cols).unwrap_or(0);
         let row_step = row_step.max(1);
@@ -394,33 +397,33 @@ fn worker(s: &Shared, index: usize) {
     }
 }
 
-#[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
+struct SendPtr<T>(*mut T);
 
-impl SendPtr {
+impl<T> SendPtr<T> {
     /// A method, not a field access, so closures capture the `Sync` wrapper.
-    fn get(&self) -> *mut f32 {
+    fn get(&self) -> *mut T {
         self.0
     }
 }
-// SAFETY: the pointer is only used to build `Tile`s over disjoint regions (see `Tile`).
-unsafe impl Sync for SendPtr {}
+// SAFETY: the pointer is only used to build `Tile`s over disjoint regions (see `Tile`),
+// each handed to one thread, so the elements only need to be `Send`.
+unsafe impl<T: Send> Sync for SendPtr<T> {}
 // SAFETY: as above.
-unsafe impl Send for SendPtr {}
+unsafe impl<T: Send> Send for SendPtr<T> {}
 
 /// Exclusive access to one tile (`rows x span`) of the output matrix of `par_tiles`.
-pub struct Tile<'a> {
-    base: *mut f32,
+pub struct Tile<'a, T = f32> {
+    base: *mut T,
     cols: usize,
     rows: Range<usize>,
     span: Range<usize>,
-    _out: std::marker::PhantomData<&'a mut [f32]>,
+    _out: std::marker::PhantomData<&'a mut [T]>,
 }
 
-impl Tile<'_> {
+impl<T> Tile<'_, T> {
     /// The tile's part of output row `row` (which must be in the tile's row range):
     /// `out[row * cols + span]`.
-    pub fn row(&mut self, row: usize) -> &mut [f32] {
+    pub fn row(&mut self, row: usize) -> &mut [T] {
         if !self.rows.contains(&row) {
             return &mut [];
         }
