@@ -27,7 +27,7 @@ pub use quant::{Format, Q8Block, QK};
 use std::ops::Range;
 
 use crate::error::{Error, Result};
-use packed::{Packed, GROUP};
+use packed::{ActRows, Packed, GROUP};
 
 /// Activation rows one kernel call multiplies against a group of weight rows.
 const TILE: usize = packed::MAX_TILE;
@@ -313,9 +313,9 @@ impl Cpu {
 
     /// `out[n][lane] = row lane of `group` · acts[n]`, with the portable kernel when
     /// there is no SIMD one (or it declines).
-    fn dot_group(&self, s: packed::Scheme, group: &[u8], acts: &[&[Q8Block]], out: &mut [[f32; GROUP]; TILE]) {
-        if !self.simd.is_some_and(|k| k.call(s, group, acts, out)) {
-            for (a, o) in acts.iter().zip(out.iter_mut()) {
+    fn dot_group(&self, s: packed::Scheme, group: &[u8], acts: &ActRows<'_>, out: &mut [[f32; GROUP]; TILE]) {
+        if !self.simd.is_some_and(|k| k.call_rows(s, group, acts, out)) {
+            for (a, o) in acts.rows().iter().zip(out.iter_mut()) {
                 packed::dot_group_scalar(s, group, a, o);
             }
         }
@@ -335,20 +335,26 @@ impl Cpu {
                 return;
             }
         };
-        for (gi, g) in (first..first + width.div_ceil(GROUP)).enumerate() {
-            let lanes = (width - gi * GROUP).min(GROUP);
-            let mut t = tokens.start;
-            while t < tokens.end {
-                let n = (tokens.end - t).min(TILE);
-                let acts: [&[Q8Block]; TILE] = std::array::from_fn(|k| if k < n { a.q8_row(t + k) } else { &[] });
-                let mut sums = [[0.0f32; GROUP]; TILE];
-                self.dot_group(p.scheme, p.group(g), &acts[..n], &mut sums);
-                for (k, s) in sums.iter().enumerate().take(n) {
-                    if let Some(o) = tile.row(t + k).get_mut(gi * GROUP..gi * GROUP + lanes) {
-                        o.copy_from_slice(&s[..lanes]);
+        // (first token, its rows) of tiles of up to TILE tokens, checked once for every
+        // group of the span.
+        const TILES: usize = PREFILL_TOKEN_STEP / TILE;
+        for chunk in tokens.clone().step_by(TILES * TILE) {
+            let mut tiles: [Option<(usize, ActRows<'_>)>; TILES] = [None; TILES];
+            for (slot, t) in tiles.iter_mut().zip((chunk..tokens.end).step_by(TILE)) {
+                let rows: [&[Q8Block]; TILE] = std::array::from_fn(|k| a.q8_row(t + k));
+                *slot = ActRows::new(&rows[..(tokens.end - t).min(TILE)]).map(|rows| (t, rows));
+            }
+            for (gi, g) in (first..first + width.div_ceil(GROUP)).enumerate() {
+                let lanes = (width - gi * GROUP).min(GROUP);
+                for (t, rows) in tiles.iter().flatten() {
+                    let mut sums = [[0.0f32; GROUP]; TILE];
+                    self.dot_group(p.scheme, p.group(g), rows, &mut sums);
+                    for (k, s) in sums.iter().enumerate().take(rows.rows().len()) {
+                        if let Some(o) = tile.row(t + k).get_mut(gi * GROUP..gi * GROUP + lanes) {
+                            o.copy_from_slice(&s[..lanes]);
+                        }
                     }
                 }
-                t += n;
             }
         }
     }

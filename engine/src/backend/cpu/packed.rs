@@ -241,27 +241,56 @@ impl SimdKernel {
     /// whole records, 1..=[`MAX_TILE`] activation rows of at least as many blocks, an
     /// output row for each. Returns `false`, leaving `out` alone, otherwise.
     pub fn call(self, s: Scheme, group: &[u8], acts: &[&[Q8Block]], out: &mut [[f32; GROUP]]) -> bool {
+        ActRows::new(acts).is_some_and(|rows| self.call_rows(s, group, &rows, out))
+    }
+
+    /// [`call`](Self::call) with rows checked beforehand: a product checks a tile of
+    /// tokens once and runs it against many groups.
+    pub fn call_rows(self, s: Scheme, group: &[u8], rows: &ActRows<'_>, out: &mut [[f32; GROUP]]) -> bool {
         let rec = s.record_bytes();
         let blocks = group.len() / rec;
-        let fits = group.len() == blocks * rec
-            && !acts.is_empty()
-            && acts.len() <= MAX_TILE
-            && out.len() >= acts.len()
-            && acts.iter().all(|a| a.len() >= blocks);
-        if !fits {
+        if group.len() != blocks * rec || rows.blocks < blocks || out.len() < rows.n {
             return false;
         }
-        let mut ptrs = [acts[0].as_ptr(); MAX_TILE];
-        for (p, a) in ptrs.iter_mut().zip(acts) {
-            *p = a.as_ptr();
-        }
         // SAFETY: `new`'s contract says the CPU runs the kernel; the lengths were checked
-        // above, which is the rest of its contract.
+        // here and in `ActRows::new`, which is the rest of its contract.
         #[allow(unsafe_code)]
         unsafe {
-            (self.0)(s, group.as_ptr(), blocks, ptrs, acts.len(), out.as_mut_ptr())
+            (self.0)(s, group.as_ptr(), blocks, rows.ptrs, rows.n, out.as_mut_ptr())
         };
         true
+    }
+}
+
+/// 1..=[`MAX_TILE`] activation rows as the pointers a kernel takes, with the fewest
+/// blocks any of them holds.
+///
+/// Why not slices per call: building the pointer array next to the call made the
+/// kernel's load of it wait for the stores just made (a load wider than the stores it
+/// reads cannot be forwarded from them), a few percent of a prefill.
+#[derive(Clone, Copy)]
+pub struct ActRows<'a> {
+    ptrs: [*const Q8Block; MAX_TILE],
+    rows: [&'a [Q8Block]; MAX_TILE],
+    n: usize,
+    blocks: usize,
+}
+
+impl<'a> ActRows<'a> {
+    /// `None` unless there are 1..=[`MAX_TILE`] rows.
+    pub fn new(acts: &[&'a [Q8Block]]) -> Option<ActRows<'a>> {
+        if acts.is_empty() || acts.len() > MAX_TILE {
+            return None;
+        }
+        let rows: [&'a [Q8Block]; MAX_TILE] = std::array::from_fn(|k| acts.get(k).copied().unwrap_or(&[]));
+        let ptrs = rows.map(|r| r.as_ptr());
+        let blocks = acts.iter().map(|a| a.len()).min().unwrap_or(0);
+        Some(ActRows { ptrs, rows, n: acts.len(), blocks })
+    }
+
+    /// The rows.
+    pub fn rows(&self) -> &[&'a [Q8Block]] {
+        &self.rows[..self.n]
     }
 }
 
