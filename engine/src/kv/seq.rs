@@ -16,12 +16,17 @@
 //!   errors cannot leak blocks.
 
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 
 use super::owner::{Owner, Tenant};
 use super::pool::{BlockId, BlockRead, KvPool};
 use super::prefix::ROOT;
 use super::Violation;
 use crate::error::{Error, Result};
+
+/// Key values converted to f16 per step of [`SequenceKv::write`] (a head of up to this
+/// many dimensions in one).
+const KEY_CHUNK: usize = 128;
 
 /// The KV cache of one sequence, backed by pool blocks.
 #[derive(Debug)]
@@ -168,12 +173,21 @@ impl<'p> SequenceKv<'p> {
         }
         let (bt, hd) = (shape.block_tokens, shape.head_dim());
         let slot = pos & (bt - 1);
+        // Whole vectors converted at once (F16C where the CPU has it): a scalar conversion
+        // per value was most of a decode step's serial time at a layer.
+        let mut key16 = [f16::ZERO; KEY_CHUNK];
         for (head, (key, value)) in key.chunks_exact(hd).zip(value.chunks_exact(hd)).enumerate() {
-            for (dst, src) in block.keys_mut(layer, head).iter_mut().skip(slot).step_by(bt).zip(key) {
-                *dst = f16::from_f32(*src);
+            // Keys are stored dimension-major (a block's positions side by side).
+            let keys = block.keys_mut(layer, head);
+            for (c, part) in key.chunks(KEY_CHUNK).enumerate() {
+                let converted = &mut key16[..part.len()];
+                converted.convert_from_f32_slice(part);
+                for (dst, src) in keys.iter_mut().skip((c * KEY_CHUNK) * bt + slot).step_by(bt).zip(converted.iter()) {
+                    *dst = *src;
+                }
             }
-            for (dst, src) in block.values_mut(layer, head).iter_mut().skip(slot * hd).zip(value) {
-                *dst = f16::from_f32(*src);
+            if let Some(dst) = block.values_mut(layer, head).get_mut(slot * hd..(slot + 1) * hd) {
+                dst.convert_from_f32_slice(value);
             }
         }
         Ok(())
@@ -203,14 +217,15 @@ impl<'p> SequenceKv<'p> {
             let Some(block) = self.pool.try_read(id) else {
                 return Err(self.pool.violation(Violation::OutOfBounds { position, readable: written }));
             };
-            let holder = block.owner.as_ref().map(|o| o.tenant.clone());
-            if holder.as_ref() != Some(&self.owner.tenant) && !faults.skip_owner_check {
+            let holder = block.owner.as_ref().map(|o| &o.tenant);
+            if holder != Some(&self.owner.tenant) && !faults.skip_owner_check {
                 drop(block);
                 return Err(self.pool.violation(Violation::ForeignBlock { block: id, position }));
             }
-            if let Some(tenant) = holder {
-                if let Err(at) = self.read_owners.binary_search(&tenant) {
-                    self.read_owners.insert(at, tenant);
+            // Nearly always the sequence's own tenant, recorded at the first block.
+            if let Some(tenant) = holder.filter(|t| !self.read_owners.contains(t)) {
+                if let Err(at) = self.read_owners.binary_search(tenant) {
+                    self.read_owners.insert(at, tenant.clone());
                 }
             }
             guards.push(block);

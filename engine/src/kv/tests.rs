@@ -309,6 +309,38 @@ fn rows_read_back_as_written_across_blocks_and_heads() -> Result<(), Box<dyn std
     Ok(())
 }
 
+/// Rows are rounded to f16 as `f16::from_f32` rounds each value (ties to even), whole
+/// vectors at a time, also for heads longer than one conversion step.
+#[test]
+fn rows_are_stored_rounded_to_f16_like_each_value_alone() -> Result<(), Box<dyn std::error::Error>> {
+    let shape = BlockShape { kv_dim: 2 * 160, kv_heads: 2, ..SHAPE };
+    let pool = KvPool::new(shape, 2, FaultConfig::default())?;
+    let mut seq = SequenceKv::new(&pool, Owner::new("a", "1"), 8);
+    seq.reserve(&[1, 2, 3])?;
+    // Exact ties between f16 neighbours (1 + 2^-11, 1 + 3 * 2^-11), values past f16's
+    // range, subnormals, and plain fractions.
+    let row = |pos: usize| -> Vec<f32> {
+        (0..shape.kv_dim)
+            .map(|d| match d % 5 {
+                0 => 1.0 + (1 + 2 * (d % 3)) as f32 / 2048.0,
+                1 => 7.0e4 * if d % 2 == 0 { 1.0 } else { -1.0 },
+                2 => 3.0e-7 * d as f32,
+                _ => (d as f32 * 0.731 + pos as f32).sin() * 13.0,
+            })
+            .collect()
+    };
+    let rounded = |v: Vec<f32>| -> Vec<f32> { v.into_iter().map(|x| half::f16::from_f32(x).to_f32()).collect() };
+    for pos in 0..3 {
+        seq.write(0, pos, &row(pos), &row(pos + 7))?;
+    }
+    let view = seq.layer(0, 3)?;
+    for pos in 0..3 {
+        assert_eq!(view.key(pos), rounded(row(pos)), "key at {pos}");
+        assert_eq!(view.value(pos), rounded(row(pos + 7)), "value at {pos}");
+    }
+    Ok(())
+}
+
 /// The arena streams a sequence's blocks as one run per head only if they come in order:
 /// a finished sequence's blocks go back so that the next one gets them ascending.
 #[test]

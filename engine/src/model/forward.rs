@@ -86,6 +86,8 @@ pub struct Scratch {
     gu: Vec<f32>,
     /// `[tokens, n_ff]` SwiGLU output
     h: Vec<f32>,
+    /// A decode step's attention scores, `[n_head, positions]`
+    scores: Vec<f32>,
     acts: Activations,
     /// `[rope_dims / 2]` (cos, sin)
     rope: Vec<(f32, f32)>,
@@ -209,7 +211,7 @@ impl Llama {
             let rows = at..at + seg.tokens.len();
             let qkv = &mut s.qkv[rows.start * (qd + 2 * kd)..rows.end * (qd + 2 * kd)];
             let attn = &mut s.attn[rows.start * qd..rows.end * qd];
-            if let Err(e) = self.attend_segment(path.cpu, li, seg.kv, qkv, &mut s.rope, attn) {
+            if let Err(e) = self.attend_segment(path.cpu, li, seg.kv, qkv, &mut s.rope, &mut s.scores, attn) {
                 // Fail closed: this sequence's rows carry nothing read from the cache.
                 attn.fill(0.0);
                 seg.error = Some(e);
@@ -222,7 +224,8 @@ impl Llama {
 
     /// RoPE, the cache write and checked attention of one segment's rows
     /// (`qkv`: `[tokens, q_dim + 2 * kv_dim]`, `out`: `[tokens, q_dim]`).
-    fn attend_segment(&self, cpu: &Cpu, li: usize, kv: &mut SequenceKv<'_>, qkv: &mut [f32], rope: &mut Vec<(f32, f32)>, out: &mut [f32]) -> Result<()> {
+    #[allow(clippy::too_many_arguments)]
+    fn attend_segment(&self, cpu: &Cpu, li: usize, kv: &mut SequenceKv<'_>, qkv: &mut [f32], rope: &mut Vec<(f32, f32)>, scores: &mut Vec<f32>, out: &mut [f32]) -> Result<()> {
         let c = &self.config;
         let (qd, kd) = (c.q_dim(), c.kv_dim());
         let start = kv.len();
@@ -236,7 +239,7 @@ impl Llama {
         }
         // Owner and bounds are checked here, once per block of this layer.
         let view = kv.layer(li, start + out.len() / qd)?;
-        self.attend(cpu, start, &view, qkv, out);
+        self.attend(cpu, start, &view, qkv, scores, out);
         Ok(())
     }
 
@@ -274,12 +277,12 @@ impl Llama {
     /// share a KV head read its keys and values together. `out` is `[tokens, q_dim]`.
     /// Block by block: scores against the head's f16 keys, softmax, then the probability-
     /// weighted f16 values, all read through the checked view.
-    fn attend(&self, cpu: &Cpu, start: usize, kv: &LayerKv<'_>, qkv: &[f32], out: &mut [f32]) {
+    fn attend(&self, cpu: &Cpu, start: usize, kv: &LayerKv<'_>, qkv: &[f32], scores: &mut Vec<f32>, out: &mut [f32]) {
         let c = &self.config;
         let (hd, qd, kd) = (c.head_dim, c.q_dim(), c.kv_dim());
         // One thread gains nothing from the split.
         if out.len() == qd && cpu.pool.threads() > 1 {
-            return self.attend_one(cpu, start, kv, &qkv[..qd], out);
+            return self.attend_one(cpu, start, kv, &qkv[..qd], scores, out);
         }
         let (group, bt) = (c.n_head / c.n_head_kv, kv.block_tokens());
         let scale = 1.0 / (hd as f32).sqrt();
@@ -329,7 +332,8 @@ impl Llama {
     /// position alone, so score tasks take (KV head, run of blocks); then one task per KV
     /// head takes the softmax and the value sums. (Splitting the value sums by dimensions
     /// too was measured slower: the two halves of a value row share cache-line pairs.)
-    fn attend_one(&self, cpu: &Cpu, start: usize, kv: &LayerKv<'_>, query: &[f32], out: &mut [f32]) {
+    /// `scores` is scratch, reused across layers and steps.
+    fn attend_one(&self, cpu: &Cpu, start: usize, kv: &LayerKv<'_>, query: &[f32], scores: &mut Vec<f32>, out: &mut [f32]) {
         let c = &self.config;
         let (hd, group, bt) = (c.head_dim, c.n_head / c.n_head_kv, kv.block_tokens());
         let scale = 1.0 / (hd as f32).sqrt();
@@ -340,8 +344,11 @@ impl Llama {
         ops::round_to_f16(&mut q);
         // `[n_head, blocks * bt]`: every query head's scores, filled in runs of blocks.
         let row_len = blocks * bt;
-        let mut scores = vec![0.0f32; c.n_head * row_len];
-        cpu.pool.par_tiles(&mut scores, row_len, group, SCORE_TASK_BLOCKS * bt, &|heads, cols, tile| {
+        // Cleared although the tiles below cover it: no score of an earlier step (of
+        // another tenant, maybe) is ever left in it.
+        scores.clear();
+        scores.resize(c.n_head * row_len, 0.0);
+        cpu.pool.par_tiles(scores, row_len, group, SCORE_TASK_BLOCKS * bt, &|heads, cols, tile| {
             let (kvh, width) = (heads.start / group, cols.len());
             let mut run = vec![0.0f32; group * width];
             for (j, i) in (cols.start / bt..cols.end / bt).enumerate() {
