@@ -165,10 +165,11 @@ impl Engine {
         let shape = BlockShape { layers: model.config.n_layer, block_tokens: kv.block_tokens, kv_dim: model.config.kv_dim(), kv_heads: model.config.n_head_kv };
         let pool_tokens = if kv.pool_tokens == 0 { DEFAULT_POOL_CONTEXTS * ctx } else { kv.pool_tokens.max(ctx) };
         let pool = KvPool::new(shape, pool_tokens.div_ceil(kv.block_tokens.max(1)), kv.fault)?;
-        let cpu = Cpu::new(options.threads.max(1));
+        let mut cpu = Cpu::new(options.threads.max(1));
+        cpu.fit_weights(model.bytes_per_token());
         let gpu = gpu_model(&options, &file, &model, &pool, ctx + shape.block_tokens)?;
         let device = gpu.as_ref().map_or("cpu", |g| g.device_name());
-        tracing::info!(path = %path.display(), layers = model.config.n_layer, ctx, device, threads = cpu.pool.threads(), kernels = cpu.kernels(), kv_blocks = pool.total_blocks(), kv_block_tokens = shape.block_tokens, "model loaded");
+        tracing::info!(path = %path.display(), layers = model.config.n_layer, ctx, device, threads = cpu.pool.threads(), kernels = cpu.kernels(), streamed_weights = cpu.streams_weights(), kv_blocks = pool.total_blocks(), kv_block_tokens = shape.block_tokens, "model loaded");
         Ok(Engine { model, tokenizer, template, cpu, ctx, pool, gpu })
     }
 

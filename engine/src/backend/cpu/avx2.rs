@@ -23,13 +23,17 @@ use super::packed::SimdKernel;
 #[cfg(target_arch = "x86_64")]
 use super::quant::Q8Block;
 
-/// The kernel, if this CPU has its features.
-pub fn kernel() -> Option<SimdKernel> {
+/// The kernel, if this CPU has its features. With `streamed`, a decode tile's weights are
+/// prefetched non-temporally: for weights larger than the last-level cache, which every
+/// token reads once and which would otherwise push the KV cache and activations out of it.
+pub fn kernel(streamed: bool) -> Option<SimdKernel> {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
+        let raw = if streamed { dispatch::<true> } else { dispatch::<false> };
         // SAFETY: the features `dispatch` is compiled for were just detected.
-        return Some(unsafe { SimdKernel::new(dispatch) });
+        return Some(unsafe { SimdKernel::new(raw) });
     }
+    let _ = streamed;
     None
 }
 
@@ -47,7 +51,7 @@ const SIGNED: u8 = 2;
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dispatch(s: Scheme, g: *const u8, blocks: usize, a: [*const Q8Block; MAX_TILE], n: usize, out: *mut [f32; GROUP]) {
+unsafe fn dispatch<const STREAMED: bool>(s: Scheme, g: *const u8, blocks: usize, a: [*const Q8Block; MAX_TILE], n: usize, out: *mut [f32; GROUP]) {
     // SAFETY (whole body): forwarded from `SimdKernel::call`'s checked contract.
     unsafe {
         // Up to two tokens keep both halves' sums in registers and stream the group once
@@ -55,10 +59,10 @@ unsafe fn dispatch(s: Scheme, g: *const u8, blocks: usize, a: [*const Q8Block; M
         macro_rules! by_n {
             ($kind:expr, $min:expr) => {
                 match n {
-                    1 => tile::<{ $kind }, $min, 1, 2>(g, blocks, s, [a[0]], out),
-                    2 => tile::<{ $kind }, $min, 2, 2>(g, blocks, s, [a[0], a[1]], out),
-                    3 => tile::<{ $kind }, $min, 3, 1>(g, blocks, s, [a[0], a[1], a[2]], out),
-                    _ => tile::<{ $kind }, $min, 4, 1>(g, blocks, s, a, out),
+                    1 => tile::<{ $kind }, $min, 1, 2, STREAMED>(g, blocks, s, [a[0]], out),
+                    2 => tile::<{ $kind }, $min, 2, 2, STREAMED>(g, blocks, s, [a[0], a[1]], out),
+                    3 => tile::<{ $kind }, $min, 3, 1, STREAMED>(g, blocks, s, [a[0], a[1], a[2]], out),
+                    _ => tile::<{ $kind }, $min, 4, 1, STREAMED>(g, blocks, s, a, out),
                 }
             };
         }
@@ -91,10 +95,10 @@ unsafe fn levels(r: *const u8, step: usize, h: usize) -> __m256i {
 }
 
 /// One group against `N` activation rows, `H` halves (of 8 rows) per pass over the
-/// records; see `SimdKernel::call`.
+/// records; see `SimdKernel::call` (and [`kernel`] for `STREAMED`).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile<const KIND: u8, const MIN: bool, const N: usize, const H: usize>(
+unsafe fn tile<const KIND: u8, const MIN: bool, const N: usize, const H: usize, const STREAMED: bool>(
     g: *const u8,
     blocks: usize,
     s: Scheme,
@@ -116,7 +120,12 @@ unsafe fn tile<const KIND: u8, const MIN: bool, const N: usize, const H: usize>(
                     // One pass streams the weights from DRAM: ask for them a few records
                     // early (a prefetch never faults, so running past the group is harmless).
                     for line in (0..rec).step_by(64) {
-                        _mm_prefetch::<_MM_HINT_T0>(r.wrapping_add(PREFETCH_BYTES + line) as *const i8);
+                        let ahead = r.wrapping_add(PREFETCH_BYTES + line) as *const i8;
+                        if STREAMED {
+                            _mm_prefetch::<_MM_HINT_NTA>(ahead);
+                        } else {
+                            _mm_prefetch::<_MM_HINT_T0>(ahead);
+                        }
                     }
                 }
                 let q: [*const Q8Block; N] = std::array::from_fn(|n| a[n].add(i));
@@ -197,17 +206,18 @@ mod tests {
 
     #[test]
     fn matches_the_portable_kernel_for_every_format_and_tile_width() -> TestResult {
-        packed_tests::agrees_with_the_portable_kernel(kernel())
+        packed_tests::agrees_with_the_portable_kernel(kernel(false))?;
+        packed_tests::agrees_with_the_portable_kernel(kernel(true))
     }
 
     #[test]
     fn refuses_mismatched_lengths() -> TestResult {
-        packed_tests::refuses_mismatched_lengths(kernel())
+        packed_tests::refuses_mismatched_lengths(kernel(false))
     }
 
     #[test]
     fn q8_extremes_do_not_saturate() -> TestResult {
-        let Some(kernel) = kernel() else { return Ok(()) };
+        let Some(kernel) = kernel(false) else { return Ok(()) };
         // Every weight at -128 or 127 and every activation at ±127: the largest i16 pairs.
         let cols = 64;
         let mut ggml = Vec::new();
