@@ -173,8 +173,8 @@ impl<'p> SequenceKv<'p> {
         }
         let (bt, hd) = (shape.block_tokens, shape.head_dim());
         let slot = pos & (bt - 1);
-        // Whole vectors converted at once (F16C where the CPU has it): a scalar conversion
-        // per value was most of a decode step's serial time at a layer.
+        // Whole vectors converted at once (F16C where the CPU has it); converting value by
+        // value dispatched on the CPU's features at every call.
         let mut key16 = [f16::ZERO; KEY_CHUNK];
         for (head, (key, value)) in key.chunks_exact(hd).zip(value.chunks_exact(hd)).enumerate() {
             // Keys are stored dimension-major (a block's positions side by side).
@@ -222,8 +222,8 @@ impl<'p> SequenceKv<'p> {
                 drop(block);
                 return Err(self.pool.violation(Violation::ForeignBlock { block: id, position }));
             }
-            // Nearly always the sequence's own tenant, recorded at the first block.
-            if let Some(tenant) = holder.filter(|t| !self.read_owners.contains(t)) {
+            // Cloned only when first seen (a decode step visits every block of every layer).
+            if let Some(tenant) = holder {
                 if let Err(at) = self.read_owners.binary_search(tenant) {
                     self.read_owners.insert(at, tenant.clone());
                 }

@@ -171,13 +171,23 @@ impl Activations {
     /// Quantizes `silu(gate) * up` of each `[2 * cols]` row of `gu` (gate, then up) block
     /// by block as it is made: the feed-forward's hidden activations without an f32 pass.
     /// The blocks equal [`ops::swiglu`] then [`set_quantized`](Self::set_quantized), bit
-    /// for bit (both work element by element, then per block of 32). `cols` must be a
-    /// whole number of blocks.
+    /// for bit (both work element by element, then per block of 32). Rows that are not
+    /// whole blocks (which no quantized matrix takes) are kept in f32 instead, as `set`
+    /// would keep them.
     pub fn set_swiglu(&mut self, pool: &ThreadPool, gu: &[f32], cols: usize) {
         self.cols = cols;
         self.tokens = gu.len().checked_div(2 * cols).unwrap_or(0);
         self.x.clear();
         self.q8.resize(self.tokens * cols / QK, Q8Block::default());
+        if !cols.is_multiple_of(QK) {
+            for row in gu.chunks_exact(2 * cols) {
+                let (gate, up) = row.split_at(cols);
+                let at = self.x.len();
+                self.x.extend_from_slice(gate);
+                ops::swiglu(&mut self.x[at..], up);
+            }
+            return;
+        }
         pool.par_tiles(&mut self.q8, cols / QK, QUANTIZE_TOKEN_STEP, cols / QK, &|rows, _, tile| {
             let mut h = [0.0f32; QK];
             for t in rows {
@@ -545,6 +555,16 @@ mod tests {
             got.set_swiglu(&cpu.pool, &gu, cols);
             assert_eq!((got.q8.as_slice(), got.tokens()), (want.q8.as_slice(), tokens), "{threads} threads");
         }
+        // Rows of 40 values are not whole blocks: kept in f32, as `set` keeps them.
+        let mut odd = Activations::default();
+        odd.set_swiglu(&Cpu::new(2).pool, &gu[..3 * 80], 40);
+        let mut h = Vec::new();
+        for row in gu[..3 * 80].chunks_exact(80) {
+            let mut gate = row[..40].to_vec();
+            ops::swiglu(&mut gate, &row[40..]);
+            h.extend(gate);
+        }
+        assert_eq!((odd.x.as_slice(), odd.tokens()), (h.as_slice(), 3));
         Ok(())
     }
 
