@@ -25,28 +25,32 @@ use super::quant::Q8Block;
 #[cfg(target_arch = "x86_64")]
 const PREFETCH_BYTES: usize = 1024;
 
-/// The kernel, if this CPU has its features.
-pub fn kernel() -> Option<SimdKernel> {
+/// The kernel, if this CPU has its features. With `streamed`, a decode tile's weights are
+/// prefetched non-temporally, as in `avx2::kernel`: for weights larger than the last-level cache,
+/// which every token reads once and which would otherwise push the KV cache out of it.
+pub fn kernel(streamed: bool) -> Option<SimdKernel> {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vnni") {
+        let raw = if streamed { dispatch::<true> } else { dispatch::<false> };
         // SAFETY: the features `dispatch` is compiled for were just detected.
-        return Some(unsafe { SimdKernel::new(dispatch) });
+        return Some(unsafe { SimdKernel::new(raw) });
     }
+    let _ = streamed;
     None
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn dispatch(s: Scheme, g: *const u8, blocks: usize, a: [*const Q8Block; MAX_TILE], n: usize, out: *mut [f32; GROUP]) {
+unsafe fn dispatch<const STREAMED: bool>(s: Scheme, g: *const u8, blocks: usize, a: [*const Q8Block; MAX_TILE], n: usize, out: *mut [f32; GROUP]) {
     // SAFETY (whole body): forwarded from `SimdKernel::call`'s checked contract.
     unsafe {
         macro_rules! by_n {
             ($nib:expr, $min:expr) => {
                 match n {
-                    1 => tile::<$nib, $min, 1>(g, blocks, s.zero, [a[0]], out),
-                    2 => tile::<$nib, $min, 2>(g, blocks, s.zero, [a[0], a[1]], out),
-                    3 => tile::<$nib, $min, 3>(g, blocks, s.zero, [a[0], a[1], a[2]], out),
-                    _ => tile::<$nib, $min, 4>(g, blocks, s.zero, a, out),
+                    1 => tile::<$nib, $min, 1, STREAMED>(g, blocks, s.zero, [a[0]], out),
+                    2 => tile::<$nib, $min, 2, STREAMED>(g, blocks, s.zero, [a[0], a[1]], out),
+                    3 => tile::<$nib, $min, 3, STREAMED>(g, blocks, s.zero, [a[0], a[1], a[2]], out),
+                    _ => tile::<$nib, $min, 4, STREAMED>(g, blocks, s.zero, a, out),
                 }
             };
         }
@@ -68,10 +72,11 @@ unsafe fn quad(q: *const Q8Block, k: usize) -> __m512i {
     unsafe { _mm512_set1_epi32(std::ptr::read_unaligned((*q).qs.as_ptr().add(4 * k) as *const i32)) }
 }
 
-/// One group of [`GROUP`] rows against `N` activation rows; see `SimdKernel::call`.
+/// One group of [`GROUP`] rows against `N` activation rows; see `SimdKernel::call` (and
+/// [`kernel`] for `STREAMED`).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn tile<const NIB: bool, const MIN: bool, const N: usize>(
+unsafe fn tile<const NIB: bool, const MIN: bool, const N: usize, const STREAMED: bool>(
     g: *const u8,
     blocks: usize,
     zero: i32,
@@ -90,7 +95,14 @@ unsafe fn tile<const NIB: bool, const MIN: bool, const N: usize>(
             // Decode streams the weights once from DRAM: ask for them a few records
             // early (a prefetch never faults, so running past the group is harmless).
             for line in (0..rec).step_by(64) {
-                _mm_prefetch::<_MM_HINT_T0>(r.wrapping_add(PREFETCH_BYTES + line) as *const i8);
+                let ahead = r.wrapping_add(PREFETCH_BYTES + line) as *const i8;
+                // Prefill's wider tiles read a group again for the next tokens: only
+                // decode's stream past the caches.
+                if STREAMED && N <= 2 {
+                    _mm_prefetch::<_MM_HINT_NTA>(ahead);
+                } else {
+                    _mm_prefetch::<_MM_HINT_T0>(ahead);
+                }
             }
             let q: [*const Q8Block; N] = std::array::from_fn(|n| a[n].add(i));
             // Two accumulators per token halve the chain of dependent `vpdpbusd`s.
@@ -144,11 +156,12 @@ mod tests {
 
     #[test]
     fn matches_the_portable_kernel_for_every_format_and_tile_width() -> TestResult {
-        packed_tests::agrees_with_the_portable_kernel(kernel())
+        packed_tests::agrees_with_the_portable_kernel(kernel(false))?;
+        packed_tests::agrees_with_the_portable_kernel(kernel(true))
     }
 
     #[test]
     fn refuses_mismatched_lengths() -> TestResult {
-        packed_tests::refuses_mismatched_lengths(kernel())
+        packed_tests::refuses_mismatched_lengths(kernel(false))
     }
 }

@@ -238,11 +238,10 @@ impl Kernels {
     }
 
     /// The family's SIMD kernel, if it has one and this CPU runs it. `streamed` asks
-    /// for weights prefetched past the caches where the family has that variant (the
-    /// AVX2 one; the AVX-512 kernel's hosts have not been measured with it).
+    /// for weights prefetched past the caches.
     fn simd(self, streamed: bool) -> Option<packed::SimdKernel> {
         match self {
-            Kernels::Avx512 => avx512::kernel(),
+            Kernels::Avx512 => avx512::kernel(streamed),
             Kernels::Avx2 => avx2::kernel(streamed),
             Kernels::Portable => None,
         }
@@ -307,8 +306,9 @@ impl Cpu {
     /// Sets up the kernels for a model whose products read `weight_bytes` per token:
     /// weights that outgrow the last-level cache are streamed past it (see
     /// `avx2::kernel`), so that they do not evict what is read again (KV, activations).
-    /// Per-token alternation on an AMD EPYC with a 32 MiB L3 and the 96.6 MB default
-    /// model: decode +1-2 % at 1 thread, 0-2 % at 2.
+    /// Per-token alternation on AMD EPYCs with a 32 MiB L3 and the 96.6 MB default
+    /// model: decode +1-2 % at 1 thread and 0-2 % at 2 with AVX2 (Zen 3), +1 % and +2 %
+    /// with AVX-512 (Zen 4).
     pub fn fit_weights(&mut self, weight_bytes: usize) {
         self.streamed = last_level_cache_bytes().is_some_and(|llc| weight_bytes > llc);
         self.simd = self.kernels.simd(self.streamed);
@@ -316,7 +316,7 @@ impl Cpu {
 
     /// Whether weights are streamed past the caches (see [`fit_weights`](Self::fit_weights)).
     pub fn streams_weights(&self) -> bool {
-        self.streamed && self.kernels == Kernels::Avx2
+        self.streamed && self.simd.is_some()
     }
 
     /// Which kernels run: "avx512-vnni", "avx2" or "scalar".
