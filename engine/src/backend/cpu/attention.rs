@@ -9,8 +9,11 @@
 //! (`[head_dim, stride]`, one dimension's positions contiguous), so a vector holds one
 //! dimension of 8 positions and no horizontal sum is needed; values by position.
 //!
-//! Invariants: the twins are bit-identical (same operations per element, multiply then
-//! add, never fused). The order of summation is fixed: a score is eight lane sums over the
+//! Invariants: the twins are bit-identical (same operations per element: each product
+//! fused with its running sum, `f32::mul_add` in the portable loops). Fusing changes no
+//! result where the engine calls these: queries and probabilities are rounded to f16
+//! first, and a product of two f16 values is exact in f32; it halves the vector kernels'
+//! arithmetic instructions. The order of summation is fixed: a score is eight lane sums over the
 //! dimensions (lane `l` takes dimensions `l, l + 8, ...` in order), added lane after lane,
 //! then the tail; a value sum runs over positions in order. The scores are rounded to f16
 //! next, where any other order can move one across a rounding boundary, and the reference
@@ -68,7 +71,7 @@ pub(crate) fn key_scores_portable(q: &[f32], keys: &[f16], stride: usize, scale:
         for c in 0..chunks {
             for (l, lane) in lanes.iter_mut().enumerate() {
                 let d = LANES * c + l;
-                *lane += q[d] * key(d);
+                *lane = q[d].mul_add(key(d), *lane);
             }
         }
         let tail: f32 = (LANES * chunks..q.len()).map(|d| q[d] * key(d)).sum();
@@ -110,7 +113,7 @@ pub(crate) fn accumulate_values_portable(probs: &[f32], values: &[f16], stride: 
     for (p, w) in probs.iter().enumerate() {
         let row = values.get(p * stride..).unwrap_or(&[]);
         for (o, v) in out.iter_mut().zip(row) {
-            *o += w * v.to_f32();
+            *o = w.mul_add(v.to_f32(), *o);
         }
     }
 }

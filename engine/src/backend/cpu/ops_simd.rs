@@ -7,8 +7,9 @@
 //!
 //! Owns only the vector bodies; the portable definitions stay with their callers, which
 //! call these when the CPU has the features. Every function here is bit-identical to its
-//! portable twin: the same operations per element in the same order (multiply then add,
-//! never fused), F16C rounding to nearest even like the `half` crate.
+//! portable twin: the same operations per element in the same order (attention's products
+//! fused with their sums, `f32::mul_add` in the portable loops), F16C rounding to nearest
+//! even like the `half` crate.
 #![allow(unsafe_code)]
 
 #[cfg(target_arch = "x86_64")]
@@ -98,7 +99,7 @@ unsafe fn scores_chunk<const H: usize>(q: &[f32], hd: usize, keys: &[f16], strid
     unsafe {
         if wide() {
             while p + WIDE <= n {
-                group_scores_avx512::<H, 1>(q.as_ptr(), hd, k.add(p), stride, scale, o.add(p), out_stride);
+                group_scores_avx512::<H>(q.as_ptr(), hd, k.add(p), stride, scale, o.add(p), out_stride);
                 p += WIDE;
             }
         }
@@ -333,7 +334,7 @@ pub fn round_to_f16(x: &mut [f32]) -> bool {
 /// two registers per head and vector: the lane sum in progress and the running total.
 #[cfg(target_arch = "x86_64")]
 macro_rules! group_scores_kernel {
-    ($(#[$doc:meta])* $name:ident, $features:literal, $vec:ty, $width:expr, $zero:ident, $set1:ident, $add:ident, $mul:ident, $load:ident, $store:ident) => {
+    ($(#[$doc:meta])* $name:ident, $features:literal, $vec:ty, $width:expr, $zero:ident, $set1:ident, $add:ident, $mul:ident, $load:ident, $store:ident, $fma:ident) => {
         $(#[$doc])*
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = $features)]
@@ -353,7 +354,7 @@ macro_rules! group_scores_kernel {
                         for (h, acc) in lane.iter_mut().enumerate() {
                             let qd = $set1(*q.add(h * hd + d));
                             for (a, kv) in acc.iter_mut().zip(&k) {
-                                *a = $add(*a, $mul(qd, *kv));
+                                *a = $fma(qd, *kv, *a);
                             }
                         }
                     }
@@ -383,25 +384,60 @@ macro_rules! group_scores_kernel {
 
 group_scores_kernel!(
     /// 8-lane scores of `H` heads at `V` vectors of 8 positions.
-    group_scores_avx2, "avx2,fma,f16c", __m256, LANES, _mm256_setzero_ps, _mm256_set1_ps, _mm256_add_ps, _mm256_mul_ps, load8, _mm256_storeu_ps
+    group_scores_avx2, "avx2,fma,f16c", __m256, LANES, _mm256_setzero_ps, _mm256_set1_ps, _mm256_add_ps, _mm256_mul_ps, load8, _mm256_storeu_ps, _mm256_fmadd_ps
 );
 
 /// Lanes of an AVX-512 vector.
 #[cfg(target_arch = "x86_64")]
 const WIDE: usize = 16;
 
-group_scores_kernel!(
-    /// [`group_scores_avx2`] 16 positions per vector.
-    group_scores_avx512, "avx512f", __m512, WIDE, _mm512_setzero_ps, _mm512_set1_ps, _mm512_add_ps, _mm512_mul_ps, load16, _mm512_storeu_ps
-);
+/// [`group_scores_avx2`]'s sums for 16 positions, with every lane sum of every head in a
+/// register at once (eight per head: 24 of AVX-512's 32 registers for three heads), so
+/// the key rows are read in order, each 32-byte row once, and no lane sum waits for the
+/// one before it. The 8-lane kernel, short of registers, takes the lanes one at a time:
+/// its reads jump 256 bytes and each lane's chain of dependent sums runs alone.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn group_scores_avx512<const H: usize>(q: *const f32, hd: usize, keys: *const u16, stride: usize, scale: f32, out: *mut f32, out_stride: usize) {
+    let chunks = hd / LANES;
+    let mut lanes = [[_mm512_setzero_ps(); LANES]; H];
+    // SAFETY (whole body): `q` holds `H * hd` floats; every key load reads 16 values at
+    // `d * stride` with `d < hd`, and every store writes 16 at `h * out_stride` with
+    // `h < H`, all inside the caller's checked ranges.
+    unsafe {
+        for c in 0..chunks {
+            for l in 0..LANES {
+                let d = LANES * c + l;
+                let k = load16(keys.add(d * stride));
+                for (h, lane) in lanes.iter_mut().enumerate() {
+                    lane[l] = _mm512_fmadd_ps(_mm512_set1_ps(*q.add(h * hd + d)), k, lane[l]);
+                }
+            }
+        }
+        for (h, lane) in lanes.iter().enumerate() {
+            let mut sum = lane[0];
+            for v in &lane[1..] {
+                sum = _mm512_add_ps(sum, *v);
+            }
+            if chunks * LANES < hd {
+                let mut tail = _mm512_setzero_ps();
+                for d in chunks * LANES..hd {
+                    tail = _mm512_add_ps(tail, _mm512_mul_ps(_mm512_set1_ps(*q.add(h * hd + d)), load16(keys.add(d * stride))));
+                }
+                sum = _mm512_add_ps(sum, tail);
+            }
+            _mm512_storeu_ps(out.add(h * out_stride), _mm512_mul_ps(sum, _mm512_set1_ps(scale)));
+        }
+    }
+}
 
 /// Defines a group value-sum kernel for one vector width: `M` vectors of dimensions of
 /// `H` heads' weighted sums held in registers across positions `0..n`, each value
-/// vector loaded once for every head; positions in order, multiply then add (not fused),
-/// as the portable loop rounds.
+/// vector loaded once for every head; positions in order, one fused multiply-add each, as
+/// the portable loop rounds.
 #[cfg(target_arch = "x86_64")]
 macro_rules! group_values_kernel {
-    ($(#[$doc:meta])* $name:ident, $features:literal, $vec:ty, $width:expr, $set1:ident, $add:ident, $mul:ident, $load:ident, $loadf:ident, $store:ident) => {
+    ($(#[$doc:meta])* $name:ident, $features:literal, $vec:ty, $width:expr, $set1:ident, $fma:ident, $load:ident, $loadf:ident, $store:ident) => {
         $(#[$doc])*
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = $features)]
@@ -417,7 +453,7 @@ macro_rules! group_values_kernel {
                     for (h, a) in acc.iter_mut().enumerate() {
                         let wh = $set1(*w.add(h * ws + p));
                         for (aj, vj) in a.iter_mut().zip(&v) {
-                            *aj = $add(*aj, $mul(wh, *vj));
+                            *aj = $fma(wh, *vj, *aj);
                         }
                     }
                 }
@@ -433,12 +469,12 @@ macro_rules! group_values_kernel {
 
 group_values_kernel!(
     /// 8-lane value sums of `H` heads over `M` vectors of dimensions.
-    group_values_avx2, "avx2,fma,f16c", __m256, LANES, _mm256_set1_ps, _mm256_add_ps, _mm256_mul_ps, load8, _mm256_loadu_ps, _mm256_storeu_ps
+    group_values_avx2, "avx2,fma,f16c", __m256, LANES, _mm256_set1_ps, _mm256_fmadd_ps, load8, _mm256_loadu_ps, _mm256_storeu_ps
 );
 
 group_values_kernel!(
     /// [`group_values_avx2`] 16 dimensions per vector.
-    group_values_avx512, "avx512f", __m512, WIDE, _mm512_set1_ps, _mm512_add_ps, _mm512_mul_ps, load16, _mm512_loadu_ps, _mm512_storeu_ps
+    group_values_avx512, "avx512f", __m512, WIDE, _mm512_set1_ps, _mm512_fmadd_ps, load16, _mm512_loadu_ps, _mm512_storeu_ps
 );
 
 /// 16 f16 values from `at` as f32.
