@@ -107,6 +107,10 @@ pub struct Rule {
     pub regex: Arc<MetaRegex>,
     /// Capture index of the secret; 0 = the whole match.
     pub secret_group: usize,
+    /// The group scans capture: `secret_group`, or 0 where that group always spans the
+    /// whole match (it holds all of the pattern but zero-width assertions, as in
+    /// `\b(eyJ…)`), so the match alone gives the secret and no capture search runs.
+    pub(crate) scan_group: usize,
     /// ASCII-lowercased keywords; empty = the rule runs on every text.
     pub keywords: Vec<String>,
     /// How far past a match's start its first keyword can begin, at most (see
@@ -242,6 +246,7 @@ impl RawRule {
                 action: self.action.into(),
                 regex,
                 secret_group,
+                scan_group: if group_is_whole_match(&hir, secret_group) { 0 } else { secret_group },
                 keywords,
                 reach,
                 min_entropy: self.min_entropy,
@@ -253,6 +258,20 @@ impl RawRule {
             }),
             _ => Err(errs),
         }
+    }
+}
+
+/// Whether capture group `group` spans every match of `hir` whole: the pattern is that
+/// group, possibly between zero-width assertions (or inside other groups that are).
+fn group_is_whole_match(hir: &Hir, group: usize) -> bool {
+    use regex_syntax::hir::HirKind;
+    match hir.kind() {
+        HirKind::Capture(c) => c.index as usize == group || group_is_whole_match(&c.sub, group),
+        HirKind::Concat(parts) => {
+            let mut wide = parts.iter().filter(|p| !matches!(p.kind(), HirKind::Look(_) | HirKind::Empty));
+            matches!((wide.next(), wide.next()), (Some(p), None) if group_is_whole_match(p, group))
+        }
+        _ => false,
     }
 }
 
@@ -448,6 +467,24 @@ mod tests {
         let mut r = raw("tok(?P<s>x)");
         r.secret_group = Some(SecretGroup::Name("s".into()));
         assert!(matches!(r.compile(), Ok(rule) if rule.secret_group == 1));
+    }
+
+    #[test]
+    fn a_secret_group_that_is_the_whole_match_needs_no_capture_search() {
+        let scan_group = |pattern: &str| {
+            let mut r = raw(pattern);
+            r.secret_group = Some(SecretGroup::Index(1));
+            r.compile().map(|rule| (rule.secret_group, rule.scan_group)).map_err(|e| format!("{e:?}"))
+        };
+        // The group between zero-width assertions, or inside another group: the match.
+        assert_eq!(scan_group(r"\b(tok_[a-z]{8})\b"), Ok((1, 0)));
+        assert_eq!(scan_group(r"(?m)^(tok_[a-z]{8})$"), Ok((1, 0)));
+        assert_eq!(scan_group(r"((tok_[a-z]{8}))"), Ok((1, 0)));
+        // Anything else around it, optional or not: captured.
+        assert_eq!(scan_group(r"tok=(tok_[a-z]{8})"), Ok((1, 1)));
+        assert_eq!(scan_group(r"(?:x=)?(tok_[a-z]{8})"), Ok((1, 1)));
+        assert_eq!(scan_group(r"(tok_[a-z]{8})|tik_[a-z]{8}"), Ok((1, 1)));
+        assert_eq!(scan_group(r"(tok_[a-z]{8})+"), Ok((1, 1)));
     }
 
     #[test]

@@ -170,7 +170,7 @@ impl Engine {
         let (prefilter, keyword_rules, keyword_lens) = build_prefilter(rules).map_err(|e| vec![(None, e)])?;
         let searches = rules
             .iter()
-            .map(|r| RuleSearch::new(r.regex.clone(), &r.hir, r.secret_group, r.reach, StartFilter::of(&r.hir)))
+            .map(|r| RuleSearch::new(r.regex.clone(), &r.hir, r.scan_group, r.reach, StartFilter::of(&r.hir)))
             .collect();
         Ok(Engine { patterns, canary, prefilter, keyword_rules, keyword_lens, searches, live_patterns, live, scratch: Mutex::default() })
     }
@@ -410,14 +410,14 @@ impl Ruleset {
 /// pass; see [`Ruleset::pattern_matches`] and the module docs for what counts.
 fn rule_matches(rule: &Rule, hay: &str, base: usize, from: usize, until: usize, out: &mut Vec<Finding>) -> usize {
     let mut at = from;
-    let mut caps = (rule.secret_group != 0).then(|| rule.regex.create_captures());
+    let mut caps = (rule.scan_group != 0).then(|| rule.regex.create_captures());
     while at <= hay.len() {
         let input = Input::new(hay).span(at..hay.len());
         let found = match caps.as_mut() {
             None => rule.regex.search(&input).map(|m| ((m.start(), m.end()), (m.start(), m.end()))),
             Some(caps) => {
                 rule.regex.search_captures(&input, caps);
-                found_in(caps, rule.secret_group)
+                found_in(caps, rule.scan_group)
             }
         };
         let Some(found) = found else { break };

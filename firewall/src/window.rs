@@ -43,7 +43,8 @@ pub(crate) enum Verdict {
 #[derive(Debug, Clone)]
 pub(crate) struct RuleSearch {
     regex: Arc<MetaRegex>,
-    secret_group: usize,
+    /// The rule's `scan_group`: the secret's capture group, 0 when the match is the secret.
+    group: usize,
     /// Upper bound on the offset of the first keyword in any match; `None`: unbounded.
     pub(crate) reach: Option<usize>,
     /// Where a match can start (a superset), to skip tries that cannot match.
@@ -56,10 +57,10 @@ pub(crate) struct RuleSearch {
 
 impl RuleSearch {
     /// `regex` is the rule's compiled `hir`.
-    pub(crate) fn new(regex: Arc<MetaRegex>, hir: &Hir, secret_group: usize, reach: Option<usize>, starts: StartFilter) -> RuleSearch {
+    pub(crate) fn new(regex: Arc<MetaRegex>, hir: &Hir, group: usize, reach: Option<usize>, starts: StartFilter) -> RuleSearch {
         let mut inside = [false; 256];
         add_match_bytes(hir, &mut inside);
-        RuleSearch { regex, secret_group, reach, starts, inside }
+        RuleSearch { regex, group, reach, starts, inside }
     }
 
     /// Merges the start regions of the keyword hits in `text`, `(start, end)` sorted by
@@ -82,7 +83,7 @@ impl RuleSearch {
 
     /// Captures for [`RuleSearch::walk_regions`]; None when the secret is the whole match.
     pub(crate) fn captures(&self) -> Option<Captures> {
-        (self.secret_group != 0).then(|| self.regex.create_captures())
+        (self.group != 0).then(|| self.regex.create_captures())
     }
 
     /// Walks the start positions of `regions` (sorted, disjoint) in `text`, trying the
@@ -123,7 +124,7 @@ impl RuleSearch {
                 // one-pass engine, failures included).
                 let end = self.regex.search_half(&input)?.offset();
                 self.regex.search_captures(&input.span(s..end), caps);
-                found_in(caps, self.secret_group)
+                found_in(caps, self.group)
             }
         }
     }
