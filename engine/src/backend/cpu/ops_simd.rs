@@ -326,66 +326,55 @@ pub fn round_to_f16(x: &mut [f32]) -> bool {
     false
 }
 
-/// Defines a group key-score kernel for one vector width: the scores of `H` heads at
-/// `V` vectors of positions from `keys`, each key vector loaded once for every head. Per
-/// head and position the sums are the portable loop's: lane sum `l` over dimensions
-/// `l, l + 8, ...` in order, the lane sums added first to last, then the tail
-/// dimensions. Taking one lane sum at a time (not all eight side by side) leaves only
-/// two registers per head and vector: the lane sum in progress and the running total.
+/// 8-lane scores of `H` heads at `V` vectors of 8 positions from `keys`, each key vector
+/// loaded once for every head. Per head and position the sums are the portable loop's:
+/// lane sum `l` over dimensions `l, l + 8, ...` in order, the lane sums added first to
+/// last, then the tail dimensions. Taking one lane sum at a time (not all eight side by
+/// side) leaves only two registers per head and vector: the lane sum in progress and the
+/// running total.
 #[cfg(target_arch = "x86_64")]
-macro_rules! group_scores_kernel {
-    ($(#[$doc:meta])* $name:ident, $features:literal, $vec:ty, $width:expr, $zero:ident, $set1:ident, $add:ident, $mul:ident, $load:ident, $store:ident, $fma:ident) => {
-        $(#[$doc])*
-        #[cfg(target_arch = "x86_64")]
-        #[target_feature(enable = $features)]
-        unsafe fn $name<const H: usize, const V: usize>(q: *const f32, hd: usize, keys: *const u16, stride: usize, scale: f32, out: *mut f32, out_stride: usize) {
-            let chunks = hd / LANES;
-            let mut sum = [[$zero(); V]; H];
-            // SAFETY (whole body): `q` holds `H * hd` floats; every key load reads
-            // `$width` values at `d * stride + v * $width` with `d < hd` and `v < V`, and
-            // every store writes them at `h * out_stride + v * $width` with `h < H`, all
-            // inside the caller's checked ranges.
-            unsafe {
-                for l in 0..LANES {
-                    let mut lane = [[$zero(); V]; H];
-                    for c in 0..chunks {
-                        let d = LANES * c + l;
-                        let k: [$vec; V] = std::array::from_fn(|v| $load(keys.add(d * stride + v * $width)));
-                        for (h, acc) in lane.iter_mut().enumerate() {
-                            let qd = $set1(*q.add(h * hd + d));
-                            for (a, kv) in acc.iter_mut().zip(&k) {
-                                *a = $fma(qd, *kv, *a);
-                            }
-                        }
-                    }
-                    for (s, a) in sum.iter_mut().zip(&lane) {
-                        for (sv, av) in s.iter_mut().zip(a) {
-                            *sv = if l == 0 { *av } else { $add(*sv, *av) };
-                        }
-                    }
-                }
-                let vscale = $set1(scale);
-                for (h, s) in sum.iter_mut().enumerate() {
-                    for (v, sv) in s.iter_mut().enumerate() {
-                        if chunks * LANES < hd {
-                            let mut tail = $zero();
-                            for d in chunks * LANES..hd {
-                                tail = $add(tail, $mul($set1(*q.add(h * hd + d)), $load(keys.add(d * stride + v * $width))));
-                            }
-                            *sv = $add(*sv, tail);
-                        }
-                        $store(out.add(h * out_stride + v * $width), $mul(*sv, vscale));
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn group_scores_avx2<const H: usize, const V: usize>(q: *const f32, hd: usize, keys: *const u16, stride: usize, scale: f32, out: *mut f32, out_stride: usize) {
+    let chunks = hd / LANES;
+    let mut sum = [[_mm256_setzero_ps(); V]; H];
+    // SAFETY (whole body): `q` holds `H * hd` floats; every key load reads
+    // `LANES` values at `d * stride + v * LANES` with `d < hd` and `v < V`, and
+    // every store writes them at `h * out_stride + v * LANES` with `h < H`, all
+    // inside the caller's checked ranges.
+    unsafe {
+        for l in 0..LANES {
+            let mut lane = [[_mm256_setzero_ps(); V]; H];
+            for c in 0..chunks {
+                let d = LANES * c + l;
+                let k: [__m256; V] = std::array::from_fn(|v| load8(keys.add(d * stride + v * LANES)));
+                for (h, acc) in lane.iter_mut().enumerate() {
+                    let qd = _mm256_set1_ps(*q.add(h * hd + d));
+                    for (a, kv) in acc.iter_mut().zip(&k) {
+                        *a = _mm256_fmadd_ps(qd, *kv, *a);
                     }
                 }
             }
+            for (s, a) in sum.iter_mut().zip(&lane) {
+                for (sv, av) in s.iter_mut().zip(a) {
+                    *sv = if l == 0 { *av } else { _mm256_add_ps(*sv, *av) };
+                }
+            }
         }
-    };
+        let vscale = _mm256_set1_ps(scale);
+        for (h, s) in sum.iter_mut().enumerate() {
+            for (v, sv) in s.iter_mut().enumerate() {
+                if chunks * LANES < hd {
+                    let mut tail = _mm256_setzero_ps();
+                    for d in chunks * LANES..hd {
+                        tail = _mm256_add_ps(tail, _mm256_mul_ps(_mm256_set1_ps(*q.add(h * hd + d)), load8(keys.add(d * stride + v * LANES))));
+                    }
+                    *sv = _mm256_add_ps(*sv, tail);
+                }
+                _mm256_storeu_ps(out.add(h * out_stride + v * LANES), _mm256_mul_ps(*sv, vscale));
+            }
+        }
+    }
 }
-
-group_scores_kernel!(
-    /// 8-lane scores of `H` heads at `V` vectors of 8 positions.
-    group_scores_avx2, "avx2,fma,f16c", __m256, LANES, _mm256_setzero_ps, _mm256_set1_ps, _mm256_add_ps, _mm256_mul_ps, load8, _mm256_storeu_ps, _mm256_fmadd_ps
-);
 
 /// Lanes of an AVX-512 vector.
 #[cfg(target_arch = "x86_64")]
