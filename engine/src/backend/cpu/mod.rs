@@ -373,7 +373,7 @@ impl Cpu {
     /// forward's two products, SwiGLU and the quantization of its output in one parallel
     /// job, each task taking whole 32-row blocks of both matrices, so that a batch's
     /// SwiGLU runs on every thread and its sums are quantized while still in cache
-    /// (prefill +4-9 % by per-batch alternation; a single token measured 2-3 % slower,
+    /// (prefill +5-10 % by per-batch alternation; a single token measured 2-3 % slower,
     /// each task then reading two streams of weights, so decode keeps the stacked
     /// product). Bit for bit what `matmul(&[gate, up])` then
     /// [`Activations::set_swiglu`] give: the same kernel calls, then the same operations
