@@ -296,7 +296,12 @@ impl Ruleset {
             rule_matches(rule, text, 0, 0, usize::MAX, out);
             return;
         }
-        hits.sort_unstable();
+        // By start only: what reads them (regions, the containment check) needs no order
+        // among hits at one start, and the keyword filter reports them in order of start,
+        // so this is a pass over them, not a sort (the automaton reports by end).
+        if !hits.is_sorted_by_key(|&(start, _)| start) {
+            hits.sort_unstable_by_key(|&(start, _)| start);
+        }
         search.regions(text.as_bytes(), hits, regions);
         search.walk_regions(text, regions, caps, |found| judge(rule, text, 0, found, KeywordCheck::Hits(hits), out));
     }
