@@ -398,8 +398,9 @@ impl Cpu {
         let token_step = if tokens > 1 { PREFILL_TOKEN_STEP } else { 1 };
         let ran = self.pool.par_spans(&mut out.q8, blocks, token_step, &spans, &|tokens, i, tile| {
             let span = spans[i].clone();
-            token_tiles(a, tokens, |tiles| {
-                let width = tiles.iter().flatten().map(|(_, rows)| rows.rows().len()).sum::<usize>();
+            token_tiles(a, tokens, |first, tiles| {
+                // Tokens of the chunk, counted from its first.
+                let width = tiles.iter().flatten().map(|(t, rows)| t + rows.rows().len() - first).max().unwrap_or(0);
                 FUSED_SUMS.with_borrow_mut(|sums| {
                     for chunk in span.clone().step_by(FUSED_BLOCKS) {
                         let chunk = chunk..(chunk + FUSED_BLOCKS).min(span.end);
@@ -416,7 +417,7 @@ impl Cpu {
                                     let mut part = [[0.0f32; GROUP]; TILE];
                                     self.dot_group(p.scheme, p.group(g), rows, &mut part);
                                     for (k, row) in part.iter().enumerate().take(rows.rows().len()) {
-                                        let at = (t - tokens_start(tiles) + k) * rows_of + gi * GROUP;
+                                        let at = (t - first + k) * rows_of + gi * GROUP;
                                         out[at..at + GROUP].copy_from_slice(row);
                                     }
                                 }
@@ -424,7 +425,7 @@ impl Cpu {
                         }
                         for (t, rows) in tiles.iter().flatten() {
                             for k in 0..rows.rows().len() {
-                                let at = (t - tokens_start(tiles) + k) * rows_of;
+                                let at = (t - first + k) * rows_of;
                                 let (gate, up) = (&mut gates[at..at + rows_of], &ups[at..at + rows_of]);
                                 for ((h, u), b) in gate.chunks_exact_mut(QK).zip(up.chunks_exact(QK)).zip(chunk.clone()) {
                                     ops::swiglu(h, u);
@@ -469,7 +470,7 @@ impl Cpu {
                 return;
             }
         };
-        token_tiles(a, tokens, |tiles| {
+        token_tiles(a, tokens, |_, tiles| {
             for (gi, g) in (first..first + width.div_ceil(GROUP)).enumerate() {
                 let lanes = (width - gi * GROUP).min(GROUP);
                 for (t, rows) in tiles.iter().flatten() {
@@ -495,25 +496,20 @@ thread_local! {
     static FUSED_SUMS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// The first token of a chunk's tiles (0 when it has none).
-fn tokens_start(tiles: &[Option<(usize, ActRows<'_>)>; TILES]) -> usize {
-    tiles.iter().flatten().map(|(t, _)| *t).next().unwrap_or(0)
-}
-
 /// Token tiles a product task runs against each weight group while it is in L1.
 const TILES: usize = PREFILL_TOKEN_STEP / TILE;
 
-/// Calls `each` for every chunk of up to `TILES * TILE` of `tokens` with its tiles: (first
-/// token, its activation rows) of up to [`TILE`] tokens, checked once for every group a
-/// task multiplies them with.
-fn token_tiles<'a>(a: &'a Activations, tokens: Range<usize>, mut each: impl FnMut(&[Option<(usize, ActRows<'a>)>; TILES])) {
+/// Calls `each(first token of the chunk, tiles)` for every chunk of up to `TILES * TILE`
+/// of `tokens`; its tiles are (first token, its activation rows) of up to [`TILE`]
+/// tokens, checked once for every group a task multiplies them with.
+fn token_tiles<'a>(a: &'a Activations, tokens: Range<usize>, mut each: impl FnMut(usize, &[Option<(usize, ActRows<'a>)>; TILES])) {
     for chunk in tokens.clone().step_by(TILES * TILE) {
         let mut tiles: [Option<(usize, ActRows<'a>)>; TILES] = [None; TILES];
         for (slot, t) in tiles.iter_mut().zip((chunk..tokens.end).step_by(TILE)) {
             let rows: [&[Q8Block]; TILE] = std::array::from_fn(|k| a.q8_row(t + k));
             *slot = ActRows::new(&rows[..(tokens.end - t).min(TILE)]).map(|rows| (t, rows));
         }
-        each(&tiles);
+        each(chunk, &tiles);
     }
 }
 
