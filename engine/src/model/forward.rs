@@ -24,6 +24,10 @@ const ATTENTION_TOKEN_STEP: usize = 16;
 /// block size): a 700-token context makes 18 tasks of the default model's 3 KV heads.
 const SCORE_TASK_BLOCKS: usize = 8;
 
+/// How many blocks ahead attention prefetches keys and values where it does (see
+/// `Cpu::prefetches_kv`).
+const KV_PREFETCH_BLOCKS: usize = 2;
+
 /// How matrix products are computed.
 #[derive(Debug, Clone, Copy)]
 pub struct Path<'a> {
@@ -299,6 +303,7 @@ impl Llama {
         }
         let (group, bt) = (c.n_head / c.n_head_kv, kv.block_tokens());
         let scale = 1.0 / (hd as f32).sqrt();
+        let kv_ahead = cpu.prefetches_kv();
         cpu.pool.par_tiles(out, qd, ATTENTION_TOKEN_STEP, group * hd, &|rows, cols, tile| {
             let kvh = cols.start / (group * hd);
             // `[blocks]` this KV head's part of every block the tile's last query sees.
@@ -319,6 +324,9 @@ impl Llama {
                 let scored = visible.next_multiple_of(attention::LANES);
                 for (i, block) in blocks.iter().enumerate().take(scored.div_ceil(bt)) {
                     let (at, n) = (i * bt, (scored - i * bt).min(bt));
+                    if let (true, Some(Some(b))) = (kv_ahead, blocks.get(i + KV_PREFETCH_BLOCKS)) {
+                        attention::prefetch_l2(b.keys);
+                    }
                     match block {
                         Some(b) => attention::group_key_scores(&q, hd, b.keys, b.key_stride, scale, &mut scores[at..], row_len, n.min(b.positions)),
                         None => scores.chunks_mut(row_len).for_each(|s| s[at..at + n].fill(f32::NEG_INFINITY)),
@@ -330,6 +338,9 @@ impl Llama {
                 let o = tile.row(t);
                 o.fill(0.0);
                 for (i, block) in blocks.iter().enumerate().take(visible.div_ceil(bt)) {
+                    if let (true, Some(Some(b))) = (kv_ahead, blocks.get(i + KV_PREFETCH_BLOCKS)) {
+                        attention::prefetch_l2(b.values);
+                    }
                     if let Some(b) = block {
                         let (at, n) = (i * bt, (visible - i * bt).min(bt));
                         attention::group_accumulate_values(&scores[at..], row_len, n, b.values, b.value_stride, o, hd);
@@ -350,6 +361,7 @@ impl Llama {
         let c = &self.config;
         let (hd, group, bt) = (c.head_dim, c.n_head / c.n_head_kv, kv.block_tokens());
         let scale = 1.0 / (hd as f32).sqrt();
+        let kv_ahead = cpu.prefetches_kv();
         let visible = start + 1;
         let blocks = visible.div_ceil(bt);
         let mut q = query.to_vec();
@@ -366,6 +378,9 @@ impl Llama {
             let mut run = vec![0.0f32; group * width];
             for (j, i) in (cols.start / bt..cols.end / bt).enumerate() {
                 let (at, n) = (j * bt, (visible - i * bt).min(bt));
+                if let Some(b) = kv_ahead.then(|| kv.head_block(i + KV_PREFETCH_BLOCKS, kvh)).flatten() {
+                    attention::prefetch_l2(b.keys);
+                }
                 match kv.head_block(i, kvh) {
                     Some(b) => attention::group_key_scores(&q[heads.start * hd..heads.end * hd], hd, b.keys, b.key_stride, scale, &mut run[at..], width, n.min(b.positions)),
                     None => run.chunks_mut(width).for_each(|s| s[at..at + n].fill(f32::NEG_INFINITY)),
@@ -385,6 +400,9 @@ impl Llama {
             let o = tile.row(0);
             o.fill(0.0);
             for i in 0..blocks {
+                if let Some(b) = kv_ahead.then(|| kv.head_block(i + KV_PREFETCH_BLOCKS, kvh)).flatten() {
+                    attention::prefetch_l2(b.values);
+                }
                 if let Some(b) = kv.head_block(i, kvh) {
                     let (at, n) = (i * bt, (visible - i * bt).min(bt));
                     attention::group_accumulate_values(&probs[at..], row_len, n, b.values, b.value_stride, o, hd);

@@ -79,6 +79,12 @@ pub(crate) fn key_scores_portable(q: &[f32], keys: &[f16], stride: usize, scale:
     }
 }
 
+/// Asks for `kv` (a block's keys or values, read soon) to be brought into L2; no-op
+/// without x86-64. See [`super::Cpu::prefetches_kv`].
+pub fn prefetch_l2(kv: &[f16]) {
+    super::ops_simd::prefetch_l2(kv);
+}
+
 /// `out[d] += Σ_p probs[p] * values[p * stride + d]`, positions in order; `values` is
 /// `[probs.len(), stride]` (the last row may end at `out.len()`). Positions the slice
 /// cannot hold (a caller bug) are skipped.

@@ -216,6 +216,21 @@ unsafe fn values_chunk<const H: usize>(w: *const f32, ws: usize, n: usize, v: *c
     }
 }
 
+/// Prefetches every cache line of `data` into L2.
+pub fn prefetch_l2<T>(data: &[T]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let start = data.as_ptr().cast::<i8>();
+        for offset in (0..std::mem::size_of_val(data)).step_by(64) {
+            // SAFETY: a prefetch is a hint that never faults, whatever the address; this
+            // one stays inside `data`.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(start.wrapping_add(offset)) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = data;
+}
+
 /// [`attention::softmax_f16`]; `false` without the features.
 #[inline]
 pub fn softmax_f16(x: &mut [f32]) -> bool {
