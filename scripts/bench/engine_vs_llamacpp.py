@@ -3,7 +3,8 @@
 
 For each round and thread count, runs both engines back to back in separate processes
 (so peak RSS is each engine's own), REPEATS measurements each, and at the end prints the
-medians over all rounds and the ratios: prompt processing tok/s (512-token prompt), decode
+medians over all rounds and the ratios (decode also as the median and range of the
+rounds' own ratios): prompt processing tok/s (512-token prompt), decode
 tok/s (128 tokens, greedy, end tokens suppressed), time to first token on that prompt, peak
 RSS; decode also per CPU-second of the process (what time-slicing by other load does not
 halve). Rounds interleave the two engines so that a burst of load on a shared machine hits
@@ -92,6 +93,7 @@ def main() -> None:
         llama_child(a.model, a.threads[0], a.prompt_tokens, a.decode_tokens, a.repeats)
         return
     results = {(t, n): [] for t in a.threads for n in ("crossguard", "llama.cpp")}
+    results["rounds"] = []
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if a.busy_core else None
     try:
         measure(a, results)
@@ -112,6 +114,8 @@ def measure(a, results) -> None:
                           "--decode-tokens", str(a.decode_tokens)])
             results[(threads, "crossguard")] += ours
             results[(threads, "llama.cpp")] += theirs
+            decode = lambda res: statistics.median(x["decode_tok_s"] for x in res)
+            results["rounds"].append((threads, decode(ours) / decode(theirs)))
             brief = lambda res: " ".join(f"{x['prefill_tok_s']:.0f}/{x['decode_tok_s']:.1f}" for x in res)
             print(f"round {r + 1} threads={threads} load={load:.2f}: prefill/decode tok/s "
                   f"crossguard {brief(ours)} | llama.cpp {brief(theirs)}", flush=True)
@@ -120,6 +124,7 @@ def measure(a, results) -> None:
 def report(a, results) -> None:
     """Medians per engine and thread count as a markdown table, then the ratios."""
     rows = []
+    rounds = results.pop("rounds")
     for (threads, name), res in results.items():
         med = {k: statistics.median(x[k] for x in res) for k in ("prefill_tok_s", "decode_tok_s", "decode_cpu_tok_s", "ttft_ms")}
         med["peak_rss_mib"] = max(x["peak_rss_mib"] for x in res)
@@ -135,6 +140,11 @@ def report(a, results) -> None:
               f"(per CPU-second x{ours['decode_cpu_tok_s'] / theirs['decode_cpu_tok_s']:.2f}), "
               f"prefill x{ours['prefill_tok_s'] / theirs['prefill_tok_s']:.2f}, "
               f"TTFT x{theirs['ttft_ms'] / ours['ttft_ms']:.2f} faster")
+        # Both engines of a round ran seconds apart, so a round's ratio is less exposed to
+        # the host's drift than the ratio of medians taken over all rounds.
+        per_round = sorted(r for t, r in rounds if t == threads)
+        print(f"threads={threads}: decode ratio per round: median x{statistics.median(per_round):.2f}, "
+              f"range x{per_round[0]:.2f}-x{per_round[-1]:.2f} over {len(per_round)} rounds")
 
 
 if __name__ == "__main__":

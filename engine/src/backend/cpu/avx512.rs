@@ -28,9 +28,10 @@ const PREFETCH_BYTES: usize = 1024;
 /// How far ahead a decode tile also prefetches into L2 when the weights stay in the
 /// last-level cache (not streamed). A large L3 answers through its mesh with a long
 /// latency, and one L1 prefetch per line cannot keep enough requests in flight: on a Xeon
-/// whose 300 MiB L3 holds the model, per-token ABBA decode ran 1.07-1.10x faster (1 thread)
-/// and 1.03-1.05x (2 threads) with this second prefetch than with one L1 prefetch at 4 KiB,
-/// itself 1.07-1.08x faster than at 1 KiB; 16 KiB was no better than 8.
+/// whose 300 MiB L3 holds the model, per-token ABBA decode ran 1.16-1.19x faster (1 thread)
+/// and 1.15-1.17x (2 threads) with this second prefetch than with the L1 prefetch alone
+/// (and 1.07-1.10x, 1.04-1.05x faster than one L1 prefetch moved to 4 KiB); 16 KiB was no
+/// better than 8.
 #[cfg(target_arch = "x86_64")]
 const L2_PREFETCH_BYTES: usize = 8192;
 
