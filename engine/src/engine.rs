@@ -169,7 +169,7 @@ impl Engine {
         cpu.fit_weights(model.bytes_per_token());
         let gpu = gpu_model(&options, &file, &model, &pool, ctx + shape.block_tokens)?;
         let device = gpu.as_ref().map_or("cpu", |g| g.device_name());
-        tracing::info!(path = %path.display(), layers = model.config.n_layer, ctx, device, threads = cpu.pool.threads(), kernels = cpu.kernels(), streamed_weights = cpu.streams_weights(), kv_prefetch = cpu.prefetches_kv(), kv_blocks = pool.total_blocks(), kv_block_tokens = shape.block_tokens, "model loaded");
+        tracing::info!(path = %path.display(), layers = model.config.n_layer, ctx, device, threads = cpu.pool.threads(), kernels = cpu.kernels(), streamed_weights = cpu.streams_weights(), kv_prefetch = cpu.prefetches_kv(), weights_in_huge_pages_mib = model.weights_in_huge_pages().map(|b| b >> 20), kv_blocks = pool.total_blocks(), kv_block_tokens = shape.block_tokens, "model loaded");
         Ok(Engine { model, tokenizer, template, cpu, ctx, pool, gpu })
     }
 

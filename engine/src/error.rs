@@ -13,6 +13,14 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// Memory could not be mapped.
+    #[error("cannot map {bytes} bytes for {what}: {source}")]
+    Memory {
+        what: &'static str,
+        bytes: usize,
+        #[source]
+        source: std::io::Error,
+    },
     /// The default model could not be fetched; `command` is what to run by hand instead.
     #[error("cannot fetch the default model: {reason}\nrun this by hand instead:\n  {command}")]
     ModelFetch { reason: String, command: String },

@@ -14,7 +14,7 @@ mod forward;
 pub use config::LlamaConfig;
 pub use forward::{Path, Scratch, Segment};
 
-use crate::backend::cpu::{Format, Matrix};
+use crate::backend::cpu::{Format, Matrix, MatrixSource};
 use crate::error::{Error, Result};
 use crate::gguf::{GgmlType, GgufFile, Tensor};
 
@@ -55,34 +55,44 @@ impl Llama {
     /// Loads the weights named as llama.cpp names them (`blk.N.attn_q.weight`, ...).
     pub fn from_gguf(file: &GgufFile, config: LlamaConfig) -> Result<Llama> {
         let c = &config;
+        let tied = match file.tensor("output.weight") {
+            Ok(_) => false,
+            Err(Error::MissingTensor { .. }) => true,
+            Err(e) => return Err(e),
+        };
+        // Every matrix, in the order a forward pass reads them (see `Matrix::load_all`).
+        let per_layer = [("attn_q", c.q_dim(), c.n_embd), ("attn_k", c.kv_dim(), c.n_embd), ("attn_v", c.kv_dim(), c.n_embd), ("attn_output", c.n_embd, c.q_dim()), ("ffn_gate", c.n_ff, c.n_embd), ("ffn_up", c.n_ff, c.n_embd), ("ffn_down", c.n_embd, c.n_ff)];
+        let mut names: Vec<(String, usize, usize)> = (0..c.n_layer).flat_map(|i| per_layer.map(|(name, rows, cols)| (format!("blk.{i}.{name}.weight"), rows, cols))).collect();
+        if !tied {
+            names.push(("output.weight".into(), c.vocab, c.n_embd));
+        }
+        names.push(("token_embd.weight".into(), c.vocab, c.n_embd));
+        let sources = names.iter().map(|(name, rows, cols)| source(file, name, *rows, *cols)).collect::<Result<Vec<_>>>()?;
+        let mut matrices = Matrix::load_all(&sources)?.into_iter();
+        let mut take = || matrices.next().ok_or_else(|| Error::Shape { tensor: "model".into(), reason: "fewer matrices loaded than named".into() });
         let layers = (0..c.n_layer)
             .map(|i| {
-                let m = |name: &str, rows, cols| matrix(file, &format!("blk.{i}.{name}.weight"), rows, cols);
                 Ok(Layer {
                     attn_norm: vector(file, &format!("blk.{i}.attn_norm.weight"), c.n_embd)?,
-                    wq: m("attn_q", c.q_dim(), c.n_embd)?,
-                    wk: m("attn_k", c.kv_dim(), c.n_embd)?,
-                    wv: m("attn_v", c.kv_dim(), c.n_embd)?,
-                    wo: m("attn_output", c.n_embd, c.q_dim())?,
+                    wq: take()?,
+                    wk: take()?,
+                    wv: take()?,
+                    wo: take()?,
                     ffn_norm: vector(file, &format!("blk.{i}.ffn_norm.weight"), c.n_embd)?,
-                    gate: m("ffn_gate", c.n_ff, c.n_embd)?,
-                    up: m("ffn_up", c.n_ff, c.n_embd)?,
-                    down: m("ffn_down", c.n_embd, c.n_ff)?,
+                    gate: take()?,
+                    up: take()?,
+                    down: take()?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let output = match file.tensor("output.weight") {
-            Ok(_) => Some(matrix(file, "output.weight", c.vocab, c.n_embd)?),
-            Err(Error::MissingTensor { .. }) => None,
-            Err(e) => return Err(e),
-        };
-        Ok(Llama {
-            embed: matrix(file, "token_embd.weight", c.vocab, c.n_embd)?,
-            norm: vector(file, "output_norm.weight", c.n_embd)?,
-            layers,
-            output,
-            config,
-        })
+        let output = if tied { None } else { Some(take()?) };
+        Ok(Llama { embed: take()?, norm: vector(file, "output_norm.weight", c.n_embd)?, layers, output, config })
+    }
+
+    /// Bytes of the weight mapping the kernels back with huge pages (see
+    /// `Matrix::load_all`); `None` where that cannot be read.
+    pub fn weights_in_huge_pages(&self) -> Option<usize> {
+        self.head().mapping_huge_page_bytes()
     }
 
     /// Bytes of weights one decode step reads (every matrix once, the embedding row aside).
@@ -111,20 +121,21 @@ fn format_of(t: &Tensor<'_>) -> Result<Format> {
     })
 }
 
-/// A 2-D tensor of `rows` rows of `cols` elements, copied into an owned [`Matrix`].
-fn matrix(file: &GgufFile, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
+/// A 2-D tensor of `rows` rows of `cols` elements, as the file holds it.
+fn source<'f>(file: &'f GgufFile, name: &str, rows: usize, cols: usize) -> Result<MatrixSource<'f>> {
     let t = file.tensor(name)?;
     let dims: Vec<usize> = t.dims.iter().map(|d| *d as usize).collect();
     let shape_ok = dims.first() == Some(&cols) && dims.get(1).copied().unwrap_or(1) == rows && dims.iter().skip(2).all(|d| *d == 1);
     if !shape_ok {
         return Err(Error::Shape { tensor: name.to_owned(), reason: format!("dims {dims:?}, expected [{cols}, {rows}]") });
     }
-    Matrix::new(name, format_of(&t)?, rows, cols, t.data.to_vec())
+    Ok(MatrixSource { name: name.to_owned(), format: format_of(&t)?, rows, cols, ggml: t.data })
 }
 
 /// A 1-D tensor of `len` values as f32 (norm weights).
 fn vector(file: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>> {
-    let m = matrix(file, name, 1, len)?;
+    let s = source(file, name, 1, len)?;
+    let m = Matrix::new(name, s.format, 1, len, s.ggml.to_vec())?;
     let mut out = vec![0.0; len];
     m.dequantize_row(0, &mut out);
     Ok(out)

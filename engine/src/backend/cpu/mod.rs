@@ -20,6 +20,7 @@ mod ops_simd;
 pub mod packed;
 pub mod pool;
 pub mod quant;
+mod weight_arena;
 
 pub use pool::ThreadPool;
 pub use quant::{Format, Q8Block, QK};
@@ -27,7 +28,7 @@ pub use quant::{Format, Q8Block, QK};
 use std::ops::Range;
 
 use crate::error::{Error, Result};
-use packed::{ActRows, Packed, GROUP};
+use packed::{ActRows, Packed, Scheme, GROUP};
 
 /// Activation rows one kernel call multiplies against a group of weight rows.
 const TILE: usize = packed::MAX_TILE;
@@ -63,25 +64,62 @@ enum Storage {
     Packed(Packed),
 }
 
+/// A matrix as the model file holds it: `rows` ggml rows of `cols` elements of `format`.
+#[derive(Debug)]
+pub struct MatrixSource<'a> {
+    pub name: String,
+    pub format: Format,
+    pub rows: usize,
+    pub cols: usize,
+    pub ggml: &'a [u8],
+}
+
 impl Matrix {
     /// Checks that `data` (ggml rows, as in the GGUF file) holds exactly `rows x cols`
     /// elements of `format`, and keeps it in the layout the kernels read.
     pub fn new(name: &str, format: Format, rows: usize, cols: usize, data: Vec<u8>) -> Result<Matrix> {
-        let row_bytes = format.row_bytes(cols).ok_or_else(|| Error::Shape {
-            tensor: name.to_owned(),
-            reason: format!("{cols} columns is not a whole number of {format:?} blocks"),
-        })?;
-        if data.len() != row_bytes * rows {
-            return Err(Error::Shape {
-                tensor: name.to_owned(),
-                reason: format!("{} bytes for {rows}x{cols} {format:?}, expected {}", data.len(), row_bytes * rows),
-            });
-        }
+        let row_bytes = checked_row_bytes(name, format, rows, cols, data.len())?;
         let storage = match Packed::pack(format, rows, cols, &data) {
             Some(p) => Storage::Packed(p),
             None => Storage::Rows { row_bytes, data },
         };
         Ok(Matrix { name: name.to_owned(), format, rows, cols, storage })
+    }
+
+    /// The matrices of `sources`, checked as [`new`](Self::new) checks them, the quantized
+    /// ones packed side by side in one mapping in huge pages (see `weight_arena`), in the
+    /// order given: the order the forward pass reads them keeps its reads sequential.
+    pub fn load_all(sources: &[MatrixSource<'_>]) -> Result<Vec<Matrix>> {
+        let row_bytes = sources.iter().map(|s| checked_row_bytes(&s.name, s.format, s.rows, s.cols, s.ggml.len())).collect::<Result<Vec<_>>>()?;
+        let sizes: Vec<usize> = sources.iter().map(|s| Packed::packed_bytes(s.format, s.rows, s.cols).unwrap_or(0)).collect();
+        let regions = weight_arena::lay_out(&sizes, |i, out| {
+            if let Some(s) = sources.get(i) {
+                // Floats have no part (and are kept as rows below).
+                let _ = Packed::pack_into(s.format, s.rows, s.cols, s.ggml, out);
+            }
+        })
+        .map_err(|source| Error::Memory { what: "the model's weights", bytes: sizes.iter().sum(), source })?;
+        sources
+            .iter()
+            .zip(row_bytes)
+            .zip(regions)
+            .map(|((s, row_bytes), region)| {
+                let storage = match Scheme::of(s.format) {
+                    Some(_) => Storage::Packed(Packed::in_region(s.format, s.rows, s.cols, region).ok_or_else(|| Error::Shape { tensor: s.name.clone(), reason: "packed size mismatch".into() })?),
+                    None => Storage::Rows { row_bytes, data: s.ggml.to_vec() },
+                };
+                Ok(Matrix { name: s.name.clone(), format: s.format, rows: s.rows, cols: s.cols, storage })
+            })
+            .collect()
+    }
+
+    /// Bytes of this matrix's weight mapping in huge pages now, for a matrix made by
+    /// [`load_all`](Self::load_all) (`None` otherwise, or where that cannot be read).
+    pub fn mapping_huge_page_bytes(&self) -> Option<usize> {
+        match &self.storage {
+            Storage::Packed(p) => p.mapping_huge_page_bytes(),
+            Storage::Rows { .. } => None,
+        }
     }
 
     /// Row `r` as f32 values (`out.len() == cols`); leaves `out` alone if out of range.
@@ -117,6 +155,18 @@ impl Matrix {
             Storage::Packed(_) => &[],
         }
     }
+}
+
+/// The row size of `rows x cols` elements of `format`, if `len` bytes hold exactly them.
+fn checked_row_bytes(name: &str, format: Format, rows: usize, cols: usize, len: usize) -> Result<usize> {
+    let row_bytes = format.row_bytes(cols).ok_or_else(|| Error::Shape {
+        tensor: name.to_owned(),
+        reason: format!("{cols} columns is not a whole number of {format:?} blocks"),
+    })?;
+    if Some(len) != row_bytes.checked_mul(rows) {
+        return Err(Error::Shape { tensor: name.to_owned(), reason: format!("{len} bytes for {rows}x{cols} {format:?}, expected {}", row_bytes.saturating_mul(rows)) });
+    }
+    Ok(row_bytes)
 }
 
 /// Activations for a batch of tokens, in 8-bit blocks (for integer products) and, when a

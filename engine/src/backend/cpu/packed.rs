@@ -28,6 +28,7 @@
 use half::f16;
 
 use super::quant::{Format, Q8Block, QK};
+use super::weight_arena::Region;
 
 /// Rows per interleaved group: one per 32-bit lane of a 512-bit vector.
 pub const GROUP: usize = 16;
@@ -80,7 +81,25 @@ pub struct Packed {
     /// Blocks per row (`cols / 32`).
     pub blocks: usize,
     /// `[groups, blocks, record_bytes]`
-    data: Vec<u8>,
+    data: Records,
+}
+
+/// Where a packed matrix's records live.
+#[derive(Debug, Clone)]
+enum Records {
+    /// A buffer of its own (a matrix packed by itself).
+    Owned(Vec<u8>),
+    /// Its part of a model's one weight mapping (see `weight_arena`).
+    Shared(Region),
+}
+
+impl Records {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Records::Owned(v) => v,
+            Records::Shared(r) => r.bytes(),
+        }
+    }
 }
 
 /// One ggml block decoded: levels, and the raw f16 bits of d and m.
@@ -115,20 +134,34 @@ fn decode(format: Format, b: &[u8]) -> Block {
 }
 
 impl Packed {
+    /// Bytes of `rows x cols` of `format` packed; `None` for the float formats.
+    pub fn packed_bytes(format: Format, rows: usize, cols: usize) -> Option<usize> {
+        Some(rows.div_ceil(GROUP) * (cols / QK) * Scheme::of(format)?.record_bytes())
+    }
+
     /// Packs `rows` ggml rows of `format` (`ggml` is `[rows, row_bytes]`, checked by the
-    /// caller); `None` for the float formats.
+    /// caller) into a buffer of its own; `None` for the float formats.
     pub fn pack(format: Format, rows: usize, cols: usize, ggml: &[u8]) -> Option<Packed> {
+        let mut data = vec![0u8; Self::packed_bytes(format, rows, cols)?];
+        Self::pack_into(format, rows, cols, ggml, &mut data)?;
+        Some(Packed { scheme: Scheme::of(format)?, rows, blocks: cols / QK, data: Records::Owned(data) })
+    }
+
+    /// Writes what [`pack`](Self::pack) would hold into `out`: zeroed, and exactly
+    /// [`packed_bytes`](Self::packed_bytes) long (`None` if it is not, or for floats).
+    pub(crate) fn pack_into(format: Format, rows: usize, cols: usize, ggml: &[u8], out: &mut [u8]) -> Option<()> {
         let scheme = Scheme::of(format)?;
+        if Some(out.len()) != Self::packed_bytes(format, rows, cols) {
+            return None;
+        }
         let blocks = cols / QK;
         let (bb, rec) = (format.block_bytes(), scheme.record_bytes());
-        let groups = rows.div_ceil(GROUP);
-        let mut data = vec![0u8; groups * blocks * rec];
         for (r, row) in ggml.chunks_exact(blocks * bb).enumerate().take(rows) {
             let (g, lane) = (r / GROUP, r % GROUP);
             for (i, block) in row.chunks_exact(bb).enumerate() {
                 let b = decode(format, block);
                 let at = (g * blocks + i) * rec;
-                let record = &mut data[at..at + rec];
+                let record = &mut out[at..at + rec];
                 write_levels(scheme, lane, &b.levels, record);
                 let lb = scheme.levels_bytes();
                 record[lb + 2 * lane..lb + 2 * lane + 2].copy_from_slice(&b.d.to_le_bytes());
@@ -138,7 +171,25 @@ impl Packed {
                 }
             }
         }
-        Some(Packed { scheme, rows, blocks, data })
+        Some(())
+    }
+
+    /// The matrix whose records [`pack_into`](Self::pack_into) wrote into `region`
+    /// (`None` if the region's length does not fit the shape, or for floats).
+    pub(crate) fn in_region(format: Format, rows: usize, cols: usize, region: Region) -> Option<Packed> {
+        if Some(region.bytes().len()) != Self::packed_bytes(format, rows, cols) {
+            return None;
+        }
+        Some(Packed { scheme: Scheme::of(format)?, rows, blocks: cols / QK, data: Records::Shared(region) })
+    }
+
+    /// Bytes of the mapping holding these records that are in huge pages, for a matrix
+    /// in a weight mapping (see `weight_arena`).
+    pub(crate) fn mapping_huge_page_bytes(&self) -> Option<usize> {
+        match &self.data {
+            Records::Shared(r) => r.mapping_huge_page_bytes(),
+            Records::Owned(_) => None,
+        }
     }
 
     pub fn groups(&self) -> usize {
@@ -148,11 +199,11 @@ impl Packed {
     /// The records of group `g` (`[blocks, record_bytes]`; empty if out of range).
     pub fn group(&self, g: usize) -> &[u8] {
         let size = self.blocks * self.scheme.record_bytes();
-        self.data.get(g * size..(g + 1) * size).unwrap_or(&[])
+        self.data.bytes().get(g * size..(g + 1) * size).unwrap_or(&[])
     }
 
     pub fn bytes(&self) -> usize {
-        self.data.len()
+        self.data.bytes().len()
     }
 
     /// Row `r` as f32 values (`out.len() == blocks * 32`); leaves `out` alone if `r` is
