@@ -10,6 +10,8 @@
 //! activations, SIMD, threads) and `Path::reference` (every weight row dequantized to f32
 //! and multiplied naively), which tests use as the plain ground truth.
 
+use std::cell::RefCell;
+
 use crate::backend::cpu::{attention, matmul_reference, ops, Activations, Cpu, Matrix};
 use crate::error::{Error, Result};
 use crate::kv::{HeadBlock, LayerKv, SequenceKv};
@@ -27,6 +29,14 @@ const SCORE_TASK_BLOCKS: usize = 8;
 /// How many blocks ahead attention prefetches keys and values where it does (see
 /// `Cpu::prefetches_kv`).
 const KV_PREFETCH_BLOCKS: usize = 2;
+
+thread_local! {
+    /// [`Llama::attend_one`]'s per-task buffers, kept by each thread for its next tasks
+    /// (an allocation and a free per task were 2 % of 2-thread decode): a score task's
+    /// scores of its run of blocks, and a value task's probabilities of its KV head.
+    static SCORE_RUN: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    static HEAD_PROBS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
 
 /// How matrix products are computed.
 #[derive(Debug, Clone, Copy)]
@@ -375,39 +385,46 @@ impl Llama {
         scores.resize(c.n_head * row_len, 0.0);
         cpu.pool.par_tiles(scores, row_len, group, SCORE_TASK_BLOCKS * bt, &|heads, cols, tile| {
             let (kvh, width) = (heads.start / group, cols.len());
-            let mut run = vec![0.0f32; group * width];
-            for (j, i) in (cols.start / bt..cols.end / bt).enumerate() {
-                let (at, n) = (j * bt, (visible - i * bt).min(bt));
-                if let Some(b) = kv_ahead.then(|| kv.head_block(i + KV_PREFETCH_BLOCKS, kvh)).flatten() {
-                    attention::prefetch_l2(b.keys);
+            SCORE_RUN.with_borrow_mut(|run| {
+                // Zeroed, not only resized: nothing of an earlier task is left in it.
+                run.clear();
+                run.resize(group * width, 0.0);
+                for (j, i) in (cols.start / bt..cols.end / bt).enumerate() {
+                    let (at, n) = (j * bt, (visible - i * bt).min(bt));
+                    if let Some(b) = kv_ahead.then(|| kv.head_block(i + KV_PREFETCH_BLOCKS, kvh)).flatten() {
+                        attention::prefetch_l2(b.keys);
+                    }
+                    match kv.head_block(i, kvh) {
+                        Some(b) => attention::group_key_scores(&q[heads.start * hd..heads.end * hd], hd, b.keys, b.key_stride, scale, &mut run[at..], width, n.min(b.positions)),
+                        None => run.chunks_mut(width).for_each(|s| s[at..at + n].fill(f32::NEG_INFINITY)),
+                    }
                 }
-                match kv.head_block(i, kvh) {
-                    Some(b) => attention::group_key_scores(&q[heads.start * hd..heads.end * hd], hd, b.keys, b.key_stride, scale, &mut run[at..], width, n.min(b.positions)),
-                    None => run.chunks_mut(width).for_each(|s| s[at..at + n].fill(f32::NEG_INFINITY)),
+                for (h, part) in heads.zip(run.chunks_exact(width)) {
+                    tile.row(h).copy_from_slice(part);
                 }
-            }
-            for (h, part) in heads.zip(run.chunks_exact(width)) {
-                tile.row(h).copy_from_slice(part);
-            }
+            });
         });
         let qd = out.len();
         cpu.pool.par_tiles(out, qd, 1, group * hd, &|_, cols, tile| {
             let kvh = cols.start / (group * hd);
-            let mut probs = scores[kvh * group * row_len..(kvh + 1) * group * row_len].to_vec();
-            for p in probs.chunks_exact_mut(row_len) {
-                attention::softmax_f16(&mut p[..visible]);
-            }
-            let o = tile.row(0);
-            o.fill(0.0);
-            for i in 0..blocks {
-                if let Some(b) = kv_ahead.then(|| kv.head_block(i + KV_PREFETCH_BLOCKS, kvh)).flatten() {
-                    attention::prefetch_l2(b.values);
+            HEAD_PROBS.with_borrow_mut(|probs| {
+                probs.clear();
+                probs.extend_from_slice(&scores[kvh * group * row_len..(kvh + 1) * group * row_len]);
+                for p in probs.chunks_exact_mut(row_len) {
+                    attention::softmax_f16(&mut p[..visible]);
                 }
-                if let Some(b) = kv.head_block(i, kvh) {
-                    let (at, n) = (i * bt, (visible - i * bt).min(bt));
-                    attention::group_accumulate_values(&probs[at..], row_len, n, b.values, b.value_stride, o, hd);
+                let o = tile.row(0);
+                o.fill(0.0);
+                for i in 0..blocks {
+                    if let Some(b) = kv_ahead.then(|| kv.head_block(i + KV_PREFETCH_BLOCKS, kvh)).flatten() {
+                        attention::prefetch_l2(b.values);
+                    }
+                    if let Some(b) = kv.head_block(i, kvh) {
+                        let (at, n) = (i * bt, (visible - i * bt).min(bt));
+                        attention::group_accumulate_values(&probs[at..], row_len, n, b.values, b.value_stride, o, hd);
+                    }
                 }
-            }
+            });
         });
     }
 }
