@@ -1,7 +1,8 @@
 //! The CPU backend: quantized matrix products on a persistent thread pool.
 //!
 //! Owns: weight matrices ([`Matrix`]: quantized formats repacked at load into the
-//! interleaved layout of `packed.rs`, float formats kept as rows), quantized activations
+//! interleaved layout of `packed.rs`, a model's all in one mapping in huge pages
+//! (`weight_arena.rs`); float formats kept as rows), quantized activations
 //! ([`Activations`]), and the parallel products between them ([`Cpu::matmul`]). One code
 //! path serves decode (one token: matrix-vector) and batched prefill (many tokens:
 //! matrix-matrix tiles that unpack each weight step once for up to four tokens).
