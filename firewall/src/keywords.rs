@@ -259,11 +259,15 @@ impl KeywordFinder {
     fn confirm(&self, text: &[u8], at: usize, found: &mut impl FnMut(usize, usize)) {
         let w = window(text, at);
         let rest = &text[at..];
-        // Past the text's end zeros stand in (the length check rules them out).
-        let mut first = [0u8; 8];
-        let n = rest.len().min(8);
-        first[..n].copy_from_slice(&rest[..n]);
-        let first = u64::from_le_bytes(first);
+        let first = match rest.first_chunk::<8>() {
+            Some(eight) => u64::from_le_bytes(*eight),
+            None => {
+                // Past the text's end zeros stand in (the length check rules them out).
+                let mut first = [0u8; 8];
+                first[..rest.len()].copy_from_slice(rest);
+                u64::from_le_bytes(first)
+            }
+        };
         let mut check = |heads: &[Head]| {
             for h in heads {
                 if (first | h.fold) & h.care == h.lower && rest.len() >= h.len as usize && (h.len <= 8 || self.words[h.id as usize].starts(rest)) {
