@@ -10,10 +10,11 @@
 //! Where the kernel gives none (mode `never`, no memory to compact), the same bytes sit in
 //! ordinary pages and nothing else changes.
 //!
-//! Per-token ABBA on a Xeon whose L3 holds the model, one process holding the same model
-//! in both kinds of memory, five runs of 12 rounds: decode 1.05-1.10x faster (medians) at 1
-//! thread and 1.04-1.10x at 2. The KV cache, read as much at long contexts, gained 1.02-1.03x
-//! from the same, within this host's noise, and stays in ordinary pages.
+//! On a Xeon whose L3 holds the model, two engines in one process (the same model, in the
+//! two kinds of memory) alternating 64-token decode calls, 12 rounds a run: decode
+//! 1.05-1.10x faster (medians of five runs) at 1 thread and 1.04-1.10x (three) at 2. The
+//! KV cache, read as much at long contexts, gained 1.02-1.03x from the same, within this
+//! host's noise, and stays in ordinary pages.
 
 use std::io;
 use std::ops::Range;
@@ -50,16 +51,17 @@ impl Region {
 /// pages, lets `fill(i, part)` write part `i` (zeroed before), and returns the parts,
 /// read-only from then on.
 pub(crate) fn lay_out(sizes: &[usize], mut fill: impl FnMut(usize, &mut [u8])) -> io::Result<Vec<Region>> {
+    let overflow = || io::Error::new(io::ErrorKind::OutOfMemory, "weights overflow the address space");
     let mut starts = Vec::with_capacity(sizes.len());
     let mut end = 0usize;
     for &size in sizes {
         let start = end.next_multiple_of(PART_ALIGN);
         starts.push(start);
-        end = start.checked_add(size).ok_or_else(|| io::Error::new(io::ErrorKind::OutOfMemory, "weights overflow the address space"))?;
+        end = start.checked_add(size).ok_or_else(overflow)?;
     }
     // A huge page needs a 2 MiB-aligned address: map one page more and start at the
     // first boundary (untouched pages cost nothing).
-    let mut map = MmapMut::map_anon(end.checked_add(HUGE_PAGE).ok_or_else(|| io::Error::new(io::ErrorKind::OutOfMemory, "weights overflow the address space"))?)?;
+    let mut map = MmapMut::map_anon(end.checked_add(HUGE_PAGE).ok_or_else(overflow)?)?;
     #[cfg(target_os = "linux")]
     {
         // Only a hint: a kernel without THP refuses it, and ordinary pages then serve.
