@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use regex::{Regex, RegexBuilder};
 use regex_automata::meta::Regex as MetaRegex;
-use regex_syntax::hir::Hir;
+use regex_syntax::hir::{Hir, Look};
 use serde::{Deserialize, Serialize};
 
 use crate::reach::keyword_reach;
@@ -119,11 +119,25 @@ pub struct Rule {
     pub(crate) reach: Option<usize>,
     pub min_entropy: Option<f64>,
     pub allow: Vec<Regex>,
+    /// `allow` as at most two alternations (see [`allow_groups`]), searched instead of
+    /// the patterns one by one; None without patterns, or where an alternation outgrows
+    /// the size limit that each pattern alone kept.
+    allow_set: Option<Arc<[MetaRegex]>>,
     pub tags: Vec<String>,
     pub must_match: Vec<String>,
     pub must_not_match: Vec<String>,
     /// The parsed pattern, kept for building the streaming automaton.
     pub(crate) hir: Hir,
+}
+
+impl Rule {
+    /// Whether an `allow` pattern exempts `secret`.
+    pub fn is_allowed(&self, secret: &str) -> bool {
+        match &self.allow_set {
+            Some(groups) => groups.iter().any(|re| re.is_match(secret)),
+            None => self.allow.iter().any(|a| a.is_match(secret)),
+        }
+    }
 }
 
 /// A validated canary table.
@@ -172,19 +186,50 @@ fn one_line(message: &str) -> String {
 }
 
 /// Compiled `allow` patterns by their source, for one load: the default rules repeat a few
-/// lists (58 distinct patterns among 269), and a clone shares the compiled program.
+/// lists (58 distinct patterns among 269, 21 distinct lists among 38 rules), and a clone
+/// shares the compiled program.
 #[derive(Debug, Default)]
-pub(crate) struct AllowCache(HashMap<String, Regex>);
+pub(crate) struct AllowCache {
+    patterns: HashMap<String, Regex>,
+    /// By the list's patterns; None where the set would outgrow the size limit.
+    sets: HashMap<Vec<String>, Option<Arc<[MetaRegex]>>>,
+}
 
 impl AllowCache {
     fn compile(&mut self, pattern: &str) -> Result<Regex, String> {
-        if let Some(re) = self.0.get(pattern) {
+        if let Some(re) = self.patterns.get(pattern) {
             return Ok(re.clone());
         }
         let re = compile_regex(pattern)?;
-        self.0.insert(pattern.to_string(), re.clone());
+        self.patterns.insert(pattern.to_string(), re.clone());
         Ok(re)
     }
+
+    /// The set of `patterns` (each compiled alone already).
+    fn compile_set(&mut self, patterns: &[String]) -> Option<Arc<[MetaRegex]>> {
+        if patterns.is_empty() {
+            return None;
+        }
+        if let Some(set) = self.sets.get(patterns) {
+            return set.clone();
+        }
+        let set = allow_groups(patterns).map(Arc::from);
+        self.sets.insert(patterns.to_vec(), set.clone());
+        set
+    }
+}
+
+/// An `allow` list as alternations that match wherever one of its patterns matches: one
+/// of the patterns anchored at the text's start (`^…`, which fail after a byte or two)
+/// and one of the rest (whose literals the regex engine then finds with one prefilter).
+/// A list of a dozen patterns is judged in two searches instead of twelve; one
+/// alternation of all twelve cost more than the twelve on long secrets (a lazy DFA over
+/// every byte instead of prefilters that skip them). Parsed as `regex::Regex` parses,
+/// so each alternative matches what its pattern matches (flags stay inside it).
+fn allow_groups(patterns: &[String]) -> Option<Vec<MetaRegex>> {
+    let hirs = patterns.iter().map(|p| regex_syntax::parse(p).ok()).collect::<Option<Vec<Hir>>>()?;
+    let (anchored, other): (Vec<Hir>, Vec<Hir>) = hirs.into_iter().partition(|h| h.properties().look_set_prefix().contains(Look::Start));
+    [anchored, other].into_iter().filter(|g| !g.is_empty()).map(|g| compile_hir(&Hir::alternation(g), true).ok()).collect()
 }
 
 impl RawRule {
@@ -238,6 +283,7 @@ impl RawRule {
                 Err(e) => errs.push(field("allow", format!("bad allow regex `{a}`: {e}"))),
             }
         }
+        let allow_set = if errs.is_empty() { cache.compile_set(&self.allow) } else { None };
         match (regex, hir, secret_group, keywords) {
             (Some(regex), Some(hir), Some(secret_group), Some(keywords)) if errs.is_empty() => Ok(Rule {
                 id: self.id,
@@ -251,6 +297,7 @@ impl RawRule {
                 reach,
                 min_entropy: self.min_entropy,
                 allow,
+                allow_set,
                 tags: self.tags,
                 must_match: self.must_match,
                 must_not_match: self.must_not_match,
@@ -425,6 +472,35 @@ pub fn shannon_entropy(s: &str) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The alternations judge every candidate as the patterns one by one do: on the
+    /// default rules' samples (each whole, and each of its suffixes and prefixes), with
+    /// case flags that must not leak from one pattern into the next.
+    #[test]
+    fn allow_groups_match_where_some_pattern_matches() {
+        let one_by_one = |patterns: &[Regex], text: &str| patterns.iter().any(|re| re.is_match(text));
+        let own = ["(?i)^abc".to_string(), "XYZ$".to_string(), "(?m)^x-".to_string(), r"\$\{".to_string()];
+        let compiled: Vec<Regex> = own.iter().filter_map(|p| compile_regex(p).ok()).collect();
+        let groups = allow_groups(&own).unwrap_or_default();
+        assert_eq!(groups.len(), 2);
+        for text in ["ABCd", "dabc", "xyz", "aXYZ", "XYZa", "q\nx-1", "a${b}", "${", "", "é${"] {
+            assert_eq!(groups.iter().any(|g| g.is_match(text)), one_by_one(&compiled, text), "{text:?}");
+        }
+        let rules = crate::Ruleset::builtin().map_err(|e| e.to_string());
+        let Ok(rules) = rules else { return assert_eq!(rules.err(), None) };
+        let mut judged = 0;
+        for r in rules.rules.iter().filter(|r| !r.allow.is_empty()) {
+            assert!(r.allow_set.is_some(), "{}: no alternations", r.id);
+            for sample in r.must_match.iter().chain(&r.must_not_match) {
+                let cuts = (0..=sample.len()).filter(|&i| sample.is_char_boundary(i));
+                for text in cuts.flat_map(|i| [&sample[i..], &sample[..i]]) {
+                    assert_eq!(r.is_allowed(text), one_by_one(&r.allow, text), "{} on {text:?}", r.id);
+                    judged += 1;
+                }
+            }
+        }
+        assert!(judged > 10_000, "{judged}");
+    }
 
     #[test]
     fn entropy_is_bit_for_bit_the_plain_sum() {

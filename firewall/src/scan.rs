@@ -490,7 +490,7 @@ fn judge(rule: &Rule, hay: &str, base: usize, ((ms, me), (ss, se)): Found, keywo
     if !rule.keywords.is_empty() && !keywords.holds(rule, hay, (ms, me)) {
         return Verdict::Passed;
     }
-    if rule.min_entropy.is_some_and(|min| shannon_entropy(secret) < min) || rule.allow.iter().any(|a| a.is_match(secret)) {
+    if rule.min_entropy.is_some_and(|min| shannon_entropy(secret) < min) || rule.is_allowed(secret) {
         return Verdict::Taken;
     }
     out.push(Finding {

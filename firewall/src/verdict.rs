@@ -4,6 +4,8 @@
 //! [`mask`], which keeps at most a short prefix and the length, so findings can be logged,
 //! audited and shown in a dashboard without re-leaking the secret they describe.
 
+use std::fmt::Write as _;
+
 use serde::{Deserialize, Serialize};
 
 use crate::detect::entropy::Metric;
@@ -117,9 +119,14 @@ impl Finding {
 pub fn mask(secret: &str) -> String {
     let len = secret.chars().count();
     let shown = (len / 4).min(4);
-    let prefix: String = secret.chars().take(shown).collect();
-    let stars = "*".repeat((len - shown).min(8));
-    format!("{prefix}{stars} ({len} chars)")
+    let prefix = secret.char_indices().nth(shown).map_or(secret, |(end, _)| &secret[..end]);
+    let stars = (len - shown).min(8);
+    // One allocation: every finding gets an excerpt, and secret-dense text has thousands.
+    let mut out = String::with_capacity(prefix.len() + stars + 20);
+    out.push_str(prefix);
+    out.extend(std::iter::repeat_n('*', stars));
+    let _ = write!(out, " ({len} chars)");
+    out
 }
 
 #[cfg(test)]
@@ -131,6 +138,8 @@ mod tests {
         assert_eq!(mask("AKIA2NGEVCHPZHKN4IV2"), "AKIA******** (20 chars)");
         assert_eq!(mask("abc"), "*** (3 chars)");
         assert_eq!(mask(""), " (0 chars)");
+        assert_eq!(mask("ééééé"), "é**** (5 chars)");
+        assert_eq!(mask(&"x".repeat(100)), "xxxx******** (100 chars)");
         assert!(!mask("ghp_0123456789abcdefghijklmnopqrstuvwxyzAB").contains("0123"));
     }
 
