@@ -20,6 +20,7 @@
 // `unsafe` is allowed in one place: the AVX2 twin of the keyword filter (`keywords::avx2`).
 #![deny(unsafe_code)]
 
+mod capture;
 pub mod detect;
 pub mod gitleaks;
 mod keywords;

@@ -21,7 +21,6 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, AhoCorasickKind, MatchKind};
 use regex::{Regex, RegexBuilder};
-use regex_automata::util::captures::Captures;
 use regex_automata::Input;
 use regex_syntax::hir::Hir;
 
@@ -32,7 +31,7 @@ use crate::rule::{shannon_entropy, Canary, Rule};
 use crate::ruleset::{LoadError, Ruleset};
 use crate::start::StartFilter;
 use crate::verdict::{mask, Action, Detail, DetectorKind, Finding, Severity};
-use crate::window::{found_in, Found, RuleSearch, Verdict};
+use crate::window::{found_in, CaptureScratch, Found, RuleSearch, Verdict};
 
 /// Size limit of the compiled canary alternation (bytes); canary tables can be long.
 const CANARY_REGEX_LIMIT: usize = 16 << 20;
@@ -81,7 +80,7 @@ struct Scratch {
     /// one rule's start regions at a time
     regions: Vec<(usize, usize)>,
     /// [rules] captures of the anchored searches
-    captures: Vec<Option<Captures>>,
+    captures: Vec<Option<CaptureScratch>>,
 }
 
 /// Scratch buffers kept at most: one per thread scanning at once, within reason.
@@ -287,7 +286,7 @@ impl Ruleset {
 
     /// Rule `i`'s one-shot findings in `text`, given every hit of its keywords there
     /// (`hits`, any order; sorted here). `regions` and `caps` are scratch.
-    fn rule_one_shot(&self, i: usize, text: &str, hits: &mut [(usize, usize)], regions: &mut Vec<(usize, usize)>, caps: &mut Option<Captures>, out: &mut Vec<Finding>) {
+    fn rule_one_shot(&self, i: usize, text: &str, hits: &mut [(usize, usize)], regions: &mut Vec<(usize, usize)>, caps: &mut Option<CaptureScratch>, out: &mut Vec<Finding>) {
         let (Some(rule), Some(search)) = (self.rules.get(i), self.engine.searches.get(i)) else { return };
         if hits.is_empty() && !rule.keywords.is_empty() {
             return;

@@ -27,6 +27,7 @@ use regex_automata::util::captures::Captures;
 use regex_automata::{Anchored, Input};
 use regex_syntax::hir::{Class, Hir, HirKind};
 
+use crate::capture::{SecretScratch, SecretSearch};
 use crate::start::StartFilter;
 
 /// A match: whole-match span and secret span, byte offsets into the text.
@@ -45,6 +46,8 @@ pub(crate) struct RuleSearch {
     regex: Arc<MetaRegex>,
     /// The rule's `scan_group`: the secret's capture group, 0 when the match is the secret.
     group: usize,
+    /// The capture search for the group, where the meta regex's would cost more.
+    secret: Option<SecretSearch>,
     /// Upper bound on the offset of the first keyword in any match; `None`: unbounded.
     pub(crate) reach: Option<usize>,
     /// Where a match can start (a superset), to skip tries that cannot match.
@@ -60,7 +63,9 @@ impl RuleSearch {
     pub(crate) fn new(regex: Arc<MetaRegex>, hir: &Hir, group: usize, reach: Option<usize>, starts: StartFilter) -> RuleSearch {
         let mut inside = [false; 256];
         add_match_bytes(hir, &mut inside);
-        RuleSearch { regex, group, reach, starts, inside }
+        // Only walks with a bounded reach run capture searches here.
+        let secret = if group != 0 && reach.is_some() { SecretSearch::new(hir) } else { None };
+        RuleSearch { regex, group, reach, starts, inside, secret }
     }
 
     /// Merges the start regions of the keyword hits in `text`, `(start, end)` sorted by
@@ -82,14 +87,14 @@ impl RuleSearch {
     }
 
     /// Captures for [`RuleSearch::walk_regions`]; None when the secret is the whole match.
-    pub(crate) fn captures(&self) -> Option<Captures> {
-        (self.group != 0).then(|| self.regex.create_captures())
+    pub(crate) fn captures(&self) -> Option<CaptureScratch> {
+        (self.group != 0).then(|| CaptureScratch { meta: self.regex.create_captures(), secret: self.secret.as_ref().map(SecretSearch::scratch) })
     }
 
     /// Walks the start positions of `regions` (sorted, disjoint) in `text`, trying the
     /// regex anchored at each; `take` judges every match found. `caps` comes from
     /// [`RuleSearch::captures`] (kept between walks: creating it allocates).
-    pub(crate) fn walk_regions(&self, text: &str, regions: &[(usize, usize)], caps: &mut Option<Captures>, mut take: impl FnMut(Found) -> Verdict) {
+    pub(crate) fn walk_regions(&self, text: &str, regions: &[(usize, usize)], caps: &mut Option<CaptureScratch>, mut take: impl FnMut(Found) -> Verdict) {
         let bytes = text.as_bytes();
         let mut at = 0;
         for &(first, last) in regions {
@@ -114,20 +119,32 @@ impl RuleSearch {
     }
 
     /// The leftmost-first match starting exactly at `s`, seeing the whole text around it.
-    fn anchored_at(&self, text: &str, s: usize, caps: Option<&mut Captures>) -> Option<Found> {
+    fn anchored_at(&self, text: &str, s: usize, caps: Option<&mut CaptureScratch>) -> Option<Found> {
         let input = Input::new(text).span(s..text.len()).anchored(Anchored::Yes);
         match caps {
             None => self.regex.search(&input).map(|m| ((m.start(), m.end()), (m.start(), m.end()))),
-            Some(caps) => {
+            Some(CaptureScratch { meta, secret }) => {
                 // The lazy DFA rules out most tries; captures run on the match it found
                 // (an anchored capture search of the whole rest would go by the slower
                 // one-pass engine, failures included).
                 let end = self.regex.search_half(&input)?.offset();
-                self.regex.search_captures(&input.span(s..end), caps);
-                found_in(caps, self.group)
+                if let (Some(search), Some(scratch)) = (&self.secret, secret.as_mut()) {
+                    if let Some(caps) = search.captures(text, (s, end), scratch) {
+                        return found_in(caps, self.group);
+                    }
+                }
+                self.regex.search_captures(&input.span(s..end), meta);
+                found_in(meta, self.group)
             }
         }
     }
+}
+
+/// What a thread keeps between the capture searches of one rule.
+#[derive(Debug, Clone)]
+pub(crate) struct CaptureScratch {
+    meta: Captures,
+    secret: Option<SecretScratch>,
 }
 
 /// The match in `caps` and its secret (group `secret_group`, or the whole match when that
