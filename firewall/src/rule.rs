@@ -191,7 +191,7 @@ fn one_line(message: &str) -> String {
 #[derive(Debug, Default)]
 pub(crate) struct AllowCache {
     patterns: HashMap<String, Regex>,
-    /// By the list's patterns; None where the set would outgrow the size limit.
+    /// [`allow_groups`] by the list's patterns; None where they outgrow the size limit.
     sets: HashMap<Vec<String>, Option<Arc<[MetaRegex]>>>,
 }
 
@@ -205,7 +205,7 @@ impl AllowCache {
         Ok(re)
     }
 
-    /// The set of `patterns` (each compiled alone already).
+    /// The alternations of `patterns` (each compiled alone already), built once per list.
     fn compile_set(&mut self, patterns: &[String]) -> Option<Arc<[MetaRegex]>> {
         if patterns.is_empty() {
             return None;
