@@ -132,6 +132,7 @@ enum RawAction {
 struct RawFirewall {
     rules_dir: Option<PathBuf>,
     max_holdback_bytes: Option<usize>,
+    watch_interval_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -294,6 +295,8 @@ pub struct FirewallConfig {
     pub rules_dir: Option<PathBuf>,
     /// Most bytes one stream may hold back while a match could still be in progress.
     pub max_holdback_bytes: usize,
+    /// How often the rule folder is looked at for changes (ms); 0 = never (reload by hand).
+    pub watch_interval_ms: u64,
 }
 
 /// One tenant and the SHA-256 digests of its API keys (plain keys are hashed at load).
@@ -519,7 +522,11 @@ fn validate(
     if !(64..=1 << 20).contains(&max_holdback_bytes) {
         return Err(invalid("firewall.max_holdback_bytes".into(), format!("must be between 64 and 1048576, got {max_holdback_bytes}")));
     }
-    let firewall = FirewallConfig { rules_dir: raw_fw.rules_dir, max_holdback_bytes };
+    let watch_interval_ms = raw_fw.watch_interval_ms.unwrap_or(1000);
+    if watch_interval_ms != 0 && !(100..=3_600_000).contains(&watch_interval_ms) {
+        return Err(invalid("firewall.watch_interval_ms".into(), format!("must be 0 (off) or between 100 and 3600000, got {watch_interval_ms}")));
+    }
+    let firewall = FirewallConfig { rules_dir: raw_fw.rules_dir, max_holdback_bytes, watch_interval_ms };
     Ok(Config { listen, admin_token, max_body_bytes, data_dir, tenants, models, store, firewall, provenance, stats, canary })
 }
 
@@ -1017,6 +1024,17 @@ placement = "system_start"
         }
         let err = Config::from_parts("", "t", &[], &|n| (n == "CROSSGUARD_FINGERPRINT_KEY").then(|| "zz".to_owned())).unwrap_err();
         assert!(err.to_string().contains("32 hexadecimal"), "{err}");
+    }
+
+    #[test]
+    fn the_rule_folder_watch_defaults_on_and_zero_turns_it_off() {
+        assert_eq!(parse("").unwrap().firewall.watch_interval_ms, 1000);
+        assert_eq!(parse("[firewall]\nwatch_interval_ms = 0").unwrap().firewall.watch_interval_ms, 0);
+        assert_eq!(parse("[firewall]\nwatch_interval_ms = 250").unwrap().firewall.watch_interval_ms, 250);
+        for bad in ["[firewall]\nwatch_interval_ms = 10", "[firewall]\nwatch_interval_ms = 86400000"] {
+            let err = parse(bad).unwrap_err().to_string();
+            assert!(err.contains("firewall.watch_interval_ms"), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub mod provenance;
 pub mod relay;
 pub mod router;
 pub mod routes;
+pub mod rules_watch;
 pub mod server;
 pub mod state;
 pub mod stats;

@@ -352,9 +352,10 @@ fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
 }
 
 /// Runs `work` every `period` while `target` is alive.
-fn every<F, Fut>(target: Weak<Protection>, period: Duration, work: F)
+pub(crate) fn every<T, F, Fut>(target: Weak<T>, period: Duration, work: F)
 where
-    F: Fn(Arc<Protection>) -> Fut + Send + 'static,
+    T: Send + Sync + 'static,
+    F: Fn(Arc<T>) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send,
 {
     spawn(async move {

@@ -55,8 +55,8 @@ pub enum StartError {
 
 impl AppState {
     /// Opens the store and builds the backends named in `config`; starts the background
-    /// tasks (store upkeep, fingerprint and statistics sharing), so call it inside the
-    /// runtime that serves.
+    /// tasks (store upkeep, fingerprint and statistics sharing, the rule folder watch), so
+    /// call it inside the runtime that serves.
     pub async fn build(config: Config) -> Result<Arc<AppState>, StartError> {
         let mut models = BTreeMap::new();
         for model in &config.models {
@@ -73,7 +73,7 @@ impl AppState {
         let rules = protection::load_rules(&config, &protection).map_err(StartError::Rules)?;
         tracing::info!(rules = rules.len(), canaries = rules.canaries().len(), "firewall rules loaded");
         protection.spawn_background(&config);
-        Ok(Arc::new(AppState {
+        let state = Arc::new(AppState {
             protection,
             rules: ReloadableRuleset::new(rules),
             auth: Authenticator::new(&config.tenants),
@@ -81,7 +81,9 @@ impl AppState {
             models,
             metrics: Metrics::new(),
             started_unix: unix_now(),
-        }))
+        });
+        crate::rules_watch::spawn(&state);
+        Ok(state)
     }
 
     /// Recompiles the rule files (and the injected canaries) and swaps them in; when they

@@ -1,6 +1,8 @@
 //! The firewall on the response path, end to end: a secret the upstream streams in 40
 //! pieces never reaches the client, the choice ends with `content_filter`, and the
-//! non-streaming answer is scanned whole before anything is sent.
+//! non-streaming answer is scanned whole before anything is sent; a rule file dropped into
+//! the watched rule folder stops the next matching response, and a broken one changes
+//! nothing.
 
 use crossguard_e2e::mock_upstream::MockUpstream;
 use crossguard_e2e::{sse_data, upstream_config, TestGateway};
@@ -75,4 +77,95 @@ async fn clean_answers_pass_untouched() {
     let got: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
     assert_eq!(got, text.trim_start_matches("#leak "));
     assert_eq!(chunks.last().unwrap()["choices"][0]["finish_reason"], "stop");
+}
+
+/// A rule of the kind a security team writes for its own keys, with its samples.
+const ACME_RULE: &str = r#"
+[[rule]]
+id = "acmecorp-api-key"
+description = "ACME Corp internal API key"
+severity = "critical"
+action = "block"
+regex = '\b(acmecorp-key-[A-Za-z0-9]{20})\b'
+secret_group = 1
+keywords = ["acmecorp-key-"]
+min_entropy = 3.0
+must_match = ["token acmecorp-key-Ab12Cd34Ef56Gh78Ij90 here"]
+must_not_match = ["acmecorp-key-EXAMPLE", "acmecorp-key-aaaaaaaaaaaaaaaaaaaa"]
+"#;
+
+const ACME_KEY: &str = "acmecorp-key-Zq81LmN4pR7tVx29KdW3";
+
+/// The text one streamed answer released, and its finish reason.
+async fn streamed(gw: &TestGateway, text: &str) -> (String, String) {
+    let body = json!({"model": "mock", "stream": true, "messages": [{"role": "user", "content": format!("#leak {text}")}]});
+    let frames = sse_data(&post(gw, &body).await.text().await.unwrap());
+    let chunks: Vec<Value> = frames.iter().filter_map(|f| serde_json::from_str(f).ok()).collect();
+    let released = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    let finish = chunks.iter().filter_map(|c| c["choices"][0]["finish_reason"].as_str()).last().unwrap_or_default().to_owned();
+    (released, finish)
+}
+
+/// Streams `answer` until its finish reason is `finish`, and returns what it released;
+/// polled, not timed: the deadline only keeps a broken watch from hanging the test.
+async fn once_it_finishes(gw: &TestGateway, answer: &str, finish: &str) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (released, got) = streamed(gw, answer).await;
+        if got == finish {
+            return released;
+        }
+        assert!(std::time::Instant::now() < deadline, "still {got:?}, not {finish:?}, after 60 s: {released}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_rule_file_dropped_into_the_watched_folder_stops_the_next_response() {
+    let mock = MockUpstream::start().await;
+    let rules = tempfile::tempdir().unwrap();
+    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../rules/code-hosting.toml");
+    std::fs::copy(shipped, rules.path().join("code-hosting.toml")).unwrap();
+    let config = format!(
+        "admin_token = \"{ADMIN}\"\n{}[firewall]\nrules_dir = \"{}\"\nwatch_interval_ms = 100\n",
+        upstream_config(&mock.base_url(), ""),
+        rules.path().display()
+    );
+    let gw = TestGateway::start(&config, &[("UPSTREAM_KEY", "k")]).await;
+    let answer = format!("Here is the config: api token {ACME_KEY} and that is all.");
+    assert_eq!(streamed(&gw, &answer).await, (answer.clone(), "stop".to_owned()), "no rule knows the key yet");
+
+    std::fs::write(rules.path().join("acme.toml"), ACME_RULE).unwrap();
+    let released = once_it_finishes(&gw, &answer, "content_filter").await;
+    assert_eq!(released, "Here is the config: api token ", "everything before the key, nothing of it");
+    let generation = rules_generation(&gw).await;
+
+    // The rule removed and a broken file added in its place: the folder does not load, so
+    // nothing of it does (a half-load would drop the rule), and the running rules stay.
+    std::fs::remove_file(rules.path().join("acme.toml")).unwrap();
+    std::fs::write(rules.path().join("broken.toml"), "[[rule]]\nid = \"Not Kebab\"\n").unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert_eq!(streamed(&gw, &answer).await.1, "content_filter");
+    assert_eq!(rules_generation(&gw).await, generation);
+
+    // Mended, the folder loads again: the watch did not give up after the failure.
+    std::fs::remove_file(rules.path().join("broken.toml")).unwrap();
+    assert_eq!(once_it_finishes(&gw, &answer, "stop").await, answer);
+    assert!(rules_generation(&gw).await > generation);
+}
+
+const ADMIN: &str = "admin-token-for-the-watch-test";
+
+/// The running rules' generation, from the admin API.
+async fn rules_generation(gw: &TestGateway) -> u64 {
+    let health: Value = reqwest::Client::new()
+        .get(gw.url("/admin/api/health"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .expect("gateway answers")
+        .json()
+        .await
+        .expect("health is JSON");
+    health["rules"]["generation"].as_u64().expect("a generation")
 }
