@@ -33,7 +33,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/admin/api/audit/{id}", get(routes::admin::get_audit))
         .route("/admin/api/stats", get(routes::admin::stats))
         .route("/admin/api/health", get(routes::admin::health))
-        .route("/admin/api/rules/reload", post(routes::admin::reload_rules))
+        .route("/admin/api/rules/reload", post(routes::admin::reload_rules).get(routes::admin::last_reload))
         .merge(crate::admin::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -1,8 +1,9 @@
 //! The admin dashboard (`/admin`), end to end.
 //!
 //! - Plain HTTP: the session cookie's flags, the CSRF refusal (a forged reload changes
-//!   nothing), the Content-Security-Policy, log-out, and that the admin token is accepted
-//!   only from a POST body and never comes back in a URL, a header or a page.
+//!   nothing), the Content-Security-Policy, log-out, that the admin token is accepted
+//!   only from a POST body and never comes back in a URL, a header or a page, and that a
+//!   rule file the folder watch rejected shows on the rules page with its error.
 //! - A real headless Chromium (driven over WebDriver), one session for every case: a wrong
 //!   token cannot log in; logging in; a leak triggered through the API appears live; its
 //!   detail; filtering by tenant; reloading rules (good and broken files); `<script>` and
@@ -223,6 +224,31 @@ async fn forms_without_the_session_csrf_token_are_refused() {
     assert_eq!(resp.status(), 303);
     assert_eq!(page(gw, "/admin", &cookie).await.status(), 303, "a logged-out session must not open pages");
     assert_eq!(page(gw, "/admin", &other).await.status(), 200, "other sessions stay");
+}
+
+#[tokio::test]
+async fn the_rules_page_shows_what_the_folder_watch_rejected() {
+    let s = setup().await;
+    let cookie = session_cookie(&login(&s.gw, ADMIN).await);
+    let rules_page = || async { page(&s.gw, "/admin/rules", &cookie).await.text().await.unwrap_or_default() };
+    assert!(rules_page().await.contains("No reload since start-up."));
+    let before = rules_generation(&s.gw).await;
+
+    // Nobody presses a button: the folder watch (on by default) tries the file.
+    std::fs::write(s.rules.path().join("broken.toml"), "[[rule]]\nid = \"Not Kebab\"\n").expect("write broken rules");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let html = loop {
+        let html = rules_page().await;
+        if html.contains("by the rule folder watch") {
+            break html;
+        }
+        assert!(std::time::Instant::now() < deadline, "no reload by the watch shown after 60 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let card = html.split("<div class=\"card reload\">").nth(1).and_then(|rest| rest.split("</div>").next()).unwrap_or_default();
+    assert!(card.contains("Rejected") && card.contains("broken.toml:1: rule `Not Kebab`"), "{card}");
+    assert!(card.contains(&format!("the running rules stay (generation {before})")), "{card}");
+    assert_eq!(rules_generation(&s.gw).await, before);
 }
 
 #[tokio::test]

@@ -102,7 +102,7 @@ async fn streamed(gw: &TestGateway, text: &str) -> (String, String) {
     let frames = sse_data(&post(gw, &body).await.text().await.unwrap());
     let chunks: Vec<Value> = frames.iter().filter_map(|f| serde_json::from_str(f).ok()).collect();
     let released = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
-    let finish = chunks.iter().filter_map(|c| c["choices"][0]["finish_reason"].as_str()).last().unwrap_or_default().to_owned();
+    let finish = chunks.iter().filter_map(|c| c["choices"][0]["finish_reason"].as_str()).next_back().unwrap_or_default().to_owned();
     (released, finish)
 }
 
@@ -135,16 +135,34 @@ async fn a_rule_file_dropped_into_the_watched_folder_stops_the_next_response() {
     let answer = format!("Here is the config: api token {ACME_KEY} and that is all.");
     assert_eq!(streamed(&gw, &answer).await, (answer.clone(), "stop".to_owned()), "no rule knows the key yet");
 
+    assert_eq!(last_reload(&gw).await, Value::Null, "the rules loaded at start are no reload");
     std::fs::write(rules.path().join("acme.toml"), ACME_RULE).unwrap();
     let released = once_it_finishes(&gw, &answer, "content_filter").await;
     assert_eq!(released, "Here is the config: api token ", "everything before the key, nothing of it");
     let generation = rules_generation(&gw).await;
+    let last = last_reload(&gw).await;
+    assert_eq!((&last["via"], &last["reloaded"], &last["generation"]), (&json!("rule folder watch"), &json!(true), &json!(generation)), "{last}");
 
     // The rule removed and a broken file added in its place: the folder does not load, so
-    // nothing of it does (a half-load would drop the rule), and the running rules stay.
+    // nothing of it does (a half-load would drop the rule), and the running rules stay. The
+    // admin API says why, with the file and line.
     std::fs::remove_file(rules.path().join("acme.toml")).unwrap();
     std::fs::write(rules.path().join("broken.toml"), "[[rule]]\nid = \"Not Kebab\"\n").unwrap();
-    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let rejected = loop {
+        let last = last_reload(&gw).await;
+        if last["reloaded"] == json!(false) {
+            break last;
+        }
+        assert!(std::time::Instant::now() < deadline, "no rejected reload after 60 s: {last}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!((&rejected["via"], &rejected["generation"]), (&json!("rule folder watch"), &json!(generation)), "{rejected}");
+    let errors = rejected["errors"].as_array().cloned().unwrap_or_default();
+    assert!(
+        errors.iter().any(|e| e["file"].as_str().is_some_and(|f| f.ends_with("broken.toml")) && e["line"] == json!(1)),
+        "the error names broken.toml:1: {rejected}"
+    );
     assert_eq!(streamed(&gw, &answer).await.1, "content_filter");
     assert_eq!(rules_generation(&gw).await, generation);
 
@@ -156,16 +174,17 @@ async fn a_rule_file_dropped_into_the_watched_folder_stops_the_next_response() {
 
 const ADMIN: &str = "admin-token-for-the-watch-test";
 
+/// What the admin API says the last rule reload did (`null`: none since start).
+async fn last_reload(gw: &TestGateway) -> Value {
+    admin_get(gw, "/admin/api/rules/reload").await["last_reload"].clone()
+}
+
 /// The running rules' generation, from the admin API.
 async fn rules_generation(gw: &TestGateway) -> u64 {
-    let health: Value = reqwest::Client::new()
-        .get(gw.url("/admin/api/health"))
-        .bearer_auth(ADMIN)
-        .send()
-        .await
-        .expect("gateway answers")
-        .json()
-        .await
-        .expect("health is JSON");
-    health["rules"]["generation"].as_u64().expect("a generation")
+    admin_get(gw, "/admin/api/health").await["rules"]["generation"].as_u64().expect("a generation")
+}
+
+async fn admin_get(gw: &TestGateway, path: &str) -> Value {
+    let resp = reqwest::Client::new().get(gw.url(path)).bearer_auth(ADMIN).send().await.expect("gateway answers");
+    resp.json().await.expect("the admin API answers JSON")
 }

@@ -23,7 +23,7 @@ pub mod session;
 mod tenants;
 mod time;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::extract::Request;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -33,20 +33,18 @@ use axum::routing::{get, post};
 use axum::{Extension, Router};
 
 use crate::state::AppState;
-use crate::store::StoreError;
+use crate::store::{now_ms, StoreError};
 
 /// The dashboard's own state, shared by its routes.
 pub struct Admin {
     sessions: session::Sessions,
-    /// The outcome of the last reload asked for from the dashboard.
-    last_reload: Mutex<Option<rules::ReloadOutcome>>,
     /// When this router was built (the window of "since start-up" figures), Unix ms.
     started_ms: u64,
 }
 
 /// The dashboard's routes, to merge into the gateway's router.
 pub fn router() -> Router<Arc<AppState>> {
-    let admin = Arc::new(Admin { sessions: Default::default(), last_reload: Mutex::new(None), started_ms: now_ms() });
+    let admin = Arc::new(Admin { sessions: Default::default(), started_ms: now_ms() });
     Router::new()
         .route("/admin", get(blocked::page))
         .route("/admin/login", get(session::login_form).post(session::login))
@@ -134,7 +132,3 @@ impl IntoResponse for AdminError {
     }
 }
 
-/// Now, Unix milliseconds.
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}

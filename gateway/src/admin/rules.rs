@@ -1,5 +1,6 @@
 //! The rules pages: `/admin/rules` lists the loaded files, rules and canary tables with
-//! their hit counts (metrics, since start-up), the last reload and its errors, and a
+//! their hit counts (metrics, since start-up), the last reload (whoever asked for it: the
+//! folder watch, the JSON API, this page) and its errors, and a
 //! reload button; `/admin/rules/{id}` shows one rule's samples and its recent hits.
 //! `POST /admin/rules/reload` recompiles the rule files like the JSON API does: the running
 //! rules stay when the new ones do not load.
@@ -13,27 +14,17 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
-use axum::{Extension, Form};
+use axum::Form;
 use firewall::Ruleset;
 
 use super::blocked::table;
 use super::html::{esc, facts, frame, query, segment, Section};
 use super::session::{CsrfForm, Session};
 use super::time::format_ms;
-use super::{now_ms, Admin, AdminError};
+use super::AdminError;
 use crate::audit::AuditQuery;
 use crate::metrics::FindingCount;
-use crate::state::AppState;
-
-/// What the last reload from the dashboard did.
-#[derive(Debug, Clone)]
-pub struct ReloadOutcome {
-    at_ms: u64,
-    /// The generation running after the reload.
-    generation: u64,
-    /// Rules and canary tables loaded, or every error (the old rules stayed).
-    result: Result<(usize, usize), Vec<String>>,
-}
+use crate::state::{AppState, ReloadRecord};
 
 /// Hits per rule id: (total, per action).
 fn hits(counts: &[FindingCount]) -> BTreeMap<&str, (u64, BTreeMap<&'static str, u64>)> {
@@ -57,12 +48,12 @@ fn hits_cell(h: Option<&(u64, BTreeMap<&'static str, u64>)>) -> String {
 }
 
 /// `GET /admin/rules`
-pub async fn page(session: Session, State(state): State<Arc<AppState>>, Extension(admin): Extension<Arc<Admin>>) -> Html<String> {
+pub async fn page(session: Session, State(state): State<Arc<AppState>>) -> Html<String> {
     let rules = state.rules.current();
     let generation = state.rules.generation();
     let counts = state.metrics.finding_counts();
     let hits = hits(&counts);
-    let last = admin.last_reload.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let last = state.last_reload();
 
     let mut body = reload_section(&session, generation, rules.len(), rules.canaries().len(), last.as_ref());
     body.push_str(&files_table(&rules));
@@ -112,26 +103,24 @@ pub async fn page(session: Session, State(state): State<Arc<AppState>>, Extensio
     Html(frame("Rules", Some(Section::Rules), Some(&session.csrf), &body))
 }
 
-fn reload_section(session: &Session, generation: u64, rules: usize, canaries: usize, last: Option<&ReloadOutcome>) -> String {
+fn reload_section(session: &Session, generation: u64, rules: usize, canaries: usize, last: Option<&ReloadRecord>) -> String {
     let mut out = facts(&[("Rules loaded", rules.to_string()), ("Canary tables", canaries.to_string()), ("Generation", generation.to_string())]);
     match last {
-        None => out.push_str("<p class=\"muted\">No reload from the dashboard since start-up.</p>"),
+        None => out.push_str("<p class=\"muted\">No reload since start-up.</p>"),
         Some(r) => {
-            let _ = write!(out, "<div class=\"card reload\"><h2>Last reload from the dashboard: {} UTC</h2>", format_ms(r.at_ms));
+            let _ = write!(out, "<div class=\"card reload\"><h2>Last reload: {} UTC, by the {}</h2>", format_ms(r.at_ms), esc(r.via));
             match &r.result {
-                Ok((n, c)) => {
-                    let _ = write!(out, "<p class=\"ok\">Loaded {n} rules and {c} canary tables (generation {}).</p>", r.generation);
+                Ok(done) => {
+                    let _ = write!(out, "<p class=\"ok\">Loaded {} rules and {} canary tables (generation {}).</p>", done.rules, done.canaries, r.generation);
                 }
                 Err(errors) => {
+                    let errors = &errors.errors;
                     let _ = write!(out, "<p class=\"error\">Rejected: {} error(s); the running rules stay (generation {}).</p><ul class=\"errors\">", errors.len(), r.generation);
                     for e in errors {
-                        let _ = write!(out, "<li><code>{}</code></li>", esc(e));
+                        let _ = write!(out, "<li><code>{}</code></li>", esc(&e.to_string()));
                     }
                     out.push_str("</ul>");
                 }
-            }
-            if r.generation != generation {
-                out.push_str("<p class=\"muted\">The rules were reloaded again since, through the JSON API.</p>");
             }
             out.push_str("</div>");
         }
@@ -158,22 +147,12 @@ fn files_table(rules: &Ruleset) -> String {
     out
 }
 
-/// `POST /admin/rules/reload`: reloads, remembers the outcome, and goes back to the list.
-pub async fn reload(
-    session: Session,
-    State(state): State<Arc<AppState>>,
-    Extension(admin): Extension<Arc<Admin>>,
-    Form(form): Form<CsrfForm>,
-) -> Result<Response, AdminError> {
+/// `POST /admin/rules/reload`: reloads (the state keeps the outcome) and goes back to the
+/// list.
+pub async fn reload(session: Session, State(state): State<Arc<AppState>>, Form(form): Form<CsrfForm>) -> Result<Response, AdminError> {
     session.verify_csrf(&form.csrf)?;
-    let outcome = match state.reload_rules("dashboard") {
-        Ok(r) => ReloadOutcome { at_ms: now_ms(), generation: r.generation, result: Ok((r.rules, r.canaries)) },
-        Err(errors) => {
-            let list = errors.errors.iter().map(ToString::to_string).collect();
-            ReloadOutcome { at_ms: now_ms(), generation: state.rules.generation(), result: Err(list) }
-        }
-    };
-    *admin.last_reload.lock().unwrap_or_else(|p| p.into_inner()) = Some(outcome);
+    // Rejected files are shown on the list, from the record of this reload.
+    let _ = state.reload_rules_blocking_pool("dashboard").await;
     Ok((StatusCode::SEE_OTHER, [(header::LOCATION, "/admin/rules")]).into_response())
 }
 

@@ -6,7 +6,9 @@
 //! - `GET /admin/api/stats`: every tenant's statistics and the global baselines;
 //! - `GET /admin/api/health`: store, provenance index and rules;
 //! - `POST /admin/api/rules/reload`: recompiles the rule files; the running rules stay
-//!   if the new ones do not load, and the errors come back.
+//!   if the new ones do not load, and the errors come back;
+//! - `GET /admin/api/rules/reload`: what the last reload did, whoever asked for it (the
+//!   rule folder watch, this API, the dashboard): `{"last_reload": null | {...}}`.
 
 use std::sync::Arc;
 
@@ -18,7 +20,7 @@ use serde_json::{json, Value};
 use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 use crate::auth::Authenticator;
 use crate::error::ApiError;
-use crate::state::AppState;
+use crate::state::{AppState, Reloaded};
 
 fn admit(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     Authenticator::authorize_admin(headers, state.config.admin_token.as_ref())
@@ -77,15 +79,33 @@ pub async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
 
 pub async fn reload_rules(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
     admit(&state, &headers)?;
-    match state.reload_rules("admin API") {
-        Ok(r) => Ok(Json(json!({"reloaded": true, "rules": r.rules, "canaries": r.canaries, "generation": r.generation}))),
+    let result = state.reload_rules_blocking_pool("admin API").await;
+    Ok(Json(reload_json(&result, state.rules.generation())))
+}
+
+pub async fn last_reload(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    admit(&state, &headers)?;
+    let last = state.last_reload().map(|r| {
+        let mut v = reload_json(&r.result, r.generation);
+        v["at_ms"] = json!(r.at_ms);
+        v["via"] = json!(r.via);
+        v
+    });
+    Ok(Json(json!({ "last_reload": last })))
+}
+
+/// A reload's outcome: what it loaded, or every error (file, line, rule id, reason) and
+/// the generation that kept running.
+fn reload_json(result: &Result<Reloaded, firewall::LoadErrors>, generation_after: u64) -> Value {
+    match result {
+        Ok(r) => json!({"reloaded": true, "rules": r.rules, "canaries": r.canaries, "generation": r.generation}),
         Err(errors) => {
             let list: Vec<Value> = errors
                 .errors
                 .iter()
                 .map(|e| json!({"file": e.file, "line": e.line, "rule_id": e.rule_id, "reason": e.reason}))
                 .collect();
-            Ok(Json(json!({"reloaded": false, "generation": state.rules.generation(), "errors": list})))
+            json!({"reloaded": false, "generation": generation_after, "errors": list})
         }
     }
 }
