@@ -257,31 +257,37 @@ impl KeywordFinder {
     /// of the three- and two-byte ones where there are such keywords.
     #[cold]
     fn confirm(&self, text: &[u8], at: usize, found: &mut impl FnMut(usize, usize)) {
-        let w = window(text, at);
         let rest = &text[at..];
-        let first = match rest.first_chunk::<8>() {
-            Some(eight) => u64::from_le_bytes(*eight),
+        let (w, first) = match rest.first_chunk::<8>() {
+            Some(eight) => {
+                let first = u64::from_le_bytes(*eight);
+                (first as Key | FOLD, first)
+            }
             None => {
                 // Past the text's end zeros stand in (the length check rules them out).
                 let mut first = [0u8; 8];
                 first[..rest.len()].copy_from_slice(rest);
-                u64::from_le_bytes(first)
+                (window(text, at), u64::from_le_bytes(first))
             }
         };
-        let mut check = |heads: &[Head]| {
-            for h in heads {
-                if (first | h.fold) & h.care == h.lower && rest.len() >= h.len as usize && (h.len <= 8 || self.words[h.id as usize].starts(rest)) {
-                    found(h.id as usize, at);
-                }
-            }
-        };
-        check(self.prefixes.get(w));
+        self.check(self.prefixes.get(w), first, rest, at, found);
         let three = hash(w & 0x00FF_FFFF);
         if self.threes[three / 64] >> (three % 64) & 1 != 0 {
-            check(self.prefixes.get(w & 0x00FF_FFFF));
+            self.check(self.prefixes.get(w & 0x00FF_FFFF), first, rest, at, found);
         }
         if self.pairs.contains(&(w & 0xFFFF)) {
-            check(self.prefixes.get(w & 0xFFFF));
+            self.check(self.prefixes.get(w & 0xFFFF), first, rest, at, found);
+        }
+    }
+
+    /// Reports the keywords of `heads` that `rest` (the text from `at`, whose first eight
+    /// bytes are `first`) starts with.
+    #[inline(always)]
+    fn check(&self, heads: &[Head], first: u64, rest: &[u8], at: usize, found: &mut impl FnMut(usize, usize)) {
+        for h in heads {
+            if (first | h.fold) & h.care == h.lower && rest.len() >= h.len as usize && (h.len <= 8 || self.words[h.id as usize].starts(rest)) {
+                found(h.id as usize, at);
+            }
         }
     }
 
