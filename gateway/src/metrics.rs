@@ -58,6 +58,10 @@ struct Inner {
     findings: BTreeMap<(String, String, &'static str), u64>,
     /// (tenant, event) -> pipeline failures and their outcome
     protection_events: BTreeMap<(String, &'static str), u64>,
+    /// (who asked, loaded or rejected) -> rule reloads
+    rule_reloads: BTreeMap<(&'static str, &'static str), u64>,
+    /// The running rules' generation (1 at start, one more per reload that loaded).
+    rules_generation: u64,
 }
 
 /// One firewall findings counter, as [`Metrics::finding_counts`] lists it.
@@ -115,6 +119,19 @@ impl Metrics {
         self.with(|m| *m.protection_events.entry((tenant.to_owned(), event)).or_default() += 1);
     }
 
+    /// A rule reload asked for by `via` loaded (and `generation` now runs) or was rejected.
+    pub fn observe_rule_reload(&self, via: &'static str, loaded: bool, generation: u64) {
+        self.with(|m| {
+            *m.rule_reloads.entry((via, if loaded { "loaded" } else { "rejected" })).or_default() += 1;
+            m.rules_generation = generation;
+        });
+    }
+
+    /// The rules running at start-up are generation `generation`.
+    pub fn set_rules_generation(&self, generation: u64) {
+        self.with(|m| m.rules_generation = generation);
+    }
+
     /// Completions started per tenant since start-up, every model and outcome summed
     /// (the dashboard's request counts).
     pub fn completions_by_tenant(&self) -> BTreeMap<String, u64> {
@@ -142,18 +159,15 @@ impl Metrics {
     pub fn render(&self, extra: &str) -> String {
         let mut out = String::with_capacity(4096);
         self.with(|m| {
-            out.push_str("# HELP crossguard_http_requests_total HTTP requests by route and status.\n");
-            out.push_str("# TYPE crossguard_http_requests_total counter\n");
+            describe(&mut out, "crossguard_http_requests_total", "counter", "HTTP requests by route and status.");
             for ((route, status), n) in &m.requests {
                 let _ = writeln!(out, "crossguard_http_requests_total{{route=\"{}\",status=\"{status}\"}} {n}", escape(route));
             }
-            out.push_str("# HELP crossguard_http_request_duration_seconds Time to response headers by route.\n");
-            out.push_str("# TYPE crossguard_http_request_duration_seconds histogram\n");
+            describe(&mut out, "crossguard_http_request_duration_seconds", "histogram", "Time to response headers by route.");
             for (route, h) in &m.latency {
                 h.render(&mut out, "crossguard_http_request_duration_seconds", &format!("route=\"{}\"", escape(route)));
             }
-            out.push_str("# HELP crossguard_completions_total Chat completions by model, tenant and outcome.\n");
-            out.push_str("# TYPE crossguard_completions_total counter\n");
+            describe(&mut out, "crossguard_completions_total", "counter", "Chat completions by model, tenant and outcome.");
             for ((model, tenant, outcome), n) in &m.completions {
                 let _ = writeln!(
                     out,
@@ -162,13 +176,11 @@ impl Metrics {
                     escape(tenant)
                 );
             }
-            out.push_str("# HELP crossguard_backend_errors_total Backend failures by model and kind.\n");
-            out.push_str("# TYPE crossguard_backend_errors_total counter\n");
+            describe(&mut out, "crossguard_backend_errors_total", "counter", "Backend failures by model and kind.");
             for ((model, kind), n) in &m.backend_errors {
                 let _ = writeln!(out, "crossguard_backend_errors_total{{model=\"{}\",kind=\"{kind}\"}} {n}", escape(model));
             }
-            out.push_str("# HELP crossguard_firewall_findings_total Firewall findings by tenant, rule and action.\n");
-            out.push_str("# TYPE crossguard_firewall_findings_total counter\n");
+            describe(&mut out, "crossguard_firewall_findings_total", "counter", "Firewall findings by tenant, rule and action.");
             for ((tenant, rule, action), n) in &m.findings {
                 let _ = writeln!(
                     out,
@@ -177,15 +189,27 @@ impl Metrics {
                     escape(rule)
                 );
             }
-            out.push_str("# HELP crossguard_protection_events_total Firewall or store failures on the response path, by outcome.\n");
-            out.push_str("# TYPE crossguard_protection_events_total counter\n");
+            describe(&mut out, "crossguard_protection_events_total", "counter", "Firewall or store failures on the response path, by outcome.");
             for ((tenant, event), n) in &m.protection_events {
                 let _ = writeln!(out, "crossguard_protection_events_total{{tenant=\"{}\",event=\"{event}\"}} {n}", escape(tenant));
             }
+            // A rejected reload leaves the old rules running and is easy to miss: alert on
+            // this counter's `rejected` series.
+            describe(&mut out, "crossguard_rule_reloads_total", "counter", "Rule reloads by who asked (rule folder watch, admin API, dashboard) and result.");
+            for ((via, result), n) in &m.rule_reloads {
+                let _ = writeln!(out, "crossguard_rule_reloads_total{{via=\"{}\",result=\"{result}\"}} {n}", escape(via));
+            }
+            describe(&mut out, "crossguard_rules_generation", "gauge", "The running rules' generation (one more per reload that loaded).");
+            let _ = writeln!(out, "crossguard_rules_generation {}", m.rules_generation);
         });
         out.push_str(extra);
         out
     }
+}
+
+/// The `# HELP` and `# TYPE` lines that open a metric.
+fn describe(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
 /// `/metrics` lines for the engine KV pools, one label set per engine-served model.
@@ -208,7 +232,7 @@ pub fn render_kv_pools<'a>(pools: impl Iterator<Item = (&'a str, engine::kv::KvS
         ("crossguard_engine_kv_stale_handouts_total", "counter", "Blocks handed out with another tenant's contents (fault injection only).", |k| k.stale_handouts),
     ];
     for (name, kind, help, get) in gauges {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        describe(&mut out, name, kind, help);
         for (model, k) in &pools {
             let _ = writeln!(out, "{name}{{model=\"{}\"}} {}", escape(model), get(k));
         }
@@ -233,7 +257,7 @@ pub fn render_engine_loops<'a>(loops: impl Iterator<Item = (&'a str, &'a crate::
     ];
     let mut out = String::new();
     for (name, kind, help, get) in series {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        describe(&mut out, name, kind, help);
         for (model, g) in &loops {
             let _ = writeln!(out, "{name}{{model=\"{}\"}} {}", escape(model), get(g));
         }
@@ -271,6 +295,22 @@ mod tests {
         assert!(text.contains("le=\"+Inf\"} 2"));
         assert!(text.contains("crossguard_completions_total{model=\"mock\",tenant=\"acme\",outcome=\"ok\"} 1"));
         assert!(text.contains("crossguard_backend_errors_total{model=\"mock\",kind=\"upstream_error\"} 1"));
+    }
+
+    #[test]
+    fn rule_reloads_count_by_who_asked_and_result() {
+        let m = Metrics::new();
+        m.set_rules_generation(1);
+        assert!(m.render("").contains("crossguard_rules_generation 1\n"));
+        m.observe_rule_reload("rule folder watch", true, 2);
+        m.observe_rule_reload("rule folder watch", false, 2);
+        m.observe_rule_reload("rule folder watch", false, 2);
+        m.observe_rule_reload("admin API", true, 3);
+        let text = m.render("");
+        assert!(text.contains("crossguard_rule_reloads_total{via=\"rule folder watch\",result=\"rejected\"} 2"), "{text}");
+        assert!(text.contains("crossguard_rule_reloads_total{via=\"rule folder watch\",result=\"loaded\"} 1"), "{text}");
+        assert!(text.contains("crossguard_rule_reloads_total{via=\"admin API\",result=\"loaded\"} 1"), "{text}");
+        assert!(text.contains("crossguard_rules_generation 3\n"), "{text}");
     }
 
     #[test]

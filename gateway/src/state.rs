@@ -102,6 +102,7 @@ impl AppState {
             reloading: Mutex::new(()),
             last_reload: Mutex::new(None),
         });
+        state.metrics.set_rules_generation(state.rules.generation());
         crate::rules_watch::spawn(&state);
         Ok(state)
     }
@@ -124,7 +125,9 @@ impl AppState {
                 Err(errors)
             }
         };
-        let record = ReloadRecord { at_ms: crate::store::now_ms(), via, generation: self.rules.generation(), result: result.clone() };
+        let generation = self.rules.generation();
+        self.metrics.observe_rule_reload(via, result.is_ok(), generation);
+        let record = ReloadRecord { at_ms: crate::store::now_ms(), via, generation, result: result.clone() };
         *self.last_reload.lock().unwrap_or_else(PoisonError::into_inner) = Some(record);
         result
     }

@@ -163,6 +163,10 @@ async fn a_rule_file_dropped_into_the_watched_folder_stops_the_next_response() {
         errors.iter().any(|e| e["file"].as_str().is_some_and(|f| f.ends_with("broken.toml")) && e["line"] == json!(1)),
         "the error names broken.toml:1: {rejected}"
     );
+    // And /metrics counts it, for an alert to catch.
+    let metrics = reqwest::get(gw.url("/metrics")).await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("crossguard_rule_reloads_total{via=\"rule folder watch\",result=\"rejected\"} "), "{metrics}");
+    assert!(metrics.contains(&format!("crossguard_rules_generation {generation}\n")), "{metrics}");
     assert_eq!(streamed(&gw, &answer).await.1, "content_filter");
     assert_eq!(rules_generation(&gw).await, generation);
 
