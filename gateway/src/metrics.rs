@@ -60,8 +60,6 @@ struct Inner {
     protection_events: BTreeMap<(String, &'static str), u64>,
     /// (who asked, loaded or rejected) -> rule reloads
     rule_reloads: BTreeMap<(&'static str, &'static str), u64>,
-    /// The running rules' generation (1 at start, one more per reload that loaded).
-    rules_generation: u64,
 }
 
 /// One firewall findings counter, as [`Metrics::finding_counts`] lists it.
@@ -119,17 +117,9 @@ impl Metrics {
         self.with(|m| *m.protection_events.entry((tenant.to_owned(), event)).or_default() += 1);
     }
 
-    /// A rule reload asked for by `via` loaded (and `generation` now runs) or was rejected.
-    pub fn observe_rule_reload(&self, via: &'static str, loaded: bool, generation: u64) {
-        self.with(|m| {
-            *m.rule_reloads.entry((via, if loaded { "loaded" } else { "rejected" })).or_default() += 1;
-            m.rules_generation = generation;
-        });
-    }
-
-    /// The rules running at start-up are generation `generation`.
-    pub fn set_rules_generation(&self, generation: u64) {
-        self.with(|m| m.rules_generation = generation);
+    /// A rule reload asked for by `via` loaded or was rejected.
+    pub fn observe_rule_reload(&self, via: &'static str, loaded: bool) {
+        self.with(|m| *m.rule_reloads.entry((via, if loaded { "loaded" } else { "rejected" })).or_default() += 1);
     }
 
     /// Completions started per tenant since start-up, every model and outcome summed
@@ -199,12 +189,18 @@ impl Metrics {
             for ((via, result), n) in &m.rule_reloads {
                 let _ = writeln!(out, "crossguard_rule_reloads_total{{via=\"{}\",result=\"{result}\"}} {n}", escape(via));
             }
-            describe(&mut out, "crossguard_rules_generation", "gauge", "The running rules' generation (one more per reload that loaded).");
-            let _ = writeln!(out, "crossguard_rules_generation {}", m.rules_generation);
         });
         out.push_str(extra);
         out
     }
+}
+
+/// `/metrics` lines for the running rules' generation (read from the rules themselves).
+pub fn render_rules_generation(generation: u64) -> String {
+    let mut out = String::new();
+    describe(&mut out, "crossguard_rules_generation", "gauge", "The running rules' generation (one more per reload that loaded).");
+    let _ = writeln!(out, "crossguard_rules_generation {generation}");
+    out
 }
 
 /// The `# HELP` and `# TYPE` lines that open a metric.
@@ -300,13 +296,12 @@ mod tests {
     #[test]
     fn rule_reloads_count_by_who_asked_and_result() {
         let m = Metrics::new();
-        m.set_rules_generation(1);
-        assert!(m.render("").contains("crossguard_rules_generation 1\n"));
-        m.observe_rule_reload("rule folder watch", true, 2);
-        m.observe_rule_reload("rule folder watch", false, 2);
-        m.observe_rule_reload("rule folder watch", false, 2);
-        m.observe_rule_reload("admin API", true, 3);
-        let text = m.render("");
+        assert!(render_rules_generation(1).contains("crossguard_rules_generation 1\n"));
+        m.observe_rule_reload("rule folder watch", true);
+        m.observe_rule_reload("rule folder watch", false);
+        m.observe_rule_reload("rule folder watch", false);
+        m.observe_rule_reload("admin API", true);
+        let text = m.render(&render_rules_generation(3));
         assert!(text.contains("crossguard_rule_reloads_total{via=\"rule folder watch\",result=\"rejected\"} 2"), "{text}");
         assert!(text.contains("crossguard_rule_reloads_total{via=\"rule folder watch\",result=\"loaded\"} 1"), "{text}");
         assert!(text.contains("crossguard_rule_reloads_total{via=\"admin API\",result=\"loaded\"} 1"), "{text}");

@@ -70,4 +70,3 @@ fn check(state: &AppState, dir: &Path, seen: &Mutex<Seen>) {
     }
     *last = now;
 }
-

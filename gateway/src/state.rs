@@ -102,7 +102,6 @@ impl AppState {
             reloading: Mutex::new(()),
             last_reload: Mutex::new(None),
         });
-        state.metrics.set_rules_generation(state.rules.generation());
         crate::rules_watch::spawn(&state);
         Ok(state)
     }
@@ -125,9 +124,8 @@ impl AppState {
                 Err(errors)
             }
         };
-        let generation = self.rules.generation();
-        self.metrics.observe_rule_reload(via, result.is_ok(), generation);
-        let record = ReloadRecord { at_ms: crate::store::now_ms(), via, generation, result: result.clone() };
+        self.metrics.observe_rule_reload(via, result.is_ok());
+        let record = ReloadRecord { at_ms: crate::store::now_ms(), via, generation: self.rules.generation(), result: result.clone() };
         *self.last_reload.lock().unwrap_or_else(PoisonError::into_inner) = Some(record);
         result
     }

@@ -1,7 +1,7 @@
 //! The rules pages: `/admin/rules` lists the loaded files, rules and canary tables with
 //! their hit counts (metrics, since start-up), the last reload (whoever asked for it: the
-//! folder watch, the JSON API, this page) and its errors, and a
-//! reload button; `/admin/rules/{id}` shows one rule's samples and its recent hits.
+//! folder watch, the JSON API, this page) and its errors, and a reload button;
+//! `/admin/rules/{id}` shows one rule's samples and its recent hits.
 //! `POST /admin/rules/reload` recompiles the rule files like the JSON API does: the running
 //! rules stay when the new ones do not load.
 //!
