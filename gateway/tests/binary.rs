@@ -76,3 +76,62 @@ fn serve_answers_on_the_logged_address_and_stops_on_sigterm() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// `crossguard scan --input-jsonl`: one contract line per finding, byte offsets into
+/// `text` (Cyrillic before the secret counts two bytes a letter), the record's `id`
+/// verbatim whatever its JSON type, placeholders silent, and a bad record (here one that
+/// is not UTF-8, then one of the wrong shape) reported by line without stopping the
+/// records after it. Exit 2: an error outranks findings.
+#[test]
+fn scan_jsonl_prints_the_contract_lines_and_reports_bad_records_by_line() {
+    let mut corpus = tempfile::Builder::new().suffix(".jsonl").tempfile().expect("temp file");
+    let mut text = Vec::new();
+    text.extend_from_slice("{\"id\":1,\"text\":\"Привет, token ghp_R8vTq2LmZx9WcY4bN7kP1sD3fG6hJ0aQe5Ui and more\"}\n".as_bytes());
+    text.extend_from_slice(b"{\"id\":\"two\",\"text\":\"AKIAIOSFODNN7EXAMPLE your-api-key-here\"}\n");
+    text.extend_from_slice(b"\xff\xfe{\"id\":3}\n");
+    text.extend_from_slice(b"{\"text\":1}\n\n");
+    text.extend_from_slice(b"{\"id\":[5],\"text\":\"aws AKIAZ7Q3LMXR4TYU2WPN\"}\n");
+    std::io::Write::write_all(&mut corpus, &text).expect("write corpus");
+
+    let out = Command::new(BIN).args(["scan", "--input-jsonl"]).arg(corpus.path()).output().expect("binary runs");
+    assert_eq!(out.status.code(), Some(2));
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("each line is JSON")).collect();
+    assert_eq!(
+        lines,
+        [
+            serde_json::json!({"id": 1, "rule_id": "github-pat-classic", "start": 20, "end": 60, "severity": "critical", "action": "block"}),
+            serde_json::json!({"id": [5], "rule_id": "aws-access-key-id", "start": 4, "end": 24, "severity": "critical", "action": "block"}),
+        ]
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    let path = corpus.path().display();
+    assert!(err.contains(&format!("{path}:3: not UTF-8 (first bad byte at column 1)")), "{err}");
+    assert!(err.contains(&format!("{path}:4: not a {{\"id\",\"text\"}} record")), "{err}");
+}
+
+/// `crossguard scan -` reads stdin; `id` is `-`; exit 1 on findings, 0 on clean text.
+#[test]
+fn scan_stdin_exits_1_on_findings_and_0_on_clean_text() {
+    let run = |input: &str| {
+        let mut child = Command::new(BIN)
+            .args(["scan", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("binary runs");
+        std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), input.as_bytes()).expect("write stdin");
+        child.wait_with_output().expect("binary ends")
+    };
+    let dirty = run("export GITHUB_TOKEN=ghp_R8vTq2LmZx9WcY4bN7kP1sD3fG6hJ0aQe5Ui\n");
+    assert_eq!(dirty.status.code(), Some(1));
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&dirty.stdout).lines().map(|l| serde_json::from_str(l).expect("each line is JSON")).collect();
+    assert!(
+        lines.contains(&serde_json::json!({"id": "-", "rule_id": "github-pat-classic", "start": 20, "end": 60, "severity": "critical", "action": "block"})),
+        "{lines:?}"
+    );
+    let clean = run("The deploy finished; see the runbook for the rollback steps.\n");
+    assert_eq!(clean.status.code(), Some(0));
+    assert!(clean.stdout.is_empty());
+}

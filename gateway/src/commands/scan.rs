@@ -109,7 +109,7 @@ fn read_text(path: &Path) -> Result<String, String> {
 }
 
 fn scan_jsonl(rules: &Ruleset, path: &Path, out: &mut impl Write, outcome: &mut Outcome) {
-    let reader = match open(path) {
+    let mut reader = match open(path) {
         Ok(r) => BufReader::with_capacity(1 << 20, r),
         Err(e) => {
             eprintln!("{}: cannot read: {e}", path.display());
@@ -117,22 +117,31 @@ fn scan_jsonl(rules: &Ruleset, path: &Path, out: &mut impl Write, outcome: &mut 
             return;
         }
     };
-    for (n, line) in reader.lines().enumerate() {
-        let line = match line {
-            Ok(l) => l,
+    // Lines are read as bytes, so a line that is not UTF-8 is one bad record like any
+    // other and the records after it are still scanned (serde_json checks the UTF-8 of
+    // what it decodes).
+    let mut line = Vec::new();
+    for n in 1.. {
+        line.clear();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) => return,
+            Ok(_) => {}
             Err(e) => {
-                eprintln!("{}:{}: cannot read: {e}", path.display(), n + 1);
+                eprintln!("{}:{n}: cannot read: {e}", path.display());
                 outcome.errors += 1;
                 return;
             }
-        };
-        if line.trim().is_empty() {
+        }
+        if line.trim_ascii().is_empty() {
             continue;
         }
-        match serde_json::from_str::<Record>(&line) {
+        match serde_json::from_slice::<Record>(&line) {
             Ok(rec) => emit(rules, &rec.id, &rec.text, out, outcome),
             Err(e) => {
-                eprintln!("{}:{}: not a {{\"id\",\"text\"}} record: {e}", path.display(), n + 1);
+                match std::str::from_utf8(&line) {
+                    Err(bad) => eprintln!("{}:{n}: not UTF-8 (first bad byte at column {})", path.display(), bad.valid_up_to() + 1),
+                    Ok(_) => eprintln!("{}:{n}: not a {{\"id\",\"text\"}} record: {e}", path.display()),
+                }
                 outcome.errors += 1;
             }
         }
