@@ -1,11 +1,11 @@
 //! Import of gitleaks configurations into crossguard rule files.
 //!
 //! What converts: `id`, `description`, `regex`, `secretGroup`, `entropy`, `keywords`,
-//! `tags`, allowlist `regexes` (aimed at the secret or the match) and `stopwords`, and the
-//! global `[allowlist]` regexes and stopwords (appended to every rule). What cannot, and is
-//! reported instead: path-only rules (crossguard scans text, not files), `path` conditions,
-//! allowlists by path or commit or aimed at the whole line, regexes the Rust regex crate
-//! rejects (look-around, backreferences). gitleaks has no severity, action or samples:
+//! `tags`, allowlist `regexes` (aimed at the secret or the match: `allow`; at the line:
+//! `allow_line`, which sees the line up to the match's end) and `stopwords`, and the global
+//! `[allowlist]` entries (appended to every rule). What cannot, and is reported instead:
+//! path-only rules (crossguard scans text, not files), `path` conditions, allowlists by path
+//! or commit, regexes the Rust regex crate rejects (look-around, backreferences). gitleaks has no severity, action or samples:
 //! imported rules get `severity = "high"`, `action = "block"` and no samples, and every
 //! converted rule is validated with the same checks the loader applies.
 
@@ -73,21 +73,31 @@ fn strings_of(t: &Table, key: &str) -> Vec<String> {
     t.get(key).and_then(Value::as_array).into_iter().flatten().filter_map(|v| v.as_str().map(str::to_string)).collect()
 }
 
-/// Our `allow` entries from one gitleaks allowlist table; notes what is dropped.
-fn allow_entries(t: &Table, id: Option<&str>, notes: &mut Vec<ImportNote>) -> Vec<String> {
+/// Our `allow` and `allow_line` entries from gitleaks allowlist tables.
+#[derive(Debug, Clone, Default)]
+struct Allow {
+    secret: Vec<String>,
+    line: Vec<String>,
+}
+
+/// The entries of one gitleaks allowlist table; notes what is dropped or changes meaning.
+fn allow_entries(t: &Table, id: Option<&str>, notes: &mut Vec<ImportNote>) -> Allow {
     let note = |notes: &mut Vec<ImportNote>, m: String| notes.push(ImportNote { rule_id: id.map(str::to_string), message: m });
     let target = str_of(t, "regexTarget").unwrap_or("secret");
-    let mut out = Vec::new();
+    let mut out = Allow::default();
     let regexes = strings_of(t, "regexes");
-    if target == "line" && !regexes.is_empty() {
-        note(notes, format!("{} allowlist regex(es) aimed at the whole line dropped: crossguard tests the secret", regexes.len()));
+    if target == "line" {
+        if !regexes.is_empty() {
+            note(notes, format!("{} allowlist regex(es) aimed at the line now test it up to the match's end (allow_line)", regexes.len()));
+        }
+        out.line.extend(regexes);
     } else {
         if target == "match" && !regexes.is_empty() {
             note(notes, "allowlist regexes aimed at the match now test the secret".into());
         }
-        out.extend(regexes);
+        out.secret.extend(regexes);
     }
-    out.extend(strings_of(t, "stopwords").iter().map(|w| format!("(?i){}", regex::escape(w))));
+    out.secret.extend(strings_of(t, "stopwords").iter().map(|w| format!("(?i){}", regex::escape(w))));
     for key in ["paths", "commits"] {
         let n = strings_of(t, key).len();
         if n > 0 {
@@ -100,7 +110,7 @@ fn allow_entries(t: &Table, id: Option<&str>, notes: &mut Vec<ImportNote>) -> Ve
     out
 }
 
-fn convert(t: &Table, global: &[String], notes: &mut Vec<ImportNote>) -> Result<RawRule, ImportNote> {
+fn convert(t: &Table, global: &Allow, notes: &mut Vec<ImportNote>) -> Result<RawRule, ImportNote> {
     let gl_id = str_of(t, "id").unwrap_or("").to_string();
     let skip = |m: String| ImportNote { rule_id: Some(gl_id.clone()), message: m };
     let Some(regex) = str_of(t, "regex") else {
@@ -113,12 +123,12 @@ fn convert(t: &Table, global: &[String], notes: &mut Vec<ImportNote>) -> Result<
     if t.contains_key("path") {
         notes.push(ImportNote { rule_id: Some(id.clone()), message: "`path` condition dropped".into() });
     }
-    let mut allow = global.to_vec();
-    if let Some(a) = t.get("allowlist").and_then(Value::as_table) {
-        allow.extend(allow_entries(a, Some(&id), notes));
-    }
-    for a in t.get("allowlists").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_table) {
-        allow.extend(allow_entries(a, Some(&id), notes));
+    let mut allow = global.clone();
+    let tables = t.get("allowlist").and_then(Value::as_table).into_iter();
+    for a in tables.chain(t.get("allowlists").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_table)) {
+        let more = allow_entries(a, Some(&id), notes);
+        allow.secret.extend(more.secret);
+        allow.line.extend(more.line);
     }
     let raw = RawRule {
         id: id.clone(),
@@ -129,7 +139,8 @@ fn convert(t: &Table, global: &[String], notes: &mut Vec<ImportNote>) -> Result<
         secret_group: t.get("secretGroup").and_then(Value::as_integer).filter(|&g| g > 0).map(|g| SecretGroup::Index(g as usize)),
         keywords: strings_of(t, "keywords").iter().map(|k| k.to_ascii_lowercase()).collect(),
         min_entropy: t.get("entropy").and_then(|v| v.as_float().or_else(|| v.as_integer().map(|i| i as f64))),
-        allow,
+        allow: allow.secret,
+        allow_line: allow.line,
         tags: strings_of(t, "tags"),
         must_match: Vec::new(),
         must_not_match: Vec::new(),
@@ -206,7 +217,7 @@ regex = '''secret(?=[0-9])'''
         assert_eq!(skipped, ["pkcs12-file", "lookahead"]);
         assert!(imp.skipped[1].message.contains("bad regex"), "{:?}", imp.skipped[1]);
         assert!(imp.notes.iter().any(|n| n.message.contains("renamed to `generic-api-key`")));
-        assert!(imp.notes.iter().any(|n| n.message.contains("whole line dropped")));
+        assert!(imp.notes.iter().any(|n| n.message.contains("now test it up to the match's end (allow_line)")));
         assert!(imp.notes.iter().any(|n| n.message.contains("paths dropped")));
         // The output loads with our loader.
         let set = Ruleset::load_sources(&[("imported.toml".into(), imp.toml.clone())], LoadOptions::default());
@@ -214,6 +225,10 @@ regex = '''secret(?=[0-9])'''
         let set = set.unwrap_or_else(|_| Ruleset::empty());
         assert_eq!(set.scan("token ghp_0123456789abcdefghijklmnopqrstuvwxyzAB").len(), 1);
         assert_eq!(set.scan("token ghp_exampleabcdefghijklmnopqrstuvwxyz012").len(), 0);
+        // The line allowlist came across: `test` on the line before the match exempts it.
+        assert_eq!(set.scan("api_key = '0123456789abcdefghijklmnopqrstuv'").len(), 1);
+        assert_eq!(set.scan("test: api_key = '0123456789abcdefghijklmnopqrstuv'").len(), 0);
+        assert_eq!(set.scan("test\napi_key = '0123456789abcdefghijklmnopqrstuv'").len(), 1);
     }
 
     #[test]

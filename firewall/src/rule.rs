@@ -71,6 +71,8 @@ pub struct RawRule {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_line: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
     #[serde(default)]
     pub must_match: Vec<String>,
@@ -123,6 +125,11 @@ pub struct Rule {
     /// the patterns one by one; None without patterns, or where an alternation outgrows
     /// the size limit that each pattern alone kept.
     allow_set: Option<Arc<[MetaRegex]>>,
+    /// Patterns that exempt a match by its line: searched in the text from the start of
+    /// the match's line (at most [`ALLOW_LINE_LOOKBACK`] bytes before the match) to the
+    /// match's end. They see what `allow` cannot: the name before a keyword
+    /// (`NextToken` for a rule whose match starts at `token`), an ARN around it.
+    pub allow_line: Vec<Regex>,
     pub tags: Vec<String>,
     pub must_match: Vec<String>,
     pub must_not_match: Vec<String>,
@@ -130,7 +137,28 @@ pub struct Rule {
     pub(crate) hir: Hir,
 }
 
+/// How far before a match `allow_line` patterns see, at most. Bounded so that a stream
+/// scanner keeps only this much released text to judge by the same context as a
+/// one-shot scan of the whole text.
+pub const ALLOW_LINE_LOOKBACK: usize = 128;
+
 impl Rule {
+    /// Whether an `allow_line` pattern exempts the match `start..end` of `hay`, judged on
+    /// the line before it (see [`Rule::allow_line`]); `hay` must hold the
+    /// [`ALLOW_LINE_LOOKBACK`] bytes before `start` where the text has them.
+    pub fn is_line_allowed(&self, hay: &str, start: usize, end: usize) -> bool {
+        if self.allow_line.is_empty() {
+            return false;
+        }
+        let mut from = start.saturating_sub(ALLOW_LINE_LOOKBACK);
+        while !hay.is_char_boundary(from) {
+            from -= 1;
+        }
+        let Some(before) = hay.get(from..start) else { return false };
+        let line_start = before.rfind('\n').map_or(from, |nl| from + nl + 1);
+        hay.get(line_start..end).is_some_and(|line| self.allow_line.iter().any(|re| re.is_match(line)))
+    }
+
     /// Whether an `allow` pattern exempts `secret`.
     pub fn is_allowed(&self, secret: &str) -> bool {
         match &self.allow_set {
@@ -283,6 +311,13 @@ impl RawRule {
                 Err(e) => errs.push(field("allow", format!("bad allow regex `{a}`: {e}"))),
             }
         }
+        let mut allow_line = Vec::new();
+        for a in &self.allow_line {
+            match cache.compile(a) {
+                Ok(re) => allow_line.push(re),
+                Err(e) => errs.push(field("allow_line", format!("bad allow_line regex `{a}`: {e}"))),
+            }
+        }
         let allow_set = if errs.is_empty() { cache.compile_set(&self.allow) } else { None };
         match (regex, hir, secret_group, keywords) {
             (Some(regex), Some(hir), Some(secret_group), Some(keywords)) if errs.is_empty() => Ok(Rule {
@@ -298,6 +333,7 @@ impl RawRule {
                 min_entropy: self.min_entropy,
                 allow,
                 allow_set,
+                allow_line,
                 tags: self.tags,
                 must_match: self.must_match,
                 must_not_match: self.must_not_match,
@@ -562,10 +598,32 @@ mod tests {
             keywords: vec!["Tok".into()],
             min_entropy: None,
             allow: vec![],
+            allow_line: vec![],
             tags: vec![],
             must_match: vec![],
             must_not_match: vec![],
         }
+    }
+
+    #[test]
+    fn allow_line_sees_the_line_up_to_the_match_end_within_the_lookback() {
+        let mut r = raw(r"(?i:tok)=([a-z]+)");
+        r.allow_line = vec!["(?i)next".into(), "qq$".into(), "ж".into()];
+        let rule = r.compile();
+        assert!(rule.is_ok(), "{rule:?}");
+        let Ok(rule) = rule else { return };
+        let at = |hay: &str| hay.find("Tok=").map(|s| (s, s + "Tok=abcqq".len())).unwrap_or((0, 0));
+        let judged = |hay: &str| {
+            let (s, e) = at(hay);
+            rule.is_line_allowed(hay, s, e)
+        };
+        assert!(judged("x NextTok=abcqq"), "the name before the keyword");
+        assert!(judged("Tok=abcqq"), "the match itself, to its end");
+        assert!(!judged("next\nTok=abcqz"), "another line does not count");
+        assert!(!judged(&format!("next{}Tok=abcqz", "a".repeat(ALLOW_LINE_LOOKBACK))), "beyond the lookback");
+        assert!(judged(&format!("next{}Tok=abcqz", "a".repeat(ALLOW_LINE_LOOKBACK - 4))), "just within it");
+        // A cut inside a character moves back to its start instead of failing.
+        assert!(judged(&format!("ж{}Tok=abcqz", "a".repeat(ALLOW_LINE_LOOKBACK - 1))));
     }
 
     #[test]

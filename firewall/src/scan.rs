@@ -489,7 +489,7 @@ fn judge(rule: &Rule, hay: &str, base: usize, ((ms, me), (ss, se)): Found, keywo
     if !rule.keywords.is_empty() && !keywords.holds(rule, hay, (ms, me)) {
         return Verdict::Passed;
     }
-    if rule.min_entropy.is_some_and(|min| shannon_entropy(secret) < min) || rule.is_allowed(secret) {
+    if rule.min_entropy.is_some_and(|min| shannon_entropy(secret) < min) || rule.is_allowed(secret) || rule.is_line_allowed(hay, ms, me) {
         return Verdict::Taken;
     }
     out.push(Finding {

@@ -30,8 +30,10 @@ use crate::verdict::{Action, Finding};
 /// its bytes are released and it is judged on what was seen.
 pub const MAX_HOLDBACK_BYTES: usize = 4096;
 
-/// Bytes kept before the earliest search start, for look-behind (`\b` needs one char).
-const LOOKBEHIND_BYTES: usize = 8;
+/// Bytes kept before the earliest search start, for look-behind: `\b` needs one char,
+/// `allow_line` patterns the line before a match (up to `ALLOW_LINE_LOOKBACK` bytes, and
+/// up to 3 more where that cut falls inside a character).
+const LOOKBEHIND_BYTES: usize = crate::rule::ALLOW_LINE_LOOKBACK + 8;
 
 /// The result of one push: text now safe to send, new findings, and what to do.
 #[derive(Debug, Clone, PartialEq)]

@@ -23,6 +23,12 @@ fn corpus() -> Vec<String> {
         "a_password: 'first-Secret-99' b_password: 'second-Secret-77'".into(),
         format!("{KEY}"),
         "blob:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA".into(),
+        // `allow_line`: the line before the key exempts it within the lookback, not beyond.
+        format!("sandbox key: {KEY} and again {KEY}\nprod key: {KEY}"),
+        format!("sandbox {} {KEY}", "ж".repeat(60)),
+        format!("sandbox {} {KEY}", "ж".repeat(62)),
+        format!("sandbox {} {KEY}", "a".repeat(120)),
+        format!("sandbox {} {KEY}", "a".repeat(121)),
     ]
 }
 
@@ -118,6 +124,7 @@ fn planted_text() -> impl Strategy<Value = String> {
     let pieces = prop::sample::select(vec![
         "hello ", "world. ", "Привет, мир! ", "password", " = ", "'S3cr3t!Pa55w0rd' ", KEY, " ", "dbk_", "blob:",
         "QUJDREVGR0hJSktMTU5PUFFSU1RV", "GLOBEX-CANARY-51d0e2", "\n", "x", "_", "token ", "EXAMPLE",
+        "sandbox ", "filler filler filler filler filler filler filler ",
     ]);
     prop::collection::vec(pieces, 0..24).prop_map(|v| v.concat())
 }
