@@ -14,8 +14,9 @@
 //! live start; no match can start before it and still grow, so matches starting before
 //! `safe` are final and confirmed with the real regexes (only for patterns whose relaxed
 //! automaton reported a match). Each pattern keeps where its next leftmost-first search
-//! starts, exactly as `captures_iter` would over the whole text. The window keeps a few
-//! bytes before the earliest search so that `\b` and `^` see the same context.
+//! starts, exactly as `captures_iter` would over the whole text. The window keeps the
+//! bytes before the earliest search that look-behind needs (`\b` and `^` one character,
+//! `allow_line` up to 128 bytes), so a match is judged on the same context as one-shot.
 
 use std::sync::Arc;
 
