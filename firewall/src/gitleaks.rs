@@ -5,9 +5,10 @@
 //! `allow_line`, which sees the line up to the match's end) and `stopwords`, and the global
 //! `[allowlist]` entries (appended to every rule). What cannot, and is reported instead:
 //! path-only rules (crossguard scans text, not files), `path` conditions, allowlists by path
-//! or commit, regexes the Rust regex crate rejects (look-around, backreferences). gitleaks has no severity, action or samples:
-//! imported rules get `severity = "high"`, `action = "block"` and no samples, and every
-//! converted rule is validated with the same checks the loader applies.
+//! or commit, regexes the Rust regex crate rejects (look-around, backreferences). gitleaks
+//! has no severity, action or samples: imported rules get `severity = "high"`, `action =
+//! "block"` and no samples, and every converted rule is validated with the same checks the
+//! loader applies.
 
 use toml::{Table, Value};
 

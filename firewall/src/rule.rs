@@ -233,6 +233,18 @@ impl AllowCache {
         Ok(re)
     }
 
+    /// Every pattern of the list under `key`; each one that does not compile is an error.
+    fn compile_all(&mut self, key: &'static str, patterns: &[String], errs: &mut Vec<FieldError>) -> Vec<Regex> {
+        let mut out = Vec::with_capacity(patterns.len());
+        for p in patterns {
+            match self.compile(p) {
+                Ok(re) => out.push(re),
+                Err(e) => errs.push(field(key, format!("bad {key} regex `{p}`: {e}"))),
+            }
+        }
+        out
+    }
+
     /// The alternations of `patterns` (each compiled alone already), built once per list.
     fn compile_set(&mut self, patterns: &[String]) -> Option<Arc<[MetaRegex]>> {
         if patterns.is_empty() {
@@ -304,20 +316,8 @@ impl RawRule {
                 errs.push(field("min_entropy", format!("min_entropy must be within 0..=8 bits per character, got {e}")));
             }
         }
-        let mut allow = Vec::new();
-        for a in &self.allow {
-            match cache.compile(a) {
-                Ok(re) => allow.push(re),
-                Err(e) => errs.push(field("allow", format!("bad allow regex `{a}`: {e}"))),
-            }
-        }
-        let mut allow_line = Vec::new();
-        for a in &self.allow_line {
-            match cache.compile(a) {
-                Ok(re) => allow_line.push(re),
-                Err(e) => errs.push(field("allow_line", format!("bad allow_line regex `{a}`: {e}"))),
-            }
-        }
+        let allow = cache.compile_all("allow", &self.allow, &mut errs);
+        let allow_line = cache.compile_all("allow_line", &self.allow_line, &mut errs);
         let allow_set = if errs.is_empty() { cache.compile_set(&self.allow) } else { None };
         match (regex, hir, secret_group, keywords) {
             (Some(regex), Some(hir), Some(secret_group), Some(keywords)) if errs.is_empty() => Ok(Rule {
