@@ -25,7 +25,7 @@ impl NgramOwners for Index {
 fn detectors(n: usize) -> Arc<Detectors> {
     let mut idx = Index::default();
     for h in fingerprints(SECRET_PROSE, &KEY, n) {
-        idx.0.insert(h, OwnerSet { tenants: vec!["globex".into()], shared_by: 1 });
+        idx.0.insert(h, OwnerSet { tenants: vec!["globex".into()], shared_by: 1, ..OwnerSet::default() });
     }
     let ngram = NgramConfig { n, ..NgramConfig::new(KEY, Arc::new(idx)) };
     Arc::new(Detectors { ngram: Some(ngram), entropy: None, provenance: Some(ProvenanceConfig::default()) })

@@ -126,8 +126,8 @@ mod tests {
 
     fn auth() -> Authenticator {
         Authenticator::new(&[
-            TenantConfig { id: "acme".into(), key_digests: vec![Sha256::digest(b"sk-acme-1").into()], fail_mode: Default::default(), canary: false },
-            TenantConfig { id: "globex".into(), key_digests: vec![Sha256::digest(b"sk-globex-1").into()], fail_mode: Default::default(), canary: false },
+            TenantConfig { id: "acme".into(), key_digests: vec![Sha256::digest(b"sk-acme-1").into()], fail_mode: Default::default(), canary: false, own_secrets: Default::default(), quarantine_when_probing: false },
+            TenantConfig { id: "globex".into(), key_digests: vec![Sha256::digest(b"sk-globex-1").into()], fail_mode: Default::default(), canary: false, own_secrets: Default::default(), quarantine_when_probing: false },
         ])
     }
 

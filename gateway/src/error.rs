@@ -24,6 +24,9 @@ pub enum ApiError {
     /// Missing, malformed or unknown API key.
     #[error("{0}")]
     Unauthorized(&'static str),
+    /// The tenant is quarantined: it tripped too many blocks for other tenants' data.
+    #[error("Requests from this API key are suspended: too many responses were blocked for other tenants' data recently. Contact the gateway's operators.")]
+    Quarantined,
     /// The admin API was called but no admin token is configured.
     #[error("The admin API is disabled: configure admin_token (or CROSSGUARD_ADMIN_TOKEN) to enable it.")]
     AdminDisabled,
@@ -76,6 +79,7 @@ impl ApiError {
                 StatusCode::BAD_REQUEST
             }
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Quarantined => StatusCode::FORBIDDEN,
             ApiError::ModelNotFound(_)
             | ApiError::RouteNotFound { .. }
             | ApiError::AdminDisabled
@@ -106,6 +110,7 @@ impl ApiError {
             | ApiError::MethodNotAllowed { .. }
             | ApiError::PayloadTooLarge { .. } => "invalid_request_error",
             ApiError::Unauthorized(_) => "authentication_error",
+            ApiError::Quarantined => "permission_error",
             ApiError::UpstreamRejected { status: 429, .. } | ApiError::EngineBusy { .. } => "rate_limit_error",
             ApiError::UpstreamRejected { .. } => "invalid_request_error",
             ApiError::BadGateway(_) | ApiError::GatewayTimeout(_) => "upstream_error",
@@ -120,6 +125,7 @@ impl ApiError {
             ApiError::InvalidParam { .. } => "invalid_value",
             ApiError::ContextLengthExceeded(_) => "context_length_exceeded",
             ApiError::Unauthorized(_) => "invalid_api_key",
+            ApiError::Quarantined => "tenant_quarantined",
             ApiError::ModelNotFound(_) => "model_not_found",
             ApiError::RouteNotFound { .. } => "unknown_url",
             ApiError::AdminDisabled => "admin_disabled",
@@ -225,6 +231,7 @@ mod tests {
     #[test]
     fn statuses_cover_the_contract() {
         assert_eq!(ApiError::Unauthorized("x").status(), 401);
+        assert_eq!(ApiError::Quarantined.status(), 403);
         assert_eq!(ApiError::ModelNotFound("m".into()).status(), 404);
         assert_eq!(ApiError::PayloadTooLarge { limit_bytes: 1 }.status(), 413);
         assert_eq!(ApiError::BadGateway("x".into()).status(), 502);

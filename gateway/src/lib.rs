@@ -21,6 +21,7 @@ pub mod config;
 pub mod error;
 pub mod guard;
 pub mod metrics;
+pub mod probing;
 pub mod protection;
 pub mod provenance;
 pub mod relay;

@@ -24,8 +24,9 @@ use sha2::{Digest, Sha256};
 
 use crate::api::ChatRequest;
 use crate::audit::{AuditContext, AuditRecord};
-use crate::config::{CanaryPlacement, Config, FailMode, StoreConfig};
+use crate::config::{CanaryPlacement, Config, FailMode, OwnSecrets, StoreConfig};
 use crate::guard::Guard;
+use crate::probing::{is_foreign_block, ProbeSettings, ProbeWatch};
 use crate::provenance::{ProvenanceIndex, ProvenanceSettings};
 use crate::stats::{Statistics, StatsSettings};
 use crate::store::{spawn_upkeep, RedisSettings, Role, Store, StoreError};
@@ -49,11 +50,21 @@ pub struct Protection {
     canaries: HashMap<String, String>,
     canary_text: String,
     canary_placement: CanaryPlacement,
-    fail_modes: HashMap<String, FailMode>,
+    policies: HashMap<String, TenantPolicy>,
+    /// Foreign-data blocks per asking tenant: the probing flag and quarantine.
+    probes: ProbeWatch,
     /// Embedded store only: where the provenance index is snapshotted.
     snapshot: Option<PathBuf>,
     /// Every audit record written by this replica, as it is written (live views).
     written: tokio::sync::broadcast::Sender<Arc<AuditRecord>>,
+}
+
+/// What the tenant's config says about its responses.
+#[derive(Debug, Clone, Copy, Default)]
+struct TenantPolicy {
+    fail_mode: FailMode,
+    own_secrets: OwnSecrets,
+    quarantine_when_probing: bool,
 }
 
 /// Audit records a slow live subscriber may fall behind by before it misses some.
@@ -124,7 +135,15 @@ impl Protection {
         let detectors = Detectors { ngram: Some(ngram), entropy: Some(entropy), provenance: Some(ProvenanceConfig::default()) };
 
         let canaries = config.tenants.iter().filter(|t| t.canary).map(|t| (t.id.clone(), honeytoken(&key, &t.id))).collect();
-        let fail_modes = config.tenants.iter().map(|t| (t.id.clone(), t.fail_mode)).collect();
+        let policies = config
+            .tenants
+            .iter()
+            .map(|t| (t.id.clone(), TenantPolicy { fail_mode: t.fail_mode, own_secrets: t.own_secrets, quarantine_when_probing: t.quarantine_when_probing }))
+            .collect();
+        let probes = ProbeWatch::new(ProbeSettings {
+            alert_blocks: config.firewall.probe_alert_blocks,
+            window_ms: config.firewall.probe_window_secs.saturating_mul(1000),
+        });
         Ok(Protection {
             store,
             index,
@@ -133,7 +152,8 @@ impl Protection {
             canaries,
             canary_text: config.canary.text.clone(),
             canary_placement: config.canary.placement,
-            fail_modes,
+            policies,
+            probes,
             snapshot,
             written: tokio::sync::broadcast::channel(LIVE_BUFFER).0,
         })
@@ -187,12 +207,13 @@ impl Protection {
     pub fn render_prometheus(&self) -> String {
         let h = self.store.health();
         format!(
-            "{}{}# HELP crossguard_store_degraded 1 while the shared store is unreachable (serving from local state).\n\
+            "{}{}{}# HELP crossguard_store_degraded 1 while the shared store is unreachable (serving from local state).\n\
              # TYPE crossguard_store_degraded gauge\ncrossguard_store_degraded{{kind=\"{}\"}} {}\n\
              # HELP crossguard_audit_buffered Audit records held locally, waiting for the store.\n\
              # TYPE crossguard_audit_buffered gauge\ncrossguard_audit_buffered {}\n",
             self.index.render_prometheus(),
             self.stats.render_prometheus(),
+            self.probes.render_prometheus(crate::store::now_ms()),
             h.kind,
             u8::from(h.degraded),
             h.buffered_audit
@@ -204,7 +225,27 @@ impl Protection {
     }
 
     pub fn fail_mode(&self, tenant: &str) -> FailMode {
-        self.fail_modes.get(tenant).copied().unwrap_or_default()
+        self.policy(tenant).fail_mode
+    }
+
+    /// What happens to `tenant`'s own secrets echoed back to it.
+    pub fn own_secrets(&self, tenant: &str) -> OwnSecrets {
+        self.policy(tenant).own_secrets
+    }
+
+    fn policy(&self, tenant: &str) -> TenantPolicy {
+        self.policies.get(tenant).copied().unwrap_or_default()
+    }
+
+    /// Whether `tenant`'s requests are refused now: it is flagged for probing and its config
+    /// quarantines it then.
+    pub fn quarantined(&self, tenant: &str) -> bool {
+        self.policy(tenant).quarantine_when_probing && self.probes.is_flagged(tenant, crate::store::now_ms())
+    }
+
+    /// Per-tenant foreign-data blocks and probing flags (this replica).
+    pub fn probes(&self) -> &ProbeWatch {
+        &self.probes
     }
 
     /// The injected canaries as a rule file (`[[canary]]` tables), to load with the rules;
@@ -263,6 +304,13 @@ impl Protection {
             self.stats.observe(&response.tenant, &obs);
         }
         let findings: Vec<firewall::Finding> = guard.findings().iter().map(|f| f.finding.clone()).collect();
+        if findings.iter().any(is_foreign_block) && self.probes.observe_foreign_block(&response.tenant, crate::store::now_ms()) {
+            tracing::warn!(
+                tenant = response.tenant,
+                quarantined = self.policy(&response.tenant).quarantine_when_probing,
+                "tenant flagged for probing: too many responses blocked for other tenants' data"
+            );
+        }
         let action = findings.iter().map(|f| f.action).filter(|a| *a > Action::Log).max();
         let failed_closed = guard.failure().filter(|_| self.fail_mode(&response.tenant) == FailMode::Closed);
         if action.is_none() && failed_closed.is_none() {

@@ -14,6 +14,11 @@
 //! no sender is answered with no owners (it still counts in `shared_by`), and once it has a
 //! sender, a tenant that received it is listed too (it already has that text).
 //!
+//! Text released to a tenant while nobody had sent it is **model-native**: the model says
+//! it on its own. Such an n-gram is marked (an owner entry under [`NATIVE`]) and answered
+//! with `model_native`, which the firewall never takes for a leak — so a tenant that later
+//! sends common model phrasing cannot get other tenants' ordinary answers blocked.
+//!
 //! With the embedded store the index is the only copy, so it is snapshotted to a file
 //! ([`ProvenanceIndex::save`], written aside then renamed) and reloaded at start
 //! ([`ProvenanceIndex::load`]), expired owners dropped.
@@ -52,6 +57,10 @@ impl ProvenanceSettings {
 
 /// Marks an owner that only received the n-gram (the top bit of its tenant word).
 const RECEIVED: u32 = 1 << 31;
+
+/// The tenant word of the model-native mark: no tenant index reaches it (interning stops
+/// long before), and it is never listed, shared or counted as a tenant.
+const NATIVE: u32 = RECEIVED - 1;
 
 /// Owners of one hash: (tenant word, expiry in Unix seconds), where the tenant word is the
 /// tenant index, with [`RECEIVED`] set for a received-only owner. One owner is the common
@@ -243,9 +252,13 @@ impl ProvenanceIndex {
         let ids: Vec<u32> = tenants.iter().map(|t| inner.tenant_id(t)).collect();
         let mut loaded = 0;
         for (h, w, e) in entries {
-            let Some(id) = ids.get((w & !RECEIVED) as usize) else { continue };
+            let word = match ids.get((w & !RECEIVED) as usize) {
+                _ if w == NATIVE => NATIVE,
+                Some(id) => id | (w & RECEIVED),
+                None => continue,
+            };
             if e > now {
-                self.upsert(&mut inner, h, id | (w & RECEIVED), e, now);
+                self.upsert(&mut inner, h, word, e, now);
                 loaded += 1;
             }
         }
@@ -270,6 +283,9 @@ impl ProvenanceIndex {
         let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
         let word = inner.tenant_id(tenant) | role_bit(role);
         self.changes.fetch_add(1, Ordering::AcqRel);
+        if role == Role::Received {
+            self.mark_native(&mut inner, &hashes, expires, now);
+        }
         hashes.retain(|h| match self.upsert(&mut inner, *h, word, expires, now) {
             Some(old) => old <= refresh_before,
             None => true,
@@ -277,6 +293,16 @@ impl ProvenanceIndex {
         drop(inner);
         (!hashes.is_empty())
             .then(|| FingerprintBatch { tenant: tenant.to_owned(), expires_at_s: expires, replica: self.replica.clone(), role, hashes })
+    }
+
+    /// Marks as model-native every hash among `hashes` (received text) that no tenant sent.
+    fn mark_native(&self, inner: &mut Inner, hashes: &[u64], expires: u64, now: u64) {
+        for h in hashes {
+            let sent = inner.map.get(h).is_some_and(|o| o.as_slice().iter().any(|(w, e)| *e > now && *w & RECEIVED == 0 && *w != NATIVE));
+            if !sent {
+                self.upsert(inner, *h, NATIVE, expires, now);
+            }
+        }
     }
 
     /// Inserts one owner; returns its previous expiry if it was already there.
@@ -307,6 +333,9 @@ impl ProvenanceIndex {
         let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
         let word = inner.tenant_id(&batch.tenant) | role_bit(batch.role);
         self.changes.fetch_add(1, Ordering::AcqRel);
+        if batch.role == Role::Received {
+            self.mark_native(&mut inner, &batch.hashes, batch.expires_at_s, now);
+        }
         for h in &batch.hashes {
             self.upsert(&mut inner, *h, word, batch.expires_at_s, now);
         }
@@ -355,9 +384,11 @@ impl ProvenanceIndex {
         let inner = self.inner.read().unwrap_or_else(|p| p.into_inner());
         let Some(owners) = inner.map.get(&hash) else { return OwnerSet::default() };
         let mut live: Vec<u32> = owners.as_slice().iter().filter(|(_, e)| *e > now).map(|(w, _)| *w).collect();
+        let len = live.len();
+        live.retain(|w| *w != NATIVE);
         // Senders first (the bit is clear), so a truncated list names them.
         live.sort_unstable_by_key(|w| w & RECEIVED);
-        let mut set = OwnerSet { tenants: Vec::new(), shared_by: live.len() };
+        let mut set = OwnerSet { tenants: Vec::new(), shared_by: live.len(), model_native: live.len() < len };
         if live.first().is_none_or(|w| w & RECEIVED != 0) {
             return set;
         }
@@ -454,14 +485,44 @@ mod tests {
     fn received_text_alone_is_never_foreign_but_counts_as_shared() {
         let idx = index("r1");
         let h = first_hash(TEXT);
-        idx.record("acme", Role::Received, TEXT);
-        assert_eq!(idx.owners(h), OwnerSet { tenants: vec![], shared_by: 1 });
         idx.record("globex", Role::Sent, TEXT);
-        assert_eq!(idx.owners(h), OwnerSet { tenants: vec!["globex".into(), "acme".into()], shared_by: 2 });
+        idx.record("acme", Role::Received, TEXT);
+        assert_eq!(idx.owners(h), OwnerSet { tenants: vec!["globex".into(), "acme".into()], shared_by: 2, model_native: false });
+        let other = "a wholly different sentence that acme only ever received";
+        idx.record("acme", Role::Received, other);
+        assert_eq!(idx.owners(first_hash(other)).tenants, Vec::<String>::new());
         // Receiving it again never lowers a sender; sending it raises a receiver (and is shared).
         assert!(idx.record("globex", Role::Received, TEXT).is_none());
         assert!(idx.record("acme", Role::Sent, TEXT).is_some());
-        assert_eq!(idx.owners(h).tenants, vec!["acme".to_owned(), "globex".to_owned()]);
+        assert_eq!(idx.owners(h).tenants, vec!["globex".to_owned(), "acme".to_owned()]);
+    }
+
+    #[test]
+    fn text_the_model_said_before_anyone_sent_it_stays_native() {
+        let idx = index("r1");
+        let h = first_hash(TEXT);
+        idx.record("acme", Role::Received, TEXT);
+        assert_eq!(idx.owners(h), OwnerSet { tenants: vec![], shared_by: 1, model_native: true });
+        // A tenant sending the model's phrasing later does not make it its own secret.
+        idx.record("globex", Role::Sent, TEXT);
+        let o = idx.owners(h);
+        assert!(o.model_native && o.tenants == ["globex", "acme"] && o.shared_by == 2, "{o:?}");
+        // Sent first, received later: not native (the model may be echoing a tenant's text).
+        let sent_first = "a sentence that globex typed before any answer quoted it back";
+        idx.record("globex", Role::Sent, sent_first);
+        idx.record("acme", Role::Received, sent_first);
+        assert!(!idx.owners(first_hash(sent_first)).model_native);
+        // The mark survives a snapshot and travels in received batches.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fingerprints.idx");
+        idx.save(&path).unwrap();
+        let back = index("r1");
+        back.load(&path).unwrap();
+        assert_eq!(back.owners(h), idx.owners(h));
+        let peer = index("r2");
+        let batch = index("r3").record("initech", Role::Received, TEXT).unwrap();
+        peer.merge(&batch);
+        assert!(peer.owners(h).model_native);
     }
 
     #[test]
@@ -470,7 +531,7 @@ mod tests {
         let batch = idx.record("acme", Role::Sent, TEXT).unwrap();
         assert_eq!(batch.hashes.len(), firewall::fingerprints(TEXT, &KEY, 4).len());
         let h = first_hash(TEXT);
-        assert_eq!(idx.owners(h), OwnerSet { tenants: vec!["acme".into()], shared_by: 1 });
+        assert_eq!(idx.owners(h), OwnerSet { tenants: vec!["acme".into()], shared_by: 1, model_native: false });
         idx.record("globex", Role::Sent, TEXT);
         let o = idx.owners(h);
         assert_eq!((o.shared_by, o.tenants.len()), (2, 2));

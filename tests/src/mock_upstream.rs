@@ -12,6 +12,8 @@
 //! - `#splice <request> <word> <count>`: the production bug — answer with `<count>` words,
 //!   from word `<word>` on, of the first user message of the `<request>`-th request this
 //!   mock received (0-based), wrapped in a sentence and streamed in 40 pieces;
+//! - `#canned <k>`: answer the `<k>`-th text registered with [`MockUpstream::can`], streamed
+//!   in 40 pieces (so an answer can carry text the asking tenant never sent);
 //! - anything else: answer `Echo: <content>` (streamed word by word when asked).
 //!
 //! Every request's body and headers are kept for the test to inspect.
@@ -41,6 +43,7 @@ pub struct Received {
 pub struct MockUpstream {
     pub addr: SocketAddr,
     received: Arc<Mutex<Vec<Received>>>,
+    canned: Arc<Mutex<Vec<String>>>,
     _shutdown: tokio::sync::oneshot::Sender<()>,
 }
 
@@ -48,7 +51,8 @@ impl MockUpstream {
     /// Starts the mock on 127.0.0.1:0.
     pub async fn start() -> MockUpstream {
         let received = Arc::new(Mutex::new(Vec::new()));
-        let app = Router::new().route("/v1/chat/completions", post(chat)).with_state(received.clone());
+        let canned = Arc::new(Mutex::new(Vec::new()));
+        let app = Router::new().route("/v1/chat/completions", post(chat)).with_state((received.clone(), canned.clone()));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind mock upstream");
         let addr = listener.local_addr().expect("mock address");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -59,12 +63,19 @@ impl MockUpstream {
                 })
                 .await;
         });
-        MockUpstream { addr, received, _shutdown: tx }
+        MockUpstream { addr, received, canned, _shutdown: tx }
     }
 
     /// `http://127.0.0.1:PORT/v1`
     pub fn base_url(&self) -> String {
         format!("http://{}/v1", self.addr)
+    }
+
+    /// Registers an answer for `#canned <k>`; returns its `k`.
+    pub fn can(&self, text: impl Into<String>) -> usize {
+        let mut canned = self.canned.lock().unwrap_or_else(|p| p.into_inner());
+        canned.push(text.into());
+        canned.len() - 1
     }
 
     /// Every request received so far.
@@ -73,9 +84,9 @@ impl MockUpstream {
     }
 }
 
-type Shared = Arc<Mutex<Vec<Received>>>;
+type Shared = (Arc<Mutex<Vec<Received>>>, Arc<Mutex<Vec<String>>>);
 
-async fn chat(State(received): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+async fn chat(State((received, canned)): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let earlier: Vec<Value> = match received.lock() {
         Ok(mut r) => {
@@ -112,6 +123,15 @@ async fn chat(State(received): State<Shared>, headers: HeaderMap, body: Bytes) -
                 pieces(&model, text, 40)
             } else {
                 answer(&model, text, n, false, include_usage)
+            }
+        }
+        Some("#canned") => {
+            let k = words.next().and_then(|w| w.parse::<usize>().ok()).unwrap_or(usize::MAX);
+            let text = canned.lock().ok().and_then(|c| c.get(k).cloned()).unwrap_or_default();
+            if stream {
+                pieces(&model, &text, 40)
+            } else {
+                answer(&model, &text, n, false, include_usage)
             }
         }
         Some("#splice") => {

@@ -52,6 +52,9 @@ impl std::fmt::Debug for NgramKey {
 pub struct OwnerSet {
     pub tenants: Vec<String>,
     pub shared_by: usize,
+    /// The model produced this text for a tenant before anyone sent it: it is the model's
+    /// own phrasing, never a leak, whoever sends it later.
+    pub model_native: bool,
 }
 
 /// Implemented by the gateway's provenance index; must answer from memory.
@@ -203,7 +206,7 @@ fn on_word(window: &mut VecDeque<Word>, n: usize, cfg: &NgramConfig, ctx: &ScanC
     let owners = cfg.owners.owners(hash_words(&cfg.key, window.iter()));
     let mine = owners.tenants.iter().any(|t| !ctx.is_foreign(t));
     let foreign: Vec<String> = owners.tenants.iter().filter(|t| ctx.is_foreign(t)).cloned().collect();
-    if foreign.is_empty() || mine || owners.shared_by >= cfg.common_at {
+    if foreign.is_empty() || mine || owners.model_native || owners.shared_by >= cfg.common_at {
         return;
     }
     let (start, end) = (window.front().map_or(0, |w| w.start), window.back().map_or(0, |w| w.end));
@@ -285,5 +288,20 @@ pub(crate) mod tests {
         assert_eq!(out.len(), 1, "{out:?}");
         assert_eq!((out[0].start, out[0].end), (4, 21));
         assert!(matches!(&out[0].detail, Detail::Foreign { owners, .. } if owners == &["globex"]));
+    }
+
+    #[test]
+    fn model_native_text_is_never_foreign() {
+        let mut map = MapOwners::default();
+        record(&mut map, "alpha beta gamma", 3, "globex", 1);
+        for h in fingerprints("alpha beta gamma", &KEY, 3) {
+            map.0.entry(h).or_default().model_native = true;
+        }
+        let cfg = NgramConfig { n: 3, ..NgramConfig::new(KEY, Arc::new(map)) };
+        let mut out = Vec::new();
+        let mut st = NgramState::new(3);
+        st.feed(&cfg, &ScanContext::new("acme"), "alpha beta gamma", 0, &mut out);
+        st.finish(&cfg, &ScanContext::new("acme"), 16, &mut out);
+        assert!(out.is_empty(), "{out:?}");
     }
 }

@@ -2,7 +2,9 @@
 //! start-up, the block rate, blocks per minute over the last hour, and the entropy
 //! baselines drawn against the global ones. Request counts come from the metrics (this
 //! process, since start-up); blocks from the audit log over the same window, so the rate
-//! compares like with like.
+//! compares like with like. A tenant flagged for probing (too many responses blocked for
+//! other tenants' data in the window, see `probing`) is marked, with its foreign-data
+//! blocks and whether it is quarantined.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -19,6 +21,7 @@ use super::session::Session;
 use super::time::format_ms;
 use super::{now_ms, Admin, AdminError};
 use crate::audit::{AuditQuery, AuditRecord, MAX_PAGE};
+use crate::probing::ProbeRow;
 use crate::state::AppState;
 use crate::stats::StatRow;
 
@@ -35,11 +38,13 @@ pub async fn page(session: Session, State(state): State<Arc<AppState>>, Extensio
     let (records, capped) = recent_records(&state, admin.started_ms.min(hour_ago)).await?;
     let requests = state.metrics.completions_by_tenant();
     let stats = state.protection.stats().rows();
+    let probes: BTreeMap<String, ProbeRow> = state.protection.probes().rows(now).into_iter().map(|r| (r.tenant.clone(), r)).collect();
 
     let mut tenants: BTreeSet<&str> = state.config.tenants.iter().map(|t| t.id.as_str()).collect();
     tenants.extend(requests.keys().map(String::as_str));
     tenants.extend(stats.iter().filter_map(|r| r.tenant.as_deref()));
     tenants.extend(records.iter().map(AuditRecord::tenant));
+    tenants.extend(probes.keys().map(String::as_str));
 
     let mut body = format!(
         "<p class=\"muted\">Requests and blocks since this gateway started ({} UTC); activity over the last hour, per minute.{}</p>",
@@ -51,7 +56,7 @@ pub async fn page(session: Session, State(state): State<Arc<AppState>>, Extensio
 
     body.push_str(
         "<div class=\"table-wrap\"><table class=\"tenants\"><thead><tr><th>Tenant</th><th class=\"num\">Requests</th>\
-         <th class=\"num\">Blocked</th><th class=\"num\">Redacted</th><th class=\"num\">Block rate</th><th>Last hour</th>\
+         <th class=\"num\">Blocked</th><th class=\"num\">Redacted</th><th class=\"num\">Block rate</th><th>Probing</th><th>Last hour</th>\
          <th>Entropy baseline (mean ± sd, n)</th></tr></thead><tbody>",
     );
     for tenant in &tenants {
@@ -70,21 +75,35 @@ pub async fn page(session: Session, State(state): State<Arc<AppState>>, Extensio
         let _ = write!(
             body,
             "<tr><td><a href=\"/admin?{}\">{}</a></td><td class=\"num\">{asked}</td><td class=\"num\">{blocked}</td>\
-             <td class=\"num\">{redacted}</td><td class=\"num\">{rate}</td><td>{}</td><td>{}</td></tr>",
+             <td class=\"num\">{redacted}</td><td class=\"num\">{rate}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&query(&[("tenant", tenant)])),
             esc(tenant),
+            probe_cell(probes.get(*tenant), state.protection.quarantined(tenant)),
             sparkline(&format!("{tenant}: blocks per minute, last hour"), &minutes),
             baseline_cell(&stats, Some(tenant)),
         );
     }
     let _ = write!(
         body,
-        "<tr class=\"global\"><td>global baseline</td><td class=\"num\">{}</td><td></td><td></td><td></td><td></td><td>{}</td></tr></tbody></table></div>",
+        "<tr class=\"global\"><td>global baseline</td><td class=\"num\">{}</td><td></td><td></td><td></td><td></td><td></td><td>{}</td></tr></tbody></table></div>",
         requests.values().sum::<u64>(),
         baseline_cell(&stats, None)
     );
     body.push_str(&distributions(&stats, &tenants));
     Ok(Html(frame("Tenants", Some(Section::Tenants), Some(&session.csrf), &body)))
+}
+
+/// The probing cell: the flag (and quarantine) first, else the foreign-data blocks so far.
+fn probe_cell(row: Option<&ProbeRow>, quarantined: bool) -> String {
+    match row {
+        None => "—".to_owned(),
+        Some(r) if r.flagged => format!(
+            "<span class=\"badge block\" title=\"{} foreign-data blocks since start-up\">probing{}</span>",
+            r.foreign_blocks,
+            if quarantined { ", quarantined" } else { "" }
+        ),
+        Some(r) => format!("{} foreign-data block{}", r.foreign_blocks, if r.foreign_blocks == 1 { "" } else { "s" }),
+    }
 }
 
 /// Records since `since_ms`, newest first, at most [`MAX_SCAN`]; true when capped.

@@ -31,6 +31,9 @@ pub async fn create(
     body: Body,
 ) -> Result<Response, ApiError> {
     let tenant = state.auth.authenticate(&headers)?;
+    if state.protection.quarantined(tenant.as_str()) {
+        return Err(ApiError::Quarantined);
+    }
     let bytes = read_limited(body, &headers, state.config.max_body_bytes).await?;
     let mut request = ChatRequest::parse(&bytes)?;
     let backend = state.backend(&request.model)?;
