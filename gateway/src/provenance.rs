@@ -357,7 +357,7 @@ impl ProvenanceIndex {
         let mut live: Vec<u32> = owners.as_slice().iter().filter(|(_, e)| *e > now).map(|(w, _)| *w).collect();
         // Senders first (the bit is clear), so a truncated list names them.
         live.sort_unstable_by_key(|w| w & RECEIVED);
-        let mut set = OwnerSet { tenants: Vec::new(), shared_by: live.len() };
+        let mut set = OwnerSet { tenants: Vec::new(), shared_by: live.len(), ..OwnerSet::default() };
         if live.first().is_none_or(|w| w & RECEIVED != 0) {
             return set;
         }
@@ -455,9 +455,9 @@ mod tests {
         let idx = index("r1");
         let h = first_hash(TEXT);
         idx.record("acme", Role::Received, TEXT);
-        assert_eq!(idx.owners(h), OwnerSet { tenants: vec![], shared_by: 1 });
+        assert_eq!(idx.owners(h), OwnerSet { tenants: vec![], shared_by: 1, ..OwnerSet::default() });
         idx.record("globex", Role::Sent, TEXT);
-        assert_eq!(idx.owners(h), OwnerSet { tenants: vec!["globex".into(), "acme".into()], shared_by: 2 });
+        assert_eq!(idx.owners(h), OwnerSet { tenants: vec!["globex".into(), "acme".into()], shared_by: 2, ..OwnerSet::default() });
         // Receiving it again never lowers a sender; sending it raises a receiver (and is shared).
         assert!(idx.record("globex", Role::Received, TEXT).is_none());
         assert!(idx.record("acme", Role::Sent, TEXT).is_some());
@@ -470,7 +470,7 @@ mod tests {
         let batch = idx.record("acme", Role::Sent, TEXT).unwrap();
         assert_eq!(batch.hashes.len(), firewall::fingerprints(TEXT, &KEY, 4).len());
         let h = first_hash(TEXT);
-        assert_eq!(idx.owners(h), OwnerSet { tenants: vec!["acme".into()], shared_by: 1 });
+        assert_eq!(idx.owners(h), OwnerSet { tenants: vec!["acme".into()], shared_by: 1, ..OwnerSet::default() });
         idx.record("globex", Role::Sent, TEXT);
         let o = idx.owners(h);
         assert_eq!((o.shared_by, o.tenants.len()), (2, 2));
