@@ -20,11 +20,13 @@
 // `unsafe` is allowed in one place: the AVX2 twin of the keyword filter (`keywords::avx2`).
 #![deny(unsafe_code)]
 
+mod canon;
 mod capture;
 pub mod detect;
 pub mod gitleaks;
 mod keywords;
 mod live;
+mod pass;
 mod reach;
 pub mod reload;
 pub mod rule;
@@ -37,7 +39,7 @@ mod window;
 
 pub use detect::{
     fingerprints, Baseline, Baselines, Detectors, EntropyConfig, Metric, NgramConfig, NgramKey, NgramOwners, Observations,
-    OwnerSet, ProvenanceConfig, ScanContext, TokenSignals,
+    OwnerSet, ProvenanceConfig, ScanContext, TokenSignals, secret_fingerprints, SecretOwnership,
 };
 pub use reload::ReloadableRuleset;
 pub use rule::{Canary, Rule};

@@ -178,7 +178,7 @@ struct Thread {
 }
 
 /// The live anchored threads of one stream, in increasing start order.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Threads {
     live: Vec<Thread>,
     scratch: Vec<Thread>,
@@ -192,7 +192,7 @@ pub(crate) struct Threads {
 /// whose slots are stamped with the step that wrote them, so starting a step costs nothing
 /// (std's set had to be cleared every byte, and hashing with SipHash cost more than the DFA
 /// transitions themselves).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct StepSet {
     // [slots] (pattern << 32 | state) written at step `stamps[i]`
     keys: Vec<u64>,

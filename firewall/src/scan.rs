@@ -24,9 +24,11 @@ use regex::{Regex, RegexBuilder};
 use regex_automata::Input;
 use regex_syntax::hir::Hir;
 
+use crate::canon;
 use crate::detect::{self, Detectors, ScanContext};
 use crate::keywords::KeywordFinder;
 use crate::live::Live;
+use crate::pass::merge_findings;
 use crate::rule::{shannon_entropy, Canary, Rule};
 use crate::ruleset::{LoadError, Ruleset};
 use crate::start::StartFilter;
@@ -240,17 +242,24 @@ fn build_prefilter(rules: &[Rule]) -> Result<Prefilter, String> {
     Ok((Some(KeywordSearch::Automaton(ac)), keyword_rules, lens))
 }
 
+/// Canary strings match case-insensitively, in their rules-view form: the pattern runs on
+/// the raw text and on its rules view, so a canary that is upper-cased, spelt with
+/// look-alikes or full-width forms, or cut by invisible characters is still found.
 fn build_canaries(canaries: &[Canary]) -> Result<(CanaryMatcher, Hir), String> {
     let mut by_string: HashMap<String, Vec<usize>> = HashMap::new();
     for (i, c) in canaries.iter().enumerate() {
         for s in &c.strings {
-            by_string.entry(s.clone()).or_default().push(i);
+            let folded = canon::rules_string(s, false).to_lowercase();
+            let owners = by_string.entry(folded).or_default();
+            if !owners.contains(&i) {
+                owners.push(i);
+            }
         }
     }
     // Longest first, so that a canary containing another is reported whole.
-    let mut strings: Vec<&String> = by_string.keys().collect();
+    let mut strings: Vec<&String> = by_string.keys().filter(|s| !s.is_empty()).collect();
     strings.sort_by(|a, b| b.len().cmp(&a.len()).then(a.cmp(b)));
-    let pattern = strings.iter().map(|s| regex::escape(s)).collect::<Vec<_>>().join("|");
+    let pattern = format!("(?i:{})", strings.iter().map(|s| regex::escape(s)).collect::<Vec<_>>().join("|"));
     let regex = RegexBuilder::new(&pattern).size_limit(CANARY_REGEX_LIMIT).build().map_err(|e| format!("canary strings: {e}"))?;
     let hir = regex_syntax::parse(&pattern).map_err(|e| format!("canary strings: {e}"))?;
     Ok((CanaryMatcher { regex, by_string }, hir))
@@ -267,21 +276,38 @@ impl Ruleset {
     /// same text in any chunking reports exactly these findings (token-signal detectors
     /// aside, which need a stream).
     pub fn scan_with(&self, text: &str, ctx: &ScanContext, detectors: &Detectors) -> Vec<Finding> {
-        let e = &self.engine;
         let mut out = Vec::new();
-        let mut scratch = e.take_scratch();
-        let Scratch { hits, regions, captures } = &mut scratch;
-        self.keyword_hits(text, hits);
-        for (i, (hits, caps)) in hits.iter_mut().zip(captures.iter_mut()).enumerate() {
-            self.rule_one_shot(i, text, hits, regions, caps, &mut out);
+        self.pattern_findings(text, ctx, &mut out);
+        if let Some((view, map)) = canon::rules_view(text) {
+            let mut extra = Vec::new();
+            self.pattern_findings(&view, ctx, &mut extra);
+            for f in &mut extra {
+                (f.start, f.end) = map.raw_span(f.start, f.end);
+                (f.match_start, f.match_end) = map.raw_span(f.match_start, f.match_end);
+            }
+            merge_findings(&mut out, extra, 0);
         }
-        e.give_back(scratch);
-        if e.canary.is_some() {
-            self.canary_matches(text, 0, 0, usize::MAX, ctx, &mut out);
+        if let Some(cfg) = &detectors.secrets {
+            detect::secret::attribute(cfg, ctx, &mut out, |f| canon::rules_string(text.get(f.start..f.end).unwrap_or(""), false));
         }
         detect::scan_text(text, ctx, detectors, &mut out);
         Finding::sort(&mut out);
         out
+    }
+
+    /// The secret rules' and canaries' findings in `text` (one pass, the raw text or a view).
+    fn pattern_findings(&self, text: &str, ctx: &ScanContext, out: &mut Vec<Finding>) {
+        let e = &self.engine;
+        let mut scratch = e.take_scratch();
+        let Scratch { hits, regions, captures } = &mut scratch;
+        self.keyword_hits(text, hits);
+        for (i, (hits, caps)) in hits.iter_mut().zip(captures.iter_mut()).enumerate() {
+            self.rule_one_shot(i, text, hits, regions, caps, out);
+        }
+        e.give_back(scratch);
+        if e.canary.is_some() {
+            self.canary_matches(text, 0, 0, usize::MAX, ctx, out);
+        }
     }
 
     /// Rule `i`'s one-shot findings in `text`, given every hit of its keywords there
@@ -352,7 +378,7 @@ impl Ruleset {
             if m.start() >= until {
                 break;
             }
-            let owners: Vec<&Canary> = cm.by_string.get(m.as_str()).into_iter().flatten().filter_map(|&i| self.canaries.get(i)).collect();
+            let owners: Vec<&Canary> = cm.by_string.get(&m.as_str().to_lowercase()).into_iter().flatten().filter_map(|&i| self.canaries.get(i)).collect();
             let foreign: Vec<String> = owners.iter().filter(|c| ctx.is_foreign(&c.owner)).map(|c| c.owner.clone()).collect();
             if let (Some(first), false) = (owners.iter().find(|c| ctx.is_foreign(&c.owner)), owners.iter().any(|c| !ctx.is_foreign(&c.owner))) {
                 out.push(Finding {

@@ -20,21 +20,17 @@
 
 use std::sync::Arc;
 
+use crate::canon::{self, Canon, Decoded, Piece};
 use crate::detect::entropy::{EntropyState, Observations};
 use crate::detect::ngram::NgramState;
-use crate::detect::{provenance, Detectors, ScanContext, TokenSignals};
-use crate::live::Threads;
+use crate::detect::{provenance, secret, Detectors, ScanContext, TokenSignals};
+use crate::pass::{floor_char, merge_findings, Pass, ViewPass};
 use crate::ruleset::Ruleset;
 use crate::verdict::{Action, Finding};
 
 /// Default bound on held-back bytes. A candidate match still growing past it is abandoned:
 /// its bytes are released and it is judged on what was seen.
 pub const MAX_HOLDBACK_BYTES: usize = 4096;
-
-/// Bytes kept before the earliest search start, for look-behind: `\b` needs one char,
-/// `allow_line` patterns the line before a match (up to `ALLOW_LINE_LOOKBACK` bytes, and
-/// up to 3 more where that cut falls inside a character).
-const LOOKBEHIND_BYTES: usize = crate::rule::ALLOW_LINE_LOOKBACK + 8;
 
 /// The result of one push: text now safe to send, new findings, and what to do.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,20 +53,17 @@ pub struct StreamScanner {
     ctx: ScanContext,
     detectors: Arc<Detectors>,
     max_holdback: usize,
-    // raw text [base, base + window.len())
-    window: String,
-    base: usize,
+    // raw text in, decided pieces of the rules view out
+    canon: Canon,
+    // the rule patterns over the raw text [raw.base, raw.end()): everything decided so far
+    raw: Pass,
+    // the rule patterns over the rules view, from the first character that reads otherwise
+    view: Option<ViewPass>,
+    // raw text pushed but not yet decided: [raw.end(), pushed)
+    undecided: String,
+    pushed: usize,
     // raw offset up to which output has been produced (may jump past a redacted secret)
     released: usize,
-    // [patterns] absolute position where the next regex search starts, unless `floor` is
-    // later: every search starts at or after the last `safe` position
-    next: Vec<usize>,
-    floor: usize,
-    // [patterns] starts of relaxed threads that reached a match, not yet confirmed
-    candidates: Vec<Vec<usize>>,
-    // patterns with candidates, so a push costs nothing for the others
-    pending: Vec<usize>,
-    threads: Threads,
     // confirmed redactions not yet passed by `released`: (start, end, rule id), by start
     redactions: Vec<(usize, usize, String)>,
     ngram: Option<NgramState>,
@@ -88,20 +81,28 @@ impl StreamScanner {
             ctx,
             detectors,
             max_holdback: MAX_HOLDBACK_BYTES,
-            window: String::new(),
-            base: 0,
+            canon: Canon::default(),
+            raw: Pass::new(patterns),
+            view: None,
+            undecided: String::new(),
+            pushed: 0,
             released: 0,
-            next: vec![0; patterns],
-            floor: 0,
-            candidates: vec![Vec::new(); patterns],
-            pending: Vec::new(),
-            threads: Threads::default(),
             redactions: Vec::new(),
             ngram,
             entropy: EntropyState::default(),
             blocked: false,
             finished: false,
         }
+    }
+
+    /// Reads the pushed text as JSON (a tool call's arguments as they stream): inside
+    /// strings, escapes are decoded before the detectors read them, so they see what the
+    /// client sees after `JSON.parse`. Released text stays the raw JSON. Call before any push.
+    pub fn decode_json_strings(mut self) -> StreamScanner {
+        if self.pushed == 0 {
+            self.canon = Canon::json();
+        }
+        self
     }
 
     /// Changes the holdback bound (at least 64 bytes).
@@ -152,7 +153,7 @@ impl StreamScanner {
 
     /// Raw bytes taken in but not yet released.
     pub fn held_bytes(&self) -> usize {
-        self.end().saturating_sub(self.released)
+        self.pushed.saturating_sub(self.released)
     }
 
     /// Whether a block stopped the stream.
@@ -166,15 +167,21 @@ impl StreamScanner {
     }
 
     fn end(&self) -> usize {
-        self.base + self.window.len()
+        self.pushed
     }
 
     fn step(&mut self, delta: &str, mut found: Vec<Finding>, finishing: bool) -> Step {
-        let start = self.end();
-        self.window.push_str(delta);
-        let safe = self.advance_threads(delta.as_bytes(), start, finishing);
-        self.confirm(safe, &mut found);
-        self.run_text_detectors(delta, start, finishing, &mut found);
+        let start = self.pushed;
+        self.pushed += delta.len();
+        self.take_in(delta, start, finishing, &mut found);
+        if let Some(cfg) = &self.detectors.entropy {
+            self.entropy.feed_text(cfg, &self.ctx, delta, start, &mut found);
+        }
+        let safe = self.confirm(finishing, &mut found);
+        if let Some(cfg) = &self.detectors.secrets {
+            let (raw, json) = (&self.raw, self.canon.is_json());
+            secret::attribute(cfg, &self.ctx, &mut found, |f| canon::rules_string(raw.slice(f.start, f.end), json));
+        }
         Finding::sort(&mut found);
 
         let mut limit = safe;
@@ -192,77 +199,95 @@ impl StreamScanner {
         let release = self.release_to(limit);
         self.blocked = block_at.is_some();
         self.finished = finishing;
-        self.trim();
+        self.raw.trim(self.released);
+        if let Some(v) = &mut self.view {
+            v.trim();
+        }
         let action = if self.blocked { Action::Block } else { found.iter().map(|f| f.action).max().unwrap_or(Action::Allow) };
         Step { release, findings: found, action }
     }
 
-    /// Advances the liveness threads over `bytes` (starting at absolute `start`) and
-    /// returns the earliest position at which a match may still be in progress.
-    fn advance_threads(&mut self, bytes: &[u8], start: usize, finishing: bool) -> usize {
-        let live = self.rules.engine.live();
-        let (candidates, pending) = (&mut self.candidates, &mut self.pending);
-        let mut on_match = |p: usize, s: usize| {
-            if candidates[p].is_empty() {
-                pending.push(p);
+    /// Decodes and folds `delta` (raw offset `at`): decided pieces go to the raw pass and,
+    /// from the first one that reads otherwise, to the view pass; decoded characters go to
+    /// the n-gram detector as soon as they are decoded.
+    fn take_in(&mut self, delta: &str, at: usize, finishing: bool, found: &mut Vec<Finding>) {
+        let StreamScanner { rules, ctx, detectors, canon, raw, view, undecided, ngram, .. } = self;
+        let live = rules.engine.live();
+        undecided.push_str(delta);
+        let want_words = ngram.is_some();
+        let mut used = 0;
+        let mut words = |d: Decoded| {
+            if let (Some(cfg), Some(st)) = (&detectors.ngram, ngram.as_mut()) {
+                st.feed_char(cfg, ctx, d, found);
             }
-            candidates[p].push(s);
         };
-        for (i, &b) in bytes.iter().enumerate() {
-            self.threads.step(live, b, start + i, &mut on_match);
-        }
-        let end = self.base + self.window.len();
+        let mut pieces = |p: Piece<'_>| {
+            let (Piece::Same { start, end } | Piece::Changed { start, end, .. }) = p;
+            let text = undecided.get(used..used + (end - start)).unwrap_or("");
+            used += end - start;
+            match p {
+                Piece::Same { .. } => {
+                    raw.feed(live, text);
+                    if let Some(v) = view.as_mut() {
+                        v.feed_same(live, text, start);
+                    }
+                }
+                Piece::Changed { view: read, .. } => {
+                    let v = view.get_or_insert_with(|| ViewPass::seed(raw));
+                    raw.feed(live, text);
+                    v.feed_changed(live, read, start, end);
+                }
+            }
+        };
+        canon.feed(delta, at, want_words, &mut words, &mut pieces);
         if finishing {
-            self.threads.finish(live, &mut on_match);
-            return end;
+            canon.finish(want_words, &mut words, &mut pieces);
         }
-        let mut safe = self.threads.earliest().unwrap_or(end);
-        if end - safe > self.max_holdback {
-            safe = floor_char(&self.window, self.base, end - self.max_holdback);
-            self.threads.drop_before(safe);
+        drop(pieces);
+        drop(words);
+        undecided.drain(..used.min(undecided.len()));
+        if finishing {
+            if let (Some(cfg), Some(st)) = (&detectors.ngram, ngram.as_mut()) {
+                st.finish(cfg, ctx, at + delta.len(), found);
+            }
+        }
+    }
+
+    /// Confirms the matches of both passes that start before the common safe position (the
+    /// earliest raw position at which a match of either may be in progress), and returns
+    /// it. Both passes confirm up to the same raw position, so a match they share is found
+    /// in one step and merged.
+    fn confirm(&mut self, finishing: bool, found: &mut Vec<Finding>) -> usize {
+        let live = self.rules.engine.live();
+        let raw_end = self.raw.end();
+        let mut safe = raw_end;
+        if finishing {
+            self.raw.finish(live);
+            if let Some(v) = &mut self.view {
+                v.pass.finish(live);
+            }
+        } else {
+            safe = self.raw.safe(self.max_holdback);
+            if let Some(v) = &mut self.view {
+                let vs = v.pass.safe(self.max_holdback);
+                safe = safe.min(v.to_raw(vs, raw_end));
+            }
+        }
+        let from = found.len();
+        self.raw.confirm(&self.rules, &self.ctx, safe, found);
+        if let Some(v) = &mut self.view {
+            let mut extra = Vec::new();
+            let vs = v.to_view(safe, raw_end);
+            v.pass.confirm(&self.rules, &self.ctx, vs, &mut extra);
+            v.map_findings(&mut extra);
+            merge_findings(found, extra, from);
         }
         safe
     }
 
-    /// Confirms, with the real regexes, every match that starts before `safe`. Patterns
-    /// without a candidate there have nothing to find before `safe`: raising `floor` moves
-    /// all their searches on at once.
-    fn confirm(&mut self, safe: usize, out: &mut Vec<Finding>) {
-        // Patterns in the order a whole-pass scan would see them: findings sort later anyway.
-        self.pending.sort_unstable();
-        let mut k = 0;
-        while k < self.pending.len() {
-            let p = self.pending[k];
-            if self.candidates[p].iter().any(|&s| s < safe) {
-                let from = self.next[p].max(self.floor).saturating_sub(self.base);
-                let next = self.rules.pattern_matches(p, &self.window, self.base, from, safe - self.base, &self.ctx, out);
-                self.next[p] = self.base + next;
-                self.candidates[p].retain(|&s| s >= safe);
-            }
-            if self.candidates[p].is_empty() {
-                self.pending.swap_remove(k);
-            } else {
-                k += 1;
-            }
-        }
-        self.floor = self.floor.max(safe);
-    }
-
-    fn run_text_detectors(&mut self, delta: &str, start: usize, finishing: bool, out: &mut Vec<Finding>) {
-        if let (Some(cfg), Some(st)) = (&self.detectors.ngram, &mut self.ngram) {
-            st.feed(cfg, &self.ctx, delta, start, out);
-            if finishing {
-                st.finish(cfg, &self.ctx, start + delta.len(), out);
-            }
-        }
-        if let Some(cfg) = &self.detectors.entropy {
-            self.entropy.feed_text(cfg, &self.ctx, delta, start, out);
-        }
-    }
-
     /// Emits raw text up to `limit`, with confirmed redactions applied.
     fn release_to(&mut self, limit: usize) -> String {
-        let limit = floor_char(&self.window, self.base, limit);
+        let limit = floor_char(&self.raw.window, self.raw.base, limit);
         let mut out = String::new();
         while self.released < limit {
             let released = self.released;
@@ -270,7 +295,7 @@ impl StreamScanner {
             match self.redactions.first() {
                 Some((a, b, id)) if *a < limit => {
                     let a = (*a).max(released);
-                    out.push_str(self.slice(released, a));
+                    out.push_str(self.raw.slice(released, a));
                     out.push_str("[REDACTED:");
                     out.push_str(id);
                     out.push(']');
@@ -278,35 +303,11 @@ impl StreamScanner {
                     self.redactions.remove(0);
                 }
                 _ => {
-                    out.push_str(self.slice(released, limit));
+                    out.push_str(self.raw.slice(released, limit));
                     self.released = limit;
                 }
             }
         }
         out
     }
-
-    fn slice(&self, from: usize, to: usize) -> &str {
-        self.window.get(from.saturating_sub(self.base)..to.saturating_sub(self.base)).unwrap_or("")
-    }
-
-    /// Drops window text that no search, look-behind or release will read again (every
-    /// search starts at or after `floor`).
-    fn trim(&mut self) {
-        let earliest = self.floor.min(self.released);
-        let keep = floor_char(&self.window, self.base, earliest.saturating_sub(LOOKBEHIND_BYTES));
-        if keep > self.base {
-            self.window.drain(..keep - self.base);
-            self.base = keep;
-        }
-    }
-}
-
-/// The largest char boundary of the window at or below absolute `pos` (and >= `base`).
-fn floor_char(window: &str, base: usize, pos: usize) -> usize {
-    let mut rel = pos.saturating_sub(base).min(window.len());
-    while rel > 0 && !window.is_char_boundary(rel) {
-        rel -= 1;
-    }
-    base + rel
 }

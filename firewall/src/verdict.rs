@@ -79,8 +79,11 @@ pub enum DetectorKind {
 pub enum Detail {
     /// Pattern rules carry no more than the span.
     None,
-    /// Canary, n-gram or provenance: the tenants the text belongs to (never the responder).
+    /// Canary, n-gram, provenance or an owned secret: the tenants the text belongs to
+    /// (never the responder).
     Foreign { owners: Vec<String>, shared_by: usize },
+    /// A secret the responding tenant owns itself (see `detect::secret`).
+    Own,
     /// Entropy detector: the observed value against the tenant's baseline.
     Statistic { metric: Metric, value: f64, mean: f64, z_score: f64, p_value: f64 },
 }

@@ -25,10 +25,10 @@ impl NgramOwners for Index {
 fn detectors(n: usize) -> Arc<Detectors> {
     let mut idx = Index::default();
     for h in fingerprints(SECRET_PROSE, &KEY, n) {
-        idx.0.insert(h, OwnerSet { tenants: vec!["globex".into()], shared_by: 1, ..OwnerSet::default() });
+        idx.0.insert(h, OwnerSet { tenants: vec!["globex".into()], shared_by: 1, model_native: false });
     }
     let ngram = NgramConfig { n, ..NgramConfig::new(KEY, Arc::new(idx)) };
-    Arc::new(Detectors { ngram: Some(ngram), entropy: None, provenance: Some(ProvenanceConfig::default()) })
+    Arc::new(Detectors { ngram: Some(ngram), entropy: None, provenance: Some(ProvenanceConfig::default()), secrets: None })
 }
 
 #[test]
@@ -41,7 +41,8 @@ fn foreign_ngram_is_blocked_before_its_last_word() {
     assert_eq!(s.findings[0].rule_id, "foreign-ngram");
     // "closes", the fifth word of the first foreign 5-gram, was never released.
     assert!(!s.released.contains("closes"), "{:?}", s.released);
-    assert!(s.released.starts_with("Sure. The Merger with Initech,"));
+    // With n > 4 the lead "the merger with initech" is foreign: held from its fourth word.
+    assert_eq!(s.released, "Sure. The Merger with ");
     // The owner itself may see its own words.
     let own = stream(&fixture_rules(), &ScanContext::new("globex"), &det, text, &char_cuts(text));
     assert!(!own.blocked && own.released == text);

@@ -55,6 +55,7 @@ impl AuditFinding {
         let (source_tenants, shared_by, statistic) = match &f.detail {
             Detail::None => (Vec::new(), None, None),
             Detail::Foreign { owners, shared_by } => (owners.clone(), Some(*shared_by), None),
+            Detail::Own => (Vec::new(), None, None),
             Detail::Statistic { metric, value, mean, z_score, p_value } => (
                 Vec::new(),
                 None,

@@ -132,7 +132,7 @@ impl Protection {
         let mut entropy = EntropyConfig::new(stats.clone());
         entropy.z_threshold = config.stats.z_threshold;
         entropy.action = config.stats.action;
-        let detectors = Detectors { ngram: Some(ngram), entropy: Some(entropy), provenance: Some(ProvenanceConfig::default()) };
+        let detectors = Detectors { ngram: Some(ngram), entropy: Some(entropy), provenance: Some(ProvenanceConfig::default()), ..Detectors::default() };
 
         let canaries = config.tenants.iter().filter(|t| t.canary).map(|t| (t.id.clone(), honeytoken(&key, &t.id))).collect();
         let policies = config

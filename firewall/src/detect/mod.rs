@@ -1,6 +1,7 @@
 //! Detectors beyond the rule files: canary ownership lives in `scan`; here are the foreign
-//! n-gram, entropy and provenance detectors, the responding tenant's [`ScanContext`], and
-//! the [`Detectors`] configuration a stream is created with.
+//! n-gram, entropy and provenance detectors, the ownership of secret values, the
+//! responding tenant's [`ScanContext`], and the [`Detectors`] configuration a stream is
+//! created with.
 //!
 //! Everything the detectors need from the outside world (who owns an n-gram, what a
 //! tenant's baseline is) comes through small synchronous traits the gateway implements from
@@ -9,25 +10,36 @@
 pub mod entropy;
 pub mod ngram;
 pub mod provenance;
+pub mod secret;
 
-use crate::verdict::Finding;
+use crate::verdict::{Action, Finding};
 
 pub use entropy::{Baseline, Baselines, EntropyConfig, Metric, Observations, Observed};
 pub use ngram::{fingerprints, NgramConfig, NgramKey, NgramOwners, OwnerSet};
 pub use provenance::ProvenanceConfig;
+pub use secret::{secret_fingerprints, SecretOwnership};
 
 /// Whose response is being scanned.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ScanContext {
     /// The responding tenant; empty = unknown, in which case every owner is foreign.
     pub tenant: String,
     /// Owners that are never foreign (e.g. the system prompt's owner).
     pub trusted_owners: Vec<String>,
+    /// The verdict on a secret this tenant owns coming back to it (see
+    /// [`Detectors::secrets`]); `Allow` counts as `Log`: a finding is always recorded.
+    pub own_secrets: Action,
+}
+
+impl Default for ScanContext {
+    fn default() -> Self {
+        ScanContext { tenant: String::new(), trusted_owners: Vec::new(), own_secrets: Action::Log }
+    }
 }
 
 impl ScanContext {
     pub fn new(tenant: impl Into<String>) -> ScanContext {
-        ScanContext { tenant: tenant.into(), trusted_owners: Vec::new() }
+        ScanContext { tenant: tenant.into(), ..ScanContext::default() }
     }
 
     /// No responding tenant: used by one-shot CLI scans.
@@ -47,6 +59,9 @@ pub struct Detectors {
     pub ngram: Option<NgramConfig>,
     pub entropy: Option<EntropyConfig>,
     pub provenance: Option<ProvenanceConfig>,
+    /// Who owns the secret values the rules find: a tenant's own secret coming back to it
+    /// is not a leak, another tenant's is one whatever its rule says.
+    pub secrets: Option<SecretOwnership>,
 }
 
 /// What an engine reports alongside one token's text.
@@ -64,7 +79,7 @@ pub struct TokenSignals {
 pub(crate) fn scan_text(text: &str, ctx: &ScanContext, detectors: &Detectors, out: &mut Vec<Finding>) {
     if let Some(cfg) = &detectors.ngram {
         let mut st = ngram::NgramState::new(cfg.n);
-        st.feed(cfg, ctx, text, 0, out);
+        crate::canon::decode_plain(text, |d| st.feed_char(cfg, ctx, d, out));
         st.finish(cfg, ctx, text.len(), out);
     }
     if let Some(cfg) = &detectors.entropy {

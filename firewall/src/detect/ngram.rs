@@ -1,15 +1,26 @@
 //! Foreign n-gram detector: does this response repeat word sequences another tenant sent
 //! or received?
 //!
-//! Normalisation (shared by recording and checking, through [`fingerprints`]): words are
-//! maximal runs of non-whitespace; each is lowercased and stripped of every character that
-//! is not alphanumeric; words that become empty are skipped; a run longer than
-//! [`MAX_WORD_BYTES`] is cut into pieces of at most that size (so one endless token cannot
-//! force unbounded holdback). Each window of `n` consecutive words is hashed with
-//! SipHash-1-3 under a per-deployment 128-bit key; only these keyed hashes ever leave the
-//! firewall.
+//! Normalisation (shared by recording and checking, through [`fingerprints`]): the text is
+//! read in the words view (see `canon`: NFKC, invisible characters removed, every confusable
+//! folded to its ASCII prototype); words are maximal runs between whitespace, `_ - . / \`
+//! and JSON-style escapes written out (`\n`, `\"`, `\u00e9`...; in JSON mode the decoder has
+//! turned real escapes into characters already, and JSON syntax outside strings separates
+//! words too); each word is lowercased and stripped of every character that is not
+//! alphanumeric; words that become empty are skipped; a run longer than [`MAX_WORD_BYTES`]
+//! raw bytes is cut into pieces (so one endless token cannot force unbounded holdback).
+//! Each window of `n` consecutive words is hashed with SipHash-1-3 under a per-deployment
+//! 128-bit key; only these keyed hashes ever leave the firewall.
 //!
-//! Streaming invariant: a word is complete only when whitespace (or the end) follows it, and
+//! Leads: when `n` > [`LEAD_WORDS`], [`fingerprints`] also emits a hash of every window of
+//! [`LEAD_WORDS`] words, domain-separated from the n-gram hashes, so the index records them
+//! with the n-grams. A stream whose last [`LEAD_WORDS`] words form a foreign lead holds its
+//! text back from the start of the lead's last word, until the n-gram starting with the
+//! lead completes (a foreign one blocks) or the run stops following recorded text (some
+//! later window of [`LEAD_WORDS`] words inside that n-gram is unknown to the index). So at
+//! most `LEAD_WORDS - 1` words of another tenant's sentence reach a client before a block.
+//!
+//! Streaming invariant: a word is complete only when a boundary (or the end) follows it, and
 //! the n-gram ending with it is checked at that moment. The stream holds back the word in
 //! progress, so a foreign n-gram is found before its last word is released.
 
@@ -19,6 +30,7 @@ use std::sync::Arc;
 
 use siphasher::sip::SipHasher13;
 
+use crate::canon::{decode_plain, words_fold, Decoded, Kind};
 use crate::detect::ScanContext;
 use crate::verdict::{mask, Action, Detail, DetectorKind, Finding, Severity};
 
@@ -52,8 +64,8 @@ impl std::fmt::Debug for NgramKey {
 pub struct OwnerSet {
     pub tenants: Vec<String>,
     pub shared_by: usize,
-    /// The model produced this text for a tenant before anyone sent it: it is the model's
-    /// own phrasing, never a leak, whoever sends it later.
+    /// The model produced this text before any tenant sent it (the gateway marks it): it is
+    /// never foreign.
     pub model_native: bool,
 }
 
@@ -88,40 +100,101 @@ pub(crate) struct Word {
     pub end: usize,
 }
 
-/// Incremental word splitter; feeding a text in any pieces emits the same words.
+/// Where the splitter is inside an escape written out in the text.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+enum Escape {
+    #[default]
+    None,
+    /// after `\`
+    Backslash,
+    /// after `\u` at raw offset `at` and `digits` hex digits (kept in `hex`)
+    Unicode { at: usize, digits: u8 },
+}
+
+/// Incremental word splitter over decoded characters; feeding a text in any pieces emits
+/// the same words.
 #[derive(Debug, Default)]
 pub(crate) struct WordSplitter {
     norm: String,
     start: Option<usize>,
     raw_len: usize,
+    escape: Escape,
+    hex: String,
 }
 
 impl WordSplitter {
-    pub(crate) fn feed(&mut self, text: &str, base: usize, emit: &mut impl FnMut(Word)) {
-        for (i, c) in text.char_indices() {
-            let pos = base + i;
-            if c.is_whitespace() {
-                self.flush(pos, emit);
-                continue;
+    pub(crate) fn feed_char(&mut self, d: Decoded, emit: &mut impl FnMut(Word)) {
+        if d.kind == Kind::Syntax {
+            self.escape_ends();
+            return self.flush(d.start, emit);
+        }
+        let len = d.end - d.start;
+        if self.start.is_some() && self.raw_len + len > MAX_WORD_BYTES {
+            self.flush(d.start, emit);
+        }
+        words_fold(d.c, |f| self.folded(f, d.start, emit));
+        if self.start.is_some() {
+            self.raw_len += len;
+        }
+    }
+
+    /// One character of the words view, from the decoded character at raw offset `pos`.
+    fn folded(&mut self, f: char, pos: usize, emit: &mut impl FnMut(Word)) {
+        match self.escape {
+            Escape::Backslash => {
+                self.escape = Escape::None;
+                match f {
+                    'n' | 't' | 'r' | 'b' | 'f' | '"' | '\\' | '/' => return,
+                    'u' => {
+                        self.escape = Escape::Unicode { at: pos, digits: 0 };
+                        self.hex.clear();
+                        return;
+                    }
+                    _ => {}
+                }
             }
-            if self.raw_len + c.len_utf8() > MAX_WORD_BYTES {
-                self.flush(pos, emit);
+            Escape::Unicode { at, digits } if f.is_ascii_hexdigit() && digits < 4 => {
+                self.hex.push(f.to_ascii_lowercase());
+                self.escape = if digits == 3 { Escape::None } else { Escape::Unicode { at, digits: digits + 1 } };
+                return;
             }
+            Escape::Unicode { .. } => self.escape_ends(),
+            Escape::None => {}
+        }
+        if f == '\\' {
+            self.flush(pos, emit);
+            self.escape = Escape::Backslash;
+        } else if f.is_whitespace() || matches!(f, '_' | '-' | '.' | '/') {
+            self.flush(pos, emit);
+        } else {
             self.start.get_or_insert(pos);
-            self.raw_len += c.len_utf8();
-            if c.is_alphanumeric() {
-                self.norm.extend(c.to_lowercase());
+            if f.is_alphanumeric() {
+                self.norm.extend(f.to_lowercase());
             }
         }
     }
 
+    /// A `\u` not followed by four hex digits was text: its `u` and digits start a word.
+    fn escape_ends(&mut self) {
+        if let Escape::Unicode { at, .. } = std::mem::take(&mut self.escape) {
+            self.start.get_or_insert(at);
+            self.norm.push('u');
+            self.norm.push_str(&self.hex);
+            self.hex.clear();
+        }
+    }
+
     pub(crate) fn finish(&mut self, end: usize, emit: &mut impl FnMut(Word)) {
+        self.escape_ends();
         self.flush(end, emit);
     }
 
     /// Start of the word in progress, if any.
     pub(crate) fn pending_start(&self) -> Option<usize> {
-        self.start
+        match self.escape {
+            Escape::Unicode { at, .. } => Some(self.start.map_or(at, |s| s.min(at))),
+            _ => self.start,
+        }
     }
 
     fn flush(&mut self, end: usize, emit: &mut impl FnMut(Word)) {
@@ -135,8 +208,18 @@ impl WordSplitter {
     }
 }
 
-fn hash_words<'a>(key: &NgramKey, words: impl Iterator<Item = &'a Word>) -> u64 {
+/// Words per lead window.
+pub const LEAD_WORDS: usize = 4;
+
+/// First byte hashed for a lead; 0xfe never occurs in UTF-8, so no n-gram hash (whose
+/// input starts with a word) shares an input with a lead.
+const LEAD_DOMAIN: u8 = 0xfe;
+
+fn hash_words<'a>(key: &NgramKey, domain: Option<u8>, words: impl Iterator<Item = &'a Word>) -> u64 {
     let mut h = SipHasher13::new_with_key(&key.0);
+    if let Some(d) = domain {
+        h.write_u8(d);
+    }
     for w in words {
         h.write(w.norm.as_bytes());
         // 0xff never occurs in UTF-8: an unambiguous separator.
@@ -145,84 +228,154 @@ fn hash_words<'a>(key: &NgramKey, words: impl Iterator<Item = &'a Word>) -> u64 
     h.finish()
 }
 
-/// The keyed fingerprints of every n-word window of `text` (none if it has fewer words).
-/// The gateway records prompts with this, so recording and checking share one normaliser.
+/// The keyed hash of the last `k` words of `window`.
+fn tail_hash(key: &NgramKey, domain: Option<u8>, window: &VecDeque<Word>, k: usize) -> u64 {
+    hash_words(key, domain, window.iter().skip(window.len().saturating_sub(k)))
+}
+
+/// The keyed fingerprints of every n-word window of `text` (none if it has fewer words),
+/// then, when `n` > [`LEAD_WORDS`], of every lead window. The gateway records prompts with
+/// this, so recording and checking share one normaliser.
 pub fn fingerprints(text: &str, key: &NgramKey, n: usize) -> Vec<u64> {
     let mut out = Vec::new();
+    let mut leads = Vec::new();
     let mut window: VecDeque<Word> = VecDeque::new();
     let mut on_word = |w: Word| {
         window.push_back(w);
-        if window.len() > n {
+        if window.len() > n.max(LEAD_WORDS) {
             window.pop_front();
         }
-        if n > 0 && window.len() == n {
-            out.push(hash_words(key, window.iter()));
+        if n > 0 && window.len() >= n {
+            out.push(tail_hash(key, None, &window, n));
+        }
+        if n > LEAD_WORDS && window.len() >= LEAD_WORDS {
+            leads.push(tail_hash(key, Some(LEAD_DOMAIN), &window, LEAD_WORDS));
         }
     };
     let mut split = WordSplitter::default();
-    split.feed(text, 0, &mut on_word);
+    decode_plain(text, |d| split.feed_char(d, &mut on_word));
     split.finish(text.len(), &mut on_word);
+    out.extend(leads);
     out
 }
 
-/// Per-stream state: the splitter and the last `n` words.
+/// A foreign lead being followed: the index of its first word and where its last word
+/// starts (the text held back from).
+#[derive(Debug, Clone, Copy)]
+struct Lead {
+    first: u64,
+    hold: usize,
+}
+
+/// Per-stream state: the splitter, the last `n` words and the foreign leads in progress.
 #[derive(Debug)]
 pub(crate) struct NgramState {
     split: WordSplitter,
-    // the last n complete words, oldest first
+    // the last max(n, LEAD_WORDS) complete words, oldest first
     window: VecDeque<Word>,
     n: usize,
+    // words completed so far
+    count: u64,
+    // foreign leads whose n-gram has not completed, oldest first
+    leads: Vec<Lead>,
+    // words completed by the character being fed (kept for its capacity)
+    done: Vec<Word>,
 }
 
 impl NgramState {
     pub(crate) fn new(n: usize) -> NgramState {
-        NgramState { split: WordSplitter::default(), window: VecDeque::new(), n }
+        NgramState { split: WordSplitter::default(), window: VecDeque::new(), n, count: 0, leads: Vec::new(), done: Vec::new() }
     }
 
-    pub(crate) fn feed(&mut self, cfg: &NgramConfig, ctx: &ScanContext, text: &str, base: usize, out: &mut Vec<Finding>) {
-        let (window, n) = (&mut self.window, self.n);
-        self.split.feed(text, base, &mut |w| on_word(window, n, cfg, ctx, w, out));
+    /// Feeds one decoded character of the text.
+    pub(crate) fn feed_char(&mut self, cfg: &NgramConfig, ctx: &ScanContext, d: Decoded, out: &mut Vec<Finding>) {
+        let mut done = std::mem::take(&mut self.done);
+        self.split.feed_char(d, &mut |w| done.push(w));
+        for w in done.drain(..) {
+            self.on_word(cfg, ctx, w, out);
+        }
+        self.done = done;
     }
 
     pub(crate) fn finish(&mut self, cfg: &NgramConfig, ctx: &ScanContext, end: usize, out: &mut Vec<Finding>) {
-        let (window, n) = (&mut self.window, self.n);
-        self.split.finish(end, &mut |w| on_word(window, n, cfg, ctx, w, out));
+        let mut words = Vec::new();
+        self.split.finish(end, &mut |w| words.push(w));
+        for w in words {
+            self.on_word(cfg, ctx, w, out);
+        }
+        self.leads.clear();
     }
 
-    /// Where the held-back word in progress starts.
+    /// Where held-back text starts: the word in progress, or the last word of the oldest
+    /// foreign lead still being followed.
     pub(crate) fn hold_from(&self) -> Option<usize> {
-        self.split.pending_start()
+        let lead = self.leads.first().map(|l| l.hold);
+        match (self.split.pending_start(), lead) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn on_word(&mut self, cfg: &NgramConfig, ctx: &ScanContext, w: Word, out: &mut Vec<Finding>) {
+        let n = self.n;
+        let index = self.count;
+        self.count += 1;
+        self.window.push_back(w);
+        if self.window.len() > n.max(LEAD_WORDS) {
+            self.window.pop_front();
+        }
+        if n > LEAD_WORDS && self.window.len() >= LEAD_WORDS {
+            self.follow_leads(cfg, ctx, index);
+        }
+        if n > 0 && self.window.len() >= n {
+            let owners = cfg.owners.owners(tail_hash(&cfg.key, None, &self.window, n));
+            if let Some(foreign) = foreign(cfg, ctx, &owners) {
+                let words = || self.window.iter().skip(self.window.len() - n);
+                let (start, end) = (words().next().map_or(0, |w| w.start), self.window.back().map_or(0, |w| w.end));
+                let text: Vec<&str> = words().map(|w| w.norm.as_str()).collect();
+                out.push(Finding {
+                    rule_id: RULE_ID.into(),
+                    start,
+                    end,
+                    match_start: start,
+                    match_end: end,
+                    severity: cfg.severity,
+                    action: cfg.action,
+                    excerpt: mask(&text.join(" ")),
+                    kind: DetectorKind::Ngram,
+                    detail: Detail::Foreign { owners: foreign, shared_by: owners.shared_by },
+                });
+            }
+        }
+        // A lead whose n-gram just completed has been judged.
+        self.leads.retain(|l| l.first + n as u64 - 1 > index);
+    }
+
+    /// The window of the last [`LEAD_WORDS`] words (ending with word `index`): leads that
+    /// it does not continue end, and a foreign one starts being followed.
+    fn follow_leads(&mut self, cfg: &NgramConfig, ctx: &ScanContext, index: u64) {
+        let owners = cfg.owners.owners(tail_hash(&cfg.key, Some(LEAD_DOMAIN), &self.window, LEAD_WORDS));
+        // Every window of a recorded n-gram was recorded with it: an unknown one means the
+        // n-grams of the leads before it cannot be recorded text.
+        if owners.tenants.is_empty() && owners.shared_by == 0 && !owners.model_native {
+            self.leads.clear();
+        }
+        if foreign(cfg, ctx, &owners).is_some() {
+            let hold = self.window.back().map_or(0, |w| w.start);
+            self.leads.push(Lead { first: index + 1 - LEAD_WORDS as u64, hold });
+        }
     }
 }
 
-fn on_word(window: &mut VecDeque<Word>, n: usize, cfg: &NgramConfig, ctx: &ScanContext, w: Word, out: &mut Vec<Finding>) {
-    window.push_back(w);
-    if window.len() > n {
-        window.pop_front();
+/// The foreign owners of an n-gram or lead, when it counts as foreign here: owned by
+/// someone else, not by this tenant, not common language, not something the model says of
+/// itself.
+fn foreign(cfg: &NgramConfig, ctx: &ScanContext, owners: &OwnerSet) -> Option<Vec<String>> {
+    if owners.model_native || owners.shared_by >= cfg.common_at || owners.tenants.iter().any(|t| !ctx.is_foreign(t)) {
+        return None;
     }
-    if n == 0 || window.len() < n {
-        return;
-    }
-    let owners = cfg.owners.owners(hash_words(&cfg.key, window.iter()));
-    let mine = owners.tenants.iter().any(|t| !ctx.is_foreign(t));
     let foreign: Vec<String> = owners.tenants.iter().filter(|t| ctx.is_foreign(t)).cloned().collect();
-    if foreign.is_empty() || mine || owners.model_native || owners.shared_by >= cfg.common_at {
-        return;
-    }
-    let (start, end) = (window.front().map_or(0, |w| w.start), window.back().map_or(0, |w| w.end));
-    let text: Vec<&str> = window.iter().map(|w| w.norm.as_str()).collect();
-    out.push(Finding {
-        rule_id: RULE_ID.into(),
-        start,
-        end,
-        match_start: start,
-        match_end: end,
-        severity: cfg.severity,
-        action: cfg.action,
-        excerpt: mask(&text.join(" ")),
-        kind: DetectorKind::Ngram,
-        detail: Detail::Foreign { owners: foreign, shared_by: owners.shared_by },
-    });
+    (!foreign.is_empty()).then_some(foreign)
 }
 
 #[cfg(test)]
@@ -266,7 +419,7 @@ pub(crate) mod tests {
         let long = "x".repeat(150);
         let mut words = Vec::new();
         let mut s = WordSplitter::default();
-        s.feed(&long, 0, &mut |w| words.push(w));
+        decode_plain(&long, |d| s.feed_char(d, &mut |w| words.push(w)));
         s.finish(150, &mut |w| words.push(w));
         assert_eq!(words.iter().map(|w| (w.start, w.end)).collect::<Vec<_>>(), [(0, 64), (64, 128), (128, 150)]);
     }
@@ -283,7 +436,7 @@ pub(crate) mod tests {
         let mut out = Vec::new();
         let text = "so: Alpha beta GAMMA! one two three red green blue";
         let mut st = NgramState::new(3);
-        st.feed(&cfg, &ctx, text, 0, &mut out);
+        decode_plain(text, |d| st.feed_char(&cfg, &ctx, d, &mut out));
         st.finish(&cfg, &ctx, text.len(), &mut out);
         assert_eq!(out.len(), 1, "{out:?}");
         assert_eq!((out[0].start, out[0].end), (4, 21));
@@ -292,16 +445,16 @@ pub(crate) mod tests {
 
     #[test]
     fn model_native_text_is_never_foreign() {
+        let text = "alpha beta gamma delta epsilon";
         let mut map = MapOwners::default();
-        record(&mut map, "alpha beta gamma", 3, "globex", 1);
-        for h in fingerprints("alpha beta gamma", &KEY, 3) {
-            map.0.entry(h).or_default().model_native = true;
-        }
-        let cfg = NgramConfig { n: 3, ..NgramConfig::new(KEY, Arc::new(map)) };
+        record(&mut map, text, 5, "globex", 1);
+        map.0.values_mut().for_each(|o| o.model_native = true);
+        let cfg = NgramConfig { n: 5, ..NgramConfig::new(KEY, Arc::new(map)) };
+        let ctx = ScanContext::new("acme");
         let mut out = Vec::new();
-        let mut st = NgramState::new(3);
-        st.feed(&cfg, &ScanContext::new("acme"), "alpha beta gamma", 0, &mut out);
-        st.finish(&cfg, &ScanContext::new("acme"), 16, &mut out);
+        let mut st = NgramState::new(5);
+        decode_plain(text, |d| st.feed_char(&cfg, &ctx, d, &mut out));
+        st.finish(&cfg, &ctx, text.len(), &mut out);
         assert!(out.is_empty(), "{out:?}");
     }
 }

@@ -1,0 +1,756 @@
+//! The canonical view: what the detectors read instead of the raw text, so that a disguise
+//! (homoglyphs, full-width forms, invisible characters, JSON escapes) changes nothing.
+//!
+//! Two folds, both per character, both streaming:
+//! * the **rules view**, read by the secret rules and canaries: NFKC of each character,
+//!   default-ignorable code points removed (zero-width characters, bidi controls, soft
+//!   hyphen, variation selectors, tag characters...), and a non-ASCII letter or digit whose
+//!   TS #39 confusable prototype is pure ASCII replaced by that prototype, when its run of
+//!   letters and digits also holds an ASCII one (`раѕѕword` reads `password`). A run written
+//!   wholly in another script keeps its letters: Russian `рос` stays Russian, or every
+//!   Cyrillic `а` in prose would make the view differ from the raw text and double the rules'
+//!   cost. ASCII is never changed, so `0`/`O` and `1`/`l` stay distinct and the rules'
+//!   regexes keep their meaning; for pure-ASCII input the view is the raw text.
+//! * the **words view**, read by the foreign n-gram detector: the same, with every
+//!   confusable folded whatever its run (a sentence retyped in Cyrillic look-alikes is the
+//!   sentence), then lowercased by the word splitter.
+//!
+//! Unicode data comes from `unicode-normalization` (NFKC) and `unicode-security` (the
+//! TS #39 skeleton; a character whose skeleton is empty is default-ignorable, the one
+//! property that crate does not export by name). Folds are computed once per character and
+//! kept in lazily filled tables.
+//!
+//! In JSON mode (tool-call arguments) the raw text is JSON: inside strings, escapes are
+//! decoded before the fold, so the detectors read what a client reads after `JSON.parse`.
+//!
+//! [`Canon`] turns raw text into [`Piece`]s: runs whose view equals the raw bytes, and units
+//! whose view differs (with the raw span that produced them). Every raw byte lands in exactly
+//! one piece, in order, so a [`SpanMap`] built from them maps view offsets back to raw ones;
+//! a view span covers every raw character that contributed to it. Pieces are emitted only
+//! once decided: a run of look-alikes waits for its run to show an ASCII character or end
+//! (bounded by [`MAX_PENDING_BYTES`]), a JSON escape for its last character.
+
+use std::collections::VecDeque;
+use std::sync::OnceLock;
+
+use unicode_normalization::UnicodeNormalization;
+
+/// Longest run of undecided look-alikes (raw bytes) before it is decided as not folded: a
+/// run that long without an ASCII letter or digit is text in its own script.
+pub(crate) const MAX_PENDING_BYTES: usize = 256;
+
+/// How one character reads in a view.
+#[derive(Debug, Clone, PartialEq)]
+enum Fold {
+    /// As itself.
+    Same,
+    /// As this text (empty: removed).
+    To(Box<str>),
+}
+
+/// The two folds of one non-ASCII character.
+#[derive(Debug, Clone)]
+struct Entry {
+    /// NFKC, default-ignorables removed.
+    plain: Fold,
+    /// `plain` with confusables replaced by their ASCII prototypes.
+    full: Fold,
+}
+
+impl Entry {
+    fn of(c: char) -> Entry {
+        let mut plain = String::new();
+        let mut full = String::new();
+        for d in std::iter::once(c).nfkc() {
+            if d.is_ascii() {
+                plain.push(d);
+                full.push(d);
+                continue;
+            }
+            let skeleton: String = unicode_security::skeleton(d.encode_utf8(&mut [0; 4])).collect();
+            if skeleton.is_empty() {
+                // Only default-ignorable code points vanish from a skeleton.
+                continue;
+            }
+            plain.push(d);
+            if d.is_alphanumeric() && skeleton.is_ascii() {
+                full.push_str(&keep_case(d, skeleton));
+            } else {
+                full.push(d);
+            }
+        }
+        let fold = |s: String| if s.chars().eq(std::iter::once(c)) { Fold::Same } else { Fold::To(s.into_boxed_str()) };
+        Entry { plain: fold(plain), full: fold(full) }
+    }
+}
+
+/// TS #39 picks `l` as the prototype of `I`, `l` and `1` alike; an upper-case look-alike
+/// (Cyrillic `І`, Greek `Ι`) reads as the upper-case letter, so `АКІА` reads `AKIA`.
+fn keep_case(c: char, prototype: String) -> String {
+    let mut chars = prototype.chars();
+    match (chars.next(), chars.next()) {
+        (Some('l'), None) if c.is_uppercase() => "I".to_string(),
+        _ => prototype,
+    }
+}
+
+/// [256 blocks of the Basic Multilingual Plane][256 characters], filled on first use.
+static BLOCKS: [OnceLock<Box<[Entry]>>; 256] = [const { OnceLock::new() }; 256];
+
+/// Calls `f` with the entry of non-ASCII `c` (cached for the BMP; computed for the rest,
+/// which is rare in text).
+fn with_entry<R>(c: char, f: impl FnOnce(&Entry) -> R) -> R {
+    let cp = c as u32;
+    if cp > 0xFFFF {
+        return f(&Entry::of(c));
+    }
+    let block = BLOCKS[(cp >> 8) as usize].get_or_init(|| {
+        (0..256u32).map(|low| char::from_u32((cp & !0xFF) | low).map_or(Entry { plain: Fold::Same, full: Fold::Same }, Entry::of)).collect()
+    });
+    f(&block[(cp & 0xFF) as usize])
+}
+
+/// The words-view fold of `c` (before lowercasing), char by char, to `out`.
+pub(crate) fn words_fold(c: char, mut out: impl FnMut(char)) {
+    if c.is_ascii() {
+        return out(c);
+    }
+    with_entry(c, |e| match &e.full {
+        Fold::Same => out(c),
+        Fold::To(s) => s.chars().for_each(out),
+    });
+}
+
+/// What one raw character decoded to, and from where.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Decoded {
+    pub c: char,
+    /// raw byte span
+    pub start: usize,
+    pub end: usize,
+    pub kind: Kind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Kind {
+    /// Text that reads as itself: the raw bytes are the character.
+    Text,
+    /// A JSON escape: the raw bytes spell it.
+    Escape,
+    /// JSON syntax outside strings, or a string's quotes: a boundary between words.
+    Syntax,
+}
+
+/// A decided stretch of the stream.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Piece<'a> {
+    /// The view is the raw text `start..end`.
+    Same { start: usize, end: usize },
+    /// The raw text `start..end` reads as `view` (empty: removed).
+    Changed { start: usize, end: usize, view: &'a str },
+}
+
+/// JSON string decoder state.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+enum Json {
+    #[default]
+    Outside,
+    InString,
+    /// after `\`
+    Escape,
+    /// inside `\uXXXX`
+    Hex,
+    /// a high surrogate was read; its pair must follow: `\`, `u`, then four digits
+    PairBackslash,
+    PairU,
+    PairHex,
+}
+
+/// Decodes JSON text: string contents with their escapes, the rest as syntax.
+#[derive(Debug, Clone, Default)]
+struct JsonDecoder {
+    state: Json,
+    // raw text of the escape in progress (ASCII), from `esc_start`
+    esc: String,
+    esc_start: usize,
+}
+
+impl JsonDecoder {
+    fn in_string() -> JsonDecoder {
+        JsonDecoder { state: Json::InString, ..JsonDecoder::default() }
+    }
+
+    fn feed(&mut self, text: &str, at: usize, emit: &mut impl FnMut(Decoded)) {
+        for (i, c) in text.char_indices() {
+            self.char(c, at + i, emit);
+        }
+    }
+
+    fn char(&mut self, c: char, pos: usize, emit: &mut impl FnMut(Decoded)) {
+        let end = pos + c.len_utf8();
+        match self.state {
+            Json::Outside | Json::InString if c == '"' => {
+                self.state = if self.state == Json::Outside { Json::InString } else { Json::Outside };
+                emit(Decoded { c, start: pos, end, kind: Kind::Syntax });
+            }
+            Json::Outside => emit(Decoded { c, start: pos, end, kind: Kind::Syntax }),
+            Json::InString if c == '\\' => {
+                self.esc.clear();
+                self.esc.push(c);
+                self.esc_start = pos;
+                self.state = Json::Escape;
+            }
+            Json::InString => emit(Decoded { c, start: pos, end, kind: Kind::Text }),
+            Json::Escape => {
+                let decoded = match c {
+                    'n' => '\n',
+                    't' => '\t',
+                    'r' => '\r',
+                    'b' => '\u{8}',
+                    'f' => '\u{c}',
+                    '"' | '\\' | '/' => c,
+                    'u' => {
+                        self.esc.push(c);
+                        self.state = Json::Hex;
+                        return;
+                    }
+                    _ => return self.invalid(c, pos, emit),
+                };
+                self.state = Json::InString;
+                emit(Decoded { c: decoded, start: self.esc_start, end, kind: Kind::Escape });
+            }
+            Json::Hex | Json::PairHex if c.is_ascii_hexdigit() => {
+                self.esc.push(c);
+                if self.esc.len() == 6 || self.esc.len() == 12 {
+                    self.unicode_escape(end, emit);
+                }
+            }
+            Json::PairBackslash if c == '\\' => {
+                self.esc.push(c);
+                self.state = Json::PairU;
+            }
+            Json::PairU if c == 'u' => {
+                self.esc.push(c);
+                self.state = Json::PairHex;
+            }
+            Json::Hex | Json::PairHex | Json::PairBackslash | Json::PairU => self.invalid(c, pos, emit),
+        }
+    }
+
+    /// A complete `\uXXXX` (or a high surrogate's escape followed by a second one) is in `esc`.
+    fn unicode_escape(&mut self, end: usize, emit: &mut impl FnMut(Decoded)) {
+        let unit = |s: &str| u32::from_str_radix(s, 16).unwrap_or(0xFFFD);
+        if self.esc.len() == 6 {
+            let u = unit(&self.esc[2..6]);
+            if (0xD800..0xDC00).contains(&u) {
+                self.state = Json::PairBackslash;
+                return;
+            }
+            self.state = Json::InString;
+            let c = char::from_u32(u).unwrap_or('\u{FFFD}');
+            return emit(Decoded { c, start: self.esc_start, end, kind: Kind::Escape });
+        }
+        let (hi, lo) = (unit(&self.esc[2..6]), unit(&self.esc[8..12]));
+        if (0xDC00..0xE000).contains(&lo) {
+            self.state = Json::InString;
+            let c = char::from_u32(0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)).unwrap_or('\u{FFFD}');
+            return emit(Decoded { c, start: self.esc_start, end, kind: Kind::Escape });
+        }
+        // A lone high surrogate, then an escape of its own.
+        emit(Decoded { c: '\u{FFFD}', start: self.esc_start, end: self.esc_start + 6, kind: Kind::Escape });
+        let rest = self.esc.split_off(6);
+        self.esc_start += 6;
+        self.esc = rest;
+        self.unicode_escape(end, emit);
+    }
+
+    /// `c` cannot continue the escape in `esc`: a lone high surrogate reads as U+FFFD, the
+    /// other buffered characters as themselves, and `c` is read afresh.
+    fn invalid(&mut self, c: char, pos: usize, emit: &mut impl FnMut(Decoded)) {
+        self.flush(emit);
+        self.char(c, pos, emit);
+    }
+
+    /// Emits the escape in progress as it reads unfinished.
+    fn flush(&mut self, emit: &mut impl FnMut(Decoded)) {
+        let mut from = 0;
+        if matches!(self.state, Json::PairBackslash | Json::PairU | Json::PairHex) {
+            emit(Decoded { c: '\u{FFFD}', start: self.esc_start, end: self.esc_start + 6, kind: Kind::Escape });
+            from = 6;
+        }
+        if !matches!(self.state, Json::Outside | Json::InString) {
+            self.state = Json::InString;
+            for (i, c) in self.esc.char_indices().skip_while(|&(i, _)| i < from) {
+                emit(Decoded { c, start: self.esc_start + i, end: self.esc_start + i + c.len_utf8(), kind: Kind::Text });
+            }
+        }
+        self.esc.clear();
+    }
+}
+
+/// The rules-view fold over decoded characters: decides each run of look-alikes and emits
+/// pieces in raw order.
+#[derive(Debug, Default)]
+struct RulesFold {
+    // the last character was a letter or digit (a run is open)
+    run_open: bool,
+    // the open run holds an ASCII letter or digit
+    run_ascii: bool,
+    // characters since the first undecided look-alike of the open run
+    pending: Vec<Decoded>,
+    pending_bytes: usize,
+    // a decided run of `Piece::Same` not yet emitted
+    same: Option<(usize, usize)>,
+    // the view of one changed piece
+    view: String,
+}
+
+impl RulesFold {
+    fn char(&mut self, d: Decoded, out: &mut impl FnMut(Piece<'_>)) {
+        if d.c.is_ascii() && d.kind != Kind::Escape {
+            if d.c.is_ascii_alphanumeric() {
+                self.run_open = true;
+                self.run_ascii = true;
+                self.flush_pending(true, out);
+            } else {
+                self.end_run(out);
+            }
+            return self.emit(d, true, out);
+        }
+        let (removed, alnum_ascii, candidate) = if d.c.is_ascii() {
+            (false, d.c.is_ascii_alphanumeric(), false)
+        } else {
+            with_entry(d.c, |e| match &e.plain {
+                Fold::To(s) if s.is_empty() => (true, false, false),
+                plain => (false, matches!(plain, Fold::To(s) if s.bytes().any(|b| b.is_ascii_alphanumeric())), e.full != e.plain),
+            })
+        };
+        if removed {
+            // Invisible: neither ends nor extends a run.
+            if self.pending.is_empty() {
+                return self.emit(d, false, out);
+            }
+            return self.hold(d, out);
+        }
+        if !d.c.is_alphanumeric() {
+            self.end_run(out);
+            return self.emit(d, false, out);
+        }
+        if !self.run_open {
+            self.run_open = true;
+            self.run_ascii = false;
+        }
+        if alnum_ascii {
+            self.run_ascii = true;
+            self.flush_pending(true, out);
+            return self.emit(d, true, out);
+        }
+        if (candidate && !self.run_ascii) || !self.pending.is_empty() {
+            return self.hold(d, out);
+        }
+        self.emit(d, self.run_ascii, out);
+    }
+
+    fn hold(&mut self, d: Decoded, out: &mut impl FnMut(Piece<'_>)) {
+        self.pending.push(d);
+        self.pending_bytes += d.end - d.start;
+        if self.pending_bytes >= MAX_PENDING_BYTES {
+            self.flush_pending(false, out);
+        }
+    }
+
+    fn end_run(&mut self, out: &mut impl FnMut(Piece<'_>)) {
+        self.flush_pending(false, out);
+        self.run_open = false;
+        self.run_ascii = false;
+    }
+
+    fn flush_pending(&mut self, confusables: bool, out: &mut impl FnMut(Piece<'_>)) {
+        let pending = std::mem::take(&mut self.pending);
+        for d in &pending {
+            self.emit(*d, confusables, out);
+        }
+        self.pending = pending;
+        self.pending.clear();
+        self.pending_bytes = 0;
+    }
+
+    /// Emits `d` read with confusables replaced or not.
+    fn emit(&mut self, d: Decoded, confusables: bool, out: &mut impl FnMut(Piece<'_>)) {
+        let fold = if d.c.is_ascii() {
+            None
+        } else {
+            with_entry(d.c, |e| match if confusables { &e.full } else { &e.plain } {
+                Fold::Same => None,
+                Fold::To(s) => Some(s.clone()),
+            })
+        };
+        if fold.is_none() && d.kind != Kind::Escape {
+            match &mut self.same {
+                Some((_, end)) if *end == d.start => *end = d.end,
+                _ => {
+                    self.flush_same(out);
+                    self.same = Some((d.start, d.end));
+                }
+            }
+            return;
+        }
+        self.flush_same(out);
+        self.view.clear();
+        match fold {
+            Some(s) => self.view.push_str(&s),
+            None => self.view.push(d.c),
+        }
+        out(Piece::Changed { start: d.start, end: d.end, view: &self.view });
+    }
+
+    fn flush_same(&mut self, out: &mut impl FnMut(Piece<'_>)) {
+        if let Some((start, end)) = self.same.take() {
+            out(Piece::Same { start, end });
+        }
+    }
+}
+
+/// Raw text in, decided pieces of the rules view (and decoded characters for the words
+/// view) out.
+#[derive(Debug, Default)]
+pub(crate) struct Canon {
+    json: Option<JsonDecoder>,
+    rules: RulesFold,
+}
+
+impl Canon {
+    /// Reads the raw text as JSON, decoding the escapes inside strings.
+    pub(crate) fn json() -> Canon {
+        Canon { json: Some(JsonDecoder::default()), ..Canon::default() }
+    }
+
+    pub(crate) fn is_json(&self) -> bool {
+        self.json.is_some()
+    }
+
+    /// Feeds `text`, found at raw offset `at`. `words` gets every decoded character as soon
+    /// as it is decoded (when `want_words`); `out` gets the decided pieces.
+    pub(crate) fn feed(&mut self, text: &str, at: usize, want_words: bool, words: &mut impl FnMut(Decoded), out: &mut impl FnMut(Piece<'_>)) {
+        let rules = &mut self.rules;
+        match &mut self.json {
+            None if rules.pending.is_empty() && text.is_ascii() => {
+                // The common case: the view is the text, and only the run state moves on.
+                if want_words {
+                    text.char_indices().for_each(|(i, c)| words(Decoded { c, start: at + i, end: at + i + 1, kind: Kind::Text }));
+                }
+                if let Some(&last) = text.as_bytes().last() {
+                    rules.flush_same(out);
+                    rules.run_open = last.is_ascii_alphanumeric();
+                    rules.run_ascii = rules.run_open;
+                    out(Piece::Same { start: at, end: at + text.len() });
+                }
+            }
+            None => {
+                for (i, c) in text.char_indices() {
+                    let d = Decoded { c, start: at + i, end: at + i + c.len_utf8(), kind: Kind::Text };
+                    if want_words {
+                        words(d);
+                    }
+                    rules.char(d, out);
+                }
+            }
+            Some(json) => json.feed(text, at, &mut |d| {
+                if want_words {
+                    words(d);
+                }
+                rules.char(d, out);
+            }),
+        }
+        self.rules.flush_same(out);
+    }
+
+    /// Ends the text: whatever waits is decided as it reads now.
+    pub(crate) fn finish(&mut self, want_words: bool, words: &mut impl FnMut(Decoded), out: &mut impl FnMut(Piece<'_>)) {
+        let rules = &mut self.rules;
+        if let Some(json) = &mut self.json {
+            json.flush(&mut |d| {
+                if want_words {
+                    words(d);
+                }
+                rules.char(d, out);
+            });
+        }
+        self.rules.end_run(out);
+        self.rules.flush_same(out);
+    }
+}
+
+/// Offsets of a view back to the raw text: runs where they are equal, and changed units.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SpanMap {
+    // in view (and raw) order, contiguous in both
+    segs: VecDeque<Seg>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Seg {
+    view: usize,
+    raw: usize,
+    view_len: usize,
+    raw_len: usize,
+    same: bool,
+}
+
+impl SpanMap {
+    /// View `view..view+len` is raw `raw..raw+len`.
+    pub(crate) fn push_same(&mut self, view: usize, raw: usize, len: usize) {
+        if let Some(last) = self.segs.back_mut() {
+            if last.same && last.view + last.view_len == view && last.raw + last.raw_len == raw {
+                last.view_len += len;
+                last.raw_len += len;
+                return;
+            }
+        }
+        self.segs.push_back(Seg { view, raw, view_len: len, raw_len: len, same: true });
+    }
+
+    /// View `view..view+view_len` came from raw `raw..raw+raw_len` as one unit.
+    pub(crate) fn push_changed(&mut self, view: usize, raw: usize, view_len: usize, raw_len: usize) {
+        self.segs.push_back(Seg { view, raw, view_len, raw_len, same: false });
+    }
+
+    /// The raw offset where the character holding view byte `v` starts.
+    pub(crate) fn raw_start(&self, v: usize) -> usize {
+        let i = self.segs.partition_point(|s| s.view + s.view_len <= v);
+        match self.segs.get(i) {
+            Some(s) if s.same => s.raw + v.saturating_sub(s.view),
+            Some(s) => s.raw,
+            None => self.segs.back().map_or(v, |s| s.raw + s.raw_len),
+        }
+    }
+
+    /// The raw offset where the character holding view byte `v - 1` ends (`v` is an end).
+    pub(crate) fn raw_end(&self, v: usize) -> usize {
+        let Some(last) = v.checked_sub(1) else { return self.raw_start(v) };
+        let i = self.segs.partition_point(|s| s.view + s.view_len <= last);
+        match self.segs.get(i) {
+            Some(s) if s.same => s.raw + (v - s.view),
+            Some(s) => s.raw + s.raw_len,
+            None => self.segs.back().map_or(v, |s| s.raw + s.raw_len),
+        }
+    }
+
+    /// The first view offset whose character starts at raw offset `r` or later.
+    pub(crate) fn to_view(&self, r: usize) -> usize {
+        let i = self.segs.partition_point(|s| s.raw + s.raw_len <= r);
+        match self.segs.get(i) {
+            Some(s) if s.same => s.view + r.saturating_sub(s.raw),
+            Some(s) if r <= s.raw => s.view,
+            Some(s) => s.view + s.view_len,
+            None => self.segs.back().map_or(r, |s| s.view + s.view_len),
+        }
+    }
+
+    /// Forgets the units that end at or before view offset `v`.
+    pub(crate) fn trim_before(&mut self, v: usize) {
+        while self.segs.len() > 1 && self.segs.front().is_some_and(|s| s.view + s.view_len <= v) {
+            self.segs.pop_front();
+        }
+    }
+
+    /// Maps a view span to the raw span of every character that contributed to it.
+    pub(crate) fn raw_span(&self, start: usize, end: usize) -> (usize, usize) {
+        let s = self.raw_start(start);
+        (s, if end > start { self.raw_end(end) } else { s })
+    }
+}
+
+/// Whether the rules view of `text` may differ from it. Cheap and conservative: false
+/// proves the view is the text. Outside ASCII, only Cyrillic (lead bytes 0xD0 to 0xD3) is
+/// let through, and only where no ASCII letter or digit touches a non-ASCII byte: such text
+/// has neither NFKC changes nor invisible characters (a test checks the whole block against
+/// the Unicode data), nor a run mixing ASCII with look-alikes.
+pub(crate) fn may_differ(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    if bytes.is_ascii() {
+        return false;
+    }
+    let alnum = |x: u8| u8::from(x.wrapping_sub(b'0') < 10) | u8::from((x | 0x20).wrapping_sub(b'a') < 26);
+    let high = |x: u8| u8::from(x >= 0x80);
+    let odd = |x: u8| u8::from(x >= 0xC0) & u8::from(x & 0xFC != 0xD0);
+    if bytes.first().is_some_and(|&b| odd(b) != 0) {
+        return true;
+    }
+    // Blocks, so the loop stays branch-free (and vectorised) within each.
+    let mut at = 0;
+    while at + 1 < bytes.len() {
+        let end = (at + 4096).min(bytes.len() - 1);
+        let (prev, next) = (&bytes[at..end], &bytes[at + 1..end + 1]);
+        let hit = prev.iter().zip(next).fold(0u8, |acc, (&p, &c)| acc | (alnum(p) & high(c)) | (high(p) & alnum(c)) | odd(c));
+        if hit != 0 {
+            return true;
+        }
+        at = end;
+    }
+    false
+}
+
+/// The rules view of a complete `text`, with its map; `None` when it equals the text.
+pub(crate) fn rules_view(text: &str) -> Option<(String, SpanMap)> {
+    if !may_differ(text) {
+        return None;
+    }
+    let mut canon = Canon::default();
+    let (mut view, mut map, mut changed) = (String::with_capacity(text.len()), SpanMap::default(), false);
+    let mut take = |p: Piece<'_>| match p {
+        Piece::Same { start, end } => {
+            map.push_same(view.len(), start, end - start);
+            view.push_str(text.get(start..end).unwrap_or(""));
+        }
+        Piece::Changed { start, end, view: v } => {
+            changed = true;
+            map.push_changed(view.len(), start, v.len(), end - start);
+            view.push_str(v);
+        }
+    };
+    canon.feed(text, 0, false, &mut |_| {}, &mut take);
+    canon.finish(false, &mut |_| {}, &mut take);
+    changed.then_some((view, map))
+}
+
+/// The rules view of a short `text` (a secret), standalone; `json`: it is the inside of a
+/// JSON string.
+pub(crate) fn rules_string(text: &str, json: bool) -> String {
+    let mut canon = Canon { json: json.then(JsonDecoder::in_string), ..Canon::default() };
+    let mut view = String::with_capacity(text.len());
+    let mut take = |p: Piece<'_>| match p {
+        Piece::Same { start, end } => view.push_str(text.get(start..end).unwrap_or("")),
+        Piece::Changed { view: v, .. } => view.push_str(v),
+    };
+    canon.feed(text, 0, false, &mut |_| {}, &mut take);
+    canon.finish(false, &mut |_| {}, &mut take);
+    view
+}
+
+/// Calls `f` with each decoded character of plain (not JSON) `text`: the words view's input
+/// for one-shot scanning and recording.
+pub(crate) fn decode_plain(text: &str, mut f: impl FnMut(Decoded)) {
+    for (i, c) in text.char_indices() {
+        f(Decoded { c, start: i, end: i + c.len_utf8(), kind: Kind::Text });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(text: &str) -> String {
+        rules_view(text).map_or_else(|| text.to_string(), |(v, _)| v)
+    }
+
+    fn words(text: &str) -> String {
+        let mut out = String::new();
+        for c in text.chars() {
+            words_fold(c, |f| out.push(f));
+        }
+        out
+    }
+
+    /// Streams `text` one char at a time through a canon and rebuilds the view.
+    fn streamed(text: &str, json: bool) -> (String, Vec<(usize, usize, String)>) {
+        let mut canon = if json { Canon::json() } else { Canon::default() };
+        let (mut out, mut units) = (String::new(), Vec::new());
+        let mut take = |p: Piece<'_>| match p {
+            Piece::Same { start, end } => out.push_str(&text[start..end]),
+            Piece::Changed { start, end, view } => {
+                units.push((start, end, view.to_string()));
+                out.push_str(view);
+            }
+        };
+        for (i, c) in text.char_indices() {
+            canon.feed(&text[i..i + c.len_utf8()], i, false, &mut |_| {}, &mut take);
+        }
+        canon.finish(false, &mut |_| {}, &mut take);
+        (out, units)
+    }
+
+    #[test]
+    fn ascii_is_never_changed() {
+        let ascii: String = (0u8..128).map(char::from).collect();
+        assert_eq!(view(&ascii), ascii);
+        assert!(!may_differ(&ascii));
+        assert_eq!(view("0O1lI"), "0O1lI");
+    }
+
+    #[test]
+    fn disguises_fold_to_ascii_in_mixed_runs() {
+        assert_eq!(view("раѕѕword"), "password", "Cyrillic look-alikes next to ASCII");
+        assert_eq!(view("ＡＫＩＡ１２３"), "AKIA123", "full-width forms");
+        assert_eq!(view("АКІА1234"), "AKIA1234", "upper-case I look-alike keeps its case");
+        assert_eq!(view("pass\u{200B}word"), "password", "zero-width space");
+        assert_eq!(view("pass\u{AD}wo\u{2060}rd\u{FEFF}"), "password", "soft hyphen, word joiner, BOM");
+        assert_eq!(view("\u{202E}dbk_\u{202C}x"), "dbk_x", "bidi controls");
+        assert_eq!(view("a\u{FE0F}b"), "ab", "variation selector");
+        assert_eq!(view("x\u{E0041}y"), "xy", "tag characters");
+    }
+
+    #[test]
+    fn text_in_its_own_script_stays() {
+        assert!(!may_differ("Привет, мир! рос сор"));
+        assert_eq!(view("Привет, мир! рос"), "Привет, мир! рос");
+        assert_eq!(view("café déjà"), "café déjà");
+        // But the words view folds every look-alike.
+        assert_eq!(words("рос"), "poc");
+    }
+
+    #[test]
+    fn every_cyrillic_character_is_stable_under_the_plain_fold() {
+        // `may_differ` lets lead bytes 0xD0..=0xD3 (U+0400..=U+04FF) through unchecked.
+        for cp in 0x400..0x500 {
+            let c = char::from_u32(cp).unwrap_or('x');
+            with_entry(c, |e| assert_eq!(e.plain, Fold::Same, "U+{cp:04X}"));
+        }
+    }
+
+    #[test]
+    fn streaming_one_char_at_a_time_equals_one_shot() {
+        for text in ["раѕѕword = 'x'", "рос ѕѕ", "a\u{200B}b ＡＢ", "Привет pass\u{AD}word рос"] {
+            assert_eq!(streamed(text, false).0, view(text), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn json_escapes_decode_inside_strings_only() {
+        let (v, units) = streamed(r#"{"k\u0065y":"a\nb\"c\\d\/e\u00e9\ud83d\ude00","n":1}"#, true);
+        assert_eq!(v, "{\"key\":\"a\nb\"c\\d/eé😀\",\"n\":1}");
+        assert!(units.contains(&(3, 9, "e".into())), "{units:?}");
+        assert_eq!(streamed(r"\u0041 outside", true).0, r"\u0041 outside");
+        // Broken escapes read as written; a lone high surrogate as U+FFFD.
+        assert_eq!(streamed(r#""\q \u12x \ud83dz""#, true).0, "\"\\q \\u12x \u{FFFD}z\"");
+        assert_eq!(streamed(r#""\ud83d\u0041""#, true).0, "\"\u{FFFD}A\"");
+        assert_eq!(streamed(r#""end\u00"#, true).0, r#""end\u00"#);
+    }
+
+    #[test]
+    fn spans_cover_every_contributing_character() {
+        let text = "key: ра\u{200B}ѕѕ9";
+        let Some((v, map)) = rules_view(text) else { return assert!(false, "no view") };
+        assert_eq!(v, "key: pass9");
+        let at = v.find("pass").unwrap_or(0);
+        let (s, e) = map.raw_span(at, v.len());
+        assert_eq!(&text[s..e], "ра\u{200B}ѕѕ9");
+        assert_eq!(map.to_view(s), at);
+        assert_eq!(map.to_view(text.len()), v.len());
+    }
+
+    #[test]
+    fn long_runs_without_ascii_are_decided_as_written() {
+        let run = "а".repeat(200);
+        let text = format!("{run}x");
+        let v = view(&text);
+        assert!(v.starts_with("ааа") && v.ends_with("aaax"), "the tail past the limit folds");
+        assert_eq!(streamed(&text, false).0, v);
+    }
+
+    #[test]
+    fn a_secret_folds_standalone() {
+        assert_eq!(rules_string("ｄｂｋ_Ｑ2ж", false), "dbk_Q2ж");
+        assert_eq!(rules_string(r"ab\u0063\n", true), "abc\n");
+    }
+}

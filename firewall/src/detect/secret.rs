@@ -1,0 +1,152 @@
+//! Ownership of secret values: whose secret did a rule just find?
+//!
+//! The gateway records, per tenant, [`secret_fingerprints`] of what the tenant sends (keyed
+//! hashes of every secret value the rules find there, and of its long prefixes); the
+//! firewall looks each secret finding's value up through [`NgramOwners`] and rewrites the
+//! finding: the responding tenant's own secret gets `ScanContext::own_secrets` and
+//! [`Detail::Own`]; a secret only other tenants own blocks, critical, whatever its rule says;
+//! an unknown secret keeps its rule's verdict.
+//!
+//! A value is hashed in its rules-view form (see `canon`), so a disguised echo of a secret
+//! hashes as the secret. Prefixes down to [`PREFIX_SHARE`] of the value's characters are
+//! recorded too, so a truncated echo is attributed. Hashes are SipHash-1-3 under the n-gram
+//! key, domain-separated from n-gram and lead hashes by their first input byte.
+
+use std::hash::Hasher;
+use std::sync::Arc;
+
+use siphasher::sip::SipHasher13;
+
+use crate::canon;
+use crate::detect::{NgramKey, NgramOwners, ScanContext};
+use crate::ruleset::Ruleset;
+use crate::verdict::{Action, Detail, DetectorKind, Finding, Severity};
+
+/// Shortest recorded prefix, as a share of the value's characters (rounded up).
+pub const PREFIX_SHARE: f64 = 0.6;
+
+/// First byte hashed for a secret value (0xfd never occurs in UTF-8; n-grams start with a
+/// word, leads with 0xfe).
+const SECRET_DOMAIN: u8 = 0xfd;
+
+/// Where the owners of secret values are looked up.
+#[derive(Clone)]
+pub struct SecretOwnership {
+    pub key: NgramKey,
+    pub owners: Arc<dyn NgramOwners>,
+}
+
+fn hash_value(key: &NgramKey, value: &str) -> u64 {
+    let mut h = SipHasher13::new_with_key(&key.0);
+    h.write_u8(SECRET_DOMAIN);
+    h.write(value.as_bytes());
+    h.finish()
+}
+
+/// The keyed hashes of every secret value the rules find in `text` (on the raw text and on
+/// its rules view), each in its rules-view form, with those of its prefixes of every
+/// character length from `ceil(PREFIX_SHARE * len)` to `len - 1`. Canaries and the other
+/// detectors' findings are not secrets of a tenant and are left out.
+pub fn secret_fingerprints(rules: &Ruleset, text: &str, key: &NgramKey) -> Vec<u64> {
+    let mut out = Vec::new();
+    for f in rules.scan(text).iter().filter(|f| f.kind == DetectorKind::Secret) {
+        let value = canon::rules_string(text.get(f.start..f.end).unwrap_or(""), false);
+        let ends: Vec<usize> = value.char_indices().map(|(i, _)| i).skip(1).chain(std::iter::once(value.len())).collect();
+        let len = ends.len();
+        let shortest = ((len as f64) * PREFIX_SHARE).ceil() as usize;
+        for chars in shortest.max(1)..=len {
+            if let Some(&end) = ends.get(chars - 1) {
+                out.push(hash_value(key, &value[..end]));
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Rewrites the secret findings among `findings` by who owns their value; `value` gives a
+/// finding's value in rules-view form.
+pub(crate) fn attribute(cfg: &SecretOwnership, ctx: &ScanContext, findings: &mut [Finding], value: impl Fn(&Finding) -> String) {
+    for f in findings.iter_mut().filter(|f| f.kind == DetectorKind::Secret) {
+        let owners = cfg.owners.owners(hash_value(&cfg.key, &value(f)));
+        if owners.model_native {
+            continue;
+        }
+        if owners.tenants.iter().any(|t| !ctx.is_foreign(t)) {
+            f.action = if ctx.own_secrets == Action::Allow { Action::Log } else { ctx.own_secrets };
+            f.detail = Detail::Own;
+        } else if !owners.tenants.is_empty() {
+            f.action = Action::Block;
+            f.severity = Severity::Critical;
+            f.detail = Detail::Foreign { owners: owners.tenants, shared_by: owners.shared_by };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::detect::ngram::tests::{MapOwners, KEY};
+    use crate::detect::OwnerSet;
+    use crate::ruleset::LoadOptions;
+
+    const RULES: &str = r#"
+[[rule]]
+id = "demo-key"
+description = "demo"
+severity = "medium"
+action = "redact"
+regex = '''\b(dmo_[a-z0-9]{12})\b'''
+secret_group = 1
+keywords = ["dmo_"]
+
+[[canary]]
+id = "acme-canary"
+owner = "acme"
+strings = ["ACME-CANARY-7f3a9c"]
+"#;
+
+    fn rules() -> Ruleset {
+        let loaded = Ruleset::load_sources(&[("t.toml".into(), RULES.into())], LoadOptions::default());
+        assert!(loaded.is_ok(), "{loaded:?}");
+        loaded.unwrap_or_else(|_| Ruleset::empty())
+    }
+
+    #[test]
+    fn fingerprints_cover_the_value_and_its_long_prefixes_only() {
+        let rules = rules();
+        let got = secret_fingerprints(&rules, "key dmo_abcdef123456 and ACME-CANARY-7f3a9c", &KEY);
+        // 16 characters: prefixes of 10..=15 characters and the whole value.
+        assert_eq!(got.len(), 7);
+        assert!(got.contains(&hash_value(&KEY, "dmo_abcdef123456")));
+        assert!(got.contains(&hash_value(&KEY, "dmo_abcdef")));
+        assert!(!got.contains(&hash_value(&KEY, "dmo_abcde")));
+        // A disguised copy hashes the same.
+        assert_eq!(secret_fingerprints(&rules, "key ｄｍｏ_ａbcdef12\u{200B}3456", &KEY), got);
+    }
+
+    #[test]
+    fn own_foreign_and_unknown_secrets() {
+        let rules = rules();
+        let mut map = MapOwners::default();
+        for h in secret_fingerprints(&rules, "dmo_abcdef123456", &KEY) {
+            map.0.insert(h, OwnerSet { tenants: vec!["acme".into()], shared_by: 1, model_native: false });
+        }
+        let cfg = SecretOwnership { key: KEY, owners: Arc::new(map) };
+        let text = "x dmo_abcdef123456 y dmo_zzzzzzzzzzzz";
+        let mut found = rules.scan(text);
+        let value = |f: &Finding| canon::rules_string(&text[f.start..f.end], false);
+        let mut mine = found.clone();
+        attribute(&cfg, &ScanContext::new("acme"), &mut mine, value);
+        assert_eq!((mine[0].action, &mine[0].detail), (Action::Log, &Detail::Own));
+        assert_eq!((mine[1].action, &mine[1].detail), (Action::Redact, &Detail::None), "unknown: as its rule says");
+        let allow = ScanContext { own_secrets: Action::Allow, ..ScanContext::new("acme") };
+        let mut again = rules.scan(text);
+        attribute(&cfg, &allow, &mut again, value);
+        assert_eq!(again[0].action, Action::Log);
+        attribute(&cfg, &ScanContext::new("globex"), &mut found, value);
+        assert_eq!((found[0].action, found[0].severity), (Action::Block, Severity::Critical));
+        assert!(matches!(&found[0].detail, Detail::Foreign { owners, .. } if owners == &["acme"]));
+    }
+}
