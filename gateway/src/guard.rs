@@ -103,6 +103,11 @@ impl Guard {
         }
     }
 
+    /// The rules this response is scanned with.
+    pub fn rules(&self) -> &Ruleset {
+        &self.rules
+    }
+
     /// Why a scanner failed on this response, if one did.
     pub fn failure(&self) -> Option<&str> {
         self.failure.as_deref()

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use firewall::{Action, Detectors, EntropyConfig, NgramConfig, NgramKey, ProvenanceConfig, Ruleset};
+use firewall::{Action, Detectors, EntropyConfig, NgramConfig, NgramKey, ProvenanceConfig, Ruleset, ScanContext, SecretOwnership};
 use sha2::{Digest, Sha256};
 
 use crate::api::ChatRequest;
@@ -132,7 +132,9 @@ impl Protection {
         let mut entropy = EntropyConfig::new(stats.clone());
         entropy.z_threshold = config.stats.z_threshold;
         entropy.action = config.stats.action;
-        let detectors = Detectors { ngram: Some(ngram), entropy: Some(entropy), provenance: Some(ProvenanceConfig::default()), ..Detectors::default() };
+        let secrets = SecretOwnership { key: NgramKey(key), owners: index.clone() };
+        let detectors =
+            Detectors { ngram: Some(ngram), entropy: Some(entropy), provenance: Some(ProvenanceConfig::default()), secrets: Some(secrets) };
 
         let canaries = config.tenants.iter().filter(|t| t.canary).map(|t| (t.id.clone(), honeytoken(&key, &t.id))).collect();
         let policies = config
@@ -233,6 +235,11 @@ impl Protection {
         self.policy(tenant).own_secrets
     }
 
+    /// Whose response the firewall scans, with the tenant's verdict on its own secrets.
+    pub fn scan_context(&self, tenant: &str) -> ScanContext {
+        ScanContext { own_secrets: self.own_secrets(tenant).action(), ..ScanContext::new(tenant) }
+    }
+
     fn policy(&self, tenant: &str) -> TenantPolicy {
         self.policies.get(tenant).copied().unwrap_or_default()
     }
@@ -271,18 +278,23 @@ impl Protection {
         Some(("(injected canaries)".to_owned(), text))
     }
 
-    /// Before the backend runs: injects the tenant's canary and fingerprints the prompt.
-    pub fn on_request(self: &Arc<Self>, tenant: &str, request: &mut ChatRequest) {
+    /// Before the backend runs: injects the tenant's canary and fingerprints the prompt (its
+    /// n-grams, and the secret values `rules` find in it).
+    pub fn on_request(self: &Arc<Self>, tenant: &str, request: &mut ChatRequest, rules: &Ruleset) {
         if let Some(token) = self.canaries.get(tenant) {
             let line = self.canary_text.replace("{canary}", token);
             request.add_system_line(&line, self.canary_placement == CanaryPlacement::SystemStart);
         }
-        self.record(tenant, Role::Sent, &request.prompt_text());
+        self.record(tenant, Role::Sent, &request.prompt_text(), rules);
     }
 
-    /// Indexes `text` under `tenant` now; shares the new hashes in the background.
-    fn record(self: &Arc<Self>, tenant: &str, role: Role, text: &str) {
-        let Some(batch) = self.index.record(tenant, role, text) else { return };
+    /// Indexes `text` under `tenant` now (n-grams and secret values); shares the new hashes
+    /// in the background.
+    fn record(self: &Arc<Self>, tenant: &str, role: Role, text: &str, rules: &Ruleset) {
+        let key = self.index.settings().key;
+        let mut hashes = firewall::fingerprints(text, &key, self.index.settings().ngram_words);
+        hashes.extend(firewall::secret_fingerprints(rules, text, &key));
+        let Some(batch) = self.index.record_hashes(tenant, role, hashes) else { return };
         if matches!(*self.store, Store::Memory(_)) {
             return;
         }
@@ -298,7 +310,7 @@ impl Protection {
     /// response needs, if any (a block, a redaction, or a failure that failed closed).
     pub fn on_response(self: &Arc<Self>, response: &ResponseRecord, guard: &Guard) -> Option<AuditRecord> {
         for text in guard.released_texts() {
-            self.record(&response.tenant, Role::Received, text);
+            self.record(&response.tenant, Role::Received, text, guard.rules());
         }
         for obs in guard.observations() {
             self.stats.observe(&response.tenant, &obs);

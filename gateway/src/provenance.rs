@@ -1,4 +1,5 @@
-//! The provenance index: which tenants sent or received each n-gram, by keyed hash.
+//! The provenance index: which tenants sent or received each n-gram (and each secret
+//! value the rules find), by keyed hash.
 //!
 //! Owns the in-memory map `hash -> {(tenant, expiry)}` that answers the firewall's
 //! [`NgramOwners`] synchronously (a read lock and one lookup, no I/O on the token path).
@@ -274,7 +275,12 @@ impl ProvenanceIndex {
     /// live (so a hot n-gram is re-shared about twice per TTL, not on every request).
     /// `None` when there is nothing to share.
     pub fn record(&self, tenant: &str, role: Role, text: &str) -> Option<FingerprintBatch> {
-        let mut hashes = firewall::fingerprints(text, &self.settings.key, self.settings.ngram_words);
+        self.record_hashes(tenant, role, firewall::fingerprints(text, &self.settings.key, self.settings.ngram_words))
+    }
+
+    /// [`ProvenanceIndex::record`] for hashes made elsewhere with the same key (e.g.
+    /// [`firewall::secret_fingerprints`]).
+    pub fn record_hashes(&self, tenant: &str, role: Role, mut hashes: Vec<u64>) -> Option<FingerprintBatch> {
         hashes.sort_unstable();
         hashes.dedup();
         let now = now_ms() / 1000;

@@ -8,7 +8,6 @@ use axum::extract::{Extension, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use firewall::ScanContext;
 
 use crate::api::response::ChatCompletion;
 use crate::api::ChatRequest;
@@ -40,7 +39,8 @@ pub async fn create(
     if !backend.is_ready() {
         return Err(ApiError::Unavailable(format!("The model `{}` is still loading; retry shortly.", request.model)));
     }
-    state.protection.on_request(tenant.as_str(), &mut request);
+    let rules = state.rules.current();
+    state.protection.on_request(tenant.as_str(), &mut request, &rules);
     let ctx = RequestContext { request_id: request_id.clone(), tenant: tenant.clone() };
     let started = backend.complete(&request, &ctx).await;
     let response = match started {
@@ -65,8 +65,8 @@ pub async fn create(
         request_id,
     };
     let mut guard = Guard::with_fail_mode(
-        state.rules.current(),
-        ScanContext::new(tenant.as_str()),
+        rules,
+        state.protection.scan_context(tenant.as_str()),
         state.protection.detectors(),
         request.n,
         state.protection.fail_mode(tenant.as_str()),
