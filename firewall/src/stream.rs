@@ -243,8 +243,6 @@ impl StreamScanner {
         if finishing {
             canon.finish(want_words, &mut words, &mut pieces);
         }
-        drop(pieces);
-        drop(words);
         undecided.drain(..used.min(undecided.len()));
         if finishing {
             if let (Some(cfg), Some(st)) = (&detectors.ngram, ngram.as_mut()) {
