@@ -232,9 +232,15 @@ fn tools(model: &str, stream: bool) -> Response {
 fn pieces(model: &str, text: &str, count: usize) -> Response {
     let step = text.len().div_ceil(count).max(1);
     let mut frames = vec![chunk(model, json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]))];
-    for piece in text.as_bytes().chunks(step) {
-        let piece = String::from_utf8_lossy(piece).into_owned();
-        frames.push(chunk(model, json!([{"index": 0, "delta": {"content": piece}, "finish_reason": null}])));
+    // Pieces end on character boundaries: a JSON string holds whole characters.
+    let mut at = 0;
+    while at < text.len() {
+        let mut end = (at + step).min(text.len());
+        while !text.is_char_boundary(end) {
+            end += 1;
+        }
+        frames.push(chunk(model, json!([{"index": 0, "delta": {"content": &text[at..end]}, "finish_reason": null}])));
+        at = end;
     }
     frames.push(chunk(model, json!([{"index": 0, "delta": {}, "finish_reason": "stop"}])));
     sse_response(Body::from_stream(futures::stream::iter(sse(frames, true))))
