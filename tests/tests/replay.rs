@@ -138,6 +138,8 @@ struct Answer {
     own_secrets: Vec<String>,
     /// How the payload was made, for the report.
     how: String,
+    /// Whose payload it is.
+    victim: Option<&'static str>,
 }
 
 struct Tenant {
@@ -162,7 +164,7 @@ fn script(asker: &Tenant, others: &[&Tenant], rng: &mut Rng, round: usize) -> An
         let secret = asker.secrets[rng.below(asker.secrets.len())].clone();
         let quote = fragment(&asker.prompts[rng.below(asker.prompts.len())], rng);
         let text = format!("{intro}You wrote: \"{quote}\". The value you pasted is {secret} and it looks valid.{outro}");
-        return Answer { kind: Kind::OwnEcho, text, payload: None, own_secrets: vec![secret_value(&secret).to_owned()], how: String::new() };
+        return Answer { kind: Kind::OwnEcho, text, payload: None, own_secrets: vec![secret_value(&secret).to_owned()], how: String::new(), victim: None };
     }
     if roll < 45 {
         let victim = others[rng.below(others.len())];
@@ -172,7 +174,7 @@ fn script(asker: &Tenant, others: &[&Tenant], rng: &mut Rng, round: usize) -> An
             let frag = disguise(&fragment(&victim.prompts[1 + rng.below(victim.prompts.len() - 1)], rng), how);
             let text = format!("{intro}{frag}{outro}");
             // At most the first 3 words of the fragment may reach the client.
-            return Answer { kind: Kind::ForeignText, payload: Some((intro.len(), 3)), text, own_secrets: Vec::new(), how: format!("{how:?}") };
+            return Answer { kind: Kind::ForeignText, payload: Some((intro.len(), 3)), text, own_secrets: Vec::new(), how: format!("{how:?}"), victim: Some(victim.name) };
         }
         let secret = &victim.secrets[rng.below(victim.secrets.len())];
         let how = if matches!(how, Disguise::Upper) { Disguise::Plain } else { how };
@@ -186,13 +188,15 @@ fn script(asker: &Tenant, others: &[&Tenant], rng: &mut Rng, round: usize) -> An
         let shown = disguise(&shown, how);
         let text = format!("{intro}Try {shown}{outro}");
         let at = intro.len() + "Try ".len();
-        return Answer { kind: Kind::ForeignSecret, payload: Some((at, 0)), text, own_secrets: Vec::new(), how: kind };
+        return Answer { kind: Kind::ForeignSecret, payload: Some((at, 0)), text, own_secrets: Vec::new(), how: kind, victim: Some(victim.name) };
     }
-    Answer { kind: Kind::Clean, text: format!("{intro}{}{outro}", rng.sentence(25)), payload: None, own_secrets: Vec::new(), how: String::new() }
+    Answer { kind: Kind::Clean, text: format!("{intro}{}{outro}", rng.sentence(25)), payload: None, own_secrets: Vec::new(), how: String::new(), victim: None }
 }
 
+const ADMIN: &str = "admin-token-0123456789";
+
 fn config(base_url: &str) -> String {
-    let mut text = String::new();
+    let mut text = format!("admin_token = \"{ADMIN}\"\n");
     for t in TENANTS {
         text.push_str(&format!("[[tenants]]\nid = \"{t}\"\napi_keys = [\"sk-{t}-key\"]\n"));
     }
@@ -206,8 +210,28 @@ fn words_from(text: &str, at: usize) -> usize {
     tail.split_whitespace().filter(|w| w.chars().any(char::is_alphanumeric)).count()
 }
 
-/// (text delivered, finish reason)
-async fn ask(gw: &TestGateway, tenant: &str, messages: Value, stream: bool) -> (String, String) {
+/// What one client received: text, finish reason and the audit id header.
+struct Delivered {
+    text: String,
+    finish: String,
+    audit_id: Option<String>,
+}
+
+/// The source tenants of an audit record (a stream's record is written just after it ends).
+async fn audit_sources(gw: &TestGateway, id: &str) -> Vec<String> {
+    for _ in 0..200 {
+        let resp = reqwest::Client::new().get(gw.url(&format!("/admin/api/audit/{id}"))).bearer_auth(ADMIN).send().await.expect("admin api");
+        if resp.status() == 200 {
+            let record: Value = resp.json().await.expect("record");
+            let findings = record["findings"].as_array().cloned().unwrap_or_default();
+            return findings.iter().flat_map(|f| f["source_tenants"].as_array().cloned().unwrap_or_default()).filter_map(|t| t.as_str().map(str::to_owned)).collect();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no audit record {id}");
+}
+
+async fn ask(gw: &TestGateway, tenant: &str, messages: Value, stream: bool) -> Delivered {
     let resp = reqwest::Client::new()
         .post(gw.url("/v1/chat/completions"))
         .bearer_auth(format!("sk-{tenant}-key"))
@@ -217,16 +241,17 @@ async fn ask(gw: &TestGateway, tenant: &str, messages: Value, stream: bool) -> (
         .await
         .expect("gateway answers");
     assert_eq!(resp.status(), 200);
+    let audit_id = resp.headers().get("x-crossguard-audit-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
     if stream {
         let frames = sse_data(&resp.text().await.expect("body"));
         let chunks: Vec<Value> = frames.iter().filter(|f| *f != "[DONE]").filter_map(|f| serde_json::from_str(f).ok()).collect();
         let text = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
         let finish = chunks.iter().rev().find_map(|c| c["choices"][0]["finish_reason"].as_str()).unwrap_or("").to_owned();
-        (text, finish)
+        Delivered { text, finish, audit_id }
     } else {
         let v: Value = resp.json().await.expect("json");
         let text = v["choices"][0]["message"]["content"].as_str().unwrap_or("").to_owned();
-        (text, v["choices"][0]["finish_reason"].as_str().unwrap_or("").to_owned())
+        Delivered { text, finish: v["choices"][0]["finish_reason"].as_str().unwrap_or("").to_owned(), audit_id }
     }
 }
 
@@ -256,8 +281,7 @@ async fn echoes_flow_and_no_foreign_payload_leaks_in_any_disguise() {
         ];
         for p in &prompts {
             let messages = json!([{"role": "user", "content": p}, {"role": "assistant", "content": "Noted."}, {"role": "user", "content": format!("#canned {noted}")}]);
-            let (_, finish) = ask(&gw, name, messages, false).await;
-            assert_eq!(finish, "stop");
+            assert_eq!(ask(&gw, name, messages, false).await.finish, "stop");
         }
         tenants.push(Tenant { name, prompts, secrets });
     }
@@ -269,7 +293,7 @@ async fn echoes_flow_and_no_foreign_payload_leaks_in_any_disguise() {
             let answer = script(asker, &others, &mut rng, round);
             let k = mock.can(answer.text.clone());
             let stream = (round + i) % 2 == 0;
-            let (text, finish) = ask(&gw, asker.name, json!([{"role": "user", "content": format!("#canned {k}")}]), stream).await;
+            let Delivered { text, finish, audit_id } = ask(&gw, asker.name, json!([{"role": "user", "content": format!("#canned {k}")}]), stream).await;
             let label = format!("{:?} ({}) round {round} {} stream={stream}", answer.kind, answer.how, asker.name);
             match answer.payload {
                 None => {
@@ -285,6 +309,10 @@ async fn echoes_flow_and_no_foreign_payload_leaks_in_any_disguise() {
                     foreign += 1;
                     if finish == "content_filter" {
                         foreign_blocked += 1;
+                        // The audit record names whose data it was.
+                        let id = audit_id.as_deref().expect("a blocked response names its audit record");
+                        let sources = audit_sources(&gw, id).await;
+                        assert!(answer.victim.is_some_and(|v| sources.iter().any(|s| s == v)), "{label}: sources {sources:?}");
                     }
                     let shown = words_from(&text, at);
                     if shown > allowed {
