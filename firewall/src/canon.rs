@@ -48,13 +48,27 @@ enum Fold {
     To(Box<str>),
 }
 
-/// The two folds of one non-ASCII character.
+/// The two folds of one non-ASCII character, and what the rules fold asks of it (kept
+/// here so that a character costs one table look-up).
 #[derive(Debug, Clone)]
 struct Entry {
     /// NFKC, default-ignorables removed.
     plain: Fold,
     /// `plain` with confusables replaced by their ASCII prototypes.
     full: Fold,
+    class: Class,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Class {
+    /// default-ignorable: removed from both views
+    removed: bool,
+    /// a letter or digit: part of a run
+    alnum: bool,
+    /// its plain fold holds an ASCII letter or digit (full-width `Ａ`)
+    ascii_alnum: bool,
+    /// a look-alike: `full` differs from `plain`
+    candidate: bool,
 }
 
 impl Entry {
@@ -79,8 +93,14 @@ impl Entry {
                 full.push(d);
             }
         }
+        let class = Class {
+            removed: plain.is_empty(),
+            alnum: c.is_alphanumeric(),
+            ascii_alnum: plain.bytes().any(|b| b.is_ascii_alphanumeric()),
+            candidate: plain != full,
+        };
         let fold = |s: String| if s.chars().eq(std::iter::once(c)) { Fold::Same } else { Fold::To(s.into_boxed_str()) };
-        Entry { plain: fold(plain), full: fold(full) }
+        Entry { plain: fold(plain), full: fold(full), class }
     }
 }
 
@@ -105,7 +125,7 @@ fn with_entry<R>(c: char, f: impl FnOnce(&Entry) -> R) -> R {
         return f(&Entry::of(c));
     }
     let block = BLOCKS[(cp >> 8) as usize].get_or_init(|| {
-        (0..256u32).map(|low| char::from_u32((cp & !0xFF) | low).map_or(Entry { plain: Fold::Same, full: Fold::Same }, Entry::of)).collect()
+        (0..256u32).map(|low| char::from_u32((cp & !0xFF) | low).map_or(Entry { plain: Fold::Same, full: Fold::Same, class: Class::default() }, Entry::of)).collect()
     });
     f(&block[(cp & 0xFF) as usize])
 }
@@ -299,6 +319,9 @@ struct RulesFold {
     // characters since the first undecided look-alike of the open run
     pending: Vec<Decoded>,
     pending_bytes: usize,
+    // every pending character reads as itself in the plain fold (the common case: a word
+    // in another script), so deciding "not folded" emits them as one `Piece::Same`
+    pending_plain_same: bool,
     // a decided run of `Piece::Same` not yet emitted
     same: Option<(usize, usize)>,
     // the view of one changed piece
@@ -307,8 +330,9 @@ struct RulesFold {
 
 impl RulesFold {
     fn char(&mut self, d: Decoded, out: &mut impl FnMut(Piece<'_>)) {
-        if d.c.is_ascii() && d.kind != Kind::Escape {
-            if d.c.is_ascii_alphanumeric() {
+        if d.c.is_ascii() {
+            let alnum = d.c.is_ascii_alphanumeric();
+            if alnum {
                 self.run_open = true;
                 self.run_ascii = true;
                 self.flush_pending(true, out);
@@ -317,22 +341,15 @@ impl RulesFold {
             }
             return self.emit(d, true, out);
         }
-        let (removed, alnum_ascii, candidate) = if d.c.is_ascii() {
-            (false, d.c.is_ascii_alphanumeric(), false)
-        } else {
-            with_entry(d.c, |e| match &e.plain {
-                Fold::To(s) if s.is_empty() => (true, false, false),
-                plain => (false, matches!(plain, Fold::To(s) if s.bytes().any(|b| b.is_ascii_alphanumeric())), e.full != e.plain),
-            })
-        };
-        if removed {
+        let (class, plain_same) = with_entry(d.c, |e| (e.class, e.plain == Fold::Same));
+        if class.removed {
             // Invisible: neither ends nor extends a run.
             if self.pending.is_empty() {
                 return self.emit(d, false, out);
             }
-            return self.hold(d, out);
+            return self.hold(d, false, out);
         }
-        if !d.c.is_alphanumeric() {
+        if !class.alnum {
             self.end_run(out);
             return self.emit(d, false, out);
         }
@@ -340,18 +357,22 @@ impl RulesFold {
             self.run_open = true;
             self.run_ascii = false;
         }
-        if alnum_ascii {
+        if class.ascii_alnum {
             self.run_ascii = true;
             self.flush_pending(true, out);
             return self.emit(d, true, out);
         }
-        if (candidate && !self.run_ascii) || !self.pending.is_empty() {
-            return self.hold(d, out);
+        if (class.candidate && !self.run_ascii) || !self.pending.is_empty() {
+            return self.hold(d, plain_same, out);
         }
         self.emit(d, self.run_ascii, out);
     }
 
-    fn hold(&mut self, d: Decoded, out: &mut impl FnMut(Piece<'_>)) {
+    fn hold(&mut self, d: Decoded, plain_same: bool, out: &mut impl FnMut(Piece<'_>)) {
+        if self.pending.is_empty() {
+            self.pending_plain_same = true;
+        }
+        self.pending_plain_same &= plain_same && d.kind == Kind::Text;
         self.pending.push(d);
         self.pending_bytes += d.end - d.start;
         if self.pending_bytes >= MAX_PENDING_BYTES {
@@ -366,11 +387,16 @@ impl RulesFold {
     }
 
     fn flush_pending(&mut self, confusables: bool, out: &mut impl FnMut(Piece<'_>)) {
-        let pending = std::mem::take(&mut self.pending);
-        for d in &pending {
-            self.emit(*d, confusables, out);
+        let (Some(first), Some(last)) = (self.pending.first().copied(), self.pending.last().copied()) else { return };
+        if !confusables && self.pending_plain_same {
+            self.extend_same(first.start, last.end, out);
+        } else {
+            let pending = std::mem::take(&mut self.pending);
+            for d in &pending {
+                self.emit(*d, confusables, out);
+            }
+            self.pending = pending;
         }
-        self.pending = pending;
         self.pending.clear();
         self.pending_bytes = 0;
     }
@@ -386,14 +412,7 @@ impl RulesFold {
             })
         };
         if fold.is_none() && d.kind != Kind::Escape {
-            match &mut self.same {
-                Some((_, end)) if *end == d.start => *end = d.end,
-                _ => {
-                    self.flush_same(out);
-                    self.same = Some((d.start, d.end));
-                }
-            }
-            return;
+            return self.extend_same(d.start, d.end, out);
         }
         self.flush_same(out);
         self.view.clear();
@@ -402,6 +421,17 @@ impl RulesFold {
             None => self.view.push(d.c),
         }
         out(Piece::Changed { start: d.start, end: d.end, view: &self.view });
+    }
+
+    /// The view goes on as the raw text `start..end`.
+    fn extend_same(&mut self, start: usize, end: usize, out: &mut impl FnMut(Piece<'_>)) {
+        match &mut self.same {
+            Some((_, e)) if *e == start => *e = end,
+            _ => {
+                self.flush_same(out);
+                self.same = Some((start, end));
+            }
+        }
     }
 
     fn flush_same(&mut self, out: &mut impl FnMut(Piece<'_>)) {
@@ -567,28 +597,48 @@ impl SpanMap {
 /// has neither NFKC changes nor invisible characters (a test checks the whole block against
 /// the Unicode data), nor a run mixing ASCII with look-alikes.
 pub(crate) fn may_differ(text: &str) -> bool {
-    let bytes = text.as_bytes();
-    if bytes.is_ascii() {
-        return false;
-    }
-    let alnum = |x: u8| u8::from(x.wrapping_sub(b'0') < 10) | u8::from((x | 0x20).wrapping_sub(b'a') < 26);
-    let high = |x: u8| u8::from(x >= 0x80);
-    let odd = |x: u8| u8::from(x >= 0xC0) & u8::from(x & 0xFC != 0xD0);
-    if bytes.first().is_some_and(|&b| odd(b) != 0) {
-        return true;
-    }
-    // Blocks, so the loop stays branch-free (and vectorised) within each.
-    let mut at = 0;
-    while at + 1 < bytes.len() {
-        let end = (at + 4096).min(bytes.len() - 1);
-        let (prev, next) = (&bytes[at..end], &bytes[at + 1..end + 1]);
-        let hit = prev.iter().zip(next).fold(0u8, |acc, (&p, &c)| acc | (alnum(p) & high(c)) | (high(p) & alnum(c)) | odd(c));
-        if hit != 0 {
+    // Blocks of 128 bytes, each folded branch-free (the compiler vectorises the loop); only
+    // blocks holding both an ASCII letter or digit and a non-ASCII byte look closer.
+    const BLOCK: usize = 128;
+    let (blocks, rest) = text.as_bytes().as_chunks::<BLOCK>();
+    let mut prev = 0u8;
+    for block in blocks {
+        let (mut high, mut odd, mut alnum) = (0u8, 0u8, 0u8);
+        for &c in block {
+            high |= c;
+            odd |= odd_lead(c);
+            alnum |= ascii_alnum(c);
+        }
+        if high >= 0x80 {
+            if odd != 0 || ((alnum | ascii_alnum(prev)) != 0 && touching(prev, block)) {
+                return true;
+            }
+        } else if prev >= 0x80 && ascii_alnum(block[0]) != 0 {
             return true;
         }
-        at = end;
+        prev = block[BLOCK - 1];
     }
-    false
+    rest.iter().any(|&c| odd_lead(c) != 0) || touching(prev, rest)
+}
+
+/// 1 for an ASCII letter or digit.
+fn ascii_alnum(c: u8) -> u8 {
+    u8::from(c.wrapping_sub(b'0') < 10) | u8::from((c | 0x20).wrapping_sub(b'a') < 26)
+}
+
+/// 1 for a UTF-8 lead byte outside the Cyrillic block (0xD0 to 0xD3).
+fn odd_lead(c: u8) -> u8 {
+    u8::from(c >= 0xC0) & u8::from(c & 0xFC != 0xD0)
+}
+
+/// Whether an ASCII letter or digit touches a non-ASCII byte in `prev` then `bytes`.
+fn touching(prev: u8, bytes: &[u8]) -> bool {
+    let (mut p, mut hit) = (prev, 0u8);
+    for &c in bytes {
+        hit |= (ascii_alnum(p) & (c >> 7)) | ((p >> 7) & ascii_alnum(c));
+        p = c;
+    }
+    hit != 0
 }
 
 /// The rules view of a complete `text`, with its map; `None` when it equals the text.
@@ -668,6 +718,26 @@ mod tests {
         }
         canon.finish(false, &mut |_| {}, &mut take);
         (out, units)
+    }
+
+    #[test]
+    fn the_quick_check_finds_every_difference_at_block_edges() {
+        for at in [0, 1, 126, 127, 128, 129, 255, 256, 300] {
+            let mut text = "x".repeat(at);
+            text.push('\u{200B}');
+            text.push_str(&" ".repeat(300 - at));
+            assert!(may_differ(&text), "invisible at {at}");
+            let mut text = " ".repeat(at);
+            text.push_str("aа");
+            text.push_str(&" ".repeat(300 - at));
+            assert!(may_differ(&text), "mixed run at {at}");
+            let mut text = " ".repeat(at);
+            text.push_str("аa");
+            assert!(may_differ(&text), "mixed run at {at}");
+            let mut text = " ".repeat(at);
+            text.push_str("а a");
+            assert!(!may_differ(&text), "separate runs at {at}");
+        }
     }
 
     #[test]

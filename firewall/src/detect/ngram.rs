@@ -132,7 +132,20 @@ impl WordSplitter {
         if self.start.is_some() && self.raw_len + len > MAX_WORD_BYTES {
             self.flush(d.start, emit);
         }
-        words_fold(d.c, |f| self.folded(f, d.start, emit));
+        if d.c.is_ascii() && self.escape == Escape::None && d.c != '\\' {
+            // Most text: no fold, no escape in progress.
+            let c = d.c;
+            if c.is_whitespace() || matches!(c, '_' | '-' | '.' | '/') {
+                self.flush(d.start, emit);
+            } else {
+                self.start.get_or_insert(d.start);
+                if c.is_ascii_alphanumeric() {
+                    self.norm.push(c.to_ascii_lowercase());
+                }
+            }
+        } else {
+            words_fold(d.c, |f| self.folded(f, d.start, emit));
+        }
         if self.start.is_some() {
             self.raw_len += len;
         }
@@ -289,12 +302,15 @@ impl NgramState {
 
     /// Feeds one decoded character of the text.
     pub(crate) fn feed_char(&mut self, cfg: &NgramConfig, ctx: &ScanContext, d: Decoded, out: &mut Vec<Finding>) {
-        let mut done = std::mem::take(&mut self.done);
+        let done = &mut self.done;
         self.split.feed_char(d, &mut |w| done.push(w));
-        for w in done.drain(..) {
-            self.on_word(cfg, ctx, w, out);
+        if !self.done.is_empty() {
+            let mut done = std::mem::take(&mut self.done);
+            for w in done.drain(..) {
+                self.on_word(cfg, ctx, w, out);
+            }
+            self.done = done;
         }
-        self.done = done;
     }
 
     pub(crate) fn finish(&mut self, cfg: &NgramConfig, ctx: &ScanContext, end: usize, out: &mut Vec<Finding>) {
