@@ -15,6 +15,11 @@
 //! rules without keywords, take one unanchored pass over the text, which visits the same
 //! positions (`Ruleset::pattern_matches`). The stream scanner calls that pass on its
 //! window with a start bound, which is why streaming and one-shot results cannot drift.
+//!
+//! Every pattern runs on the raw text and, when it differs, on its rules view (see `canon`):
+//! view findings are mapped back to raw spans, and one with the same rule and raw span as a
+//! raw finding is left out. Canary strings are matched case-insensitively in their
+//! rules-view form.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock, PoisonError};

@@ -4,19 +4,25 @@
 //! * the findings are exactly those of [`Ruleset::scan_with`] on the whole text (up to the
 //!   point where a block stops the stream), provided no candidate match grows longer than
 //!   the holdback limit ([`MAX_HOLDBACK_BYTES`] by default);
-//! * no released text contains a complete match of a block rule or a complete foreign
-//!   n-gram: a block releases only what precedes the match;
+//! * no released text contains a complete match of a block rule, in the raw text or in its
+//!   canonical view, or a complete foreign n-gram: a block releases only what precedes the
+//!   match (mapped back to raw bytes);
+//! * at most three words of a foreign sentence reach the client before its n-gram blocks
+//!   (see `detect::ngram`, leads);
 //! * only what could still become part of a match is held back: text after the earliest
-//!   position at which some pattern may be in progress (see `live`), and, when the n-gram
-//!   detector runs, the word in progress. Clean prose flows out at once.
+//!   position at which some pattern may be in progress (see `live`), the run of look-alikes
+//!   whose reading is not decided yet (see `canon`), and, when the n-gram detector runs, the
+//!   word in progress. Clean prose flows out at once.
 //!
-//! How: every pushed byte advances the anchored liveness threads. `safe` is the earliest
-//! live start; no match can start before it and still grow, so matches starting before
-//! `safe` are final and confirmed with the real regexes (only for patterns whose relaxed
-//! automaton reported a match). Each pattern keeps where its next leftmost-first search
-//! starts, exactly as `captures_iter` would over the whole text. The window keeps the
-//! bytes before the earliest search that look-behind needs (`\b` and `^` one character,
-//! `allow_line` up to 128 bytes), so a match is judged on the same context as one-shot.
+//! How: pushed text goes through `canon`, which decides how each character reads. The
+//! decided raw text feeds the raw [`Pass`]; from the first character that reads otherwise,
+//! a view pass (a copy of the raw pass at that point) is fed the rules view. In each pass
+//! every byte advances the anchored liveness threads; `safe` is the earliest live start of
+//! either pass, in raw offsets; no match can start before it and still grow, so matches
+//! starting before it are final, and both passes confirm them with the real regexes. A
+//! finding both passes make (same rule, same raw span) is reported once, the raw one. Secret
+//! findings are then attributed to their owner, and only then is release or block decided,
+//! so a tenant's own secret is let through. Redaction and blocking act on raw spans.
 
 use std::sync::Arc;
 

@@ -30,10 +30,15 @@
 //! once decided: a run of look-alikes waits for its run to show an ASCII character or end
 //! (bounded by [`MAX_PENDING_BYTES`]), a JSON escape for its last character.
 
-use std::collections::VecDeque;
+mod json;
+mod map;
+
 use std::sync::OnceLock;
 
 use unicode_normalization::UnicodeNormalization;
+
+use json::JsonDecoder;
+pub(crate) use map::SpanMap;
 
 /// Longest run of undecided look-alikes (raw bytes) before it is decided as not folded: a
 /// run that long without an ASCII letter or digit is text in its own script.
@@ -168,144 +173,6 @@ pub(crate) enum Piece<'a> {
     Same { start: usize, end: usize },
     /// The raw text `start..end` reads as `view` (empty: removed).
     Changed { start: usize, end: usize, view: &'a str },
-}
-
-/// JSON string decoder state.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-enum Json {
-    #[default]
-    Outside,
-    InString,
-    /// after `\`
-    Escape,
-    /// inside `\uXXXX`
-    Hex,
-    /// a high surrogate was read; its pair must follow: `\`, `u`, then four digits
-    PairBackslash,
-    PairU,
-    PairHex,
-}
-
-/// Decodes JSON text: string contents with their escapes, the rest as syntax.
-#[derive(Debug, Clone, Default)]
-struct JsonDecoder {
-    state: Json,
-    // raw text of the escape in progress (ASCII), from `esc_start`
-    esc: String,
-    esc_start: usize,
-}
-
-impl JsonDecoder {
-    fn in_string() -> JsonDecoder {
-        JsonDecoder { state: Json::InString, ..JsonDecoder::default() }
-    }
-
-    fn feed(&mut self, text: &str, at: usize, emit: &mut impl FnMut(Decoded)) {
-        for (i, c) in text.char_indices() {
-            self.char(c, at + i, emit);
-        }
-    }
-
-    fn char(&mut self, c: char, pos: usize, emit: &mut impl FnMut(Decoded)) {
-        let end = pos + c.len_utf8();
-        match self.state {
-            Json::Outside | Json::InString if c == '"' => {
-                self.state = if self.state == Json::Outside { Json::InString } else { Json::Outside };
-                emit(Decoded { c, start: pos, end, kind: Kind::Syntax });
-            }
-            Json::Outside => emit(Decoded { c, start: pos, end, kind: Kind::Syntax }),
-            Json::InString if c == '\\' => {
-                self.esc.clear();
-                self.esc.push(c);
-                self.esc_start = pos;
-                self.state = Json::Escape;
-            }
-            Json::InString => emit(Decoded { c, start: pos, end, kind: Kind::Text }),
-            Json::Escape => {
-                let decoded = match c {
-                    'n' => '\n',
-                    't' => '\t',
-                    'r' => '\r',
-                    'b' => '\u{8}',
-                    'f' => '\u{c}',
-                    '"' | '\\' | '/' => c,
-                    'u' => {
-                        self.esc.push(c);
-                        self.state = Json::Hex;
-                        return;
-                    }
-                    _ => return self.invalid(c, pos, emit),
-                };
-                self.state = Json::InString;
-                emit(Decoded { c: decoded, start: self.esc_start, end, kind: Kind::Escape });
-            }
-            Json::Hex | Json::PairHex if c.is_ascii_hexdigit() => {
-                self.esc.push(c);
-                if self.esc.len() == 6 || self.esc.len() == 12 {
-                    self.unicode_escape(end, emit);
-                }
-            }
-            Json::PairBackslash if c == '\\' => {
-                self.esc.push(c);
-                self.state = Json::PairU;
-            }
-            Json::PairU if c == 'u' => {
-                self.esc.push(c);
-                self.state = Json::PairHex;
-            }
-            Json::Hex | Json::PairHex | Json::PairBackslash | Json::PairU => self.invalid(c, pos, emit),
-        }
-    }
-
-    /// A complete `\uXXXX` (or a high surrogate's escape followed by a second one) is in `esc`.
-    fn unicode_escape(&mut self, end: usize, emit: &mut impl FnMut(Decoded)) {
-        let unit = |s: &str| u32::from_str_radix(s, 16).unwrap_or(0xFFFD);
-        if self.esc.len() == 6 {
-            let u = unit(&self.esc[2..6]);
-            if (0xD800..0xDC00).contains(&u) {
-                self.state = Json::PairBackslash;
-                return;
-            }
-            self.state = Json::InString;
-            let c = char::from_u32(u).unwrap_or('\u{FFFD}');
-            return emit(Decoded { c, start: self.esc_start, end, kind: Kind::Escape });
-        }
-        let (hi, lo) = (unit(&self.esc[2..6]), unit(&self.esc[8..12]));
-        if (0xDC00..0xE000).contains(&lo) {
-            self.state = Json::InString;
-            let c = char::from_u32(0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)).unwrap_or('\u{FFFD}');
-            return emit(Decoded { c, start: self.esc_start, end, kind: Kind::Escape });
-        }
-        // A lone high surrogate, then an escape of its own.
-        emit(Decoded { c: '\u{FFFD}', start: self.esc_start, end: self.esc_start + 6, kind: Kind::Escape });
-        let rest = self.esc.split_off(6);
-        self.esc_start += 6;
-        self.esc = rest;
-        self.unicode_escape(end, emit);
-    }
-
-    /// `c` cannot continue the escape in `esc`: a lone high surrogate reads as U+FFFD, the
-    /// other buffered characters as themselves, and `c` is read afresh.
-    fn invalid(&mut self, c: char, pos: usize, emit: &mut impl FnMut(Decoded)) {
-        self.flush(emit);
-        self.char(c, pos, emit);
-    }
-
-    /// Emits the escape in progress as it reads unfinished.
-    fn flush(&mut self, emit: &mut impl FnMut(Decoded)) {
-        let mut from = 0;
-        if matches!(self.state, Json::PairBackslash | Json::PairU | Json::PairHex) {
-            emit(Decoded { c: '\u{FFFD}', start: self.esc_start, end: self.esc_start + 6, kind: Kind::Escape });
-            from = 6;
-        }
-        if !matches!(self.state, Json::Outside | Json::InString) {
-            self.state = Json::InString;
-            for (i, c) in self.esc.char_indices().skip_while(|&(i, _)| i < from) {
-                emit(Decoded { c, start: self.esc_start + i, end: self.esc_start + i + c.len_utf8(), kind: Kind::Text });
-            }
-        }
-        self.esc.clear();
-    }
 }
 
 /// The rules-view fold over decoded characters: decides each run of look-alikes and emits
@@ -508,86 +375,6 @@ impl Canon {
         }
         self.rules.end_run(out);
         self.rules.flush_same(out);
-    }
-}
-
-/// Offsets of a view back to the raw text: runs where they are equal, and changed units.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct SpanMap {
-    // in view (and raw) order, contiguous in both
-    segs: VecDeque<Seg>,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Seg {
-    view: usize,
-    raw: usize,
-    view_len: usize,
-    raw_len: usize,
-    same: bool,
-}
-
-impl SpanMap {
-    /// View `view..view+len` is raw `raw..raw+len`.
-    pub(crate) fn push_same(&mut self, view: usize, raw: usize, len: usize) {
-        if let Some(last) = self.segs.back_mut() {
-            if last.same && last.view + last.view_len == view && last.raw + last.raw_len == raw {
-                last.view_len += len;
-                last.raw_len += len;
-                return;
-            }
-        }
-        self.segs.push_back(Seg { view, raw, view_len: len, raw_len: len, same: true });
-    }
-
-    /// View `view..view+view_len` came from raw `raw..raw+raw_len` as one unit.
-    pub(crate) fn push_changed(&mut self, view: usize, raw: usize, view_len: usize, raw_len: usize) {
-        self.segs.push_back(Seg { view, raw, view_len, raw_len, same: false });
-    }
-
-    /// The raw offset where the character holding view byte `v` starts.
-    pub(crate) fn raw_start(&self, v: usize) -> usize {
-        let i = self.segs.partition_point(|s| s.view + s.view_len <= v);
-        match self.segs.get(i) {
-            Some(s) if s.same => s.raw + v.saturating_sub(s.view),
-            Some(s) => s.raw,
-            None => self.segs.back().map_or(v, |s| s.raw + s.raw_len),
-        }
-    }
-
-    /// The raw offset where the character holding view byte `v - 1` ends (`v` is an end).
-    pub(crate) fn raw_end(&self, v: usize) -> usize {
-        let Some(last) = v.checked_sub(1) else { return self.raw_start(v) };
-        let i = self.segs.partition_point(|s| s.view + s.view_len <= last);
-        match self.segs.get(i) {
-            Some(s) if s.same => s.raw + (v - s.view),
-            Some(s) => s.raw + s.raw_len,
-            None => self.segs.back().map_or(v, |s| s.raw + s.raw_len),
-        }
-    }
-
-    /// The first view offset whose character starts at raw offset `r` or later.
-    pub(crate) fn to_view(&self, r: usize) -> usize {
-        let i = self.segs.partition_point(|s| s.raw + s.raw_len <= r);
-        match self.segs.get(i) {
-            Some(s) if s.same => s.view + r.saturating_sub(s.raw),
-            Some(s) if r <= s.raw => s.view,
-            Some(s) => s.view + s.view_len,
-            None => self.segs.back().map_or(r, |s| s.view + s.view_len),
-        }
-    }
-
-    /// Forgets the units that end at or before view offset `v`.
-    pub(crate) fn trim_before(&mut self, v: usize) {
-        while self.segs.len() > 1 && self.segs.front().is_some_and(|s| s.view + s.view_len <= v) {
-            self.segs.pop_front();
-        }
-    }
-
-    /// Maps a view span to the raw span of every character that contributed to it.
-    pub(crate) fn raw_span(&self, start: usize, end: usize) -> (usize, usize) {
-        let s = self.raw_start(start);
-        (s, if end > start { self.raw_end(end) } else { s })
     }
 }
 
