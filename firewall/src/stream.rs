@@ -65,8 +65,10 @@ pub struct StreamScanner {
     raw: Pass,
     // the rule patterns over the rules view, from the first character that reads otherwise
     view: Option<ViewPass>,
-    // raw text pushed but not yet decided: [raw.end(), pushed)
+    // raw text pushed but not yet decided, [raw.end(), pushed), from `undecided[undecided_from..]`
+    // (the consumed head is dropped only once it is long, not at every push)
     undecided: String,
+    undecided_from: usize,
     pushed: usize,
     // raw offset up to which output has been produced (may jump past a redacted secret)
     released: usize,
@@ -91,6 +93,7 @@ impl StreamScanner {
             raw: Pass::new(patterns),
             view: None,
             undecided: String::new(),
+            undecided_from: 0,
             pushed: 0,
             released: 0,
             redactions: Vec::new(),
@@ -217,11 +220,11 @@ impl StreamScanner {
     /// from the first one that reads otherwise, to the view pass; decoded characters go to
     /// the n-gram detector as soon as they are decoded.
     fn take_in(&mut self, delta: &str, at: usize, finishing: bool, found: &mut Vec<Finding>) {
-        let StreamScanner { rules, ctx, detectors, canon, raw, view, undecided, ngram, .. } = self;
+        let StreamScanner { rules, ctx, detectors, canon, raw, view, undecided, undecided_from, ngram, .. } = self;
         let live = rules.engine.live();
         undecided.push_str(delta);
         let want_words = ngram.is_some();
-        let mut used = 0;
+        let mut used = *undecided_from;
         let mut words = |d: Decoded| {
             if let (Some(cfg), Some(st)) = (&detectors.ngram, ngram.as_mut()) {
                 st.feed_char(cfg, ctx, d, found);
@@ -249,7 +252,14 @@ impl StreamScanner {
         if finishing {
             canon.finish(want_words, &mut words, &mut pieces);
         }
-        undecided.drain(..used.min(undecided.len()));
+        if used >= undecided.len() {
+            undecided.clear();
+            used = 0;
+        } else if used > 1024 {
+            undecided.drain(..used);
+            used = 0;
+        }
+        *undecided_from = used;
         if finishing {
             if let (Some(cfg), Some(st)) = (&detectors.ngram, ngram.as_mut()) {
                 st.finish(cfg, ctx, at + delta.len(), found);

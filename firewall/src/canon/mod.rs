@@ -384,20 +384,20 @@ impl Canon {
 /// has neither NFKC changes nor invisible characters (a test checks the whole block against
 /// the Unicode data), nor a run mixing ASCII with look-alikes.
 pub(crate) fn may_differ(text: &str) -> bool {
-    // Blocks of 128 bytes, each folded branch-free (the compiler vectorises the loop); only
-    // blocks holding both an ASCII letter or digit and a non-ASCII byte look closer.
+    // Blocks of 128 bytes, each folded branch-free (the compiler vectorises these loops):
+    // ASCII blocks cost one fold; only blocks holding both an ASCII letter or digit and a
+    // non-ASCII byte look at neighbours.
     const BLOCK: usize = 128;
     let (blocks, rest) = text.as_bytes().as_chunks::<BLOCK>();
     let mut prev = 0u8;
     for block in blocks {
-        let (mut high, mut odd, mut alnum) = (0u8, 0u8, 0u8);
-        for &c in block {
-            high |= c;
-            odd |= odd_lead(c);
-            alnum |= ascii_alnum(c);
-        }
+        let high = block.iter().fold(0u8, |acc, &c| acc | c);
         if high >= 0x80 {
-            if odd != 0 || ((alnum | ascii_alnum(prev)) != 0 && touching(prev, block)) {
+            if block.iter().fold(0u8, |acc, &c| acc | odd_lead(c)) != 0 {
+                return true;
+            }
+            let alnum = block.iter().fold(ascii_alnum(prev), |acc, &c| acc | ascii_alnum(c));
+            if alnum != 0 && touching(prev, block) {
                 return true;
             }
         } else if prev >= 0x80 && ascii_alnum(block[0]) != 0 {
