@@ -223,7 +223,15 @@ impl StreamScanner {
         let StreamScanner { rules, ctx, detectors, canon, raw, view, undecided, undecided_from, ngram, .. } = self;
         let live = rules.engine.live();
         undecided.push_str(delta);
-        let want_words = ngram.is_some();
+        let has_words = ngram.is_some();
+        let mut want_words = has_words;
+        if want_words && !canon.is_json() && delta.is_ascii() {
+            // Plain ASCII reads as itself in the words view: the splitter takes it whole.
+            if let (Some(cfg), Some(st)) = (&detectors.ngram, ngram.as_mut()) {
+                st.feed_ascii(cfg, ctx, delta, at, found);
+            }
+            want_words = false;
+        }
         let mut used = *undecided_from;
         let mut words = |d: Decoded| {
             if let (Some(cfg), Some(st)) = (&detectors.ngram, ngram.as_mut()) {
@@ -250,7 +258,7 @@ impl StreamScanner {
         };
         canon.feed(delta, at, want_words, &mut words, &mut pieces);
         if finishing {
-            canon.finish(want_words, &mut words, &mut pieces);
+            canon.finish(has_words, &mut words, &mut pieces);
         }
         if used >= undecided.len() {
             undecided.clear();

@@ -62,6 +62,37 @@ struct Entry {
     /// `plain` with confusables replaced by their ASCII prototypes.
     full: Fold,
     class: Class,
+    /// How the word splitter reads `full`.
+    word: WordFold,
+}
+
+/// What a character of the words view does to the word in progress (outside an escape).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum WordFold {
+    /// Nothing (an invisible character).
+    Removed,
+    /// Ends it (whitespace, `_ - . /`).
+    Boundary,
+    /// Belongs to it but adds no letters (punctuation).
+    Skip,
+    /// Adds these lowercase letters and digits.
+    Letters(Box<str>),
+    /// Anything else (a fold with several kinds of characters): read char by char.
+    Mixed,
+}
+
+impl WordFold {
+    fn of(full: &str) -> WordFold {
+        let boundary = |f: char| f.is_whitespace() || matches!(f, '_' | '-' | '.' | '/');
+        let mut chars = full.chars();
+        match (chars.next(), chars.next()) {
+            (None, _) => WordFold::Removed,
+            (Some(f), None) if boundary(f) => WordFold::Boundary,
+            _ if full.chars().all(char::is_alphanumeric) => WordFold::Letters(full.chars().flat_map(char::to_lowercase).collect()),
+            _ if full.chars().all(|f| !f.is_alphanumeric() && !boundary(f) && f != '\\') => WordFold::Skip,
+            _ => WordFold::Mixed,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -104,8 +135,9 @@ impl Entry {
             ascii_alnum: plain.bytes().any(|b| b.is_ascii_alphanumeric()),
             candidate: plain != full,
         };
+        let word = WordFold::of(&full);
         let fold = |s: String| if s.chars().eq(std::iter::once(c)) { Fold::Same } else { Fold::To(s.into_boxed_str()) };
-        Entry { plain: fold(plain), full: fold(full), class }
+        Entry { plain: fold(plain), full: fold(full), class, word }
     }
 }
 
@@ -130,7 +162,7 @@ fn with_entry<R>(c: char, f: impl FnOnce(&Entry) -> R) -> R {
         return f(&Entry::of(c));
     }
     let block = BLOCKS[(cp >> 8) as usize].get_or_init(|| {
-        (0..256u32).map(|low| char::from_u32((cp & !0xFF) | low).map_or(Entry { plain: Fold::Same, full: Fold::Same, class: Class::default() }, Entry::of)).collect()
+        (0..256u32).map(|low| char::from_u32((cp & !0xFF) | low).map_or(Entry { plain: Fold::Same, full: Fold::Same, class: Class::default(), word: WordFold::Mixed }, Entry::of)).collect()
     });
     f(&block[(cp & 0xFF) as usize])
 }
@@ -144,6 +176,11 @@ pub(crate) fn words_fold(c: char, mut out: impl FnMut(char)) {
         Fold::Same => out(c),
         Fold::To(s) => s.chars().for_each(out),
     });
+}
+
+/// Calls `f` with how the word splitter reads non-ASCII `c`.
+pub(crate) fn with_word_fold<R>(c: char, f: impl FnOnce(&WordFold) -> R) -> R {
+    with_entry(c, |e| f(&e.word))
 }
 
 /// What one raw character decoded to, and from where.
