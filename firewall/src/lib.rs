@@ -2,6 +2,13 @@
 //! match of a block rule, and the detectors that keep one tenant's data out of another's
 //! responses (secret rules, canaries, foreign n-grams, entropy, provenance).
 //!
+//! The detectors read a canonical view of the text as well as the text itself (`canon`):
+//! Unicode-folded (NFKC, look-alikes to their ASCII prototypes), invisible characters
+//! removed, JSON escapes decoded in tool-call arguments
+//! ([`StreamScanner::decode_json_strings`]), so a disguised leak is caught like a plain one.
+//! Ownership decides the verdict: a tenant's own text and secrets coming back to it are not
+//! a leak ([`OwnerSet`], [`SecretOwnership`], [`secret_fingerprints`]); another tenant's are.
+//!
 //! This crate is synchronous and does no I/O except [`Ruleset::load_dir`] reading the rule
 //! folder. What it needs from the gateway (n-gram owners, tenant baselines) it asks through
 //! the traits in [`detect`].

@@ -15,6 +15,11 @@
 //! rules without keywords, take one unanchored pass over the text, which visits the same
 //! positions (`Ruleset::pattern_matches`). The stream scanner calls that pass on its
 //! window with a start bound, which is why streaming and one-shot results cannot drift.
+//!
+//! Every pattern runs on the raw text and, when it differs, on its rules view (see `canon`):
+//! view findings are mapped back to raw spans, and one with the same rule and raw span as a
+//! raw finding is left out. Canary strings are matched case-insensitively in their
+//! rules-view form.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock, PoisonError};
@@ -278,21 +283,28 @@ impl Ruleset {
     pub fn scan_with(&self, text: &str, ctx: &ScanContext, detectors: &Detectors) -> Vec<Finding> {
         let mut out = Vec::new();
         self.pattern_findings(text, ctx, &mut out);
-        if let Some((view, map)) = canon::rules_view(text) {
-            let mut extra = Vec::new();
-            self.pattern_findings(&view, ctx, &mut extra);
-            for f in &mut extra {
-                (f.start, f.end) = map.raw_span(f.start, f.end);
-                (f.match_start, f.match_end) = map.raw_span(f.match_start, f.match_end);
-            }
-            merge_findings(&mut out, extra, 0);
-        }
+        self.view_findings(text, ctx, &mut out);
         if let Some(cfg) = &detectors.secrets {
             detect::secret::attribute(cfg, ctx, &mut out, |f| canon::rules_string(text.get(f.start..f.end).unwrap_or(""), false));
         }
         detect::scan_text(text, ctx, detectors, &mut out);
         Finding::sort(&mut out);
         out
+    }
+
+    /// Adds the findings of the rules view of `text` (when it differs) that the raw pass did
+    /// not make, at raw offsets.
+    // Kept out of line: the raw pass is the hot path, and inlined as it was before the view.
+    #[inline(never)]
+    fn view_findings(&self, text: &str, ctx: &ScanContext, out: &mut Vec<Finding>) {
+        let Some((view, map)) = canon::rules_view(text) else { return };
+        let mut extra = Vec::new();
+        self.pattern_findings(&view, ctx, &mut extra);
+        for f in &mut extra {
+            (f.start, f.end) = map.raw_span(f.start, f.end);
+            (f.match_start, f.match_end) = map.raw_span(f.match_start, f.match_end);
+        }
+        merge_findings(out, extra, 0);
     }
 
     /// The secret rules' and canaries' findings in `text` (one pass, the raw text or a view).

@@ -4,19 +4,25 @@
 //! * the findings are exactly those of [`Ruleset::scan_with`] on the whole text (up to the
 //!   point where a block stops the stream), provided no candidate match grows longer than
 //!   the holdback limit ([`MAX_HOLDBACK_BYTES`] by default);
-//! * no released text contains a complete match of a block rule or a complete foreign
-//!   n-gram: a block releases only what precedes the match;
+//! * no released text contains a complete match of a block rule, in the raw text or in its
+//!   canonical view, or a complete foreign n-gram: a block releases only what precedes the
+//!   match (mapped back to raw bytes);
+//! * at most three words of a foreign sentence reach the client before its n-gram blocks
+//!   (see `detect::ngram`, leads);
 //! * only what could still become part of a match is held back: text after the earliest
-//!   position at which some pattern may be in progress (see `live`), and, when the n-gram
-//!   detector runs, the word in progress. Clean prose flows out at once.
+//!   position at which some pattern may be in progress (see `live`), the run of look-alikes
+//!   whose reading is not decided yet (see `canon`), and, when the n-gram detector runs, the
+//!   word in progress. Clean prose flows out at once.
 //!
-//! How: every pushed byte advances the anchored liveness threads. `safe` is the earliest
-//! live start; no match can start before it and still grow, so matches starting before
-//! `safe` are final and confirmed with the real regexes (only for patterns whose relaxed
-//! automaton reported a match). Each pattern keeps where its next leftmost-first search
-//! starts, exactly as `captures_iter` would over the whole text. The window keeps the
-//! bytes before the earliest search that look-behind needs (`\b` and `^` one character,
-//! `allow_line` up to 128 bytes), so a match is judged on the same context as one-shot.
+//! How: pushed text goes through `canon`, which decides how each character reads. The
+//! decided raw text feeds the raw [`Pass`]; from the first character that reads otherwise,
+//! a view pass (a copy of the raw pass at that point) is fed the rules view. In each pass
+//! every byte advances the anchored liveness threads; `safe` is the earliest live start of
+//! either pass, in raw offsets; no match can start before it and still grow, so matches
+//! starting before it are final, and both passes confirm them with the real regexes. A
+//! finding both passes make (same rule, same raw span) is reported once, the raw one. Secret
+//! findings are then attributed to their owner, and only then is release or block decided,
+//! so a tenant's own secret is let through. Redaction and blocking act on raw spans.
 
 use std::sync::Arc;
 
@@ -59,8 +65,10 @@ pub struct StreamScanner {
     raw: Pass,
     // the rule patterns over the rules view, from the first character that reads otherwise
     view: Option<ViewPass>,
-    // raw text pushed but not yet decided: [raw.end(), pushed)
+    // raw text pushed but not yet decided, [raw.end(), pushed), from `undecided[undecided_from..]`
+    // (the consumed head is dropped only once it is long, not at every push)
     undecided: String,
+    undecided_from: usize,
     pushed: usize,
     // raw offset up to which output has been produced (may jump past a redacted secret)
     released: usize,
@@ -85,6 +93,7 @@ impl StreamScanner {
             raw: Pass::new(patterns),
             view: None,
             undecided: String::new(),
+            undecided_from: 0,
             pushed: 0,
             released: 0,
             redactions: Vec::new(),
@@ -211,11 +220,19 @@ impl StreamScanner {
     /// from the first one that reads otherwise, to the view pass; decoded characters go to
     /// the n-gram detector as soon as they are decoded.
     fn take_in(&mut self, delta: &str, at: usize, finishing: bool, found: &mut Vec<Finding>) {
-        let StreamScanner { rules, ctx, detectors, canon, raw, view, undecided, ngram, .. } = self;
+        let StreamScanner { rules, ctx, detectors, canon, raw, view, undecided, undecided_from, ngram, .. } = self;
         let live = rules.engine.live();
         undecided.push_str(delta);
-        let want_words = ngram.is_some();
-        let mut used = 0;
+        let has_words = ngram.is_some();
+        let mut want_words = has_words;
+        if want_words && !canon.is_json() && delta.is_ascii() {
+            // Plain ASCII reads as itself in the words view: the splitter takes it whole.
+            if let (Some(cfg), Some(st)) = (&detectors.ngram, ngram.as_mut()) {
+                st.feed_ascii(cfg, ctx, delta, at, found);
+            }
+            want_words = false;
+        }
+        let mut used = *undecided_from;
         let mut words = |d: Decoded| {
             if let (Some(cfg), Some(st)) = (&detectors.ngram, ngram.as_mut()) {
                 st.feed_char(cfg, ctx, d, found);
@@ -241,9 +258,16 @@ impl StreamScanner {
         };
         canon.feed(delta, at, want_words, &mut words, &mut pieces);
         if finishing {
-            canon.finish(want_words, &mut words, &mut pieces);
+            canon.finish(has_words, &mut words, &mut pieces);
         }
-        undecided.drain(..used.min(undecided.len()));
+        if used >= undecided.len() {
+            undecided.clear();
+            used = 0;
+        } else if used > 1024 {
+            undecided.drain(..used);
+            used = 0;
+        }
+        *undecided_from = used;
         if finishing {
             if let (Some(cfg), Some(st)) = (&detectors.ngram, ngram.as_mut()) {
                 st.finish(cfg, ctx, at + delta.len(), found);

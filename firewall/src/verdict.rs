@@ -147,6 +147,13 @@ mod tests {
     }
 
     #[test]
+    fn details_serialise_with_their_type() {
+        assert_eq!(serde_json::to_string(&Detail::Own).unwrap_or_default(), r#"{"type":"own"}"#);
+        let foreign = Detail::Foreign { owners: vec!["globex".into()], shared_by: 1 };
+        assert_eq!(serde_json::to_string(&foreign).unwrap_or_default(), r#"{"type":"foreign","owners":["globex"],"shared_by":1}"#);
+    }
+
+    #[test]
     fn actions_order_by_strength() {
         assert!(Action::Block > Action::Redact && Action::Redact > Action::Log && Action::Log > Action::Allow);
     }

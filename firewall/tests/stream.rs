@@ -29,6 +29,11 @@ fn corpus() -> Vec<String> {
         format!("sandbox {} {KEY}", "ж".repeat(62)),
         format!("sandbox {} {KEY}", "a".repeat(120)),
         format!("sandbox {} {KEY}", "a".repeat(121)),
+        // Disguises: the rules view finds what the raw text hides.
+        "раѕѕword = 'S3cr3t!Pa55w0rd' and ｄｂｋ_Ｑ2w3E4r5T6y7U8i9O0pA".into(),
+        "key: d\u{200B}bk_Q2w3E4r5T6y7U8i9O0pA\u{AD} and рос".into(),
+        "canary glоbex-canary-51D0E2 leaked, ＧＬＯＢＥＸ-CANARY-51d0e2 too".into(),
+        format!("sandbox\u{200B} {KEY} and ѕandbox {KEY}"),
     ]
 }
 
@@ -125,6 +130,8 @@ fn planted_text() -> impl Strategy<Value = String> {
         "hello ", "world. ", "Привет, мир! ", "password", " = ", "'S3cr3t!Pa55w0rd' ", KEY, " ", "dbk_", "blob:",
         "QUJDREVGR0hJSktMTU5PUFFSU1RV", "GLOBEX-CANARY-51d0e2", "\n", "x", "_", "token ", "EXAMPLE",
         "sandbox ", "filler filler filler filler filler filler filler ",
+        // Disguised and non-ASCII pieces: look-alikes, full-width forms, invisible characters.
+        "раѕѕ", "ｄｂｋ_", "\u{200B}", "\u{AD}", "ＡＫ", "а", "рос ", "Ｑ2w3E4r5T6y7U8i9O0pA", "glоbex-canary-51d0e2", "\u{202E}",
     ]);
     prop::collection::vec(pieces, 0..24).prop_map(|v| v.concat())
 }

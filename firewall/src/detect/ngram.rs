@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use siphasher::sip::SipHasher13;
 
-use crate::canon::{decode_plain, words_fold, Decoded, Kind};
+use crate::canon::{decode_plain, with_word_fold, words_fold, Decoded, Kind, WordFold};
 use crate::detect::ScanContext;
 use crate::verdict::{mask, Action, Detail, DetectorKind, Finding, Severity};
 
@@ -132,9 +132,57 @@ impl WordSplitter {
         if self.start.is_some() && self.raw_len + len > MAX_WORD_BYTES {
             self.flush(d.start, emit);
         }
-        words_fold(d.c, |f| self.folded(f, d.start, emit));
+        if self.escape != Escape::None || d.c == '\\' {
+            words_fold(d.c, |f| self.folded(f, d.start, emit));
+        } else if d.c.is_ascii() {
+            self.ascii(d.c as u8, d.start, emit);
+        } else {
+            with_word_fold(d.c, |w| match w {
+                WordFold::Removed => {}
+                WordFold::Boundary => self.flush(d.start, emit),
+                WordFold::Skip => {
+                    self.start.get_or_insert(d.start);
+                }
+                WordFold::Letters(s) => {
+                    self.start.get_or_insert(d.start);
+                    self.norm.push_str(s);
+                }
+                WordFold::Mixed => words_fold(d.c, |f| self.folded(f, d.start, emit)),
+            });
+        }
         if self.start.is_some() {
             self.raw_len += len;
+        }
+    }
+
+    /// Feeds plain ASCII text at raw offset `at`: what [`WordSplitter::feed_char`] does, one
+    /// byte at a time without the fold (most of what a model writes).
+    pub(crate) fn feed_ascii(&mut self, text: &str, at: usize, emit: &mut impl FnMut(Word)) {
+        for (i, &b) in text.as_bytes().iter().enumerate() {
+            let pos = at + i;
+            if self.escape != Escape::None || b == b'\\' {
+                self.feed_char(Decoded { c: char::from(b), start: pos, end: pos + 1, kind: Kind::Text }, emit);
+                continue;
+            }
+            if self.start.is_some() && self.raw_len + 1 > MAX_WORD_BYTES {
+                self.flush(pos, emit);
+            }
+            self.ascii(b, pos, emit);
+            if self.start.is_some() {
+                self.raw_len += 1;
+            }
+        }
+    }
+
+    /// An ASCII character outside any escape.
+    fn ascii(&mut self, b: u8, pos: usize, emit: &mut impl FnMut(Word)) {
+        if b.is_ascii_whitespace() || b == 0x0B || matches!(b, b'_' | b'-' | b'.' | b'/') {
+            self.flush(pos, emit);
+        } else {
+            self.start.get_or_insert(pos);
+            if b.is_ascii_alphanumeric() {
+                self.norm.push(char::from(b.to_ascii_lowercase()));
+            }
         }
     }
 
@@ -287,14 +335,30 @@ impl NgramState {
         NgramState { split: WordSplitter::default(), window: VecDeque::new(), n, count: 0, leads: Vec::new(), done: Vec::new() }
     }
 
+    /// Feeds plain ASCII text (not JSON) at raw offset `at`.
+    pub(crate) fn feed_ascii(&mut self, cfg: &NgramConfig, ctx: &ScanContext, text: &str, at: usize, out: &mut Vec<Finding>) {
+        let done = &mut self.done;
+        self.split.feed_ascii(text, at, &mut |w| done.push(w));
+        if !self.done.is_empty() {
+            let mut done = std::mem::take(&mut self.done);
+            for w in done.drain(..) {
+                self.on_word(cfg, ctx, w, out);
+            }
+            self.done = done;
+        }
+    }
+
     /// Feeds one decoded character of the text.
     pub(crate) fn feed_char(&mut self, cfg: &NgramConfig, ctx: &ScanContext, d: Decoded, out: &mut Vec<Finding>) {
-        let mut done = std::mem::take(&mut self.done);
+        let done = &mut self.done;
         self.split.feed_char(d, &mut |w| done.push(w));
-        for w in done.drain(..) {
-            self.on_word(cfg, ctx, w, out);
+        if !self.done.is_empty() {
+            let mut done = std::mem::take(&mut self.done);
+            for w in done.drain(..) {
+                self.on_word(cfg, ctx, w, out);
+            }
+            self.done = done;
         }
-        self.done = done;
     }
 
     pub(crate) fn finish(&mut self, cfg: &NgramConfig, ctx: &ScanContext, end: usize, out: &mut Vec<Finding>) {

@@ -82,6 +82,10 @@ pub fn release_until(text: &str, findings: &[Finding], cut: usize) -> String {
         if f.end <= at {
             continue;
         }
+        // A redaction that ran past the cut released nothing after it.
+        if at >= cut {
+            break;
+        }
         let a = f.start.max(at);
         out.push_str(&text[at..a]);
         out.push_str(&format!("[REDACTED:{}]", f.rule_id));
