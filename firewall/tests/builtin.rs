@@ -53,6 +53,22 @@ fn every_must_match_sample_streams_like_one_shot() {
     }
 }
 
+/// The same with each sample as the whole response: a cut-off token (the `-partial` rules)
+/// ends the stream, so its match is only complete at `finish`, and must still be found and
+/// never released.
+#[test]
+fn every_must_match_sample_streams_like_one_shot_when_it_ends_the_text() {
+    let rules = builtin();
+    let det = Arc::new(Detectors::default());
+    let ctx = ScanContext::new("acme");
+    for r in rules.rules() {
+        for s in &r.must_match {
+            assert!(!rules.scan(s).is_empty(), "rule `{}`: {s:?} found nothing", r.id);
+            check_chunking(&rules, &ctx, &det, s, &char_cuts(s));
+        }
+    }
+}
+
 /// Texts of the labelled corpus's records with planted secrets (configs and answers).
 fn secret_records() -> Vec<String> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus");
