@@ -19,13 +19,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use firewall::{Action, Detectors, EntropyConfig, NgramConfig, NgramKey, ProvenanceConfig, Ruleset};
+use firewall::{Detectors, EntropyConfig, NgramConfig, NgramKey, ProvenanceConfig, Ruleset};
 use sha2::{Digest, Sha256};
 
 use crate::api::ChatRequest;
-use crate::audit::{AuditContext, AuditRecord};
+use crate::audit::AuditRecord;
 use crate::config::{CanaryPlacement, Config, FailMode, StoreConfig};
-use crate::guard::Guard;
+use crate::response_guard::ResponseGuard;
 use crate::provenance::{ProvenanceIndex, ProvenanceSettings};
 use crate::stats::{Statistics, StatsSettings};
 use crate::store::{spawn_upkeep, RedisSettings, Role, Store, StoreError};
@@ -253,27 +253,15 @@ impl Protection {
         });
     }
 
-    /// After the response: learns from what was released and builds the audit record the
-    /// response needs, if any (a block, a redaction, or a failure that failed closed).
-    pub fn on_response(self: &Arc<Self>, response: &ResponseRecord, guard: &Guard) -> Option<AuditRecord> {
+    /// After the response: learns from what was released (its audit record is the
+    /// response guard's to build).
+    pub fn on_response(self: &Arc<Self>, tenant: &str, guard: &ResponseGuard) {
         for text in guard.released_texts() {
-            self.record(&response.tenant, Role::Received, text);
+            self.record(tenant, Role::Received, text);
         }
         for obs in guard.observations() {
-            self.stats.observe(&response.tenant, &obs);
+            self.stats.observe(tenant, &obs);
         }
-        let findings: Vec<firewall::Finding> = guard.findings().iter().map(|f| f.finding.clone()).collect();
-        let action = findings.iter().map(|f| f.action).filter(|a| *a > Action::Log).max();
-        let failed_closed = guard.failure().filter(|_| self.fail_mode(&response.tenant) == FailMode::Closed);
-        if action.is_none() && failed_closed.is_none() {
-            return None;
-        }
-        let ctx = AuditContext { tenant: response.tenant.clone(), model: response.model.clone(), request_id: response.request_id.clone() };
-        let record = AuditRecord::with_id(response.audit_id, ctx, action.unwrap_or(Action::Block), &findings, guard.released_bytes() as u64);
-        Some(match failed_closed {
-            Some(reason) => record.failed_closed(reason),
-            None => record,
-        })
     }
 
     /// Writes `record` to the audit log; `Ok` once it is durable (and then announced to

@@ -1,59 +1,73 @@
-//! The firewall on the response path: sits between a backend's event stream and the relay,
-//! and lets through only text the firewall released.
+//! The response guard: the one place that decides what of a response may reach its client.
 //!
-//! One [`StreamScanner`] per channel of each choice (content, refusal, each tool call's
-//! arguments). Invariants:
+//! One [`ResponseGuard`] per response, built from the current rules snapshot, the
+//! detectors, the tenant's [`ScanContext`], its fail mode and the configured holdback
+//! limit ([`GuardSettings`]). Every field of every choice passes through it, streamed or
+//! not, from the engine or an upstream; what it returns is all the relay writes. When the
+//! response ends, [`finish`] turns its outcome (findings, a firewall failure, a backend
+//! error, the released text) into metrics, one log line each and the audit record.
+//!
+//! Files: `channel.rs` (a streamed channel: content, refusal, tool-call arguments, and the
+//! one place their scanners are built), `logprobs.rs` (which logprob entries leave, rebuilt),
+//! `fields.rs` (one-shot scans of short fields: tool-call ids, types and names, metadata),
+//! `finish.rs` (the outcome: metrics, logging, audit).
+//!
+//! Invariants:
 //! - a delta carries only released text; held text waits for a later event or the end;
-//! - a `logprobs` entry leaves only once the text of its token has been released, and an
-//!   entry whose token was redacted is stripped of its token text, so the token-level
-//!   channel cannot leak what the text channel held back;
+//! - every string in a delta was judged: streamed text by its channel's scanner, short
+//!   fields one-shot, logprob entries rebuilt from their typed fields (see `logprobs.rs`);
+//!   `role` is always `assistant` and a `finish_reason` is one of OpenAI's;
 //! - a block ends its choice with `finish_reason: "content_filter"`; nothing of that
-//!   choice follows, and once every choice is done the backend is dropped (stopped);
-//! - a scanner that fails (panics) fails closed — its choice is blocked — unless the
-//!   tenant's `fail_mode` is `open`, in which case the channel passes unscanned from then
-//!   on, text held at the failure included (recorded in [`Guard::failure`] either way).
+//!   choice follows, and once every choice is done the backend can be dropped (stopped);
+//! - the tenant's fail mode is consulted in [`ResponseGuard::fail`] only: a scanner that
+//!   fails (panics), or an audit record that is lost, blocks (closed) or lets the channel
+//!   pass unscanned from then on, held text included (open).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::panic::{catch_unwind, AssertUnwindSafe};
+mod channel;
+mod fields;
+mod finish;
+mod logprobs;
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use firewall::detect::Observations;
 use firewall::{Action, Detectors, Finding, Ruleset, ScanContext, Step, StreamScanner, TokenSignals};
-use serde_json::Value;
 
 use crate::api::response::{FunctionChunk, ToolCallChunk};
-use crate::backend::{BackendEvent, ChoiceDelta};
+use crate::backend::{BackendEvent, ChoiceDelta, TokenLogprob};
 use crate::config::FailMode;
+use crate::error::ApiError;
+use channel::{Channel, ChannelScan};
+use fields::CallHeader;
+
+pub use finish::{Delivery, Finisher};
 
 /// The `finish_reason` of a blocked choice.
 pub const CONTENT_FILTER: &str = "content_filter";
 
-/// Most released text kept for fingerprinting the response (the rest is not recorded).
-const MAX_RECORDED_BYTES: usize = 1 << 20;
+/// The only role a choice speaks with.
+const ASSISTANT: &str = "assistant";
 
-/// Which text of a choice a scanner watches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Channel {
-    Content,
-    Refusal,
-    ToolArguments(u32),
+/// What a response's guard is built from.
+#[derive(Clone)]
+pub struct GuardSettings {
+    pub rules: Arc<Ruleset>,
+    pub detectors: Arc<Detectors>,
+    pub ctx: ScanContext,
+    pub fail_mode: FailMode,
+    /// `[firewall] max_holdback_bytes`: given to every scanner.
+    pub max_holdback_bytes: usize,
+    /// Number of choices the request asked for.
+    pub choices: u32,
 }
 
-/// One scanned channel and the logprob entries waiting for its text to be released.
-struct Scanned {
-    scanner: StreamScanner,
-    /// Raw bytes pushed so far.
-    pushed: usize,
-    /// (raw end offset of the token, entry) in order; content channel only.
-    pending_logprobs: VecDeque<(usize, Value)>,
-    /// Raw spans redacted so far.
-    redacted: Vec<(usize, usize)>,
-    /// Raw text pushed but not yet released (what a fail-open channel still owes).
-    held: String,
-    /// The scanner failed and the tenant fails open: text passes unscanned.
-    bypass: bool,
-    /// What was released, for the provenance index (capped).
-    released: String,
+impl GuardSettings {
+    /// Settings with the defaults a test or a tool wants: fail closed, the firewall's
+    /// default holdback, one choice.
+    pub fn new(rules: Arc<Ruleset>, ctx: ScanContext, detectors: Arc<Detectors>) -> GuardSettings {
+        GuardSettings { rules, detectors, ctx, fail_mode: FailMode::Closed, max_holdback_bytes: firewall::MAX_HOLDBACK_BYTES, choices: 1 }
+    }
 }
 
 /// A finding with the choice it was made in.
@@ -63,49 +77,54 @@ pub struct ChoiceFinding {
     pub finding: Finding,
 }
 
+/// The firewall failed on this response, and how the tenant's fail mode took it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub reason: String,
+    pub mode: FailMode,
+}
+
 /// The firewall state of one response.
-pub struct Guard {
-    rules: Arc<Ruleset>,
-    ctx: ScanContext,
-    detectors: Arc<Detectors>,
-    channels: BTreeMap<(u32, Channel), Scanned>,
+pub struct ResponseGuard {
+    settings: GuardSettings,
+    channels: BTreeMap<(u32, Channel), ChannelScan>,
+    /// (choice, tool call index) -> its header.
+    calls: BTreeMap<(u32, u32), CallHeader>,
     /// Choices the firewall stopped.
     blocked: BTreeSet<u32>,
     /// Choices that ended (by the backend or by a block).
     finished: BTreeSet<u32>,
-    /// Number of choices the request asked for.
-    choices: u32,
     findings: Vec<ChoiceFinding>,
     released_bytes: usize,
-    fail_mode: FailMode,
-    /// Why a scanner failed, if one did.
-    failure: Option<String>,
+    failure: Option<Failure>,
+    /// The error that ended the backend's events, if one did.
+    backend_error: Option<ApiError>,
 }
 
-impl Guard {
-    pub fn new(rules: Arc<Ruleset>, ctx: ScanContext, detectors: Arc<Detectors>, choices: u32) -> Guard {
-        Guard::with_fail_mode(rules, ctx, detectors, choices, FailMode::Closed)
-    }
-
-    pub fn with_fail_mode(rules: Arc<Ruleset>, ctx: ScanContext, detectors: Arc<Detectors>, choices: u32, fail_mode: FailMode) -> Guard {
-        Guard {
-            rules,
-            ctx,
-            detectors,
+impl ResponseGuard {
+    pub fn new(mut settings: GuardSettings) -> ResponseGuard {
+        settings.choices = settings.choices.max(1);
+        ResponseGuard {
+            settings,
             channels: BTreeMap::new(),
+            calls: BTreeMap::new(),
             blocked: BTreeSet::new(),
             finished: BTreeSet::new(),
-            choices: choices.max(1),
             findings: Vec::new(),
             released_bytes: 0,
-            fail_mode,
             failure: None,
+            backend_error: None,
         }
     }
 
-    /// Why a scanner failed on this response, if one did.
-    pub fn failure(&self) -> Option<&str> {
-        self.failure.as_deref()
+    /// The firewall's failure on this response, if it had one.
+    pub fn failure(&self) -> Option<&Failure> {
+        self.failure.as_ref()
+    }
+
+    /// The error that ended the backend's events, if one did.
+    pub fn backend_error(&self) -> Option<&ApiError> {
+        self.backend_error.as_ref()
     }
 
     /// The text released to the client, one string per choice and channel (each capped),
@@ -117,7 +136,7 @@ impl Guard {
     /// What each content channel's scanner observed (character entropy, surprisal,
     /// predictive entropy), for the tenant's statistics.
     pub fn observations(&self) -> impl Iterator<Item = Observations> + '_ {
-        self.channels.iter().filter(|((_, ch), _)| *ch == Channel::Content).map(|(_, s)| s.scanner.observations())
+        self.channels.iter().filter(|((_, ch), _)| *ch == Channel::Content).map(|(_, s)| s.observations())
     }
 
     /// Every finding so far (log, redact and block).
@@ -137,7 +156,21 @@ impl Guard {
 
     /// True once every requested choice has ended: the backend can be stopped.
     pub fn all_finished(&self) -> bool {
-        self.finished.len() >= self.choices as usize
+        self.finished.len() >= self.settings.choices as usize
+    }
+
+    /// Records the error that ended the backend's events (reported by [`finish`]).
+    pub fn backend_failed(&mut self, error: &ApiError) {
+        self.backend_error.get_or_insert_with(|| error.clone());
+    }
+
+    /// The firewall failed on this response: the one place the tenant's fail mode is
+    /// consulted. Returns how to take it: `Closed` blocks what was in question, `Open`
+    /// lets it through unscanned.
+    pub fn fail(&mut self, reason: String) -> FailMode {
+        let mode = self.settings.fail_mode;
+        self.failure.get_or_insert(Failure { reason, mode });
+        mode
     }
 
     /// The events to relay for one backend event.
@@ -151,7 +184,7 @@ impl Guard {
                 let mut out = self.flush_choice(index);
                 if !self.finished.contains(&index) {
                     self.finished.insert(index);
-                    out.push(BackendEvent::Finish { index, reason });
+                    out.push(BackendEvent::Finish { index, reason: fields::finish_reason(reason) });
                 }
                 out
             }
@@ -160,19 +193,21 @@ impl Guard {
 
     /// Flushes every choice the backend left open (its stream ended without a finish).
     pub fn finish_all(&mut self) -> Vec<BackendEvent> {
-        let open: BTreeSet<u32> = self.channels.keys().map(|(c, _)| *c).filter(|c| !self.finished.contains(c)).collect();
+        let open: BTreeSet<u32> = self
+            .channels
+            .keys()
+            .map(|(c, _)| *c)
+            .chain(self.calls.keys().map(|(c, _)| *c))
+            .filter(|c| !self.finished.contains(c))
+            .collect();
         open.into_iter().flat_map(|c| self.flush_choice(c)).collect()
     }
 
     fn delta(&mut self, d: ChoiceDelta) -> Vec<BackendEvent> {
         let index = d.index;
-        let mut out = ChoiceDelta { index, role: d.role, ..ChoiceDelta::default() };
-        let mut logprobs = d.logprobs.into_iter();
+        let mut out = ChoiceDelta { index, role: d.role.map(|_| ASSISTANT.to_owned()), ..ChoiceDelta::default() };
         if let Some(text) = d.content {
-            // Each delta from the engine is one token with its one entry; from an upstream,
-            // a delta's entries cover its text, so the last one ends where the text ends.
-            let entries: Vec<Value> = logprobs.by_ref().collect();
-            let step = self.push(index, Channel::Content, &text, entries, d.signals.as_ref());
+            let step = self.push(index, Channel::Content, &text, d.logprobs, d.signals.as_ref());
             if self.absorb_step(index, Channel::Content, step, &mut out) {
                 return self.blocked_events(index, out);
             }
@@ -184,19 +219,8 @@ impl Guard {
             }
         }
         for call in d.tool_calls {
-            let mut fragment = ToolCallChunk { function: FunctionChunk { name: call.function.name, arguments: None }, ..call };
-            if let Some(args) = call.function.arguments {
-                let channel = Channel::ToolArguments(call.index);
-                let step = self.push(index, channel, &args, Vec::new(), None);
-                let released = step.release.clone();
-                let stop = self.absorb_step(index, channel, step, &mut out);
-                fragment.function.arguments = Some(released);
-                out.tool_calls.push(fragment);
-                if stop {
-                    return self.blocked_events(index, out);
-                }
-            } else {
-                out.tool_calls.push(fragment);
+            if self.tool_call(index, call, &mut out) {
+                return self.blocked_events(index, out);
             }
         }
         if is_empty_delta(&out) {
@@ -206,35 +230,45 @@ impl Guard {
         }
     }
 
-    fn scanned(&mut self, index: u32, channel: Channel) -> &mut Scanned {
-        let (rules, ctx, detectors) = (&self.rules, &self.ctx, &self.detectors);
-        self.channels.entry((index, channel)).or_insert_with(|| Scanned {
-            scanner: StreamScanner::new(rules.clone(), ctx.clone(), detectors.clone()),
-            pushed: 0,
-            pending_logprobs: VecDeque::new(),
-            redacted: Vec::new(),
-            held: String::new(),
-            bypass: false,
-            released: String::new(),
-        })
+    /// One tool-call fragment: its header is held until the call's first `arguments`
+    /// fragment, its arguments are scanned as they stream. True when it blocked.
+    fn tool_call(&mut self, index: u32, call: ToolCallChunk, out: &mut ChoiceDelta) -> bool {
+        self.calls.entry((index, call.index)).or_default().absorb(&call);
+        let Some(mut fragment) = self.release_header(index, call.index, call.function.arguments.is_some()) else {
+            return true;
+        };
+        let mut blocked = false;
+        if let Some(args) = call.function.arguments {
+            let channel = Channel::ToolArguments(call.index);
+            let step = self.push(index, channel, &args, Vec::new(), None);
+            let released = step.release.clone();
+            blocked = self.absorb_step(index, channel, step, out);
+            // An empty fragment is sent only with the header it belongs to.
+            if !released.is_empty() || !is_empty_call(&fragment) {
+                fragment.function.arguments = Some(released);
+            }
+        }
+        if !is_empty_call(&fragment) {
+            out.tool_calls.push(fragment);
+        }
+        blocked
     }
 
-    fn push(&mut self, index: u32, channel: Channel, text: &str, entries: Vec<Value>, signals: Option<&TokenSignals>) -> Step {
+    fn channel(&mut self, index: u32, channel: Channel) -> &mut ChannelScan {
+        let settings = &self.settings;
+        self.channels.entry((index, channel)).or_insert_with(|| ChannelScan::new(settings, channel))
+    }
+
+    fn push(&mut self, index: u32, channel: Channel, text: &str, entries: Vec<TokenLogprob>, signals: Option<&TokenSignals>) -> Step {
         // An upstream's logprobs give per-token signals too, when its entries spell the text.
         let tokens = match signals {
-            None => upstream_tokens(text, &entries),
+            None => logprobs::upstream_tokens(text, &entries),
             Some(_) => Vec::new(),
         };
-        let s = self.scanned(index, channel);
+        let s = self.channel(index, channel);
         let start = s.pushed;
         s.pushed += text.len();
-        let count = entries.len();
-        let mut offset = start;
-        for (i, entry) in entries.into_iter().enumerate() {
-            let token_len = entry.get("token").and_then(Value::as_str).map_or(0, str::len);
-            offset = if i + 1 == count { s.pushed } else { (offset + token_len).min(s.pushed) };
-            s.pending_logprobs.push_back((offset, entry));
-        }
+        s.pending_logprobs.extend(logprobs::place(text, start, entries));
         if !tokens.is_empty() {
             let mut step = Step { release: String::new(), findings: Vec::new(), action: Action::Allow };
             for (piece, signals) in &tokens {
@@ -251,66 +285,33 @@ impl Guard {
         })
     }
 
-    /// Runs one scanner call, keeping `held` in step with it and containing a failure.
+    /// Runs one scanner call; a failure is taken as the tenant's fail mode says.
     fn scan(&mut self, index: u32, channel: Channel, text: &str, call: impl FnOnce(&mut StreamScanner) -> Step) -> Step {
-        let fail_mode = self.fail_mode;
-        let s = self.scanned(index, channel);
-        if s.bypass {
-            return Step { release: text.to_owned(), findings: Vec::new(), action: Action::Log };
-        }
-        s.held.push_str(text);
-        match catch_unwind(AssertUnwindSafe(|| call(&mut s.scanner))) {
-            Ok(step) => {
-                let held = s.scanner.held_bytes().min(s.held.len());
-                let cut = s.held.len() - held;
-                // `held_bytes` counts raw bytes at the end: always a char boundary of the
-                // pushed text; if it is not, keep everything (never a broken string).
-                if s.held.is_char_boundary(cut) {
-                    s.held.drain(..cut);
-                }
-                step
-            }
-            Err(panic) => {
-                let reason = panic
-                    .downcast_ref::<&str>()
-                    .map(|m| (*m).to_owned())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "unknown panic".to_owned());
-                let owed = std::mem::take(&mut s.held);
-                let step = match fail_mode {
-                    FailMode::Closed => Step { release: String::new(), findings: Vec::new(), action: Action::Block },
-                    FailMode::Open => {
-                        s.bypass = true;
-                        Step { release: owed, findings: Vec::new(), action: Action::Log }
-                    }
-                };
-                tracing::error!(choice = index, fail_mode = ?fail_mode, %reason, "the firewall failed on a response");
-                self.failure.get_or_insert_with(|| format!("firewall failed: {reason}"));
-                step
-            }
+        match self.channel(index, channel).scan(text, call) {
+            Ok(step) => step,
+            Err(reason) => match self.fail(reason) {
+                FailMode::Closed => Step { release: String::new(), findings: Vec::new(), action: Action::Block },
+                FailMode::Open => Step { release: self.channel(index, channel).bypass(), findings: Vec::new(), action: Action::Log },
+            },
         }
     }
 
     /// Folds a step's release and findings into `out`; true when the step blocked.
     fn absorb_step(&mut self, index: u32, channel: Channel, step: Step, out: &mut ChoiceDelta) -> bool {
         self.released_bytes += step.release.len();
-        let recorded = &mut self.scanned(index, channel).released;
-        if recorded.len() + step.release.len() <= MAX_RECORDED_BYTES {
-            recorded.push_str(&step.release);
-        }
-        for f in &step.findings {
-            if f.action == Action::Redact {
-                self.scanned(index, channel).redacted.push((f.start, f.end));
-            }
-        }
+        let s = self.channel(index, channel);
+        s.record(&step.release);
+        s.redacted.extend(step.findings.iter().filter(|f| f.action == Action::Redact).map(|f| (f.start, f.end)));
         self.findings.extend(step.findings.into_iter().map(|finding| ChoiceFinding { choice: index, finding }));
-        let blocked = step.action == Action::Block;
+        let mut blocked = step.action == Action::Block;
         match channel {
             Channel::Content => {
                 if !step.release.is_empty() {
                     out.content.get_or_insert_with(String::new).push_str(&step.release);
                 }
-                out.logprobs.extend(self.releasable_logprobs(index, blocked));
+                let (entries, entry_blocked) = self.release_logprobs(index, blocked);
+                out.logprobs.extend(entries);
+                blocked |= entry_blocked;
             }
             Channel::Refusal => {
                 if !step.release.is_empty() {
@@ -325,49 +326,23 @@ impl Guard {
         blocked
     }
 
-    /// Logprob entries whose token text is now fully released (none after a block).
-    fn releasable_logprobs(&mut self, index: u32, blocked: bool) -> Vec<Value> {
-        let s = self.scanned(index, Channel::Content);
-        if blocked {
-            s.pending_logprobs.clear();
-            return Vec::new();
-        }
-        let released_to = s.pushed - s.scanner.held_bytes();
-        let mut out = Vec::new();
-        let mut token_start = 0;
-        while let Some((end, _)) = s.pending_logprobs.front() {
-            if *end > released_to {
-                break;
-            }
-            let end = *end;
-            let Some((_, mut entry)) = s.pending_logprobs.pop_front() else { break };
-            let start = end.saturating_sub(entry.get("token").and_then(Value::as_str).map_or(0, str::len)).max(token_start);
-            if s.redacted.iter().any(|(a, b)| start < *b && *a < end) {
-                entry = redacted_entry(&entry);
-            }
-            token_start = end;
-            out.push(entry);
-        }
-        out
-    }
-
     /// Ends every channel of a choice; the released remainder (or a block) follows.
     fn flush_choice(&mut self, index: u32) -> Vec<BackendEvent> {
-        let channels: Vec<Channel> = self.channels.keys().filter(|(c, _)| *c == index).map(|(_, ch)| *ch).collect();
         let mut out = ChoiceDelta { index, ..ChoiceDelta::default() };
+        for call in self.unannounced_calls(index) {
+            match self.release_header(index, call, true) {
+                Some(header) if !is_empty_call(&header) => out.tool_calls.push(header),
+                Some(_) => {}
+                None => return self.blocked_events(index, out),
+            }
+        }
+        let channels: Vec<Channel> = self.channels.keys().filter(|(c, _)| *c == index).map(|(_, ch)| *ch).collect();
         for channel in channels {
             let step = self.scan(index, channel, "", StreamScanner::finish);
             let released = step.release.clone();
             let stop = self.absorb_step(index, channel, step, &mut out);
-            if let Channel::ToolArguments(call) = channel {
-                if !released.is_empty() {
-                    out.tool_calls.push(ToolCallChunk {
-                        index: call,
-                        id: None,
-                        kind: None,
-                        function: FunctionChunk { name: None, arguments: Some(released) },
-                    });
-                }
+            if let (Channel::ToolArguments(call), false) = (channel, released.is_empty()) {
+                out.tool_calls.push(ToolCallChunk { index: call, id: None, kind: None, function: FunctionChunk { name: None, arguments: Some(released) } });
             }
             if stop {
                 return self.blocked_events(index, out);
@@ -382,6 +357,7 @@ impl Guard {
 
     /// What precedes the match, then the choice's end.
     fn blocked_events(&mut self, index: u32, released: ChoiceDelta) -> Vec<BackendEvent> {
+        self.blocked.insert(index);
         self.finished.insert(index);
         let mut out = Vec::new();
         if !is_empty_delta(&released) {
@@ -392,47 +368,12 @@ impl Guard {
     }
 }
 
-/// The (token text, signals) of an upstream delta whose logprob entries spell its text
-/// exactly; empty otherwise (the text is then scanned as plain text). The predictive
-/// entropy comes from `top_logprobs` (the probability left outside them counted as one
-/// more outcome, so it is a lower bound).
-fn upstream_tokens(text: &str, entries: &[Value]) -> Vec<(String, TokenSignals)> {
-    let tokens: Vec<(&str, f64)> = entries
-        .iter()
-        .filter_map(|e| Some((e.get("token")?.as_str()?, e.get("logprob")?.as_f64()?)))
-        .collect();
-    if tokens.is_empty() || tokens.len() != entries.len() || tokens.iter().map(|(t, _)| t.len()).sum::<usize>() != text.len() {
-        return Vec::new();
-    }
-    if tokens.iter().map(|(t, _)| *t).collect::<String>() != text {
-        return Vec::new();
-    }
-    tokens
-        .into_iter()
-        .zip(entries)
-        .map(|((token, logprob), entry)| {
-            let top: Vec<f64> = entry
-                .get("top_logprobs")
-                .and_then(Value::as_array)
-                .map(|t| t.iter().filter_map(|x| x.get("logprob").and_then(Value::as_f64)).map(f64::exp).collect())
-                .unwrap_or_default();
-            let entropy = (!top.is_empty()).then(|| {
-                let rest = (1.0 - top.iter().sum::<f64>()).max(0.0);
-                top.iter().chain(std::iter::once(&rest)).filter(|p| **p > 0.0).map(|p| -p * p.ln()).sum::<f64>()
-            });
-            (token.to_owned(), TokenSignals { logprob: Some(logprob), entropy, owners: Vec::new() })
-        })
-        .collect()
-}
-
 fn is_empty_delta(d: &ChoiceDelta) -> bool {
     d.role.is_none() && d.content.is_none() && d.refusal.is_none() && d.tool_calls.is_empty() && d.logprobs.is_empty()
 }
 
-/// A logprob entry with its token text removed (the token was redacted).
-fn redacted_entry(entry: &Value) -> Value {
-    let logprob = entry.get("logprob").cloned().unwrap_or(Value::Null);
-    serde_json::json!({"token": "", "logprob": logprob, "bytes": [], "top_logprobs": []})
+fn is_empty_call(c: &ToolCallChunk) -> bool {
+    c.id.is_none() && c.kind.is_none() && c.function.name.is_none() && c.function.arguments.is_none()
 }
 
 #[cfg(test)]
@@ -465,9 +406,13 @@ must_match = ["rid_12345678"]
 must_not_match = ["rid_1"]
 "#;
 
-    fn guard(choices: u32) -> Guard {
+    fn settings() -> GuardSettings {
         let rules = Ruleset::load_sources(&[("test.toml".into(), RULES.into())], Default::default()).expect("test rules load");
-        Guard::new(Arc::new(rules), ScanContext::new("acme"), Arc::new(Detectors::default()), choices)
+        GuardSettings::new(Arc::new(rules), ScanContext::new("acme"), Arc::new(Detectors::default()))
+    }
+
+    fn guard(choices: u32) -> ResponseGuard {
+        ResponseGuard::new(GuardSettings { choices, ..settings() })
     }
 
     fn text(index: u32, s: &str) -> BackendEvent {
@@ -484,7 +429,7 @@ must_not_match = ["rid_1"]
             .collect()
     }
 
-    fn run(g: &mut Guard, chunks: &[&str]) -> Vec<BackendEvent> {
+    fn run(g: &mut ResponseGuard, chunks: &[&str]) -> Vec<BackendEvent> {
         let mut out = Vec::new();
         for c in chunks {
             out.extend(g.apply(text(0, c)));
@@ -522,13 +467,13 @@ must_not_match = ["rid_1"]
     #[test]
     fn logprobs_wait_for_their_text_and_redacted_tokens_lose_it() {
         let mut g = guard(1);
-        let entry = |t: &str| serde_json::json!({"token": t, "logprob": -0.1, "bytes": t.as_bytes(), "top_logprobs": []});
+        let entry = |t: &str| TokenLogprob { token: t.into(), logprob: -0.1, top_logprobs: Vec::new() };
         let mut out = Vec::new();
         for t in ["id ", "rid_", "12345678", " ok"] {
             out.extend(g.apply(BackendEvent::Delta(ChoiceDelta { index: 0, content: Some(t.into()), logprobs: vec![entry(t)], ..Default::default() })));
         }
         out.extend(g.apply(BackendEvent::Finish { index: 0, reason: "stop".into() }));
-        let entries: Vec<Value> = out
+        let entries: Vec<TokenLogprob> = out
             .iter()
             .flat_map(|e| match e {
                 BackendEvent::Delta(d) => d.logprobs.clone(),
@@ -536,7 +481,7 @@ must_not_match = ["rid_1"]
             })
             .collect();
         assert_eq!(entries.len(), 4);
-        let tokens: Vec<&str> = entries.iter().map(|e| e["token"].as_str().unwrap()).collect();
+        let tokens: Vec<&str> = entries.iter().map(|e| e.token.as_str()).collect();
         assert_eq!(tokens, ["id ", "", "", " ok"]);
     }
 
@@ -549,8 +494,8 @@ must_not_match = ["rid_1"]
             }
         }
         let detectors = Detectors { entropy: Some(firewall::EntropyConfig::new(Arc::new(NoBaseline))), ..Detectors::default() };
-        let mut g = Guard::new(Arc::new(Ruleset::empty()), ScanContext::new("acme"), Arc::new(detectors), 1);
-        let entry = |t: &str, lp: f64| serde_json::json!({"token": t, "logprob": lp, "top_logprobs": [{"token": t, "logprob": lp}]});
+        let mut g = ResponseGuard::new(GuardSettings::new(Arc::new(Ruleset::empty()), ScanContext::new("acme"), Arc::new(detectors)));
+        let entry = |t: &str, lp: f64| TokenLogprob { token: t.into(), logprob: lp, top_logprobs: vec![crate::backend::TopLogprob { token: t.into(), logprob: lp }] };
         let delta = ChoiceDelta { index: 0, content: Some("Hello world".into()), logprobs: vec![entry("Hello", -0.5), entry(" world", -1.5)], ..Default::default() };
         let mut out = g.apply(BackendEvent::Delta(delta));
         out.extend(g.apply(BackendEvent::Finish { index: 0, reason: "stop".into() }));
@@ -560,7 +505,7 @@ must_not_match = ["rid_1"]
         assert!((obs[0].surprisal.mean - 1.0).abs() < 1e-9);
         assert_eq!(obs[0].predictive_entropy.count, 2);
         // Entries that do not spell the text leave it plain text.
-        assert!(upstream_tokens("Hello", &[entry("Help", -0.1)]).is_empty());
+        assert!(logprobs::upstream_tokens("Hello", &[entry("Help", -0.1)]).is_empty());
     }
 
     #[test]
@@ -597,9 +542,10 @@ must_not_match = ["rid_1"]
         }
     }
 
-    fn broken_guard(mode: FailMode) -> Guard {
+    fn broken_guard(mode: FailMode) -> ResponseGuard {
         let detectors = Detectors { ngram: Some(firewall::NgramConfig::new(firewall::NgramKey([0; 16]), Arc::new(Broken))), ..Detectors::default() };
-        Guard::with_fail_mode(Arc::new(Ruleset::empty()), ScanContext::new("acme"), Arc::new(detectors), 1, mode)
+        let settings = GuardSettings::new(Arc::new(Ruleset::empty()), ScanContext::new("acme"), Arc::new(detectors));
+        ResponseGuard::new(GuardSettings { fail_mode: mode, ..settings })
     }
 
     #[test]
@@ -608,7 +554,7 @@ must_not_match = ["rid_1"]
         let out = run(&mut g, &["one two three four ", "five six seven eight nine ten"]);
         assert!(!released(&out).contains("eight"), "{}", released(&out));
         assert!(matches!(out.last(), Some(BackendEvent::Finish { reason, .. }) if reason == CONTENT_FILTER));
-        assert!(g.failure().is_some_and(|f| f.contains("index corrupted")));
+        assert!(g.failure().is_some_and(|f| f.reason.contains("index corrupted") && f.mode == FailMode::Closed));
     }
 
     #[test]
