@@ -400,7 +400,22 @@ mod tests {
 
     #[tokio::test]
     async fn collect_fails_whole_on_error() {
-        let r = collect(meta(false), backend(vec![text(0, "a"), Err(ApiError::GatewayTimeout("slow".into()))]), &mut open_guard(1)).await;
+        let mut guard = open_guard(1);
+        let r = collect(meta(false), backend(vec![text(0, "a"), Err(ApiError::GatewayTimeout("slow".into()))]), &mut guard).await;
         assert_eq!(r.unwrap_err().status(), 504);
+        assert_eq!(guard.backend_error().map(ApiError::kind), Some("upstream_error"), "the guard's outcome holds it");
+    }
+
+    #[tokio::test]
+    async fn an_upstream_error_event_goes_out_as_its_fixed_message_and_is_recorded() {
+        let error = ApiError::UpstreamFailed { status: None, request_id: "req-5".into(), detail: "upstream message GLOB**** (20 chars)".into() };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let on_end: OnEnd = Box::new(move |g| {
+            let _ = tx.send(g.backend_error().map(|e| e.status().as_u16()));
+        });
+        let body: Vec<_> = sse_body(meta(false), backend(vec![text(0, "a"), Err(error)]), open_guard(1), on_end).collect().await;
+        let text: String = body.into_iter().map(|b| String::from_utf8(b.unwrap().to_vec()).unwrap()).collect();
+        assert!(text.contains("req-5") && !text.contains("GLOB") && !text.contains("[DONE]"), "{text}");
+        assert_eq!(rx.recv().unwrap(), Some(502));
     }
 }

@@ -404,6 +404,23 @@ keywords = ["rid_"]
 tags = ["test"]
 must_match = ["rid_12345678"]
 must_not_match = ["rid_1"]
+
+[[rule]]
+id = "test-long"
+description = "a match that can grow long"
+severity = "high"
+action = "block"
+regex = '''\b(long_[a-z]{8,})\b'''
+secret_group = 1
+keywords = ["long_"]
+tags = ["test"]
+must_match = ["long_abcdefgh"]
+must_not_match = ["long_abc"]
+
+[[canary]]
+id = "globex-canary"
+owner = "globex"
+strings = ["GLOBEX-CANARY-5d1e2b"]
 "#;
 
     fn settings() -> GuardSettings {
@@ -574,5 +591,219 @@ must_not_match = ["rid_1"]
         assert!(!g.all_finished());
         let out = g.apply(text(1, "fine text "));
         assert_eq!(released(&out), "fine text ");
+    }
+
+    /// Another tenant's canary (the guard answers acme) and a secret of a block rule.
+    const LEAKS: [&str; 2] = ["GLOBEX-CANARY-5d1e2b", "tok_q8w7e6r5t4y3u2i1"];
+
+    fn entry(token: &str, top: &[&str]) -> TokenLogprob {
+        let top_logprobs = top.iter().map(|t| crate::backend::TopLogprob { token: (*t).into(), logprob: -2.0 }).collect();
+        TokenLogprob { token: token.into(), logprob: -0.25, top_logprobs }
+    }
+
+    fn call(id: &str, kind: &str, name: &str, arguments: &str) -> ToolCallChunk {
+        ToolCallChunk { index: 0, id: Some(id.into()), kind: Some(kind.into()), function: FunctionChunk { name: Some(name.into()), arguments: Some(arguments.into()) } }
+    }
+
+    fn delta(d: ChoiceDelta) -> Result<BackendEvent, ApiError> {
+        Ok(BackendEvent::Delta(d))
+    }
+
+    /// A backend answer with `leak` placed in one channel: (channel, events, fingerprint).
+    fn placed(channel: &str, leak: &str) -> (Vec<Result<BackendEvent, ApiError>>, Option<String>) {
+        let content = |text: &str, logprobs| delta(ChoiceDelta { index: 0, role: Some("assistant".into()), content: Some(text.into()), logprobs, ..Default::default() });
+        let tools = |c| delta(ChoiceDelta { index: 0, tool_calls: vec![c], ..Default::default() });
+        let mut fingerprint = Some("fp_44709d6fcb".to_owned());
+        let mut events = match channel {
+            "logprob token" => vec![content("Hello world", vec![entry("Hello", &[]), entry(leak, &[])])],
+            "top_logprobs token" => vec![content("Hello", vec![entry("Hello", &["Hi", leak])])],
+            "tool-call name" => vec![tools(call("call_1", "function", leak, "{}"))],
+            "tool-call id" => vec![tools(call(leak, "function", "lookup", "{}"))],
+            "tool-call type" => vec![tools(call("call_1", leak, "lookup", "{}"))],
+            "tool-call name in fragments" => {
+                let (a, b) = leak.split_at(leak.len() / 2);
+                let head = ToolCallChunk { index: 0, id: Some("call_1".into()), kind: None, function: FunctionChunk { name: Some(a.into()), arguments: None } };
+                let tail = ToolCallChunk { index: 0, id: None, kind: None, function: FunctionChunk { name: Some(b.into()), arguments: Some("{}".into()) } };
+                vec![tools(head), tools(tail)]
+            }
+            "refusal" => vec![delta(ChoiceDelta { index: 0, refusal: Some(format!("I cannot share {leak} here.")), ..Default::default() })],
+            "system_fingerprint" => {
+                fingerprint = Some(format!("fp_{leak}"));
+                vec![content("Hello", Vec::new())]
+            }
+            other => panic!("no channel {other}"),
+        };
+        events.push(Ok(BackendEvent::Finish { index: 0, reason: "stop".into() }));
+        (events, fingerprint)
+    }
+
+    const CHANNELS: [&str; 8] = [
+        "logprob token",
+        "top_logprobs token",
+        "tool-call name",
+        "tool-call id",
+        "tool-call type",
+        "tool-call name in fragments",
+        "refusal",
+        "system_fingerprint",
+    ];
+
+    fn backend(events: Vec<Result<BackendEvent, ApiError>>, fingerprint: Option<String>) -> crate::backend::BackendResponse {
+        crate::backend::BackendResponse { system_fingerprint: fingerprint, events: Box::pin(futures::stream::iter(events)) }
+    }
+
+    fn meta() -> crate::relay::ResponseMeta {
+        crate::relay::ResponseMeta { id: "chatcmpl-1".into(), created: 1, model: "m".into(), include_usage: false }
+    }
+
+    /// What a client receives, as raw bytes (the whole SSE body, or the JSON object), and
+    /// what the guard saw: (blocked, findings).
+    async fn delivered(events: Vec<Result<BackendEvent, ApiError>>, fingerprint: Option<String>, stream: bool) -> (Vec<u8>, (bool, usize)) {
+        use futures::StreamExt;
+        let mut g = guard(1);
+        if !stream {
+            let completion = crate::relay::collect(meta(), backend(events, fingerprint), &mut g).await.expect("collects");
+            return (serde_json::to_vec(&completion).expect("serializes"), (g.blocked(), g.findings().len()));
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let on_end: crate::relay::OnEnd = Box::new(move |g: &ResponseGuard| {
+            let _ = tx.send((g.blocked(), g.findings().len()));
+        });
+        let body: Vec<_> = crate::relay::sse_body(meta(), backend(events, fingerprint), g, on_end).collect().await;
+        let bytes = body.into_iter().flat_map(|b| b.map(|b| b.to_vec()).unwrap_or_default()).collect();
+        (bytes, rx.recv().expect("the stream ended"))
+    }
+
+    /// Every string in a JSON document, byte arrays (`bytes`) read as text too.
+    fn strings(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::String(s) => out.push(s.clone()),
+            serde_json::Value::Array(items) if !items.is_empty() && items.iter().all(|i| i.as_u64().is_some_and(|n| n < 256)) => {
+                let bytes: Vec<u8> = items.iter().filter_map(|i| i.as_u64()).map(|n| n as u8).collect();
+                out.push(String::from_utf8_lossy(&bytes).into_owned());
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|i| strings(i, out)),
+            serde_json::Value::Object(map) => map.iter().for_each(|(k, v)| {
+                out.push(k.clone());
+                strings(v, out);
+            }),
+            _ => {}
+        }
+    }
+
+    fn decoded_strings(raw: &[u8], stream: bool) -> Vec<String> {
+        let text = String::from_utf8_lossy(raw);
+        let docs: Vec<&str> = if stream { text.split("\n\n").filter_map(|f| f.strip_prefix("data: ")).filter(|f| *f != "[DONE]").collect() } else { vec![&text] };
+        let mut out = Vec::new();
+        for doc in docs {
+            strings(&serde_json::from_str(doc).expect("every frame is JSON"), &mut out);
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn no_channel_carries_a_leak_to_the_client() {
+        for channel in CHANNELS {
+            for leak in LEAKS {
+                for stream in [false, true] {
+                    let (events, fingerprint) = placed(channel, leak);
+                    let (raw, (blocked, _)) = delivered(events, fingerprint, stream).await;
+                    let what = format!("{channel}, {leak}, stream {stream}");
+                    let raw_text = String::from_utf8_lossy(&raw);
+                    assert!(!raw_text.contains(leak) && !raw_text.contains(&leak[..12]), "{what}: {raw_text}");
+                    let decoded = decoded_strings(&raw, stream);
+                    assert!(!decoded.iter().any(|s| s.contains(&leak[..12])), "{what}: {decoded:?}");
+                    if channel != "system_fingerprint" {
+                        assert!(blocked, "{what}: a leak blocks its choice");
+                        assert!(raw_text.contains(CONTENT_FILTER), "{what}: {raw_text}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_clean_answer_is_unchanged_in_every_channel() {
+        let args = r#"{"city": "Paris", "units": "metric"}"#;
+        let tokens = ["The", " weather", " in", " Paris"];
+        let logprobs: Vec<TokenLogprob> = tokens.iter().map(|t| entry(t, &[t, " Lyon"])).collect();
+        let events = vec![
+            delta(ChoiceDelta { index: 0, role: Some("assistant".into()), content: Some(tokens.concat()), logprobs, ..Default::default() }),
+            delta(ChoiceDelta { index: 0, tool_calls: vec![call("call_abc123", "function", "get_weather", "")], ..Default::default() }),
+            delta(ChoiceDelta { index: 0, tool_calls: vec![ToolCallChunk { index: 0, id: None, kind: None, function: FunctionChunk { name: None, arguments: Some(args.into()) } }], ..Default::default() }),
+            Ok(BackendEvent::Finish { index: 0, reason: "tool_calls".into() }),
+        ];
+        for stream in [false, true] {
+            let (raw, seen) = delivered(events.clone(), Some("fp_44709d6fcb".into()), stream).await;
+            assert_eq!(seen, (false, 0));
+            let decoded = decoded_strings(&raw, stream);
+            let text = String::from_utf8_lossy(&raw);
+            for expected in ["The weather in Paris", "get_weather", "call_abc123", "fp_44709d6fcb", " Lyon"] {
+                assert!(decoded.iter().any(|s| s == expected) || text.contains(expected), "stream {stream}: {expected} in {text}");
+            }
+            let sent_args: String = if stream {
+                decoded_frames(&raw).iter().filter_map(|c| c["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"].as_str().map(str::to_owned)).collect()
+            } else {
+                let v: serde_json::Value = serde_json::from_slice(&raw).expect("JSON");
+                assert_eq!(v["choices"][0]["message"]["content"], "The weather in Paris");
+                let sent: Vec<&str> = v["choices"][0]["logprobs"]["content"].as_array().expect("logprobs").iter().filter_map(|e| e["token"].as_str()).collect();
+                assert_eq!(sent, tokens);
+                assert_eq!(v["choices"][0]["logprobs"]["content"][1]["bytes"], serde_json::json!(" weather".as_bytes()));
+                v["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].as_str().expect("arguments").to_owned()
+            };
+            assert_eq!(sent_args, args, "stream {stream}");
+        }
+    }
+
+    fn decoded_frames(raw: &[u8]) -> Vec<serde_json::Value> {
+        let text = String::from_utf8_lossy(raw);
+        text.split("\n\n").filter_map(|f| f.strip_prefix("data: ")).filter_map(|f| serde_json::from_str(f).ok()).collect()
+    }
+
+    #[test]
+    fn a_redact_finding_redacts_a_tool_name_and_drops_a_logprob_token() {
+        let mut g = guard(1);
+        let out = g.apply(BackendEvent::Delta(ChoiceDelta { index: 0, tool_calls: vec![call("call_1", "function", "lookup-rid_12345678", "{}")], ..Default::default() }));
+        let BackendEvent::Delta(d) = &out[0] else { panic!("{out:?}") };
+        assert_eq!(d.tool_calls[0].function.name.as_deref(), Some("lookup-[REDACTED:test-redact]"));
+        let mut g = guard(1);
+        let content = ChoiceDelta { index: 0, content: Some("id one".into()), logprobs: vec![entry("id", &["rid_12345678", "ok"]), entry("rid_87654321", &[])], ..Default::default() };
+        let mut out = g.apply(BackendEvent::Delta(content));
+        out.extend(g.apply(BackendEvent::Finish { index: 0, reason: "stop".into() }));
+        let sent: Vec<TokenLogprob> = out.iter().flat_map(|e| if let BackendEvent::Delta(d) = e { d.logprobs.clone() } else { Vec::new() }).collect();
+        assert_eq!(sent.len(), 1, "the odd token's entry is dropped: {sent:?}");
+        assert_eq!(sent[0].top_logprobs.iter().map(|t| t.token.as_str()).collect::<Vec<_>>(), ["ok"]);
+        assert!(!g.blocked());
+    }
+
+    #[test]
+    fn odd_metadata_is_normalised() {
+        let mut g = guard(1);
+        let out = g.apply(BackendEvent::Delta(ChoiceDelta { index: 0, role: Some("GLOBEX-CANARY".into()), content: Some("hi ".into()), ..Default::default() }));
+        assert!(matches!(&out[0], BackendEvent::Delta(d) if d.role.as_deref() == Some("assistant")));
+        let out = g.apply(BackendEvent::Finish { index: 0, reason: "tok_q8w7e6r5t4y3u2i1".into() });
+        assert!(matches!(out.last(), Some(BackendEvent::Finish { reason, .. }) if reason == "stop"));
+        let nan = ChoiceDelta { index: 0, content: Some("x".into()), logprobs: vec![TokenLogprob { token: "x".into(), logprob: f64::NAN, top_logprobs: Vec::new() }], ..Default::default() };
+        let mut g = guard(1);
+        let mut out = g.apply(BackendEvent::Delta(nan));
+        out.extend(g.apply(BackendEvent::Finish { index: 0, reason: "stop".into() }));
+        assert!(out.iter().all(|e| !matches!(e, BackendEvent::Delta(d) if !d.logprobs.is_empty())), "a NaN logprob is not sent");
+    }
+
+    #[test]
+    fn the_holdback_limit_is_the_configured_one() {
+        // No end to the candidate: it could still grow when the pushes stop.
+        let text = format!("x long_{}", "a".repeat(200));
+        let stream_with = |max_holdback_bytes: usize| {
+            let mut g = ResponseGuard::new(GuardSettings { max_holdback_bytes, ..settings() });
+            let out: Vec<BackendEvent> = text.as_bytes().chunks(10).flat_map(|c| g.apply(text_event(std::str::from_utf8(c).unwrap_or("")))).collect();
+            (released(&out), g.blocked())
+        };
+        assert_eq!(stream_with(firewall::MAX_HOLDBACK_BYTES), ("x ".to_owned(), false), "the whole candidate waits");
+        assert_eq!(stream_with(64), ("x ".to_owned(), true), "past 64 bytes the candidate is judged on what was seen");
+    }
+
+    fn text_event(s: &str) -> BackendEvent {
+        text(0, s)
     }
 }
