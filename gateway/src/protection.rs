@@ -5,9 +5,9 @@
 //! prompt is fingerprinted into the provenance index under the tenant. After the response
 //! (streamed or not, finished or abandoned): the released text is fingerprinted under the
 //! tenant too, the scanners' observations feed the tenant's statistics, and a block or a
-//! redaction becomes an audit record in the store. Sharing with other replicas (the
-//! fingerprints, the statistics) happens in background tasks; nothing here does I/O on the
-//! token path.
+//! redaction becomes an audit record in the store (built by `response_guard::finish`,
+//! written here). Sharing with other replicas (the fingerprints, the statistics) happens in
+//! background tasks; nothing here does I/O on the token path.
 //!
 //! Invariants: the firewall's n-gram detector and the index hash with the same key and
 //! window; a tenant's canary is derived from the deployment key, so every replica injects
@@ -25,8 +25,8 @@ use sha2::{Digest, Sha256};
 use crate::api::ChatRequest;
 use crate::audit::AuditRecord;
 use crate::config::{CanaryPlacement, Config, FailMode, StoreConfig};
-use crate::response_guard::ResponseGuard;
 use crate::provenance::{ProvenanceIndex, ProvenanceSettings};
+use crate::response_guard::ResponseGuard;
 use crate::stats::{Statistics, StatsSettings};
 use crate::store::{spawn_upkeep, RedisSettings, Role, Store, StoreError};
 
