@@ -54,8 +54,13 @@ pub struct ChoiceDelta {
 pub struct TokenLogprob {
     pub token: String,
     pub logprob: f64,
-    #[serde(default)]
+    /// Missing or `null` (some servers write that when none were asked for): none.
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub top_logprobs: Vec<TopLogprob>,
+}
+
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<TopLogprob>, D::Error> {
+    Ok(Option::<Vec<TopLogprob>>::deserialize(d)?.unwrap_or_default())
 }
 
 /// One alternative of a [`TokenLogprob`].

@@ -354,10 +354,12 @@ mod tests {
         let lp = json!({"content": [
             {"token": "Hi", "logprob": -0.5, "bytes": [1, 2, 3], "extra": "cg-x", "top_logprobs": [{"token": "Hi", "logprob": -0.5, "bytes": [9]}]},
             {"token": 5, "logprob": -0.5},
-            {"token": "x", "logprob": null}
+            {"token": "x", "logprob": null},
+            {"token": "y", "logprob": -1.0, "top_logprobs": null}
         ]});
         let entries = logprob_entries(Some(&lp));
-        assert_eq!(entries.len(), 1);
+        assert_eq!(entries.len(), 2);
+        assert!(entries[1].top_logprobs.is_empty());
         assert_eq!((entries[0].token.as_str(), entries[0].top_logprobs.len()), ("Hi", 1));
     }
 }
