@@ -4,7 +4,7 @@
 //! detectors, the tenant's [`ScanContext`], its fail mode and the configured holdback
 //! limit ([`GuardSettings`]). Every field of every choice passes through it, streamed or
 //! not, from the engine or an upstream; what it returns is all the relay writes. When the
-//! response ends, [`finish`] turns its outcome (findings, a firewall failure, a backend
+//! response ends, the [`Finisher`] turns its outcome (findings, a firewall failure, a backend
 //! error, the released text) into metrics, one log line each and the audit record.
 //!
 //! Files: `channel.rs` (a streamed channel: content, refusal, tool-call arguments, and the
@@ -159,7 +159,7 @@ impl ResponseGuard {
         self.finished.len() >= self.settings.choices as usize
     }
 
-    /// Records the error that ended the backend's events (reported by [`finish`]).
+    /// Records the error that ended the backend's events (reported by the [`Finisher`]).
     pub fn backend_failed(&mut self, error: &ApiError) {
         self.backend_error.get_or_insert_with(|| error.clone());
     }
