@@ -46,10 +46,18 @@ pub enum ApiError {
     #[error("Request body is larger than the limit of {limit_bytes} bytes.")]
     PayloadTooLarge { limit_bytes: usize },
     /// The upstream answered with a client error that the caller should see as such
-    /// (400, 404, 422, 429): its message is relayed, its status kept.
-    #[error("{message}")]
-    UpstreamRejected { status: u16, message: String, code: Option<String> },
-    /// The upstream failed: unreachable, 5xx, bad credentials, unparseable answer.
+    /// (400, 404, 409, 422, 429): its status is kept, and its `code` and `param` when they
+    /// are plain identifiers; its message never reaches the client (it could carry anything),
+    /// only the log, masked, as `detail`.
+    #[error("The upstream rejected the request with HTTP {status} (request {request_id}).")]
+    UpstreamRejected { status: u16, code: Option<String>, param: Option<String>, request_id: String, detail: String },
+    /// The upstream answered an error: HTTP 5xx, rejected credentials (`status`), or an
+    /// error event in the middle of its stream (`status: None`). A fixed message for the
+    /// client; the upstream's own text, masked, is `detail`, for the log.
+    #[error("{}", upstream_failed_message(*.status, .request_id))]
+    UpstreamFailed { status: Option<u16>, request_id: String, detail: String },
+    /// The gateway could not get a usable answer: unreachable upstream, a body that is
+    /// not JSON, a broken stream. The text is the gateway's own, never the upstream's.
     #[error("{0}")]
     BadGateway(String),
     /// The upstream did not answer in time.
@@ -89,7 +97,7 @@ impl ApiError {
             ApiError::UpstreamRejected { status, .. } => {
                 StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY)
             }
-            ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
+            ApiError::UpstreamFailed { .. } | ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
             ApiError::GatewayTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ApiError::EngineBusy { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -113,7 +121,7 @@ impl ApiError {
             ApiError::Quarantined => "permission_error",
             ApiError::UpstreamRejected { status: 429, .. } | ApiError::EngineBusy { .. } => "rate_limit_error",
             ApiError::UpstreamRejected { .. } => "invalid_request_error",
-            ApiError::BadGateway(_) | ApiError::GatewayTimeout(_) => "upstream_error",
+            ApiError::UpstreamFailed { .. } | ApiError::BadGateway(_) | ApiError::GatewayTimeout(_) => "upstream_error",
             ApiError::Unavailable(_) | ApiError::Internal(_) => "server_error",
         }
     }
@@ -133,7 +141,7 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::PayloadTooLarge { .. } => "request_too_large",
             ApiError::UpstreamRejected { code, .. } => return code.clone(),
-            ApiError::BadGateway(_) => "upstream_error",
+            ApiError::UpstreamFailed { .. } | ApiError::BadGateway(_) => "upstream_error",
             ApiError::GatewayTimeout(_) => "upstream_timeout",
             ApiError::EngineBusy { .. } => "engine_busy",
             ApiError::Unavailable(_) => "unavailable",
@@ -148,6 +156,15 @@ impl ApiError {
             ApiError::InvalidParam { param, .. } => Some(param),
             ApiError::ModelNotFound(_) => Some("model"),
             ApiError::ContextLengthExceeded(_) => Some("messages"),
+            ApiError::UpstreamRejected { param, .. } => param.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// What the log gets beyond the client's message: an upstream's own error text, masked.
+    pub fn log_detail(&self) -> Option<&str> {
+        match self {
+            ApiError::UpstreamRejected { detail, .. } | ApiError::UpstreamFailed { detail, .. } => Some(detail),
             _ => None,
         }
     }
@@ -162,6 +179,16 @@ impl ApiError {
                 code: self.code(),
             },
         }
+    }
+}
+
+/// The client's message for [`ApiError::UpstreamFailed`]: the status and the request id,
+/// nothing the upstream wrote.
+fn upstream_failed_message(status: Option<u16>, request_id: &str) -> String {
+    match status {
+        Some(s @ (401 | 403)) => format!("The upstream refused the gateway's credentials with HTTP {s} (request {request_id})."),
+        Some(s) => format!("The upstream failed with HTTP {s} (request {request_id})."),
+        None => format!("The upstream reported an error in the middle of its stream (request {request_id})."),
     }
 }
 
@@ -186,6 +213,8 @@ pub struct ErrorBody<'a> {
 pub struct ApiErrorLog {
     pub kind: &'static str,
     pub message: String,
+    /// [`ApiError::log_detail`].
+    pub detail: Option<String>,
 }
 
 impl IntoResponse for ApiError {
@@ -208,7 +237,7 @@ impl IntoResponse for ApiError {
         }
         response
             .extensions_mut()
-            .insert(ApiErrorLog { kind: self.kind(), message: self.to_string() });
+            .insert(ApiErrorLog { kind: self.kind(), message: self.to_string(), detail: self.log_detail().map(str::to_owned) });
         response
     }
 }
@@ -236,8 +265,11 @@ mod tests {
         assert_eq!(ApiError::PayloadTooLarge { limit_bytes: 1 }.status(), 413);
         assert_eq!(ApiError::BadGateway("x".into()).status(), 502);
         assert_eq!(ApiError::GatewayTimeout("x".into()).status(), 504);
-        let rl = ApiError::UpstreamRejected { status: 429, message: "slow".into(), code: None };
+        let rl = ApiError::UpstreamRejected { status: 429, code: None, param: None, request_id: "r1".into(), detail: String::new() };
         assert_eq!(rl.status(), 429);
         assert_eq!(rl.kind(), "rate_limit_error");
+        let failed = ApiError::UpstreamFailed { status: Some(503), request_id: "r2".into(), detail: "over****".into() };
+        assert_eq!((failed.status().as_u16(), failed.to_string()), (502, "The upstream failed with HTTP 503 (request r2).".to_owned()));
+        assert_eq!(failed.log_detail(), Some("over****"));
     }
 }

@@ -3,8 +3,8 @@
 //!
 //! The request path: [`router`] (request id, metrics, logging) -> [`routes`] (auth via
 //! [`auth`], validation via [`api`]) -> a [`backend`] producing normalised events ->
-//! [`guard`] (the firewall, per choice and channel) -> [`relay`] writing SSE chunks or one
-//! JSON object. Around it, [`protection`] fingerprints prompts and responses into the
+//! [`response_guard`] (the firewall: what of each choice may reach the client, and what the
+//! response's end records) -> [`relay`] writing SSE chunks or one JSON object. Around it, [`protection`] fingerprints prompts and responses into the
 //! [`provenance`] index, feeds the tenants' [`stats`], and writes [`audit`] records to the
 //! [`store`]; [`routes::admin`] reads them back. Configuration is [`config`]; errors that
 //! reach a client are [`error::ApiError`]s, always in OpenAI's envelope.
@@ -19,12 +19,12 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod error;
-pub mod guard;
 pub mod metrics;
 pub mod probing;
 pub mod protection;
 pub mod provenance;
 pub mod relay;
+pub mod response_guard;
 pub mod router;
 pub mod routes;
 pub mod rules_watch;

@@ -5,9 +5,9 @@
 //! prompt is fingerprinted into the provenance index under the tenant. After the response
 //! (streamed or not, finished or abandoned): the released text is fingerprinted under the
 //! tenant too, the scanners' observations feed the tenant's statistics, and a block or a
-//! redaction becomes an audit record in the store. Sharing with other replicas (the
-//! fingerprints, the statistics) happens in background tasks; nothing here does I/O on the
-//! token path.
+//! redaction becomes an audit record in the store (built by `response_guard::finish`,
+//! written here). Sharing with other replicas (the fingerprints, the statistics) happens in
+//! background tasks; nothing here does I/O on the token path.
 //!
 //! Invariants: the firewall's n-gram detector and the index hash with the same key and
 //! window; a tenant's canary is derived from the deployment key, so every replica injects
@@ -19,15 +19,15 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use firewall::{Action, Detectors, EntropyConfig, NgramConfig, NgramKey, ProvenanceConfig, Ruleset, ScanContext, SecretOwnership};
+use firewall::{Detectors, EntropyConfig, NgramConfig, NgramKey, ProvenanceConfig, Ruleset, ScanContext, SecretOwnership};
 use sha2::{Digest, Sha256};
 
 use crate::api::ChatRequest;
-use crate::audit::{AuditContext, AuditRecord};
+use crate::audit::AuditRecord;
 use crate::config::{CanaryPlacement, Config, FailMode, OwnSecrets, StoreConfig};
-use crate::guard::Guard;
 use crate::probing::{is_foreign_block, ProbeSettings, ProbeWatch};
 use crate::provenance::{ProvenanceIndex, ProvenanceSettings};
+use crate::response_guard::ResponseGuard;
 use crate::stats::{Statistics, StatsSettings};
 use crate::store::{spawn_upkeep, RedisSettings, Role, Store, StoreError};
 
@@ -306,34 +306,22 @@ impl Protection {
         });
     }
 
-    /// After the response: learns from what was released and builds the audit record the
-    /// response needs, if any (a block, a redaction, or a failure that failed closed).
-    pub fn on_response(self: &Arc<Self>, response: &ResponseRecord, guard: &Guard) -> Option<AuditRecord> {
+    /// After the response: learns from what was released (its audit record is the
+    /// response guard's to build).
+    pub fn on_response(self: &Arc<Self>, tenant: &str, guard: &ResponseGuard) {
         for text in guard.released_texts() {
-            self.record(&response.tenant, Role::Received, text, guard.rules());
+            self.record(tenant, Role::Received, text, guard.rules());
         }
         for obs in guard.observations() {
-            self.stats.observe(&response.tenant, &obs);
+            self.stats.observe(tenant, &obs);
         }
-        let findings: Vec<firewall::Finding> = guard.findings().iter().map(|f| f.finding.clone()).collect();
-        if findings.iter().any(is_foreign_block) && self.probes.observe_foreign_block(&response.tenant, crate::store::now_ms()) {
+        if guard.findings().iter().any(|f| is_foreign_block(&f.finding)) && self.probes.observe_foreign_block(tenant, crate::store::now_ms()) {
             tracing::warn!(
-                tenant = response.tenant,
-                quarantined = self.policy(&response.tenant).quarantine_when_probing,
+                tenant,
+                quarantined = self.policy(tenant).quarantine_when_probing,
                 "tenant flagged for probing: too many responses blocked for other tenants' data"
             );
         }
-        let action = findings.iter().map(|f| f.action).filter(|a| *a > Action::Log).max();
-        let failed_closed = guard.failure().filter(|_| self.fail_mode(&response.tenant) == FailMode::Closed);
-        if action.is_none() && failed_closed.is_none() {
-            return None;
-        }
-        let ctx = AuditContext { tenant: response.tenant.clone(), model: response.model.clone(), request_id: response.request_id.clone() };
-        let record = AuditRecord::with_id(response.audit_id, ctx, action.unwrap_or(Action::Block), &findings, guard.released_bytes() as u64);
-        Some(match failed_closed {
-            Some(reason) => record.failed_closed(reason),
-            None => record,
-        })
     }
 
     /// Writes `record` to the audit log; `Ok` once it is durable (and then announced to

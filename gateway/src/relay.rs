@@ -17,9 +17,9 @@ use crate::api::response::{
     ChatChunk, ChatCompletion, Choice, ChunkChoice, Delta, FunctionCall, Logprobs, Message, ToolCall, UsageField,
 };
 use crate::api::Usage;
-use crate::backend::{BackendEvent, BackendResponse, ChoiceDelta, EventStream};
+use crate::backend::{BackendEvent, BackendResponse, ChoiceDelta, EventStream, TokenLogprob};
 use crate::error::ApiError;
-use crate::guard::Guard;
+use crate::response_guard::ResponseGuard;
 
 /// A batch of frames stops growing past this many bytes.
 const COALESCE_BYTES: usize = 16 * 1024;
@@ -34,18 +34,18 @@ pub struct ResponseMeta {
 }
 
 /// Called once when a response has been relayed (or abandoned), with the firewall's view.
-pub type OnEnd = Box<dyn FnOnce(&Guard) + Send>;
+pub type OnEnd = Box<dyn FnOnce(&ResponseGuard) + Send>;
 
 /// The SSE body for a streaming client: only what `guard` released goes out.
 pub fn sse_body(
     meta: ResponseMeta,
     backend: BackendResponse,
-    guard: Guard,
+    mut guard: ResponseGuard,
     on_end: OnEnd,
 ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send {
     let state = StreamState {
         meta,
-        fingerprint: backend.system_fingerprint,
+        fingerprint: guard.release_fingerprint(backend.system_fingerprint),
         events: Some(backend.events),
         guard,
         on_end: Some(on_end),
@@ -67,7 +67,7 @@ struct StreamState {
     fingerprint: Option<String>,
     /// `None` once the backend is stopped or done.
     events: Option<EventStream>,
-    guard: Guard,
+    guard: ResponseGuard,
     on_end: Option<OnEnd>,
     role_sent: BTreeSet<u32>,
     usage: Option<Usage>,
@@ -109,6 +109,7 @@ impl StreamState {
                     out.extend_from_slice(&self.frames(released));
                 }
                 Some(Err(error)) => {
+                    self.guard.backend_failed(&error);
                     self.end();
                     out.extend_from_slice(&error_frame(&error));
                     break;
@@ -165,7 +166,7 @@ impl StreamState {
                 let role = self.take_role(d.index, d.role.clone());
                 let choice = ChunkChoice {
                     index: d.index,
-                    logprobs: (!d.logprobs.is_empty()).then_some(Logprobs { content: d.logprobs }),
+                    logprobs: (!d.logprobs.is_empty()).then(|| Logprobs::of(&d.logprobs)),
                     delta: Delta { role, content: d.content, refusal: d.refusal, tool_calls: d.tool_calls },
                     finish_reason: None,
                 };
@@ -222,7 +223,7 @@ pub fn error_frame(error: &ApiError) -> Bytes {
 /// Collects a whole completion for a non-streaming client, scanned by `guard` before any
 /// byte is sent. An error anywhere fails it: nothing has been sent yet, so the client gets
 /// a proper HTTP error instead.
-pub async fn collect(meta: ResponseMeta, backend: BackendResponse, guard: &mut Guard) -> Result<ChatCompletion, ApiError> {
+pub async fn collect(meta: ResponseMeta, backend: BackendResponse, guard: &mut ResponseGuard) -> Result<ChatCompletion, ApiError> {
     let mut choices: BTreeMap<u32, ChoiceAcc> = BTreeMap::new();
     let mut usage = None;
     let mut events = backend.events;
@@ -236,7 +237,8 @@ pub async fn collect(meta: ResponseMeta, backend: BackendResponse, guard: &mut G
         }
     };
     while let Some(event) = events.next().await {
-        absorb(guard.apply(event?), &mut choices);
+        let event = event.inspect_err(|e| guard.backend_failed(e))?;
+        absorb(guard.apply(event), &mut choices);
         if guard.blocked() && guard.all_finished() {
             break;
         }
@@ -250,7 +252,7 @@ pub async fn collect(meta: ResponseMeta, backend: BackendResponse, guard: &mut G
         model: meta.model,
         choices: choices.into_iter().map(|(index, acc)| acc.into_choice(index)).collect(),
         usage,
-        system_fingerprint: backend.system_fingerprint,
+        system_fingerprint: guard.release_fingerprint(backend.system_fingerprint),
     })
 }
 
@@ -261,7 +263,7 @@ struct ChoiceAcc {
     content: Option<String>,
     refusal: Option<String>,
     tool_calls: BTreeMap<u32, ToolCall>,
-    logprobs: Vec<serde_json::Value>,
+    logprobs: Vec<TokenLogprob>,
     finish: Option<String>,
 }
 
@@ -307,7 +309,7 @@ impl ChoiceAcc {
                 refusal: self.refusal,
                 tool_calls: self.tool_calls.into_values().collect(),
             },
-            logprobs: (!self.logprobs.is_empty()).then_some(Logprobs { content: self.logprobs }),
+            logprobs: (!self.logprobs.is_empty()).then(|| Logprobs::of(&self.logprobs)),
             finish_reason: Some(self.finish.unwrap_or_else(|| "stop".to_owned())),
         }
     }
@@ -334,9 +336,10 @@ mod tests {
         Ok(BackendEvent::Finish { index, reason: "stop".into() })
     }
 
-    fn open_guard(n: u32) -> Guard {
+    fn open_guard(n: u32) -> ResponseGuard {
         let rules = std::sync::Arc::new(firewall::Ruleset::empty());
-        Guard::new(rules, firewall::ScanContext::new("t"), std::sync::Arc::new(firewall::Detectors::default()), n)
+        let settings = crate::response_guard::GuardSettings::new(rules, firewall::ScanContext::new("t"), std::sync::Arc::new(firewall::Detectors::default()));
+        ResponseGuard::new(crate::response_guard::GuardSettings { choices: n, ..settings })
     }
 
     async fn frames(events: Vec<Result<BackendEvent, ApiError>>, include_usage: bool) -> Vec<String> {
@@ -397,7 +400,22 @@ mod tests {
 
     #[tokio::test]
     async fn collect_fails_whole_on_error() {
-        let r = collect(meta(false), backend(vec![text(0, "a"), Err(ApiError::GatewayTimeout("slow".into()))]), &mut open_guard(1)).await;
+        let mut guard = open_guard(1);
+        let r = collect(meta(false), backend(vec![text(0, "a"), Err(ApiError::GatewayTimeout("slow".into()))]), &mut guard).await;
         assert_eq!(r.unwrap_err().status(), 504);
+        assert_eq!(guard.backend_error().map(ApiError::kind), Some("upstream_error"), "the guard's outcome holds it");
+    }
+
+    #[tokio::test]
+    async fn an_upstream_error_event_goes_out_as_its_fixed_message_and_is_recorded() {
+        let error = ApiError::UpstreamFailed { status: None, request_id: "req-5".into(), detail: "upstream message GLOB**** (20 chars)".into() };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let on_end: OnEnd = Box::new(move |g| {
+            let _ = tx.send(g.backend_error().map(|e| e.status().as_u16()));
+        });
+        let body: Vec<_> = sse_body(meta(false), backend(vec![text(0, "a"), Err(error)]), open_guard(1), on_end).collect().await;
+        let text: String = body.into_iter().map(|b| String::from_utf8(b.unwrap().to_vec()).unwrap()).collect();
+        assert!(text.contains("req-5") && !text.contains("GLOB") && !text.contains("[DONE]"), "{text}");
+        assert_eq!(rx.recv().unwrap(), Some(502));
     }
 }

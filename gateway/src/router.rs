@@ -87,10 +87,10 @@ async fn observe(State(state): State<Arc<AppState>>, mut request: Request, next:
     state.metrics.observe_request(&route, status, elapsed);
     match response.extensions().get::<ApiErrorLog>() {
         Some(err) if status >= 500 => {
-            tracing::warn!(request_id = %id, %method, route, status, kind = err.kind, error = %err.message, "request failed")
+            tracing::warn!(request_id = %id, %method, route, status, kind = err.kind, error = %err.message, detail = err.detail, "request failed")
         }
         Some(err) => {
-            tracing::info!(request_id = %id, %method, route, status, kind = err.kind, error = %err.message, "request rejected")
+            tracing::info!(request_id = %id, %method, route, status, kind = err.kind, error = %err.message, detail = err.detail, "request rejected")
         }
         None => tracing::debug!(request_id = %id, %method, route, status, elapsed_us = elapsed.as_micros() as u64, "request"),
     }

@@ -9,6 +9,12 @@
 //! - `#garbage`: answer 200 with a body that is not JSON;
 //! - `#tools`: answer with a tool call whose arguments are streamed in fragments;
 //! - `#leak <text>`: answer `<text>`, streamed in 40 pieces of equal byte length;
+//! - `#place <channel> <text>`: a small answer (content with logprobs, one tool call) with
+//!   `<text>` placed in one channel: `status400` / `status500` (an HTTP error whose message,
+//!   `code` and `param` carry it), `midstream` (an `{"error": ...}` event after the first
+//!   chunk, streamed requests only), `logprob` (a logprob entry's token), `top_logprob` (a
+//!   `top_logprobs` token), `tool_name`, `tool_id`, `fingerprint` (`system_fingerprint`),
+//!   or `clean` (nowhere: the answer as [`PLACED_CONTENT`] and friends say);
 //! - `#splice <request> <word> <count>`: the production bug — answer with `<count>` words,
 //!   from word `<word>` on, of the first user message of the `<request>`-th request this
 //!   mock received (0-based), wrapped in a sentence and streamed in 40 pieces;
@@ -133,6 +139,11 @@ async fn chat(State((received, canned)): State<Shared>, headers: HeaderMap, body
             } else {
                 answer(&model, &text, n, false, include_usage)
             }
+        }
+        Some("#place") => {
+            let channel = words.next().unwrap_or("clean");
+            let text = words.collect::<Vec<_>>().join(" ");
+            placed(&model, channel, &text, stream)
         }
         Some("#splice") => {
             let mut arg = || words.next().and_then(|w| w.parse::<usize>().ok()).unwrap_or(0);
@@ -268,4 +279,61 @@ fn broken_stream(model: &str, stall: bool) -> Response {
     use futures::StreamExt;
     let body = head.map(|r| r.map_err(|never: Infallible| match never {})).chain(tail);
     sse_response(Body::from_stream(body))
+}
+
+/// The content of a `#place` answer.
+pub const PLACED_CONTENT: &str = "The weather in Paris";
+/// Its tokens, as its logprob entries spell them.
+pub const PLACED_TOKENS: [&str; 4] = ["The", " weather", " in", " Paris"];
+/// Its tool call: id, name, and arguments (streamed in two fragments).
+pub const PLACED_CALL: (&str, &str, &str) = ("call_abc123", "get_weather", r#"{"city": "Paris", "units": "metric"}"#);
+/// Its `system_fingerprint`.
+pub const PLACED_FINGERPRINT: &str = "fp_mock";
+
+/// A `#place` answer: `text` in `channel`, everything else as the `PLACED_*` constants say.
+fn placed(model: &str, channel: &str, text: &str, stream: bool) -> Response {
+    if let Some(status) = match channel {
+        "status400" => Some(StatusCode::BAD_REQUEST),
+        "status500" => Some(StatusCode::INTERNAL_SERVER_ERROR),
+        _ => None,
+    } {
+        let err = json!({"error": {"message": format!("Request failed, see {text}"), "type": "invalid_request_error", "code": text, "param": text}});
+        return (status, axum::Json(err)).into_response();
+    }
+    let at = |c: &str, clean: &str| if channel == c { text.to_owned() } else { clean.to_owned() };
+    let mut entries: Vec<Value> = PLACED_TOKENS
+        .iter()
+        .map(|t| json!({"token": t, "logprob": -0.25, "bytes": t.as_bytes(), "top_logprobs": [{"token": t, "logprob": -0.25, "bytes": t.as_bytes()}, {"token": " Lyon", "logprob": -2.5, "bytes": " Lyon".as_bytes()}]}))
+        .collect();
+    if channel == "logprob" {
+        entries[1]["token"] = json!(text);
+    }
+    if channel == "top_logprob" {
+        entries[2]["top_logprobs"][1]["token"] = json!(text);
+    }
+    let (id, name, args) = (at("tool_id", PLACED_CALL.0), at("tool_name", PLACED_CALL.1), PLACED_CALL.2);
+    let fingerprint = at("fingerprint", PLACED_FINGERPRINT);
+    if !stream {
+        let message = json!({"role": "assistant", "content": PLACED_CONTENT,
+            "tool_calls": [{"id": id, "type": "function", "function": {"name": name, "arguments": args}}]});
+        let body = json!({"id": "mock-1", "object": "chat.completion", "created": 1, "model": model, "system_fingerprint": fingerprint,
+            "choices": [{"index": 0, "message": message, "logprobs": {"content": entries}, "finish_reason": "tool_calls"}]});
+        return axum::Json(body).into_response();
+    }
+    let with_fp = |mut c: Value| {
+        c["system_fingerprint"] = json!(fingerprint);
+        c
+    };
+    let mut frames = vec![with_fp(chunk(model, json!([{"index": 0, "delta": {"role": "assistant", "content": PLACED_CONTENT}, "logprobs": {"content": entries}, "finish_reason": null}])))];
+    if channel == "midstream" {
+        let error = json!({"error": {"message": format!("The server had an error: {text}"), "type": "server_error", "code": text}});
+        return sse_response(Body::from_stream(futures::stream::iter(sse(vec![frames.remove(0), error], false))));
+    }
+    frames.push(with_fp(chunk(model, json!([{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}]}, "finish_reason": null}]))));
+    let (a, b) = args.split_at(args.len() / 2);
+    for piece in [a, b] {
+        frames.push(with_fp(chunk(model, json!([{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}, "finish_reason": null}]))));
+    }
+    frames.push(with_fp(chunk(model, json!([{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]))));
+    sse_response(Body::from_stream(futures::stream::iter(sse(frames, true))))
 }

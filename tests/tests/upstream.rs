@@ -205,8 +205,13 @@ async fn upstream_failures_map_to_gateway_errors() {
         let (status, err) = error_of(post(&gw, Some("sk-acme-1"), &chat(script)).await).await;
         assert_eq!(status, expected, "{script}: {err}");
     }
-    let (_, err) = error_of(post(&gw, Some("sk-acme-1"), &chat("#status 400")).await).await;
-    assert_eq!(err["error"]["message"], "mock error 400", "upstream's own 400 message is relayed");
+    let resp = post(&gw, Some("sk-acme-1"), &chat("#status 400")).await;
+    let request_id = resp.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let (_, err) = error_of(resp).await;
+    let message = err["error"]["message"].as_str().unwrap();
+    assert!(!message.contains("mock error"), "the upstream's own message is never relayed: {message}");
+    assert!(message.contains("HTTP 400") && message.contains(&request_id), "{message}");
+    assert_eq!(err["error"]["code"], "mock_code", "a plain identifier code is kept");
 }
 
 #[tokio::test]

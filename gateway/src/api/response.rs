@@ -2,7 +2,8 @@
 //! Field names and nullability follow OpenAI's API so unmodified SDKs parse them.
 
 use serde::Serialize;
-use serde_json::Value;
+
+use crate::backend::{TokenLogprob, TopLogprob};
 
 /// `usage` on a completion and on the final stream chunk.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -61,7 +62,49 @@ pub struct FunctionCall {
 /// `logprobs` of a choice: one entry per generated token.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Logprobs {
-    pub content: Vec<Value>,
+    pub content: Vec<LogprobContent>,
+}
+
+impl Logprobs {
+    /// The wire form of entries the response guard released.
+    pub fn of(entries: &[TokenLogprob]) -> Logprobs {
+        Logprobs { content: entries.iter().map(LogprobContent::of).collect() }
+    }
+}
+
+/// One `logprobs.content` entry. `bytes` is always the UTF-8 of `token`, written here:
+/// a backend's own `bytes` never reach a client (they could spell anything).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LogprobContent {
+    pub token: String,
+    pub logprob: f64,
+    pub bytes: Vec<u8>,
+    pub top_logprobs: Vec<TopLogprobContent>,
+}
+
+impl LogprobContent {
+    fn of(entry: &TokenLogprob) -> LogprobContent {
+        LogprobContent {
+            token: entry.token.clone(),
+            logprob: entry.logprob,
+            bytes: entry.token.as_bytes().to_vec(),
+            top_logprobs: entry.top_logprobs.iter().map(TopLogprobContent::of).collect(),
+        }
+    }
+}
+
+/// One alternative in `top_logprobs`; `bytes` as in [`LogprobContent`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TopLogprobContent {
+    pub token: String,
+    pub logprob: f64,
+    pub bytes: Vec<u8>,
+}
+
+impl TopLogprobContent {
+    fn of(top: &TopLogprob) -> TopLogprobContent {
+        TopLogprobContent { token: top.token.clone(), logprob: top.logprob, bytes: top.token.as_bytes().to_vec() }
+    }
 }
 
 /// A `chat.completion.chunk` SSE payload.

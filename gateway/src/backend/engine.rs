@@ -14,11 +14,11 @@ use engine::template::ChatMessage;
 use engine::engine::{Engine, EngineOptions, GenerateRequest, KvOptions, TokenEvent};
 use engine::kv::Owner;
 use engine::sample::SamplingParams;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use super::engine_loop::{self, LoopGauges, Submission};
-use super::{BackendResponse, RequestContext};
+use super::{BackendResponse, RequestContext, TokenLogprob, TopLogprob};
 use crate::api::ChatRequest;
 use crate::config::EngineModelConfig;
 use crate::error::ApiError;
@@ -180,15 +180,11 @@ impl PendingOwners {
     }
 }
 
-/// OpenAI's `logprobs.content[]` entry for one token.
-pub(super) fn logprob_entry(ev: &TokenEvent) -> Value {
-    let top: Vec<Value> = ev
-        .top_logprobs
-        .iter()
-        .map(|t| json!({"token": t.text, "logprob": t.logprob, "bytes": t.bytes}))
-        .collect();
-    let bytes: Vec<u8> = ev.top_logprobs.iter().find(|t| t.id == ev.id).map(|t| t.bytes.clone()).unwrap_or_else(|| ev.text.as_bytes().to_vec());
-    json!({"token": ev.text, "logprob": ev.logprob, "bytes": bytes, "top_logprobs": top})
+/// OpenAI's `logprobs.content[]` entry for one token (its `bytes` are written from the
+/// token's text when the entry is sent).
+pub(super) fn logprob_entry(ev: &TokenEvent) -> TokenLogprob {
+    let top_logprobs = ev.top_logprobs.iter().map(|t| TopLogprob { token: t.text.clone(), logprob: f64::from(t.logprob) }).collect();
+    TokenLogprob { token: ev.text.clone(), logprob: f64::from(ev.logprob), top_logprobs }
 }
 
 /// The sampling settings of choice `i` (`seed + i`, so choices differ yet reproduce).
@@ -258,6 +254,7 @@ pub(super) fn map_engine_error(e: engine::Error) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn token(text: &str, owners: &[&str]) -> TokenEvent {
         TokenEvent {

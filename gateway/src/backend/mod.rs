@@ -7,11 +7,12 @@ pub mod engine;
 pub mod engine_loop;
 pub mod sse;
 pub mod upstream;
+pub mod upstream_error;
 
 use std::pin::Pin;
 
 use futures::Stream;
-use serde_json::Value;
+use serde::Deserialize;
 
 use crate::api::response::ToolCallChunk;
 use crate::api::{ChatRequest, Usage};
@@ -40,10 +41,33 @@ pub struct ChoiceDelta {
     pub refusal: Option<String>,
     pub tool_calls: Vec<ToolCallChunk>,
     /// OpenAI `logprobs.content` entries for the tokens of this delta.
-    pub logprobs: Vec<Value>,
+    pub logprobs: Vec<TokenLogprob>,
     /// Engine only: this delta is exactly one token, and these are its logprob, predictive
     /// entropy and the owners of the KV it attended to (the firewall's provenance input).
     pub signals: Option<firewall::TokenSignals>,
+}
+
+/// One `logprobs.content` entry as a backend reported it: only the fields the gateway
+/// understands. An upstream's other fields (its `bytes` included) are dropped when it is
+/// parsed; what the client gets is rebuilt from these by the response guard.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct TokenLogprob {
+    pub token: String,
+    pub logprob: f64,
+    /// Missing or `null` (some servers write that when none were asked for): none.
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub top_logprobs: Vec<TopLogprob>,
+}
+
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<TopLogprob>, D::Error> {
+    Ok(Option::<Vec<TopLogprob>>::deserialize(d)?.unwrap_or_default())
+}
+
+/// One alternative of a [`TokenLogprob`].
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct TopLogprob {
+    pub token: String,
+    pub logprob: f64,
 }
 
 /// The events of one completion; an `Err` ends the stream.

@@ -4,17 +4,19 @@
 //! [`BackendEvent`]s; whole answers are converted to the same events, so the relay never
 //! sees the wire. Timeouts: connect, first byte (headers), and idle between body chunks.
 //! Upstream failures become OpenAI errors: client errors the caller caused keep their
-//! status, everything else is a 502, and a timeout a 504.
+//! status, everything else is a 502, and a timeout a 504; what of an upstream's error text
+//! may reach a client is [`super::upstream_error`]'s decision (none of it).
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::sse::{SseEvent, SseParser};
-use super::{BackendEvent, BackendResponse, ChoiceDelta, EventStream, RequestContext};
+use super::{upstream_error, BackendEvent, BackendResponse, ChoiceDelta, EventStream, RequestContext, TokenLogprob};
 use crate::api::response::{FunctionChunk, ToolCallChunk};
 use crate::api::{ChatRequest, Usage};
 use crate::config::UpstreamConfig;
@@ -67,7 +69,7 @@ impl UpstreamBackend {
         let status = response.status();
         if !status.is_success() {
             let body = read_body(response, idle).await.unwrap_or_default();
-            return Err(map_upstream_status(status.as_u16(), &body));
+            return Err(upstream_error::from_status(status.as_u16(), &body, &ctx.request_id));
         }
         let is_sse = response
             .headers()
@@ -75,7 +77,8 @@ impl UpstreamBackend {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|ct| ct.starts_with("text/event-stream"));
         if request.stream && is_sse {
-            return Ok(BackendResponse { system_fingerprint: None, events: sse_events(response.bytes_stream(), idle) });
+            let events = sse_events(response.bytes_stream(), idle, ctx.request_id.clone());
+            return Ok(BackendResponse { system_fingerprint: None, events });
         }
         let body = read_body(response, idle).await?;
         let completion: Value = serde_json::from_slice(&body)
@@ -128,30 +131,13 @@ async fn read_body(response: reqwest::Response, idle: Duration) -> Result<Vec<u8
     }
 }
 
-/// Maps an upstream error status: the caller's own mistakes keep their status, the
-/// gateway's (bad upstream credentials) and the upstream's (5xx) are a 502.
-fn map_upstream_status(status: u16, body: &[u8]) -> ApiError {
-    let parsed: Option<Value> = serde_json::from_slice(body).ok();
-    let error = parsed.as_ref().and_then(|v| v.get("error"));
-    let message = error
-        .and_then(|e| e.get("message").or(Some(e)))
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .unwrap_or_else(|| format!("upstream answered HTTP {status}"));
-    let code = error.and_then(|e| e.get("code")).and_then(Value::as_str).map(str::to_owned);
-    match status {
-        400 | 404 | 409 | 422 | 429 => ApiError::UpstreamRejected { status, message, code },
-        401 | 403 => ApiError::BadGateway(format!("the upstream rejected the gateway's credentials (HTTP {status})")),
-        _ => ApiError::BadGateway(format!("upstream failed with HTTP {status}: {message}")),
-    }
-}
-
 /// Turns an SSE body into events; `[DONE]` ends it, silence past `idle` is an error.
 fn sse_events(
     body: impl Stream<Item = reqwest::Result<Bytes>> + Send + 'static,
     idle: Duration,
+    request_id: String,
 ) -> EventStream {
-    let state = SseEvents { body: Box::pin(body), parser: SseParser::new(), queue: VecDeque::new(), done: false };
+    let state = SseEvents { body: Box::pin(body), parser: SseParser::new(), queue: VecDeque::new(), done: false, request_id };
     Box::pin(futures::stream::unfold(state, move |mut st| async move {
         loop {
             if let Some(item) = st.queue.pop_front() {
@@ -178,6 +164,8 @@ struct SseEvents<S> {
     queue: VecDeque<Result<BackendEvent, ApiError>>,
     /// `[DONE]` seen or an error queued: read no further.
     done: bool,
+    /// Named in the client's message when the upstream reports an error mid-stream.
+    request_id: String,
 }
 
 impl<S: Stream<Item = reqwest::Result<Bytes>>> SseEvents<S> {
@@ -210,7 +198,7 @@ impl<S: Stream<Item = reqwest::Result<Bytes>>> SseEvents<S> {
                 self.done = true;
                 return;
             }
-            match chunk_events(&ev.data) {
+            match chunk_events(&ev.data, &self.request_id) {
                 Ok(list) => self.queue.extend(list.into_iter().map(Ok)),
                 Err(e) => self.fail(e),
             }
@@ -224,12 +212,11 @@ impl<S: Stream<Item = reqwest::Result<Bytes>>> SseEvents<S> {
 }
 
 /// Events from one `chat.completion.chunk` JSON payload.
-fn chunk_events(data: &str) -> Result<Vec<BackendEvent>, ApiError> {
+fn chunk_events(data: &str, request_id: &str) -> Result<Vec<BackendEvent>, ApiError> {
     let chunk: Value = serde_json::from_str(data)
         .map_err(|e| ApiError::BadGateway(format!("upstream sent an invalid stream chunk: {e}")))?;
     if let Some(err) = chunk.get("error") {
-        let message = err.get("message").and_then(Value::as_str).unwrap_or("upstream error");
-        return Err(ApiError::BadGateway(format!("upstream error mid-stream: {message}")));
+        return Err(upstream_error::from_stream_event(err, request_id));
     }
     let mut events = Vec::new();
     for choice in chunk.get("choices").and_then(Value::as_array).into_iter().flatten() {
@@ -303,13 +290,16 @@ fn delta_from(index: u32, delta: &Map<String, Value>, logprobs: Option<&Value>) 
         content: text("content"),
         refusal: text("refusal"),
         tool_calls,
-        logprobs: logprobs
-            .and_then(|l| l.get("content"))
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default(),
+        logprobs: logprob_entries(logprobs),
         signals: None,
     }
+}
+
+/// The typed `logprobs.content` entries of a choice. An entry that does not fit the type
+/// (no token, a logprob that is not a number) is dropped: nothing of it can be vouched for.
+fn logprob_entries(logprobs: Option<&Value>) -> Vec<TokenLogprob> {
+    let entries = logprobs.and_then(|l| l.get("content")).and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    entries.iter().filter_map(|e| TokenLogprob::deserialize(e).ok()).collect()
 }
 
 fn parse_usage(v: &Value) -> Option<Usage> {
@@ -333,7 +323,7 @@ mod tests {
             ],
             "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
         });
-        let ev = chunk_events(&data.to_string()).unwrap();
+        let ev = chunk_events(&data.to_string(), "r").unwrap();
         assert_eq!(ev.len(), 4);
         let BackendEvent::Delta(d) = &ev[0] else { panic!() };
         assert_eq!((d.role.as_deref(), d.content.as_deref()), (Some("assistant"), Some("Hel")));
@@ -345,8 +335,10 @@ mod tests {
 
     #[test]
     fn error_chunks_and_garbage_are_bad_gateway() {
-        assert_eq!(chunk_events(r#"{"error":{"message":"boom"}}"#).unwrap_err().status(), 502);
-        assert_eq!(chunk_events("not json").unwrap_err().status(), 502);
+        let e = chunk_events(r#"{"error":{"message":"boom"}}"#, "req-3").unwrap_err();
+        assert_eq!(e.status(), 502);
+        assert!(!e.to_string().contains("boom") && e.to_string().contains("req-3"), "{e}");
+        assert_eq!(chunk_events("not json", "r").unwrap_err().status(), 502);
     }
 
     #[test]
@@ -358,12 +350,16 @@ mod tests {
     }
 
     #[test]
-    fn upstream_statuses_map_to_the_right_errors() {
-        let body = br#"{"error":{"message":"bad temperature","code":"invalid_value"}}"#;
-        let e = map_upstream_status(400, body);
-        assert_eq!((e.status().as_u16(), e.to_string()), (400, "bad temperature".to_string()));
-        assert_eq!(map_upstream_status(429, b"").status(), 429);
-        assert_eq!(map_upstream_status(401, b"").status(), 502);
-        assert_eq!(map_upstream_status(503, b"oops").status(), 502);
+    fn logprob_entries_are_typed_and_odd_ones_dropped() {
+        let lp = json!({"content": [
+            {"token": "Hi", "logprob": -0.5, "bytes": [1, 2, 3], "extra": "cg-x", "top_logprobs": [{"token": "Hi", "logprob": -0.5, "bytes": [9]}]},
+            {"token": 5, "logprob": -0.5},
+            {"token": "x", "logprob": null},
+            {"token": "y", "logprob": -1.0, "top_logprobs": null}
+        ]});
+        let entries = logprob_entries(Some(&lp));
+        assert_eq!(entries.len(), 2);
+        assert!(entries[1].top_logprobs.is_empty());
+        assert_eq!((entries[0].token.as_str(), entries[0].top_logprobs.len()), ("Hi", 1));
     }
 }

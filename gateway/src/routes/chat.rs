@@ -1,5 +1,7 @@
 //! `POST /v1/chat/completions`: authenticate, read the body within its limit, validate,
-//! pick the model's backend, and relay its events as SSE or as one JSON object.
+//! pick the model's backend, and answer with SSE or one JSON object. HTTP only: what the
+//! response may carry is the [`ResponseGuard`]'s decision, and what its end means
+//! (metrics, logs, audit) the [`Finisher`]'s.
 
 use std::sync::Arc;
 
@@ -9,14 +11,12 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
-use crate::api::response::ChatCompletion;
 use crate::api::ChatRequest;
 use crate::backend::RequestContext;
-use crate::config::FailMode;
 use crate::error::ApiError;
-use crate::guard::{Guard, CONTENT_FILTER};
 use crate::protection::ResponseRecord;
 use crate::relay::{self, ResponseMeta};
+use crate::response_guard::{Finisher, GuardSettings, ResponseGuard};
 use crate::router::RequestId;
 use crate::state::{unix_now, AppState};
 
@@ -41,41 +41,35 @@ pub async fn create(
     }
     let rules = state.rules.current();
     state.protection.on_request(tenant.as_str(), &mut request, &rules);
-    let ctx = RequestContext { request_id: request_id.clone(), tenant: tenant.clone() };
-    let started = backend.complete(&request, &ctx).await;
-    let response = match started {
-        Ok(r) => r,
-        Err(e) => {
-            state.metrics.observe_backend_error(&request.model, e.kind());
-            state.metrics.observe_completion(&request.model, tenant.as_str(), "error");
-            return Err(e);
-        }
+    let record = ResponseRecord {
+        audit_id: uuid::Uuid::now_v7(),
+        tenant: tenant.as_str().to_owned(),
+        model: request.model.clone(),
+        request_id: request_id.clone(),
     };
-    state.metrics.observe_completion(&request.model, tenant.as_str(), "ok");
+    let finisher = Finisher::new(state.clone(), record);
+    let ctx = RequestContext { request_id, tenant: tenant.clone() };
+    let response = backend.complete(&request, &ctx).await.inspect_err(|e| finisher.not_started(e))?;
+    finisher.started();
     let meta = ResponseMeta {
         id: format!("chatcmpl-{}", uuid::Uuid::now_v7().simple()),
         created: unix_now(),
         model: request.model.clone(),
         include_usage: request.include_usage,
     };
-    let record = ResponseRecord {
-        audit_id: uuid::Uuid::now_v7(),
-        tenant: tenant.as_str().to_owned(),
-        model: request.model.clone(),
-        request_id,
-    };
-    let mut guard = Guard::with_fail_mode(
+    let mut guard = ResponseGuard::new(GuardSettings {
         rules,
-        state.protection.scan_context(tenant.as_str()),
-        state.protection.detectors(),
-        request.n,
-        state.protection.fail_mode(tenant.as_str()),
-    );
+        detectors: state.protection.detectors(),
+        ctx: state.protection.scan_context(tenant.as_str()),
+        fail_mode: state.protection.fail_mode(tenant.as_str()),
+        max_holdback_bytes: state.config.firewall.max_holdback_bytes,
+        choices: request.n,
+    });
     if request.stream {
         // The id is announced before the first byte; a record exists under it only if the
         // firewall ends up blocking or redacting.
-        let audit_id = audit_header(&record);
-        let on_end = finish_stream(state.clone(), record);
+        let audit_id = audit_header(finisher.record());
+        let on_end: relay::OnEnd = Box::new(move |guard| finisher.streamed(guard));
         let mut response = Body::from_stream(relay::sse_body(meta, response, guard, on_end)).into_response();
         let h = response.headers_mut();
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -84,23 +78,9 @@ pub async fn create(
         h.extend(audit_id);
         return Ok(response);
     }
-    let mut completion = relay::collect(meta, response, &mut guard).await.inspect_err(|e| {
-        state.metrics.observe_backend_error(&request.model, e.kind());
-    })?;
-    report(&state, &record.tenant, &guard);
-    let mut response_headers = HeaderMap::new();
-    if let Some(audit) = state.protection.on_response(&record, &guard) {
-        if let Err(e) = state.protection.audit(&audit).await {
-            tracing::error!(error = %e, audit_id = audit.id(), "audit record could not be written");
-            state.metrics.observe_protection_event(&record.tenant, "audit_write_failed");
-            if state.protection.fail_mode(&record.tenant) == FailMode::Closed {
-                // Nothing is sent yet: a response whose audit record is lost is withheld.
-                withhold(&mut completion);
-                state.metrics.observe_protection_event(&record.tenant, "failed_closed");
-            }
-        }
-        response_headers.extend(audit_header(&record));
-    }
+    let collected = relay::collect(meta, response, &mut guard).await;
+    let (completion, audited) = finisher.whole(&mut guard, collected).await?;
+    let response_headers = if audited { audit_header(finisher.record()) } else { HeaderMap::new() };
     Ok((StatusCode::OK, response_headers, Json(completion)).into_response())
 }
 
@@ -111,46 +91,6 @@ fn audit_header(record: &ResponseRecord) -> HeaderMap {
         h.insert(AUDIT_ID_HEADER, v);
     }
     h
-}
-
-/// What happens when a stream ends (or its client leaves): metrics, learning, audit.
-fn finish_stream(state: Arc<AppState>, record: ResponseRecord) -> relay::OnEnd {
-    Box::new(move |guard: &Guard| {
-        report(&state, &record.tenant, guard);
-        if let Some(audit) = state.protection.on_response(&record, guard) {
-            state.protection.audit_later(audit);
-        }
-    })
-}
-
-/// Logs and counts what the firewall found in one response (rule ids and spans only).
-fn report(state: &AppState, tenant: &str, guard: &Guard) {
-    for f in guard.findings() {
-        state.metrics.observe_finding(tenant, &f.finding.rule_id, f.finding.action.as_str());
-    }
-    if let Some(reason) = guard.failure() {
-        let event = match state.protection.fail_mode(tenant) {
-            FailMode::Closed => "failed_closed",
-            FailMode::Open => "failed_open",
-        };
-        state.metrics.observe_protection_event(tenant, event);
-        tracing::error!(tenant, event, reason, "firewall failure on a response");
-    }
-    if guard.blocked() {
-        let rules: Vec<&str> = guard.findings().iter().map(|f| f.finding.rule_id.as_str()).collect();
-        tracing::warn!(tenant, ?rules, released_bytes = guard.released_bytes(), "response blocked by the firewall");
-    }
-}
-
-/// Empties every choice of a completion that must not be delivered.
-fn withhold(completion: &mut ChatCompletion) {
-    for choice in &mut completion.choices {
-        choice.message.content = None;
-        choice.message.refusal = None;
-        choice.message.tool_calls.clear();
-        choice.logprobs = None;
-        choice.finish_reason = Some(CONTENT_FILTER.to_owned());
-    }
 }
 
 /// Reads the whole body, refusing (413) anything over `limit` bytes — by its declared
