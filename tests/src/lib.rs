@@ -9,6 +9,18 @@ use std::net::SocketAddr;
 use gateway::config::Config;
 use gateway::state::AppState;
 
+/// Ordinary words: random runs of them are distinctive 8-grams, yet read like prose.
+pub const VOCAB: &str = "the quarterly report shows revenue growth in northern region while costs of shipping \
+    rose sharply after new contract with supplier was signed last spring our team plans to review \
+    budget before board meeting next month please send updated forecast and include notes about \
+    hiring freeze marketing campaign customer churn product launch delays server migration backup \
+    schedule security audit findings vendor invoice payment terms legal review partner agreement \
+    office move parking permits travel policy expense claims training sessions onboarding checklist \
+    release notes bug triage incident report database upgrade latency spikes weekend maintenance \
+    window support tickets escalation path pricing tiers discount approval warehouse inventory \
+    count supply chain risk weather delays river port customs paperwork pallet labels driver \
+    shortage fuel surcharge regional manager asked for summary of open issues and owners by friday";
+
 /// A gateway serving on 127.0.0.1:0 until dropped.
 pub struct TestGateway {
     pub addr: SocketAddr,

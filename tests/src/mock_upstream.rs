@@ -18,6 +18,7 @@
 //! - `#splice <request> <word> <count>`: the production bug — answer with `<count>` words,
 //!   from word `<word>` on, of the first user message of the `<request>`-th request this
 //!   mock received (0-based), wrapped in a sentence and streamed in 40 pieces;
+//! - `#place <channel> @<k>`: `#place` with the `<k>`-th canned text;
 //! - `#canned <k>`: answer the `<k>`-th text registered with [`MockUpstream::can`], streamed
 //!   in 40 pieces (so an answer can carry text the asking tenant never sent);
 //! - anything else: answer `Echo: <content>` (streamed word by word when asked).
@@ -142,7 +143,11 @@ async fn chat(State((received, canned)): State<Shared>, headers: HeaderMap, body
         }
         Some("#place") => {
             let channel = words.next().unwrap_or("clean");
-            let text = words.collect::<Vec<_>>().join(" ");
+            let mut text = words.collect::<Vec<_>>().join(" ");
+            // `@<k>`: the `<k>`-th canned text, so the asker need not send it.
+            if let Some(k) = text.strip_prefix('@').and_then(|k| k.parse::<usize>().ok()) {
+                text = canned.lock().ok().and_then(|c| c.get(k).cloned()).unwrap_or_default();
+            }
             placed(&model, channel, &text, stream)
         }
         Some("#splice") => {

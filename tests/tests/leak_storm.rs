@@ -18,24 +18,12 @@ use std::time::Duration;
 
 use crossguard_e2e::mock_upstream::MockUpstream;
 use crossguard_e2e::own_redis::{free_port, OwnRedis};
-use crossguard_e2e::{sse_data, TestGateway};
+use crossguard_e2e::{sse_data, TestGateway, VOCAB};
 use serde_json::{json, Value};
 
 const TENANTS: [&str; 4] = ["acme", "globex", "initech", "umbrella"];
 const ADMIN: &str = "admin-token-0123456789";
 const FP_KEY: &str = "00112233445566778899aabbccddeeff";
-
-/// Ordinary words: random runs of them are distinctive 8-grams, yet read like prose.
-const VOCAB: &str = "the quarterly report shows revenue growth in northern region while costs of shipping \
-    rose sharply after new contract with supplier was signed last spring our team plans to review \
-    budget before board meeting next month please send updated forecast and include notes about \
-    hiring freeze marketing campaign customer churn product launch delays server migration backup \
-    schedule security audit findings vendor invoice payment terms legal review partner agreement \
-    office move parking permits travel policy expense claims training sessions onboarding checklist \
-    release notes bug triage incident report database upgrade latency spikes weekend maintenance \
-    window support tickets escalation path pricing tiers discount approval warehouse inventory \
-    count supply chain risk weather delays river port customs paperwork pallet labels driver \
-    shortage fuel surcharge regional manager asked for summary of open issues and owners by friday";
 
 /// A tiny deterministic generator (xorshift), so every run sends the same text.
 struct Words {
