@@ -54,8 +54,10 @@ fn rules_dir() -> tempfile::TempDir {
 
 fn config(base_url: &str, rules: &Path) -> String {
     let mut text = format!("admin_token = \"{ADMIN}\"\n");
+    // The scripts put each secret in the asker's own message, so the secret is its own:
+    // blocking own secrets too makes every scripted secret a block to show.
     for t in TENANTS {
-        text.push_str(&format!("[[tenants]]\nid = \"{t}\"\napi_keys = [\"sk-{t}-key\"]\n"));
+        text.push_str(&format!("[[tenants]]\nid = \"{t}\"\napi_keys = [\"sk-{t}-key\"]\nown_secrets = \"block\"\n"));
     }
     text.push_str(&format!(
         "[[models]]\nid = \"mock\"\nbackend = \"upstream\"\nbase_url = \"{base_url}\"\n\
