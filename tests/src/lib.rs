@@ -83,9 +83,11 @@ pub fn upstream_config(base_url: &str, extra_model_keys: &str) -> String {
 [[tenants]]
 id = "acme"
 api_keys = ["sk-acme-1"]
+own_secrets = "block"
 [[tenants]]
 id = "globex"
 api_keys = ["sk-globex-1"]
+own_secrets = "block"
 [[models]]
 id = "mock"
 backend = "upstream"
