@@ -16,6 +16,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,6 +49,10 @@ struct Args {
     /// rounds anything else up to whole milliseconds).
     #[arg(long, default_value_t = 0)]
     chunk_delay_us: u64,
+    /// Every Nth answer (0: none) quotes a credential nobody sent (a GitHub token, fresh each
+    /// time), which the gateway's rules block: soak runs count the audit records this makes.
+    #[arg(long, default_value_t = 0)]
+    leak_every: u64,
 }
 
 /// The pre-built answers, shared by every request.
@@ -57,35 +62,60 @@ struct Answers {
     /// SSE frames in order: role, `stream_chunks` contents, finish, `[DONE]`.
     frames: Vec<Bytes>,
     chunk_delay: Duration,
+    leak_every: u64,
+    served: AtomicU64,
 }
 
 impl Answers {
     fn build(args: &Args) -> Answers {
         let words: Vec<String> = (0..args.stream_chunks).map(|i| format!("word{i} ")).collect();
-        let text: String = words.concat();
-        let usage = json!({"prompt_tokens": 12, "completion_tokens": words.len(), "total_tokens": 12 + words.len()});
-        let completion = json!({
-            "id": "chatcmpl-mock", "object": "chat.completion", "created": 1, "model": "mock-upstream",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "logprobs": null, "finish_reason": "stop"}],
-            "usage": usage, "system_fingerprint": "fp_mock"
-        });
-        let chunk = |delta: Value, finish: Value| {
-            let c = json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 1,
-                           "model": "mock-upstream",
-                           "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]});
-            Bytes::from(format!("data: {c}\n\n"))
-        };
-        let mut frames = vec![chunk(json!({"role": "assistant", "content": ""}), Value::Null)];
-        frames.extend(words.iter().map(|w| chunk(json!({"content": w}), Value::Null)));
-        frames.push(chunk(json!({}), json!("stop")));
-        frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
+        let (completion, frames) = answer(&words);
         Answers {
-            completion: Bytes::from(completion.to_string()),
+            completion,
             frames,
             chunk_delay: Duration::from_micros(args.chunk_delay_us),
+            leak_every: args.leak_every,
+            served: AtomicU64::new(0),
         }
     }
+
+    /// The leaking answer for request number `n`: one sentence quoting a GitHub token made
+    /// from `n` (so every leak is a different value).
+    fn leak(n: u64) -> (Bytes, Vec<Bytes>) {
+        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+        let mut token = String::from("ghp_");
+        let mut x = n.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03;
+        for _ in 0..36 {
+            x ^= x >> 29;
+            x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            token.push(char::from(ALPHABET[(x >> 58) as usize % ALPHABET.len()]));
+        }
+        answer(&[format!("Here is the deploy token: {token} - keep it safe.")])
+    }
+}
+
+/// A completion whose content is `pieces` joined, and the SSE frames that stream it: role,
+/// one chunk per piece, finish, `[DONE]`.
+fn answer(pieces: &[String]) -> (Bytes, Vec<Bytes>) {
+    let text: String = pieces.concat();
+    let usage = json!({"prompt_tokens": 12, "completion_tokens": pieces.len(), "total_tokens": 12 + pieces.len()});
+    let completion = json!({
+        "id": "chatcmpl-mock", "object": "chat.completion", "created": 1, "model": "mock-upstream",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                     "logprobs": null, "finish_reason": "stop"}],
+        "usage": usage, "system_fingerprint": "fp_mock"
+    });
+    let chunk = |delta: Value, finish: Value| {
+        let c = json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 1,
+                       "model": "mock-upstream",
+                       "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]});
+        Bytes::from(format!("data: {c}\n\n"))
+    };
+    let mut frames = vec![chunk(json!({"role": "assistant", "content": ""}), Value::Null)];
+    frames.extend(pieces.iter().map(|w| chunk(json!({"content": w}), Value::Null)));
+    frames.push(chunk(json!({}), json!("stop")));
+    frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    (Bytes::from(completion.to_string()), frames)
 }
 
 async fn chat(State(answers): State<Arc<Answers>>, body: Bytes) -> Response {
@@ -97,12 +127,15 @@ async fn chat(State(answers): State<Arc<Answers>>, body: Bytes) -> Response {
         }
     };
     let stream = request.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let n = answers.served.fetch_add(1, Ordering::Relaxed) + 1;
+    let leak = (answers.leak_every > 0 && n % answers.leak_every == 0).then(|| Answers::leak(n));
     if !stream {
-        let mut response = Response::new(Body::from(answers.completion.clone()));
+        let body = leak.map_or_else(|| answers.completion.clone(), |(completion, _)| completion);
+        let mut response = Response::new(Body::from(body));
         response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         return response;
     }
-    let frames = answers.frames.clone();
+    let frames = leak.map_or_else(|| answers.frames.clone(), |(_, frames)| frames);
     let delay = answers.chunk_delay;
     let body = if delay.is_zero() {
         Body::from_stream(futures::stream::iter(frames.into_iter().map(Ok::<_, Infallible>)))
