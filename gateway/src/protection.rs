@@ -108,6 +108,8 @@ impl Protection {
         settings.ngram_words = p.ngram_words;
         settings.ttl_secs = p.ttl_secs;
         settings.max_hashes = p.max_hashes;
+        settings.max_tenant_share = p.max_tenant_share;
+        settings.max_hashes_per_text = p.max_hashes_per_text;
         let index = Arc::new(ProvenanceIndex::new(settings, replica));
         let snapshot = matches!(config.store, StoreConfig::Memory { .. }).then(|| config.data_dir.join("fingerprints.idx"));
         if let Some(path) = &snapshot {
@@ -292,9 +294,9 @@ impl Protection {
     /// in the background.
     fn record(self: &Arc<Self>, tenant: &str, role: Role, text: &str, rules: &Ruleset) {
         let key = self.index.settings().key;
-        let mut hashes = firewall::fingerprints(text, &key, self.index.settings().ngram_words);
-        hashes.extend(firewall::secret_fingerprints(rules, text, &key));
-        let Some(batch) = self.index.record_hashes(tenant, role, hashes) else { return };
+        let ngrams = firewall::fingerprints(text, &key, self.index.settings().ngram_words);
+        let secrets = firewall::secret_fingerprints(rules, text, &key);
+        let Some(batch) = self.index.record_hashes(tenant, role, secrets, ngrams) else { return };
         if matches!(*self.store, Store::Memory(_)) {
             return;
         }

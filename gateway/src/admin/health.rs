@@ -33,7 +33,9 @@ pub async fn page(session: Session, State(state): State<Arc<AppState>>) -> Html<
         facts(&[
             ("Fingerprints", size.hashes.to_string()),
             ("Tenants", size.tenants.to_string()),
-            ("Dropped (index full)", size.dropped.to_string()),
+            ("Dropped (past the per-text cap)", size.dropped.to_string()),
+            ("Evicted (index full)", size.evicted_full.to_string()),
+            ("Evicted (tenant at its share)", size.evicted_tenant_share.to_string()),
         ])
     );
 

@@ -24,9 +24,19 @@
 //! ([`ProvenanceIndex::save`], written aside then renamed) and reloaded at start
 //! ([`ProvenanceIndex::load`]), expired owners dropped.
 //!
+//! The index is split into shards by hash, each behind its own lock, so a lookup waits at
+//! most for one shard's share of one insert, never for a whole prompt; a text's hashes are
+//! inserted shard by shard. Bounds (see [`shard`]): past `max_hashes` the oldest entries
+//! are evicted, one tenant holds at most `max_tenant_share` of the index (past it, its own
+//! oldest entries go), and one text records at most `max_hashes_per_text` hashes (an
+//! evenly spread sample; the rest are counted as dropped). Nothing is refused silently:
+//! evictions and drops are counted for `/metrics`.
+//!
 //! Invariants: only keyed hashes are held, never text; an owner past its expiry is never
-//! reported; memory is bounded by `max_hashes` (past it, new hashes are not indexed and are
-//! counted in `dropped`, after expired ones have been pruned).
+//! reported; memory is bounded by `max_hashes`.
+
+mod shard;
+mod snapshot;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,6 +44,8 @@ use std::sync::{Arc, RwLock};
 
 use firewall::{NgramKey, NgramOwners, OwnerSet};
 
+use self::shard::{Evicted, Limits, Shard, Upserted, NATIVE, RECEIVED};
+use self::snapshot::SnapshotEntry;
 use crate::store::{now_ms, FingerprintBatch, FingerprintCursor, Role, Store, StoreError};
 
 /// How the index fingerprints and how long it remembers.
@@ -46,157 +58,122 @@ pub struct ProvenanceSettings {
     pub key: NgramKey,
     /// Most distinct hashes held in memory.
     pub max_hashes: usize,
+    /// Largest fraction of `max_hashes` one tenant's entries may hold.
+    pub max_tenant_share: f64,
+    /// Most hashes recorded from one text (a prompt or a response).
+    pub max_hashes_per_text: usize,
     /// Most tenants named in one answer (`shared_by` still counts them all).
     pub max_owners_listed: usize,
 }
 
 impl ProvenanceSettings {
     pub fn new(key: NgramKey) -> ProvenanceSettings {
-        ProvenanceSettings { ngram_words: firewall::detect::ngram::DEFAULT_N, ttl_secs: 86_400, key, max_hashes: 20_000_000, max_owners_listed: 8 }
-    }
-}
-
-/// Marks an owner that only received the n-gram (the top bit of its tenant word).
-const RECEIVED: u32 = 1 << 31;
-
-/// The tenant word of the model-native mark: no tenant index reaches it (interning stops
-/// long before), and it is never listed, shared or counted as a tenant.
-const NATIVE: u32 = RECEIVED - 1;
-
-/// Owners of one hash: (tenant word, expiry in Unix seconds), where the tenant word is the
-/// tenant index, with [`RECEIVED`] set for a received-only owner. One owner is the common
-/// case and needs no allocation.
-#[derive(Debug, Clone)]
-enum Owners {
-    One((u32, u64)),
-    Many(Vec<(u32, u64)>),
-}
-
-impl Owners {
-    fn as_slice(&self) -> &[(u32, u64)] {
-        match self {
-            Owners::One(pair) => std::slice::from_ref(pair),
-            Owners::Many(v) => v,
+        ProvenanceSettings {
+            ngram_words: firewall::detect::ngram::DEFAULT_N,
+            ttl_secs: 86_400,
+            key,
+            max_hashes: 20_000_000,
+            max_tenant_share: 0.5,
+            max_hashes_per_text: 100_000,
+            max_owners_listed: 8,
         }
     }
 
-    /// Sets `tenant`'s expiry to at least `expires` (`word` is its tenant word, so a
-    /// sender replaces a received-only owner); returns its previous expiry, or `None` when
-    /// it is new or its role was raised to sender (either needs sharing).
-    fn upsert(&mut self, word: u32, expires: u64) -> Option<u64> {
-        let update = |(w, e): &mut (u32, u64)| {
-            let raised = *w & RECEIVED != 0 && word & RECEIVED == 0;
-            let old = *e;
-            *w &= word | !RECEIVED;
-            *e = old.max(expires);
-            (!raised).then_some(old)
-        };
-        let same = |w: u32| w & !RECEIVED == word & !RECEIVED;
-        match self {
-            Owners::One(pair) if same(pair.0) => update(pair),
-            Owners::One(pair) => {
-                *self = Owners::Many(vec![*pair, (word, expires)]);
-                None
-            }
-            Owners::Many(v) => match v.iter_mut().find(|(w, _)| same(*w)) {
-                Some(pair) => update(pair),
-                None => {
-                    v.push((word, expires));
-                    None
-                }
-            },
-        }
+    /// Shards: one per 64 Ki hashes of capacity, at most 64, so a small index (tests)
+    /// is one shard and its bounds are exact.
+    fn shard_count(&self) -> usize {
+        (self.max_hashes / 65_536).clamp(1, 64)
     }
 
-    /// Drops expired owners; false when none is left.
-    fn retain_live(&mut self, now: u64) -> bool {
-        match self {
-            Owners::One((_, e)) => *e > now,
-            Owners::Many(v) => {
-                v.retain(|(_, e)| *e > now);
-                if let [one] = v.as_slice() {
-                    *self = Owners::One(*one);
-                }
-                !self.as_slice().is_empty()
-            }
-        }
+    /// One shard's bounds (the index's, spread evenly: hashes are uniform).
+    fn shard_limits(&self) -> Limits {
+        let n = self.shard_count();
+        let per_tenant = (self.max_hashes as f64 * self.max_tenant_share.clamp(0.0, 1.0)) as usize;
+        Limits { max_hashes: self.max_hashes.div_ceil(n).max(1), max_per_tenant: per_tenant.div_ceil(n).max(1) }
     }
 }
 
+/// Tenant names, interned: index -> name and name -> index.
 #[derive(Debug, Default)]
-struct Inner {
-    // tenant names, interned: index -> name and name -> index
-    tenants: Vec<Arc<str>>,
-    tenant_ids: HashMap<Arc<str>, u32>,
-    map: HashMap<u64, Owners>,
-    last_prune_s: u64,
-}
-
-impl Inner {
-    fn tenant_id(&mut self, tenant: &str) -> u32 {
-        if let Some(id) = self.tenant_ids.get(tenant) {
-            return *id;
-        }
-        let id = self.tenants.len() as u32;
-        let name: Arc<str> = Arc::from(tenant);
-        self.tenants.push(name.clone());
-        self.tenant_ids.insert(name, id);
-        id
-    }
-
-    fn prune(&mut self, now: u64) {
-        self.map.retain(|_, o| o.retain_live(now));
-        self.last_prune_s = now;
-    }
+struct Tenants {
+    names: Vec<Arc<str>>,
+    ids: HashMap<Arc<str>, u32>,
 }
 
 /// The index. Share it as `Arc<ProvenanceIndex>`; it is also the firewall's `NgramOwners`.
 #[derive(Debug)]
 pub struct ProvenanceIndex {
     settings: ProvenanceSettings,
+    limits: Limits,
     replica: String,
-    inner: RwLock<Inner>,
+    tenants: RwLock<Tenants>,
+    shards: Box<[RwLock<Shard>]>,
     cursor: tokio::sync::Mutex<FingerprintCursor>,
+    /// Hashes not recorded: past `max_hashes_per_text` in one text.
     dropped: AtomicU64,
+    evicted_full: AtomicU64,
+    evicted_share: AtomicU64,
+    last_prune_s: AtomicU64,
     /// Bumped by every record or merge; `saved` is its value at the last snapshot.
     changes: AtomicU64,
     saved: AtomicU64,
 }
-
-/// One snapshot entry: (hash, tenant word, expiry in Unix seconds).
-type SnapshotEntry = (u64, u32, u64);
-
-/// First bytes of a snapshot file (format version 1).
-const SNAPSHOT_MAGIC: &[u8; 8] = b"CGFPIDX1";
 
 /// Sizes for `/metrics`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProvenanceSize {
     pub hashes: usize,
     pub tenants: usize,
-    /// Hashes not indexed because the index was full.
+    /// Hashes not recorded because their text had more than `max_hashes_per_text`.
     pub dropped: u64,
+    /// Owner entries evicted because the index was full.
+    pub evicted_full: u64,
+    /// Owner entries evicted because their tenant was at its share.
+    pub evicted_tenant_share: u64,
 }
 
 impl ProvenanceIndex {
     /// `replica` names this process in shared batches (e.g. `RedisSettings::replica_id`).
     pub fn new(settings: ProvenanceSettings, replica: impl Into<String>) -> ProvenanceIndex {
+        let shards = (0..settings.shard_count()).map(|_| RwLock::new(Shard::default())).collect();
         ProvenanceIndex {
+            limits: settings.shard_limits(),
             settings,
             replica: replica.into(),
-            inner: RwLock::new(Inner::default()),
+            tenants: RwLock::new(Tenants::default()),
+            shards,
             cursor: tokio::sync::Mutex::new(FingerprintCursor::default()),
             dropped: AtomicU64::new(0),
+            evicted_full: AtomicU64::new(0),
+            evicted_share: AtomicU64::new(0),
+            last_prune_s: AtomicU64::new(0),
             changes: AtomicU64::new(0),
             saved: AtomicU64::new(0),
         }
     }
 
+    fn shard_of(&self, hash: u64) -> usize {
+        // The hashes are keyed SipHash outputs: uniform, so the low bits spread evenly.
+        (hash % self.shards.len() as u64) as usize
+    }
+
+    fn tenant_id(&self, tenant: &str) -> u32 {
+        if let Some(id) = self.tenants.read().unwrap_or_else(|p| p.into_inner()).ids.get(tenant) {
+            return *id;
+        }
+        let mut t = self.tenants.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(id) = t.ids.get(tenant) {
+            return *id;
+        }
+        let id = t.names.len() as u32;
+        let name: Arc<str> = Arc::from(tenant);
+        t.names.push(name.clone());
+        t.ids.insert(name, id);
+        id
+    }
+
     /// Writes the live owners to `path` (a temporary file, synced, then renamed over it)
     /// unless nothing changed since the last save. Returns whether it wrote.
-    ///
-    /// Layout (little-endian): magic, tenant count u32, each tenant as u16 length + UTF-8,
-    /// entry count u64, each entry as hash u64, tenant word u32, expiry u64.
     pub fn save(&self, path: &std::path::Path) -> std::io::Result<bool> {
         use std::io::Write as _;
         let changes = self.changes.load(Ordering::Acquire);
@@ -204,27 +181,14 @@ impl ProvenanceIndex {
             return Ok(false);
         }
         let now = now_ms() / 1000;
-        // Copied under the read lock, written without it.
-        let (tenants, entries): (Vec<Arc<str>>, Vec<SnapshotEntry>) = {
-            let inner = self.inner.read().unwrap_or_else(|p| p.into_inner());
-            let entries =
-                inner.map.iter().flat_map(|(h, o)| o.as_slice().iter().filter(|(_, e)| *e > now).map(move |(w, e)| (*h, *w, *e))).collect();
-            (inner.tenants.clone(), entries)
-        };
-        let mut buf = Vec::with_capacity(16 + entries.len() * 20);
-        buf.extend_from_slice(SNAPSHOT_MAGIC);
-        buf.extend_from_slice(&(tenants.len() as u32).to_le_bytes());
-        for t in &tenants {
-            let bytes = t.as_bytes();
-            buf.extend_from_slice(&(bytes.len().min(u16::MAX as usize) as u16).to_le_bytes());
-            buf.extend_from_slice(&bytes[..bytes.len().min(u16::MAX as usize)]);
+        let tenants = self.tenants.read().unwrap_or_else(|p| p.into_inner()).names.clone();
+        // Copied one shard at a time under its read lock, written without any.
+        let mut entries: Vec<SnapshotEntry> = Vec::new();
+        for shard in self.shards.iter() {
+            let shard = shard.read().unwrap_or_else(|p| p.into_inner());
+            entries.extend(shard.iter().flat_map(|(h, o)| o.as_slice().iter().filter(|(_, e)| *e > now).map(move |(w, e)| (*h, *w, *e))));
         }
-        buf.extend_from_slice(&(entries.len() as u64).to_le_bytes());
-        for (h, w, e) in &entries {
-            buf.extend_from_slice(&h.to_le_bytes());
-            buf.extend_from_slice(&w.to_le_bytes());
-            buf.extend_from_slice(&e.to_le_bytes());
-        }
+        let buf = snapshot::encode(&tenants, &entries);
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
@@ -246,11 +210,14 @@ impl ProvenanceIndex {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
             Err(e) => return Err(e),
         };
-        let (tenants, entries) = parse_snapshot(&bytes)
+        let (tenants, mut entries) = snapshot::parse(&bytes)
             .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "not a provenance snapshot, or truncated"))?;
         let now = now_ms() / 1000;
-        let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
-        let ids: Vec<u32> = tenants.iter().map(|t| inner.tenant_id(t)).collect();
+        let ids: Vec<u32> = tenants.iter().map(|t| self.tenant_id(t)).collect();
+        // Oldest first, so that eviction order survives the reload.
+        entries.retain(|(_, _, e)| *e > now);
+        entries.sort_unstable_by_key(|(_, _, e)| *e);
+        let mut evicted = Evicted::default();
         let mut loaded = 0;
         for (h, w, e) in entries {
             let word = match ids.get((w & !RECEIVED) as usize) {
@@ -258,11 +225,11 @@ impl ProvenanceIndex {
                 Some(id) => id | (w & RECEIVED),
                 None => continue,
             };
-            if e > now {
-                self.upsert(&mut inner, h, word, e, now);
-                loaded += 1;
-            }
+            let mut shard = self.shards[self.shard_of(h)].write().unwrap_or_else(|p| p.into_inner());
+            shard.upsert(h, word, e, self.limits, &mut evicted);
+            loaded += 1;
         }
+        self.count_evicted(evicted);
         Ok(loaded)
     }
 
@@ -271,63 +238,61 @@ impl ProvenanceIndex {
     }
 
     /// Indexes `text` under `tenant` in `role` and returns the hashes to share through the
-    /// store: those new for this tenant (or raised to sender) or past half their time to
-    /// live (so a hot n-gram is re-shared about twice per TTL, not on every request).
-    /// `None` when there is nothing to share.
+    /// store (see [`ProvenanceIndex::record_hashes`]).
     pub fn record(&self, tenant: &str, role: Role, text: &str) -> Option<FingerprintBatch> {
-        self.record_hashes(tenant, role, firewall::fingerprints(text, &self.settings.key, self.settings.ngram_words))
+        self.record_hashes(tenant, role, Vec::new(), firewall::fingerprints(text, &self.settings.key, self.settings.ngram_words))
     }
 
-    /// [`ProvenanceIndex::record`] for hashes made elsewhere with the same key (e.g.
-    /// [`firewall::secret_fingerprints`]).
-    pub fn record_hashes(&self, tenant: &str, role: Role, mut hashes: Vec<u64>) -> Option<FingerprintBatch> {
-        hashes.sort_unstable();
-        hashes.dedup();
+    /// Indexes one text's hashes made with the index's key: `secrets` (e.g.
+    /// [`firewall::secret_fingerprints`]) first, then `ngrams` (in text order), together at
+    /// most `max_hashes_per_text`: past it, an evenly spread sample of the n-grams is kept
+    /// (a copied run longer than the sampling step still hits one) and the rest counted as
+    /// dropped. Returns the hashes to share: those new for this tenant (or raised to
+    /// sender) or past half their time to live (so a hot n-gram is re-shared about twice per
+    /// TTL, not on every request); `None` when there is nothing to share.
+    pub fn record_hashes(&self, tenant: &str, role: Role, mut secrets: Vec<u64>, ngrams: Vec<u64>) -> Option<FingerprintBatch> {
+        let cap = self.settings.max_hashes_per_text.max(1);
+        let offered = secrets.len() + ngrams.len();
+        secrets.truncate(cap);
+        let room = cap - secrets.len();
+        secrets.extend(sample_evenly(ngrams, room));
+        let mut hashes = secrets;
+        self.dropped.fetch_add((offered - hashes.len()) as u64, Ordering::Relaxed);
         let now = now_ms() / 1000;
         let expires = now + self.settings.ttl_secs;
-        let refresh_before = now + self.settings.ttl_secs / 2;
-        let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
-        let word = inner.tenant_id(tenant) | role_bit(role);
-        self.changes.fetch_add(1, Ordering::AcqRel);
-        if role == Role::Received {
-            self.mark_native(&mut inner, &hashes, expires, now);
-        }
-        hashes.retain(|h| match self.upsert(&mut inner, *h, word, expires, now) {
-            Some(old) => old <= refresh_before,
-            None => true,
-        });
-        drop(inner);
+        let word = self.tenant_id(tenant) | role_bit(role);
+        let mut to_share = self.upsert_all(&mut hashes, word, expires, now);
+        to_share.retain(|(_, up)| up.previous.is_none_or(|old| up.raised || old <= now + self.settings.ttl_secs / 2));
+        let hashes: Vec<u64> = to_share.into_iter().map(|(h, _)| h).collect();
         (!hashes.is_empty())
             .then(|| FingerprintBatch { tenant: tenant.to_owned(), expires_at_s: expires, replica: self.replica.clone(), role, hashes })
     }
 
-    /// Marks as model-native every hash among `hashes` (received text) that no tenant sent.
-    fn mark_native(&self, inner: &mut Inner, hashes: &[u64], expires: u64, now: u64) {
-        for h in hashes {
-            let sent = inner.map.get(h).is_some_and(|o| o.as_slice().iter().any(|(w, e)| *e > now && *w & RECEIVED == 0 && *w != NATIVE));
-            if !sent {
-                self.upsert(inner, *h, NATIVE, expires, now);
+    /// Inserts `hashes` (sorted and deduplicated here) as owned by `word`, one shard lock at
+    /// a time; returns what each upsert did. Received text no tenant sent is marked native.
+    fn upsert_all(&self, hashes: &mut Vec<u64>, word: u32, expires: u64, now: u64) -> Vec<(u64, Upserted)> {
+        let shard_of = |h: &u64| self.shard_of(*h);
+        hashes.sort_unstable_by_key(|h| (shard_of(h), *h));
+        hashes.dedup();
+        self.changes.fetch_add(1, Ordering::AcqRel);
+        let mut out = Vec::with_capacity(hashes.len());
+        let mut evicted = Evicted::default();
+        for group in hashes.chunk_by(|a, b| shard_of(a) == shard_of(b)) {
+            let mut shard = self.shards[shard_of(&group[0])].write().unwrap_or_else(|p| p.into_inner());
+            for h in group {
+                if word & RECEIVED != 0 && !is_sent(&shard, *h, now) {
+                    shard.upsert(*h, NATIVE, expires, self.limits, &mut evicted);
+                }
+                out.push((*h, shard.upsert(*h, word, expires, self.limits, &mut evicted)));
             }
         }
+        self.count_evicted(evicted);
+        out
     }
 
-    /// Inserts one owner; returns its previous expiry if it was already there.
-    fn upsert(&self, inner: &mut Inner, hash: u64, tenant: u32, expires: u64, now: u64) -> Option<u64> {
-        if let Some(o) = inner.map.get_mut(&hash) {
-            return o.upsert(tenant, expires);
-        }
-        if inner.map.len() >= self.settings.max_hashes {
-            // Full: prune expired owners, at most once a minute (it walks the whole map).
-            if now >= inner.last_prune_s + 60 {
-                inner.prune(now);
-            }
-            if inner.map.len() >= self.settings.max_hashes {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-                return None;
-            }
-        }
-        inner.map.insert(hash, Owners::One((tenant, expires)));
-        None
+    fn count_evicted(&self, evicted: Evicted) {
+        self.evicted_full.fetch_add(evicted.full, Ordering::Relaxed);
+        self.evicted_share.fetch_add(evicted.tenant_share, Ordering::Relaxed);
     }
 
     /// Merges a batch recorded elsewhere (another replica, or a reload).
@@ -336,15 +301,9 @@ impl ProvenanceIndex {
         if batch.expires_at_s <= now {
             return;
         }
-        let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
-        let word = inner.tenant_id(&batch.tenant) | role_bit(batch.role);
-        self.changes.fetch_add(1, Ordering::AcqRel);
-        if batch.role == Role::Received {
-            self.mark_native(&mut inner, &batch.hashes, batch.expires_at_s, now);
-        }
-        for h in &batch.hashes {
-            self.upsert(&mut inner, *h, word, batch.expires_at_s, now);
-        }
+        let word = self.tenant_id(&batch.tenant) | role_bit(batch.role);
+        let mut hashes = batch.hashes.clone();
+        self.upsert_all(&mut hashes, word, batch.expires_at_s, now);
     }
 
     /// Pulls what other replicas recorded since the last refresh, and drops expired owners
@@ -357,21 +316,30 @@ impl ProvenanceIndex {
         let foreign: Vec<&FingerprintBatch> = batches.iter().filter(|b| b.replica != self.replica).collect();
         foreign.iter().for_each(|b| self.merge(b));
         let now = now_ms() / 1000;
-        let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
-        if now >= inner.last_prune_s + 60 {
-            inner.prune(now);
+        if now >= self.last_prune_s.load(Ordering::Relaxed) + 60 {
+            self.prune();
         }
         Ok(foreign.len())
     }
 
-    /// Drops every expired owner now.
+    /// Drops every expired owner now, one shard at a time.
     pub fn prune(&self) {
-        self.inner.write().unwrap_or_else(|p| p.into_inner()).prune(now_ms() / 1000);
+        let now = now_ms() / 1000;
+        self.last_prune_s.store(now, Ordering::Relaxed);
+        for shard in self.shards.iter() {
+            shard.write().unwrap_or_else(|p| p.into_inner()).prune(now);
+        }
     }
 
     pub fn size(&self) -> ProvenanceSize {
-        let inner = self.inner.read().unwrap_or_else(|p| p.into_inner());
-        ProvenanceSize { hashes: inner.map.len(), tenants: inner.tenants.len(), dropped: self.dropped.load(Ordering::Relaxed) }
+        let hashes = self.shards.iter().map(|s| s.read().unwrap_or_else(|p| p.into_inner()).len()).sum();
+        ProvenanceSize {
+            hashes,
+            tenants: self.tenants.read().unwrap_or_else(|p| p.into_inner()).names.len(),
+            dropped: self.dropped.load(Ordering::Relaxed),
+            evicted_full: self.evicted_full.load(Ordering::Relaxed),
+            evicted_tenant_share: self.evicted_share.load(Ordering::Relaxed),
+        }
     }
 
     /// `/metrics` lines for the index.
@@ -380,16 +348,22 @@ impl ProvenanceIndex {
         format!(
             "# HELP crossguard_provenance_hashes N-gram hashes in the provenance index.\n\
              # TYPE crossguard_provenance_hashes gauge\ncrossguard_provenance_hashes {}\n\
-             # HELP crossguard_provenance_dropped_total Hashes not indexed because the index was full.\n\
-             # TYPE crossguard_provenance_dropped_total counter\ncrossguard_provenance_dropped_total {}\n",
-            s.hashes, s.dropped
+             # HELP crossguard_provenance_dropped_total Hashes not indexed: past provenance.max_hashes_per_text in one text.\n\
+             # TYPE crossguard_provenance_dropped_total counter\ncrossguard_provenance_dropped_total {}\n\
+             # HELP crossguard_provenance_evicted_total Owner entries evicted to make room, by cause.\n\
+             # TYPE crossguard_provenance_evicted_total counter\n\
+             crossguard_provenance_evicted_total{{reason=\"full\"}} {}\n\
+             crossguard_provenance_evicted_total{{reason=\"tenant_share\"}} {}\n",
+            s.hashes, s.dropped, s.evicted_full, s.evicted_tenant_share
         )
     }
 
     fn owners_at(&self, hash: u64, now: u64) -> OwnerSet {
-        let inner = self.inner.read().unwrap_or_else(|p| p.into_inner());
-        let Some(owners) = inner.map.get(&hash) else { return OwnerSet::default() };
-        let mut live: Vec<u32> = owners.as_slice().iter().filter(|(_, e)| *e > now).map(|(w, _)| *w).collect();
+        let mut live: Vec<u32> = {
+            let shard = self.shards[self.shard_of(hash)].read().unwrap_or_else(|p| p.into_inner());
+            let Some(owners) = shard.get(hash) else { return OwnerSet::default() };
+            owners.as_slice().iter().filter(|(_, e)| *e > now).map(|(w, _)| *w).collect()
+        };
         let len = live.len();
         live.retain(|w| *w != NATIVE);
         // Senders first (the bit is clear), so a truncated list names them.
@@ -398,8 +372,9 @@ impl ProvenanceIndex {
         if live.first().is_none_or(|w| w & RECEIVED != 0) {
             return set;
         }
+        let tenants = self.tenants.read().unwrap_or_else(|p| p.into_inner());
         for w in live.into_iter().take(self.settings.max_owners_listed) {
-            if let Some(name) = inner.tenants.get((w & !RECEIVED) as usize) {
+            if let Some(name) = tenants.names.get((w & !RECEIVED) as usize) {
                 set.tenants.push(name.to_string());
             }
         }
@@ -407,34 +382,18 @@ impl ProvenanceIndex {
     }
 }
 
-/// The tenants and (hash, tenant word, expiry) entries of a snapshot; `None` if malformed.
-fn parse_snapshot(bytes: &[u8]) -> Option<(Vec<String>, Vec<SnapshotEntry>)> {
-    let mut at = bytes.strip_prefix(SNAPSHOT_MAGIC.as_slice())?;
-    let mut take = |n: usize| -> Option<&[u8]> {
-        let (head, rest) = (at.get(..n)?, at.get(n..)?);
-        at = rest;
-        Some(head)
-    };
-    let count = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
-    let mut tenants = Vec::with_capacity(count.min(1 << 16));
-    for _ in 0..count {
-        let len = u16::from_le_bytes(take(2)?.try_into().ok()?) as usize;
-        tenants.push(String::from_utf8(take(len)?.to_vec()).ok()?);
+/// Whether a live owner of `hash` sent it (the native mark and receivers do not count).
+fn is_sent(shard: &Shard, hash: u64, now: u64) -> bool {
+    shard.get(hash).is_some_and(|o| o.as_slice().iter().any(|(w, e)| *e > now && *w & RECEIVED == 0 && *w != NATIVE))
+}
+
+/// At most `cap` of `items`, spread evenly over them (all of them when they fit).
+fn sample_evenly(items: Vec<u64>, cap: usize) -> Vec<u64> {
+    if items.len() <= cap {
+        return items;
     }
-    let n = u64::from_le_bytes(take(8)?.try_into().ok()?);
-    let n = usize::try_from(n).ok()?;
-    // Checked against the bytes left before allocating: a corrupt count cannot exhaust memory.
-    let body = take(n.checked_mul(20)?)?;
-    let entries = body
-        .chunks_exact(20)
-        .map(|c| {
-            let h = u64::from_le_bytes(c[..8].try_into().unwrap_or_default());
-            let w = u32::from_le_bytes(c[8..12].try_into().unwrap_or_default());
-            let e = u64::from_le_bytes(c[12..].try_into().unwrap_or_default());
-            (h, w, e)
-        })
-        .collect();
-    Some((tenants, entries))
+    let n = items.len();
+    (0..cap).map(|i| items[i * n / cap]).collect()
 }
 
 fn role_bit(role: Role) -> u32 {
@@ -565,11 +524,69 @@ mod tests {
         assert_eq!(idx.size().hashes, firewall::fingerprints(TEXT, &KEY, 4).len());
     }
 
+    fn small(max_hashes: usize, share: f64, per_text: usize) -> ProvenanceIndex {
+        let settings = ProvenanceSettings { ngram_words: 1, max_hashes, max_tenant_share: share, max_hashes_per_text: per_text, ..ProvenanceSettings::new(KEY) };
+        ProvenanceIndex::new(settings, "r1")
+    }
+
+    /// `n` distinct one-word n-grams.
+    fn words(prefix: &str, n: usize) -> String {
+        (0..n).map(|i| format!("{prefix}{i}")).collect::<Vec<_>>().join(" ")
+    }
+
     #[test]
-    fn the_index_is_bounded() {
-        let idx = ProvenanceIndex::new(ProvenanceSettings { ngram_words: 1, max_hashes: 3, ..ProvenanceSettings::new(KEY) }, "r1");
-        idx.record("acme", Role::Sent, "a b c d e");
-        assert_eq!(idx.size(), ProvenanceSize { hashes: 3, tenants: 1, dropped: 2 });
+    fn a_full_index_evicts_the_oldest_and_keeps_indexing() {
+        let idx = small(10, 1.0, 100);
+        idx.record("acme", Role::Sent, &words("a", 10));
+        idx.record("globex", Role::Sent, &words("b", 4));
+        let s = idx.size();
+        assert_eq!((s.hashes, s.evicted_full, s.evicted_tenant_share, s.dropped), (10, 4, 0, 0));
+        let hash = |w: &str| firewall::fingerprints(w, &KEY, 1)[0];
+        assert_eq!(idx.owners(hash("b3")).tenants, ["globex"], "the newest text is indexed");
+        let kept = (0..10).filter(|i| !idx.owners(hash(&format!("a{i}"))).tenants.is_empty()).count();
+        assert_eq!(kept, 6);
+    }
+
+    #[test]
+    fn a_flooding_tenant_evicts_only_its_own_entries() {
+        let idx = small(10, 0.5, 100);
+        idx.record("globex", Role::Sent, &words("g", 3));
+        for round in 0..5 {
+            idx.record("mallory", Role::Sent, &words(&format!("m{round}x"), 8));
+        }
+        let hash = |w: &str| firewall::fingerprints(w, &KEY, 1)[0];
+        assert!((0..3).all(|i| idx.owners(hash(&format!("g{i}"))).tenants == ["globex"]));
+        let newest = (0..8).filter(|i| idx.owners(hash(&format!("m4x{i}"))).tenants == ["mallory"]).count();
+        assert_eq!(newest, 5, "the flooder's newest text fills its share");
+        let s = idx.size();
+        assert_eq!(s.hashes, 8, "globex 3 + mallory at its share of 5");
+        assert_eq!(s.evicted_tenant_share, 35);
+        // a later prompt of another tenant is indexed too
+        idx.record("initech", Role::Sent, &words("i", 2));
+        assert!(idx.owners(hash("i1")).tenants == ["initech"]);
+    }
+
+    #[test]
+    fn one_text_records_an_even_sample_past_its_cap_and_secrets_first() {
+        let idx = small(1000, 1.0, 10);
+        let ngrams: Vec<u64> = (0..100).collect();
+        let batch = idx.record_hashes("acme", Role::Sent, vec![1_000, 1_001], ngrams).unwrap();
+        assert_eq!(batch.hashes.len(), 10);
+        assert!(batch.hashes.contains(&1_000) && batch.hashes.contains(&1_001));
+        let mut kept: Vec<u64> = batch.hashes.iter().copied().filter(|h| *h < 100).collect();
+        kept.sort_unstable();
+        assert_eq!(kept, [0, 12, 25, 37, 50, 62, 75, 87]);
+        assert_eq!(idx.size().dropped, 92);
+    }
+
+    #[test]
+    fn a_big_index_is_sharded_with_even_bounds() {
+        let s = ProvenanceSettings::new(KEY);
+        assert_eq!(s.shard_count(), 64);
+        let l = s.shard_limits();
+        assert_eq!((l.max_hashes, l.max_per_tenant), (312_500, 156_250));
+        let tiny = ProvenanceSettings { max_hashes: 1000, max_tenant_share: 0.001, ..s };
+        assert_eq!((tiny.shard_count(), tiny.shard_limits().max_per_tenant), (1, 1));
     }
 
     #[test]
