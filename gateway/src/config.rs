@@ -416,7 +416,8 @@ pub struct RedisStoreConfig {
     pub url: String,
     /// Prefix of every key (one per deployment).
     pub key_prefix: String,
-    /// Approximate cap of the audit stream.
+    /// Cap of the audit stream; past it the largest (tenant, severity) class loses its
+    /// oldest record (`store::retention`).
     pub audit_max_len: usize,
     /// Longest wait for one Redis operation.
     pub op_timeout_ms: u64,

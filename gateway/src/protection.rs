@@ -211,11 +211,12 @@ impl Protection {
     pub fn render_prometheus(&self) -> String {
         let h = self.store.health();
         format!(
-            "{}{}{}# HELP crossguard_store_degraded 1 while the shared store is unreachable (serving from local state).\n\
+            "{}{}{}{}# HELP crossguard_store_degraded 1 while the shared store is unreachable (serving from local state).\n\
              # TYPE crossguard_store_degraded gauge\ncrossguard_store_degraded{{kind=\"{}\"}} {}\n\
              # HELP crossguard_audit_buffered Audit records held locally, waiting for the store.\n\
              # TYPE crossguard_audit_buffered gauge\ncrossguard_audit_buffered {}\n",
             self.index.render_prometheus(),
+            crate::store::retention::render_prometheus(&self.store.audit_evictions()),
             self.stats.render_prometheus(),
             self.probes.render_prometheus(crate::store::now_ms()),
             h.kind,

@@ -1,8 +1,8 @@
 //! The Redis store against a real Redis: two handles (two gateway replicas) sharing
 //! fingerprints, statistics and audit records through 127.0.0.1:6379 (scripts/test.sh
 //! starts it), and a Redis of our own that is stopped and restarted to check degraded mode
-//! (records spooled, none lost, none doubled). Every test uses its own key prefix and
-//! deletes its keys at the end.
+//! (records spooled, none lost, none doubled), and audit retention per tenant and severity
+//! under a flood. Every test uses its own key prefix and deletes its keys at the end.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -36,13 +36,17 @@ async fn delete_keys(url: &str, prefix: &str) {
 }
 
 fn record(tenant: &str, rule: &str, action: Action) -> AuditRecord {
+    record_with(tenant, rule, action, Severity::High)
+}
+
+fn record_with(tenant: &str, rule: &str, action: Action, severity: Severity) -> AuditRecord {
     let finding = Finding {
         rule_id: rule.into(),
         start: 0,
         end: 20,
         match_start: 0,
         match_end: 20,
-        severity: Severity::High,
+        severity,
         action,
         excerpt: firewall::mask("AKIA2NGEVCHPZHKN4IV2"),
         kind: DetectorKind::Ngram,
@@ -203,4 +207,32 @@ async fn unreachable_redis_at_start_is_degraded_not_fatal() {
     let spool = std::fs::read_to_string(data.path().join("audit-spool.jsonl")).unwrap();
     assert_eq!(spool.lines().count(), 1);
     assert!(!spool.contains("AKIA2NGEVCHPZHKN4IV2"), "no raw secret on disk");
+}
+
+#[tokio::test]
+async fn a_flood_of_low_severity_records_evicts_only_its_own_class() {
+    let (p, d1, d2) = (prefix(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let capped = |dir: &Path| RedisSettings { audit_max_len: 20, ..settings(SHARED_URL, &p, dir) };
+    let (a, b) = (Store::redis(capped(d1.path())).await.unwrap(), Store::redis(capped(d2.path())).await.unwrap());
+    let block = |tenant: &str, severity| record_with(tenant, "aws-access-key", Action::Block, severity);
+    let kept = [block("acme", Severity::High), block("acme", Severity::Critical), block("mallory", Severity::High)];
+    for r in &kept {
+        a.append_audit(r).await.unwrap();
+    }
+    // mallory floods through both replicas
+    for i in 0..300 {
+        if i % 2 == 0 { &a } else { &b }.append_audit(&block("mallory", Severity::Low)).await.unwrap();
+    }
+    let ids = all_ids(&a, AuditQuery { limit: 7, ..Default::default() }).await;
+    assert_eq!(ids.len(), 20, "the log holds its cap");
+    for r in &kept {
+        assert!(ids.iter().any(|id| id == r.id()), "{} survived", r.id());
+        assert_eq!(a.get_audit(r.id()).await.unwrap().as_ref(), Some(r));
+    }
+    assert_eq!(ids.last().map(String::as_str), Some(kept[0].id()), "paging reaches the oldest");
+    b.upkeep().await;
+    let evicted = b.audit_evictions();
+    assert_eq!(evicted.len(), 1, "{evicted:?}");
+    assert_eq!((evicted[0].tenant.as_str(), evicted[0].severity, evicted[0].evicted), ("mallory", Severity::Low, 283));
+    delete_keys(SHARED_URL, &p).await;
 }

@@ -13,6 +13,7 @@
 pub mod journal;
 pub mod memory;
 pub mod redis;
+pub mod retention;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -23,6 +24,7 @@ use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 
 pub use self::memory::MemoryStore;
 pub use self::redis::{RedisSettings, RedisStore};
+pub use self::retention::AuditEviction;
 
 /// What can go wrong in the store.
 #[derive(Debug, thiserror::Error)]
@@ -210,6 +212,15 @@ impl Store {
         match self {
             Store::Memory(m) => Ok(m.get_audit(id)),
             Store::Redis(r) => r.get_audit(id).await,
+        }
+    }
+
+    /// Audit records evicted to keep the log within its cap, per tenant and severity (Redis:
+    /// every replica's, as of the last upkeep).
+    pub fn audit_evictions(&self) -> Vec<AuditEviction> {
+        match self {
+            Store::Memory(m) => m.audit_evictions(),
+            Store::Redis(r) => r.audit_evictions(),
         }
     }
 

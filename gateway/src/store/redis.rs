@@ -8,9 +8,16 @@
 //!   incrementally (`XREAD` from their cursor).
 //! - `stats`: one hash, field `<metric>:<tenant>` = `"<count> <mean> <m2>"`, merged
 //!   atomically by a Lua script (Chan's parallel Welford update).
-//! - `{audit}:log`: one stream of audit records (field `r`, the JSON), capped `MAXLEN ~`.
-//!   `{audit}:id:<id>` maps a record id to its entry id (expiring with `audit_id_ttl_secs`);
-//!   the append script checks it first, so re-sending a record is a no-op.
+//! - `{audit}:log`: one stream of audit records (field `r`, the JSON), at most
+//!   `audit_max_len` entries, evicted per [`retention`](crate::store::retention): each record's entry id is also
+//!   in the list `{audit}:class:<severity>:<tenant>`, the sorted set `{audit}:classes`
+//!   ranks the classes by size, `{audit}:tracked` counts the listed records and the hash
+//!   `{audit}:evicted` counts evictions per class; the append script (atomic) evicts the
+//!   oldest entry of the largest class with `XDEL`. Every audit key carries the `{audit}`
+//!   hash tag, so the script's keys, including the class lists it names itself, share one
+//!   slot. `{audit}:id:<id>` maps a record id to its entry id (expiring with
+//!   `audit_id_ttl_secs`); the append script checks it first, so re-sending a record is a
+//!   no-op (an evicted one too).
 //!
 //! Degraded mode: any connection failure or timeout marks the store degraded. Audit
 //! records that cannot reach Redis (or arrive while earlier ones wait) are appended to
@@ -32,8 +39,9 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::streams::{StreamId, StreamRangeReply, StreamReadReply};
 use redis::{RedisError, RedisResult, Script, Value};
 
-use crate::audit::{metric_from_name, metric_name, AuditPage, AuditQuery, AuditRecord};
+use crate::audit::{metric_from_name, metric_name, severity_from_name, AuditPage, AuditQuery, AuditRecord};
 use crate::store::journal::{self, Journal};
+use crate::store::retention::{AuditEviction, Class};
 use crate::store::{now_ms, FingerprintBatch, FingerprintCursor, Health, Role, StatEntry, StoreError, Welford};
 
 /// Connection settings and limits.
@@ -44,7 +52,7 @@ pub struct RedisSettings {
     pub key_prefix: String,
     /// Where the audit spool lives (one directory per replica).
     pub data_dir: PathBuf,
-    /// Approximate cap of the audit stream.
+    /// Cap of the audit stream (past it, see [`retention`](crate::store::retention)).
     pub audit_max_len: u64,
     /// How long `get` by id works for a record.
     pub audit_id_ttl_secs: u64,
@@ -76,11 +84,46 @@ const MAX_SCAN: usize = 20_000;
 /// a `since_ms` filter starts scanning this much earlier.
 const SINCE_SLACK_MS: u64 = 60_000;
 
+/// Appends one record (KEYS: log, id key, classes, evicted, tracked; ARGV: json, cap, id
+/// TTL, class key, class list prefix, tie weight) and evicts per [`retention`](crate::store::retention): the oldest
+/// record of the class with the highest score (4 per record, plus the tie weight: 3 for
+/// low severity .. 0 for critical). Records from before classes existed (the stream holds
+/// more than `tracked`) are the oldest and are trimmed first.
 const APPEND_AUDIT: &str = r"
 local sid = redis.call('GET', KEYS[2])
 if sid then return sid end
-sid = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'r', ARGV[1])
+sid = redis.call('XADD', KEYS[1], '*', 'r', ARGV[1])
 redis.call('SET', KEYS[2], sid, 'EX', ARGV[3])
+local class, lists = ARGV[4], ARGV[5]
+redis.call('RPUSH', lists .. class, sid)
+if redis.call('ZSCORE', KEYS[3], class) then
+  redis.call('ZINCRBY', KEYS[3], 4, class)
+else
+  redis.call('ZADD', KEYS[3], 4 + tonumber(ARGV[6]), class)
+end
+local tracked = redis.call('INCR', KEYS[5])
+local max = tonumber(ARGV[2])
+local n = redis.call('XLEN', KEYS[1])
+if n > max and n > tracked then
+  local cut = math.min(n - tracked, n - max)
+  redis.call('XTRIM', KEYS[1], 'MAXLEN', n - cut)
+  n = n - cut
+end
+while n > max do
+  local top = redis.call('ZREVRANGE', KEYS[3], 0, 0)[1]
+  if not top then break end
+  local victim = redis.call('LPOP', lists .. top)
+  if victim then
+    n = n - redis.call('XDEL', KEYS[1], victim)
+    redis.call('HINCRBY', KEYS[4], top, 1)
+    redis.call('DECR', KEYS[5])
+  end
+  if redis.call('LLEN', lists .. top) == 0 then
+    redis.call('ZREM', KEYS[3], top)
+  else
+    redis.call('ZINCRBY', KEYS[3], -4, top)
+  end
+end
 return sid";
 
 const MERGE_STATS: &str = r"
@@ -114,6 +157,8 @@ pub struct RedisStore {
     flush_lock: tokio::sync::Mutex<()>,
     append_script: Script,
     merge_script: Script,
+    /// Audit evictions of every replica, as of the last upkeep.
+    evictions: Mutex<Vec<AuditEviction>>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -141,6 +186,7 @@ impl RedisStore {
             flush_lock: tokio::sync::Mutex::new(()),
             append_script: Script::new(APPEND_AUDIT),
             merge_script: Script::new(MERGE_STATS),
+            evictions: Mutex::new(Vec::new()),
             settings,
         };
         store.upkeep().await;
@@ -290,10 +336,34 @@ impl RedisStore {
 
     async fn send_audit(&self, record: &AuditRecord) -> Result<(), StoreError> {
         let json = serde_json::to_string(record).map_err(|e| StoreError::BadReply(e.to_string()))?;
+        let class = Class::of(record);
+        let tie = 3 - severity_rank(class.severity);
         let mut inv = self.append_script.key(self.key("{audit}:log"));
         inv.key(self.key(&format!("{{audit}}:id:{}", record.id())));
+        inv.key(self.key("{audit}:classes")).key(self.key("{audit}:evicted")).key(self.key("{audit}:tracked"));
         inv.arg(json).arg(self.settings.audit_max_len).arg(self.settings.audit_id_ttl_secs.max(1));
+        inv.arg(class.key()).arg(self.key("{audit}:class:")).arg(tie);
         self.call(|mut c| async move { inv.invoke_async::<Value>(&mut c).await }).await.map(drop)
+    }
+
+    /// As of the last [`RedisStore::upkeep`].
+    pub fn audit_evictions(&self) -> Vec<AuditEviction> {
+        self.evictions.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    async fn load_evictions(&self) -> Result<(), StoreError> {
+        let key = self.key("{audit}:evicted");
+        let all: Vec<(String, u64)> = self.call(|mut c| async move { redis::cmd("HGETALL").arg(key).query_async(&mut c).await }).await?;
+        let mut evictions: Vec<AuditEviction> = all
+            .into_iter()
+            .filter_map(|(class, evicted)| {
+                let (severity, tenant) = class.split_once(':')?;
+                Some(AuditEviction { tenant: tenant.to_owned(), severity: severity_from_name(severity)?, evicted })
+            })
+            .collect();
+        evictions.sort_by(|a, b| (&a.tenant, a.severity).cmp(&(&b.tenant, b.severity)));
+        *self.evictions.lock().unwrap_or_else(|p| p.into_inner()) = evictions;
+        Ok(())
     }
 
     pub async fn get_audit(&self, id: &str) -> Result<Option<AuditRecord>, StoreError> {
@@ -353,6 +423,9 @@ impl RedisStore {
         if let Err(e) = self.flush_spool().await {
             tracing::warn!(error = %e, buffered = self.buffered.load(Ordering::Relaxed), "audit spool not flushed yet");
         }
+        if let Err(e) = self.load_evictions().await {
+            tracing::debug!(error = %e, "audit eviction counts not read");
+        }
     }
 
     async fn flush_spool(&self) -> Result<(), StoreError> {
@@ -374,6 +447,16 @@ impl RedisStore {
             let _ = self.buffered.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| Some(b.saturating_sub(n)));
             tracing::info!(records = n, "spooled audit records flushed to redis");
         }
+    }
+}
+
+/// Low 0 .. critical 3.
+fn severity_rank(s: firewall::Severity) -> u8 {
+    match s {
+        firewall::Severity::Low => 0,
+        firewall::Severity::Medium => 1,
+        firewall::Severity::High => 2,
+        firewall::Severity::Critical => 3,
     }
 }
 
