@@ -106,6 +106,8 @@ struct RawProvenance {
     max_hashes_per_text: Option<usize>,
     common_at: Option<usize>,
     refresh_interval_ms: Option<u64>,
+    max_staleness_ms: Option<u64>,
+    unavailable: Option<ProvenanceUnavailable>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -258,6 +260,24 @@ pub struct ProvenanceConfig {
     pub common_at: usize,
     /// How often other replicas' fingerprints are pulled from a shared store.
     pub refresh_interval_ms: u64,
+    /// Shared store: other replicas' fingerprints older than this (not pulled for this
+    /// long, or never) make the index stale.
+    pub max_staleness_ms: u64,
+    /// What a stale index means for requests.
+    pub unavailable: ProvenanceUnavailable,
+}
+
+/// What happens while other replicas' fingerprints are stale (Redis unreachable): the
+/// firewall could not tell another replica's tenant's text from fresh text.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProvenanceUnavailable {
+    /// Refuse completions with 503 `provenance_unavailable` (tenants with `fail_mode =
+    /// "open"` are still served), and `/readyz` answers 503 (the default).
+    #[default]
+    Block,
+    /// Serve from local state; `/readyz` stays 200 and says `"degraded"`.
+    Allow,
 }
 
 /// Per-tenant statistics and the entropy detector that judges against them.
@@ -663,6 +683,14 @@ fn validate_provenance(
     if refresh_interval_ms == 0 {
         return Err(invalid("provenance.refresh_interval_ms".into(), "must be greater than 0".into()));
     }
+    let max_staleness_ms = raw.max_staleness_ms.unwrap_or(30_000);
+    if max_staleness_ms <= refresh_interval_ms {
+        return Err(invalid(
+            "provenance.max_staleness_ms".into(),
+            format!("must be greater than provenance.refresh_interval_ms ({refresh_interval_ms}), got {max_staleness_ms}"),
+        ));
+    }
+    let unavailable = raw.unavailable.unwrap_or_default();
     let key_env = raw.key_env.unwrap_or_else(|| DEFAULT_KEY_ENV.to_owned());
     let key = match lookup(&key_env).filter(|v| !v.is_empty()) {
         Some(text) => Some(
@@ -679,7 +707,19 @@ fn validate_provenance(
         }
         None => None,
     };
-    Ok(ProvenanceConfig { ngram_words, ttl_secs, key_env, key, max_hashes, max_tenant_share, max_hashes_per_text, common_at, refresh_interval_ms })
+    Ok(ProvenanceConfig {
+        ngram_words,
+        ttl_secs,
+        key_env,
+        key,
+        max_hashes,
+        max_tenant_share,
+        max_hashes_per_text,
+        common_at,
+        refresh_interval_ms,
+        max_staleness_ms,
+        unavailable,
+    })
 }
 
 fn validate_stats(raw: RawStats, invalid: &Invalid<'_>) -> Result<StatsConfig, ConfigError> {
@@ -1089,6 +1129,8 @@ placement = "system_start"
             ("[canary]\ntext = \"no placeholder\"", "canary.text"),
             ("[provenance]\nngram_words = 2", "provenance.ngram_words"),
             ("[provenance]\nmax_tenant_share = 0.0", "provenance.max_tenant_share"),
+            ("[provenance]\nrefresh_interval_ms = 500\nmax_staleness_ms = 500", "provenance.max_staleness_ms"),
+            ("[provenance]\nunavailable = \"maybe\"", "provenance.unavailable"),
             ("[provenance]\nmax_tenant_share = 1.5", "provenance.max_tenant_share"),
             ("[provenance]\nmax_hashes = 1000\nmax_hashes_per_text = 2000", "provenance.max_hashes_per_text"),
             ("[store]\nkind = \"memory\"\nkey_prefix = \"x\"", "store.key_prefix"),

@@ -236,3 +236,54 @@ async fn a_flood_of_low_severity_records_evicts_only_its_own_class() {
     assert_eq!((evicted[0].tenant.as_str(), evicted[0].severity, evicted[0].evicted), ("mallory", Severity::Low, 283));
     delete_keys(SHARED_URL, &p).await;
 }
+
+#[tokio::test]
+async fn fingerprints_recorded_during_an_outage_are_spooled_and_shared_once_redis_is_back() {
+    let port = free_port();
+    let server = OwnRedis::start(port, tempfile::tempdir().unwrap());
+    let (url, p, d1, d2) = (server.url(), prefix(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = (Store::redis(settings(&url, &p, d1.path())).await.unwrap(), Store::redis(settings(&url, &p, d2.path())).await.unwrap());
+    let pset = ProvenanceSettings { ngram_words: 4, ..ProvenanceSettings::new(KEY) };
+    let (ia, ib) = (ProvenanceIndex::new(pset.clone(), "replica-a"), ProvenanceIndex::new(pset, "replica-b"));
+
+    let kept = server.stop();
+    let text = "the vault combination for the osaka office is written inside the red binder";
+    let batch = ia.record("acme", Role::Sent, text).unwrap();
+    a.append_fingerprints(&batch).await.expect("spooled, not lost");
+    assert_eq!(a.health().buffered_fingerprints, 1);
+    assert!(ia.record("acme", Role::Sent, text).is_none(), "recorded once: the spool owns the sharing now");
+    // the replica restarts while Redis is down: the spool is reloaded from disk
+    drop(a);
+    let a = Store::redis(settings(&url, &p, d1.path())).await.unwrap();
+    assert_eq!(a.health().buffered_fingerprints, 1);
+
+    let _server = OwnRedis::start(port, kept);
+    flush(&a).await;
+    assert_eq!(a.health().buffered_fingerprints, 0);
+    flush(&b).await; // reconnects
+    assert_eq!(ib.refresh(&b).await.unwrap(), 1);
+    assert_eq!(ib.owners(firewall::fingerprints(text, &KEY, 4)[0]).tenants, ["acme"], "replica B sees the prompt");
+    assert!(ib.last_pulled_ms().is_some());
+}
+
+#[tokio::test]
+async fn a_starting_replica_reads_only_live_entries_in_pages() {
+    let (p, d) = (prefix(), tempfile::tempdir().unwrap());
+    let store = Store::redis(settings(SHARED_URL, &p, d.path())).await.unwrap();
+    let client = redis::Client::open(SHARED_URL).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    // an entry added before the TTL's horizon (its expiry claims otherwise: a skewed clock)
+    let old_id = format!("{}-0", (now_s - 2 * 86_400) * 1000);
+    let _: String = redis::cmd("XADD").arg(format!("{p}fp")).arg(&old_id).arg("t").arg("old").arg("x").arg(now_s + 3600).arg("r").arg("r9").arg("h").arg(7u64.to_le_bytes().to_vec()).query_async(&mut c).await.unwrap();
+    // 1200 live batches: more than two pages
+    for i in 0..1200u64 {
+        let batch = gateway::store::FingerprintBatch { tenant: format!("t{}", i % 3), expires_at_s: now_s + 3600, replica: "r9".into(), role: Role::Sent, hashes: vec![1000 + i] };
+        store.append_fingerprints(&batch).await.unwrap();
+    }
+    let idx = ProvenanceIndex::new(ProvenanceSettings { ngram_words: 4, ..ProvenanceSettings::new(KEY) }, "replica-new");
+    assert_eq!(idx.refresh(&store).await.unwrap(), 1200, "every live batch, none from before the horizon");
+    assert_eq!(idx.owners(7).shared_by, 0);
+    assert_eq!(idx.owners(1000 + 1199).tenants, ["t2"]);
+    delete_keys(SHARED_URL, &p).await;
+}

@@ -114,6 +114,8 @@ pub struct ProvenanceIndex {
     evicted_full: AtomicU64,
     evicted_share: AtomicU64,
     last_prune_s: AtomicU64,
+    /// When other replicas' fingerprints were last pulled up to date (ms; 0 = never).
+    last_pulled_ms: AtomicU64,
     /// Bumped by every record or merge; `saved` is its value at the last snapshot.
     changes: AtomicU64,
     saved: AtomicU64,
@@ -147,6 +149,7 @@ impl ProvenanceIndex {
             evicted_full: AtomicU64::new(0),
             evicted_share: AtomicU64::new(0),
             last_prune_s: AtomicU64::new(0),
+            last_pulled_ms: AtomicU64::new(0),
             changes: AtomicU64::new(0),
             saved: AtomicU64::new(0),
         }
@@ -306,20 +309,37 @@ impl ProvenanceIndex {
         self.upsert_all(&mut hashes, word, batch.expires_at_s, now);
     }
 
-    /// Pulls what other replicas recorded since the last refresh, and drops expired owners
-    /// (at most once a minute). Returns how many batches were merged.
+    /// Pulls what other replicas recorded since the last refresh, page by page (each
+    /// merged before the next is read: a starting replica never holds the whole stream),
+    /// and drops expired owners (at most once a minute). Returns how many batches were
+    /// merged; on success the index is up to date as of the call.
     pub async fn refresh(&self, store: &Store) -> Result<usize, StoreError> {
+        let started = now_ms();
         let mut cursor = self.cursor.lock().await;
-        let (batches, next) = store.read_fingerprints(&cursor).await?;
-        *cursor = next;
+        let mut merged = 0;
+        loop {
+            let page = store.read_fingerprints(&cursor).await?;
+            *cursor = page.next;
+            for b in page.batches.iter().filter(|b| b.replica != self.replica) {
+                self.merge(b);
+                merged += 1;
+            }
+            if !page.more {
+                break;
+            }
+        }
         drop(cursor);
-        let foreign: Vec<&FingerprintBatch> = batches.iter().filter(|b| b.replica != self.replica).collect();
-        foreign.iter().for_each(|b| self.merge(b));
-        let now = now_ms() / 1000;
-        if now >= self.last_prune_s.load(Ordering::Relaxed) + 60 {
+        self.last_pulled_ms.fetch_max(started, Ordering::Relaxed);
+        if started / 1000 >= self.last_prune_s.load(Ordering::Relaxed) + 60 {
             self.prune();
         }
-        Ok(foreign.len())
+        Ok(merged)
+    }
+
+    /// When other replicas' fingerprints were last pulled up to date (ms since the epoch),
+    /// `None` before the first successful [`ProvenanceIndex::refresh`].
+    pub fn last_pulled_ms(&self) -> Option<u64> {
+        Some(self.last_pulled_ms.load(Ordering::Relaxed)).filter(|ms| *ms > 0)
     }
 
     /// Drops every expired owner now, one shard at a time.
