@@ -109,6 +109,21 @@ impl AuditFinding {
     }
 }
 
+/// The stable name of a severity (as in rule files and `/metrics` labels).
+pub fn severity_name(severity: Severity) -> &'static str {
+    match severity {
+        Severity::Low => "low",
+        Severity::Medium => "medium",
+        Severity::High => "high",
+        Severity::Critical => "critical",
+    }
+}
+
+/// The severity named by [`severity_name`].
+pub fn severity_from_name(name: &str) -> Option<Severity> {
+    [Severity::Low, Severity::Medium, Severity::High, Severity::Critical].into_iter().find(|s| severity_name(*s) == name)
+}
+
 /// The stable name of an entropy metric (as in `/metrics` labels).
 pub fn metric_name(metric: firewall::Metric) -> &'static str {
     match metric {
@@ -235,6 +250,16 @@ impl AuditRecord {
     }
     pub fn bytes_released(&self) -> u64 {
         self.bytes_released
+    }
+
+    /// How serious the record is, for retention: its most severe finding's severity; a
+    /// fail-closed record without findings counts as high (it may hide anything).
+    pub fn severity(&self) -> Severity {
+        match self.findings.iter().map(|f| f.severity).max() {
+            Some(s) => s,
+            None if self.failure.is_some() => Severity::High,
+            None => Severity::Low,
+        }
     }
 
     /// Test helper: a record at a chosen time (ids stay unique).

@@ -102,8 +102,12 @@ struct RawProvenance {
     ttl_secs: Option<u64>,
     key_env: Option<String>,
     max_hashes: Option<usize>,
+    max_tenant_share: Option<f64>,
+    max_hashes_per_text: Option<usize>,
     common_at: Option<usize>,
     refresh_interval_ms: Option<u64>,
+    max_staleness_ms: Option<u64>,
+    unavailable: Option<ProvenanceUnavailable>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -236,7 +240,7 @@ pub struct Config {
 }
 
 /// The provenance index: how prompts and responses are fingerprinted and remembered.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ProvenanceConfig {
     /// Words per n-gram.
     pub ngram_words: usize,
@@ -246,12 +250,34 @@ pub struct ProvenanceConfig {
     pub key_env: String,
     /// The key from `key_env`; `None`: the embedded store keeps one under `data_dir`.
     pub key: Option<[u8; 16]>,
-    /// Most distinct n-gram hashes held in memory.
+    /// Most distinct n-gram hashes held in memory (past it, the oldest are evicted).
     pub max_hashes: usize,
+    /// Largest fraction of `max_hashes` one tenant may hold (past it, its own oldest go).
+    pub max_tenant_share: f64,
+    /// Most hashes recorded from one prompt or response (past it, an even sample).
+    pub max_hashes_per_text: usize,
     /// An n-gram shared by at least this many tenants is common language, not a leak.
     pub common_at: usize,
     /// How often other replicas' fingerprints are pulled from a shared store.
     pub refresh_interval_ms: u64,
+    /// Shared store: other replicas' fingerprints older than this (not pulled for this
+    /// long, or never) make the index stale.
+    pub max_staleness_ms: u64,
+    /// What a stale index means for requests.
+    pub unavailable: ProvenanceUnavailable,
+}
+
+/// What happens while other replicas' fingerprints are stale (Redis unreachable): the
+/// firewall could not tell another replica's tenant's text from fresh text.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProvenanceUnavailable {
+    /// Refuse completions with 503 `provenance_unavailable` (tenants with `fail_mode =
+    /// "open"` are still served), and `/readyz` answers 503 (the default).
+    #[default]
+    Block,
+    /// Serve from local state; `/readyz` stays 200 and says `"degraded"`.
+    Allow,
 }
 
 /// Per-tenant statistics and the entropy detector that judges against them.
@@ -410,7 +436,8 @@ pub struct RedisStoreConfig {
     pub url: String,
     /// Prefix of every key (one per deployment).
     pub key_prefix: String,
-    /// Approximate cap of the audit stream.
+    /// Cap of the audit stream; past it the largest (tenant, severity) class loses its
+    /// oldest record (`store::retention`).
     pub audit_max_len: usize,
     /// Longest wait for one Redis operation.
     pub op_timeout_ms: u64,
@@ -637,6 +664,17 @@ fn validate_provenance(
     if max_hashes < 1_000 {
         return Err(invalid("provenance.max_hashes".into(), format!("must be at least 1000, got {max_hashes}")));
     }
+    let max_tenant_share = raw.max_tenant_share.unwrap_or(0.5);
+    if !(max_tenant_share > 0.0 && max_tenant_share <= 1.0) {
+        return Err(invalid("provenance.max_tenant_share".into(), format!("must be a fraction in (0, 1], got {max_tenant_share}")));
+    }
+    let max_hashes_per_text = raw.max_hashes_per_text.unwrap_or(100_000.min(max_hashes));
+    if !(100..=max_hashes).contains(&max_hashes_per_text) {
+        return Err(invalid(
+            "provenance.max_hashes_per_text".into(),
+            format!("must be between 100 and provenance.max_hashes ({max_hashes}), got {max_hashes_per_text}"),
+        ));
+    }
     let common_at = raw.common_at.unwrap_or(3);
     if common_at < 2 {
         return Err(invalid("provenance.common_at".into(), format!("must be at least 2, got {common_at}")));
@@ -645,6 +683,14 @@ fn validate_provenance(
     if refresh_interval_ms == 0 {
         return Err(invalid("provenance.refresh_interval_ms".into(), "must be greater than 0".into()));
     }
+    let max_staleness_ms = raw.max_staleness_ms.unwrap_or(30_000);
+    if max_staleness_ms <= refresh_interval_ms {
+        return Err(invalid(
+            "provenance.max_staleness_ms".into(),
+            format!("must be greater than provenance.refresh_interval_ms ({refresh_interval_ms}), got {max_staleness_ms}"),
+        ));
+    }
+    let unavailable = raw.unavailable.unwrap_or_default();
     let key_env = raw.key_env.unwrap_or_else(|| DEFAULT_KEY_ENV.to_owned());
     let key = match lookup(&key_env).filter(|v| !v.is_empty()) {
         Some(text) => Some(
@@ -661,7 +707,19 @@ fn validate_provenance(
         }
         None => None,
     };
-    Ok(ProvenanceConfig { ngram_words, ttl_secs, key_env, key, max_hashes, common_at, refresh_interval_ms })
+    Ok(ProvenanceConfig {
+        ngram_words,
+        ttl_secs,
+        key_env,
+        key,
+        max_hashes,
+        max_tenant_share,
+        max_hashes_per_text,
+        common_at,
+        refresh_interval_ms,
+        max_staleness_ms,
+        unavailable,
+    })
 }
 
 fn validate_stats(raw: RawStats, invalid: &Invalid<'_>) -> Result<StatsConfig, ConfigError> {
@@ -1070,6 +1128,11 @@ placement = "system_start"
         for (bad, key) in [
             ("[canary]\ntext = \"no placeholder\"", "canary.text"),
             ("[provenance]\nngram_words = 2", "provenance.ngram_words"),
+            ("[provenance]\nmax_tenant_share = 0.0", "provenance.max_tenant_share"),
+            ("[provenance]\nrefresh_interval_ms = 500\nmax_staleness_ms = 500", "provenance.max_staleness_ms"),
+            ("[provenance]\nunavailable = \"maybe\"", "provenance.unavailable"),
+            ("[provenance]\nmax_tenant_share = 1.5", "provenance.max_tenant_share"),
+            ("[provenance]\nmax_hashes = 1000\nmax_hashes_per_text = 2000", "provenance.max_hashes_per_text"),
             ("[store]\nkind = \"memory\"\nkey_prefix = \"x\"", "store.key_prefix"),
             ("[store]\nkind = \"redis\"", "provenance.key_env"),
             ("[stats]\nz_threshold = 0.5", "stats.z_threshold"),

@@ -69,6 +69,10 @@ pub enum ApiError {
     /// The gateway cannot serve yet (model still loading) or is shutting down.
     #[error("{0}")]
     Unavailable(String),
+    /// Other replicas' fingerprints are stale, so another tenant's text could pass the
+    /// firewall unseen: refused (`provenance.unavailable = "block"`, tenant fail mode closed).
+    #[error("Cross-tenant protection is temporarily unavailable ({0}); the request was not sent. Retry shortly.")]
+    ProvenanceUnavailable(String),
     /// A bug or an unexpected condition inside the gateway.
     #[error("{0}")]
     Internal(String),
@@ -100,7 +104,7 @@ impl ApiError {
             ApiError::UpstreamFailed { .. } | ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
             ApiError::GatewayTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ApiError::EngineBusy { .. } => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable(_) | ApiError::ProvenanceUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -122,7 +126,7 @@ impl ApiError {
             ApiError::UpstreamRejected { status: 429, .. } | ApiError::EngineBusy { .. } => "rate_limit_error",
             ApiError::UpstreamRejected { .. } => "invalid_request_error",
             ApiError::UpstreamFailed { .. } | ApiError::BadGateway(_) | ApiError::GatewayTimeout(_) => "upstream_error",
-            ApiError::Unavailable(_) | ApiError::Internal(_) => "server_error",
+            ApiError::Unavailable(_) | ApiError::ProvenanceUnavailable(_) | ApiError::Internal(_) => "server_error",
         }
     }
 
@@ -145,6 +149,7 @@ impl ApiError {
             ApiError::GatewayTimeout(_) => "upstream_timeout",
             ApiError::EngineBusy { .. } => "engine_busy",
             ApiError::Unavailable(_) => "unavailable",
+            ApiError::ProvenanceUnavailable(_) => "provenance_unavailable",
             ApiError::Internal(_) => "internal_error",
         };
         Some(code.to_owned())

@@ -270,7 +270,7 @@ pub fn render_engine_loops<'a>(loops: impl Iterator<Item = (&'a str, &'a crate::
 }
 
 /// Label values escaped per the exposition format.
-fn escape(value: &str) -> String {
+pub(crate) fn escape(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 

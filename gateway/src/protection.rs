@@ -24,7 +24,7 @@ use sha2::{Digest, Sha256};
 
 use crate::api::ChatRequest;
 use crate::audit::AuditRecord;
-use crate::config::{CanaryPlacement, Config, FailMode, OwnSecrets, StoreConfig};
+use crate::config::{CanaryPlacement, Config, FailMode, OwnSecrets, ProvenanceUnavailable, StoreConfig};
 use crate::probing::{is_foreign_block, ProbeSettings, ProbeWatch};
 use crate::provenance::{ProvenanceIndex, ProvenanceSettings};
 use crate::response_guard::ResponseGuard;
@@ -55,6 +55,9 @@ pub struct Protection {
     probes: ProbeWatch,
     /// Embedded store only: where the provenance index is snapshotted.
     snapshot: Option<PathBuf>,
+    /// Shared store only: how old other replicas' fingerprints may get, and what then.
+    max_staleness_ms: u64,
+    when_stale: ProvenanceUnavailable,
     /// Every audit record written by this replica, as it is written (live views).
     written: tokio::sync::broadcast::Sender<Arc<AuditRecord>>,
 }
@@ -97,6 +100,7 @@ impl Protection {
                 settings.key_prefix = r.key_prefix.clone();
                 settings.audit_max_len = r.audit_max_len as u64;
                 settings.op_timeout_ms = r.op_timeout_ms;
+                settings.fingerprint_ttl_secs = p.ttl_secs;
                 if let Some(id) = &r.replica_id {
                     settings.replica_id = id.clone();
                 }
@@ -108,6 +112,8 @@ impl Protection {
         settings.ngram_words = p.ngram_words;
         settings.ttl_secs = p.ttl_secs;
         settings.max_hashes = p.max_hashes;
+        settings.max_tenant_share = p.max_tenant_share;
+        settings.max_hashes_per_text = p.max_hashes_per_text;
         let index = Arc::new(ProvenanceIndex::new(settings, replica));
         let snapshot = matches!(config.store, StoreConfig::Memory { .. }).then(|| config.data_dir.join("fingerprints.idx"));
         if let Some(path) = &snapshot {
@@ -157,6 +163,8 @@ impl Protection {
             policies,
             probes,
             snapshot,
+            max_staleness_ms: p.max_staleness_ms,
+            when_stale: p.unavailable,
             written: tokio::sync::broadcast::channel(LIVE_BUFFER).0,
         })
     }
@@ -209,17 +217,56 @@ impl Protection {
     pub fn render_prometheus(&self) -> String {
         let h = self.store.health();
         format!(
-            "{}{}{}# HELP crossguard_store_degraded 1 while the shared store is unreachable (serving from local state).\n\
+            "{}{}{}{}# HELP crossguard_store_degraded 1 while the shared store is unreachable (serving from local state).\n\
              # TYPE crossguard_store_degraded gauge\ncrossguard_store_degraded{{kind=\"{}\"}} {}\n\
              # HELP crossguard_audit_buffered Audit records held locally, waiting for the store.\n\
-             # TYPE crossguard_audit_buffered gauge\ncrossguard_audit_buffered {}\n",
+             # TYPE crossguard_audit_buffered gauge\ncrossguard_audit_buffered {}\n\
+             # HELP crossguard_fingerprints_buffered Fingerprint batches held locally, waiting for the store.\n\
+             # TYPE crossguard_fingerprints_buffered gauge\ncrossguard_fingerprints_buffered {}\n\
+             # HELP crossguard_provenance_stale 1 while other replicas' fingerprints are older than provenance.max_staleness_ms.\n\
+             # TYPE crossguard_provenance_stale gauge\ncrossguard_provenance_stale {}\n",
             self.index.render_prometheus(),
+            crate::store::retention::render_prometheus(&self.store.audit_evictions()),
             self.stats.render_prometheus(),
             self.probes.render_prometheus(crate::store::now_ms()),
             h.kind,
             u8::from(h.degraded),
-            h.buffered_audit
+            h.buffered_audit,
+            h.buffered_fingerprints,
+            u8::from(self.provenance_stale().is_some())
         )
+    }
+
+    /// Why other replicas' fingerprints cannot be trusted now: not pulled for longer than
+    /// `provenance.max_staleness_ms`, or never since start. `None` with the embedded store
+    /// (there are no other replicas) and while they are fresh.
+    pub fn provenance_stale(&self) -> Option<String> {
+        if matches!(*self.store, Store::Memory(_)) {
+            return None;
+        }
+        match self.index.last_pulled_ms() {
+            None => Some("other replicas' fingerprints have not been loaded from the shared store yet".to_owned()),
+            Some(at) => {
+                let age = crate::store::now_ms().saturating_sub(at);
+                (age > self.max_staleness_ms)
+                    .then(|| format!("other replicas' fingerprints were last pulled {age} ms ago, past provenance.max_staleness_ms ({})", self.max_staleness_ms))
+            }
+        }
+    }
+
+    /// Whether a stale index refuses requests (and makes the replica not ready).
+    pub fn blocks_when_stale(&self) -> bool {
+        self.when_stale == ProvenanceUnavailable::Block
+    }
+
+    /// Why `tenant`'s completion must be refused before it starts: the index is stale,
+    /// `provenance.unavailable = "block"`, and the tenant fails closed (a tenant with
+    /// `fail_mode = "open"` chose availability over scanning and is served).
+    pub fn refusal_when_stale(&self, tenant: &str) -> Option<String> {
+        if !self.blocks_when_stale() || self.fail_mode(tenant) == FailMode::Open {
+            return None;
+        }
+        self.provenance_stale()
     }
 
     pub fn detectors(&self) -> Arc<Detectors> {
@@ -292,16 +339,17 @@ impl Protection {
     /// in the background.
     fn record(self: &Arc<Self>, tenant: &str, role: Role, text: &str, rules: &Ruleset) {
         let key = self.index.settings().key;
-        let mut hashes = firewall::fingerprints(text, &key, self.index.settings().ngram_words);
-        hashes.extend(firewall::secret_fingerprints(rules, text, &key));
-        let Some(batch) = self.index.record_hashes(tenant, role, hashes) else { return };
+        let ngrams = firewall::fingerprints(text, &key, self.index.settings().ngram_words);
+        let secrets = firewall::secret_fingerprints(rules, text, &key);
+        let Some(batch) = self.index.record_hashes(tenant, role, secrets, ngrams) else { return };
         if matches!(*self.store, Store::Memory(_)) {
             return;
         }
         let store = self.store.clone();
         spawn(async move {
+            // Shared now or spooled durably (sent until acknowledged); only a disk failure lands here.
             if let Err(e) = store.append_fingerprints(&batch).await {
-                tracing::warn!(error = %e, tenant = batch.tenant, "fingerprints not shared with other replicas");
+                tracing::error!(error = %e, tenant = batch.tenant, hashes = batch.hashes.len(), "fingerprints neither shared nor spooled");
             }
         });
     }

@@ -21,6 +21,29 @@ pub const VOCAB: &str = "the quarterly report shows revenue growth in northern r
     count supply chain risk weather delays river port customs paperwork pallet labels driver \
     shortage fuel surcharge regional manager asked for summary of open issues and owners by friday";
 
+/// A tiny deterministic generator (xorshift), so every run sends the same text.
+pub struct Words {
+    vocab: Vec<&'static str>,
+    state: u64,
+}
+
+impl Words {
+    pub fn new(seed: u64) -> Words {
+        Words { vocab: VOCAB.split_whitespace().collect(), state: seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1 }
+    }
+
+    pub fn word(&mut self) -> &'static str {
+        self.state ^= self.state << 13;
+        self.state ^= self.state >> 7;
+        self.state ^= self.state << 17;
+        self.vocab[(self.state % self.vocab.len() as u64) as usize]
+    }
+
+    pub fn sentence(&mut self, n: usize) -> String {
+        (0..n).map(|_| self.word()).collect::<Vec<_>>().join(" ")
+    }
+}
+
 /// A gateway serving on 127.0.0.1:0 until dropped.
 pub struct TestGateway {
     pub addr: SocketAddr,

@@ -18,35 +18,12 @@ use std::time::Duration;
 
 use crossguard_e2e::mock_upstream::MockUpstream;
 use crossguard_e2e::own_redis::{free_port, OwnRedis};
-use crossguard_e2e::{sse_data, TestGateway, VOCAB};
+use crossguard_e2e::{sse_data, TestGateway, Words};
 use serde_json::{json, Value};
 
 const TENANTS: [&str; 4] = ["acme", "globex", "initech", "umbrella"];
 const ADMIN: &str = "admin-token-0123456789";
 const FP_KEY: &str = "00112233445566778899aabbccddeeff";
-
-/// A tiny deterministic generator (xorshift), so every run sends the same text.
-struct Words {
-    vocab: Vec<&'static str>,
-    state: u64,
-}
-
-impl Words {
-    fn new(seed: u64) -> Words {
-        Words { vocab: VOCAB.split_whitespace().collect(), state: seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1 }
-    }
-
-    fn next(&mut self) -> &'static str {
-        self.state ^= self.state << 13;
-        self.state ^= self.state >> 7;
-        self.state ^= self.state << 17;
-        self.vocab[(self.state % self.vocab.len() as u64) as usize]
-    }
-
-    fn sentence(&mut self, n: usize) -> String {
-        (0..n).map(|_| self.next()).collect::<Vec<_>>().join(" ")
-    }
-}
 
 fn secret_of(tenant: &str) -> String {
     // A GitHub-token-shaped secret, distinct per tenant (the built-in rules know the shape).

@@ -1,8 +1,8 @@
 //! The Redis store against a real Redis: two handles (two gateway replicas) sharing
 //! fingerprints, statistics and audit records through 127.0.0.1:6379 (scripts/test.sh
 //! starts it), and a Redis of our own that is stopped and restarted to check degraded mode
-//! (records spooled, none lost, none doubled). Every test uses its own key prefix and
-//! deletes its keys at the end.
+//! (records spooled, none lost, none doubled), and audit retention per tenant and severity
+//! under a flood. Every test uses its own key prefix and deletes its keys at the end.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -36,13 +36,17 @@ async fn delete_keys(url: &str, prefix: &str) {
 }
 
 fn record(tenant: &str, rule: &str, action: Action) -> AuditRecord {
+    record_with(tenant, rule, action, Severity::High)
+}
+
+fn record_with(tenant: &str, rule: &str, action: Action, severity: Severity) -> AuditRecord {
     let finding = Finding {
         rule_id: rule.into(),
         start: 0,
         end: 20,
         match_start: 0,
         match_end: 20,
-        severity: Severity::High,
+        severity,
         action,
         excerpt: firewall::mask("AKIA2NGEVCHPZHKN4IV2"),
         kind: DetectorKind::Ngram,
@@ -203,4 +207,83 @@ async fn unreachable_redis_at_start_is_degraded_not_fatal() {
     let spool = std::fs::read_to_string(data.path().join("audit-spool.jsonl")).unwrap();
     assert_eq!(spool.lines().count(), 1);
     assert!(!spool.contains("AKIA2NGEVCHPZHKN4IV2"), "no raw secret on disk");
+}
+
+#[tokio::test]
+async fn a_flood_of_low_severity_records_evicts_only_its_own_class() {
+    let (p, d1, d2) = (prefix(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let capped = |dir: &Path| RedisSettings { audit_max_len: 20, ..settings(SHARED_URL, &p, dir) };
+    let (a, b) = (Store::redis(capped(d1.path())).await.unwrap(), Store::redis(capped(d2.path())).await.unwrap());
+    let block = |tenant: &str, severity| record_with(tenant, "aws-access-key", Action::Block, severity);
+    let kept = [block("acme", Severity::High), block("acme", Severity::Critical), block("mallory", Severity::High)];
+    for r in &kept {
+        a.append_audit(r).await.unwrap();
+    }
+    // mallory floods through both replicas
+    for i in 0..300 {
+        if i % 2 == 0 { &a } else { &b }.append_audit(&block("mallory", Severity::Low)).await.unwrap();
+    }
+    let ids = all_ids(&a, AuditQuery { limit: 7, ..Default::default() }).await;
+    assert_eq!(ids.len(), 20, "the log holds its cap");
+    for r in &kept {
+        assert!(ids.iter().any(|id| id == r.id()), "{} survived", r.id());
+        assert_eq!(a.get_audit(r.id()).await.unwrap().as_ref(), Some(r));
+    }
+    assert_eq!(ids.last().map(String::as_str), Some(kept[0].id()), "paging reaches the oldest");
+    b.upkeep().await;
+    let evicted = b.audit_evictions();
+    assert_eq!(evicted.len(), 1, "{evicted:?}");
+    assert_eq!((evicted[0].tenant.as_str(), evicted[0].severity, evicted[0].evicted), ("mallory", Severity::Low, 283));
+    delete_keys(SHARED_URL, &p).await;
+}
+
+#[tokio::test]
+async fn fingerprints_recorded_during_an_outage_are_spooled_and_shared_once_redis_is_back() {
+    let port = free_port();
+    let server = OwnRedis::start(port, tempfile::tempdir().unwrap());
+    let (url, p, d1, d2) = (server.url(), prefix(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = (Store::redis(settings(&url, &p, d1.path())).await.unwrap(), Store::redis(settings(&url, &p, d2.path())).await.unwrap());
+    let pset = ProvenanceSettings { ngram_words: 4, ..ProvenanceSettings::new(KEY) };
+    let (ia, ib) = (ProvenanceIndex::new(pset.clone(), "replica-a"), ProvenanceIndex::new(pset, "replica-b"));
+
+    let kept = server.stop();
+    let text = "the vault combination for the osaka office is written inside the red binder";
+    let batch = ia.record("acme", Role::Sent, text).unwrap();
+    a.append_fingerprints(&batch).await.expect("spooled, not lost");
+    assert_eq!(a.health().buffered_fingerprints, 1);
+    assert!(ia.record("acme", Role::Sent, text).is_none(), "recorded once: the spool owns the sharing now");
+    // the replica restarts while Redis is down: the spool is reloaded from disk
+    drop(a);
+    let a = Store::redis(settings(&url, &p, d1.path())).await.unwrap();
+    assert_eq!(a.health().buffered_fingerprints, 1);
+
+    let _server = OwnRedis::start(port, kept);
+    flush(&a).await;
+    assert_eq!(a.health().buffered_fingerprints, 0);
+    flush(&b).await; // reconnects
+    assert_eq!(ib.refresh(&b).await.unwrap(), 1);
+    assert_eq!(ib.owners(firewall::fingerprints(text, &KEY, 4)[0]).tenants, ["acme"], "replica B sees the prompt");
+    assert!(ib.last_pulled_ms().is_some());
+}
+
+#[tokio::test]
+async fn a_starting_replica_reads_only_live_entries_in_pages() {
+    let (p, d) = (prefix(), tempfile::tempdir().unwrap());
+    let store = Store::redis(settings(SHARED_URL, &p, d.path())).await.unwrap();
+    let client = redis::Client::open(SHARED_URL).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    // an entry added before the TTL's horizon (its expiry claims otherwise: a skewed clock)
+    let old_id = format!("{}-0", (now_s - 2 * 86_400) * 1000);
+    let _: String = redis::cmd("XADD").arg(format!("{p}fp")).arg(&old_id).arg("t").arg("old").arg("x").arg(now_s + 3600).arg("r").arg("r9").arg("h").arg(7u64.to_le_bytes().to_vec()).query_async(&mut c).await.unwrap();
+    // 1200 live batches: more than two pages
+    for i in 0..1200u64 {
+        let batch = gateway::store::FingerprintBatch { tenant: format!("t{}", i % 3), expires_at_s: now_s + 3600, replica: "r9".into(), role: Role::Sent, hashes: vec![1000 + i] };
+        store.append_fingerprints(&batch).await.unwrap();
+    }
+    let idx = ProvenanceIndex::new(ProvenanceSettings { ngram_words: 4, ..ProvenanceSettings::new(KEY) }, "replica-new");
+    assert_eq!(idx.refresh(&store).await.unwrap(), 1200, "every live batch, none from before the horizon");
+    assert_eq!(idx.owners(7).shared_by, 0);
+    assert_eq!(idx.owners(1000 + 1199).tenants, ["t2"]);
+    delete_keys(SHARED_URL, &p).await;
 }

@@ -1,5 +1,5 @@
 //! The health page (`/admin/health`): the backends, the store (memory or Redis, degraded
-//! or not), the provenance index, the rules, and a section for the engine's KV pool that
+//! or not), audit evictions, the provenance index, the rules, and a section for the engine's KV pool that
 //! shows what the engine exposes to the gateway today (which models it serves and whether
 //! they are loaded).
 
@@ -11,7 +11,9 @@ use axum::response::Html;
 
 use super::html::{esc, facts, frame, Section};
 use super::session::Session;
+use crate::audit::severity_name;
 use crate::state::AppState;
+use crate::store::AuditEviction;
 
 /// `GET /admin/health`
 pub async fn page(session: Session, State(state): State<Arc<AppState>>) -> Html<String> {
@@ -33,9 +35,13 @@ pub async fn page(session: Session, State(state): State<Arc<AppState>>) -> Html<
         facts(&[
             ("Fingerprints", size.hashes.to_string()),
             ("Tenants", size.tenants.to_string()),
-            ("Dropped (index full)", size.dropped.to_string()),
+            ("Dropped (past the per-text cap)", size.dropped.to_string()),
+            ("Evicted (index full)", size.evicted_full.to_string()),
+            ("Evicted (tenant at its share)", size.evicted_tenant_share.to_string()),
         ])
     );
+
+    body.push_str(&retention_card(&p.store().audit_evictions()));
 
     let rules = state.rules.current();
     let _ = write!(
@@ -88,4 +94,23 @@ pub async fn page(session: Session, State(state): State<Arc<AppState>>) -> Html<
     }
     body.push_str("</section>");
     Html(frame("Health", Some(Section::Health), Some(&session.csrf), &body))
+}
+
+/// Audit records evicted to keep the log within `store.audit_max_len`, per tenant and
+/// severity: a tenant that floods the log shows up here, and only its own class pays.
+fn retention_card(evictions: &[AuditEviction]) -> String {
+    let mut card = String::from("<section class=\"card\"><h2>Audit retention</h2>");
+    if evictions.is_empty() {
+        card.push_str("<p class=\"muted\">No audit record has been evicted.</p></section>");
+        return card;
+    }
+    card.push_str(
+        "<p class=\"muted\">When the log is full, the (tenant, severity) class with the most records loses its oldest.</p>\
+         <table><thead><tr><th>Tenant</th><th>Severity</th><th>Evicted</th></tr></thead><tbody>",
+    );
+    for e in evictions {
+        let _ = write!(card, "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", esc(&e.tenant), severity_name(e.severity), e.evicted);
+    }
+    card.push_str("</tbody></table></section>");
+    card
 }

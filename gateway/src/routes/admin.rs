@@ -64,7 +64,8 @@ pub async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
     let rules = state.rules.current();
     Ok(Json(json!({
         "store": p.store().health(),
-        "provenance": {"hashes": size.hashes, "tenants": size.tenants, "dropped": size.dropped},
+        "audit_evictions": p.store().audit_evictions(),
+        "provenance": {"hashes": size.hashes, "tenants": size.tenants, "dropped": size.dropped, "evicted_full": size.evicted_full, "evicted_tenant_share": size.evicted_tenant_share},
         "rules": {"rules": rules.len(), "canaries": rules.canaries().len(), "generation": state.rules.generation()},
         "models": state.models.iter().map(|(id, b)| {
             let kv = b.kv_stats().map(|k| json!({

@@ -33,6 +33,9 @@ pub async fn create(
     if state.protection.quarantined(tenant.as_str()) {
         return Err(ApiError::Quarantined);
     }
+    if let Some(reason) = state.protection.refusal_when_stale(tenant.as_str()) {
+        return Err(ApiError::ProvenanceUnavailable(reason));
+    }
     let bytes = read_limited(body, &headers, state.config.max_body_bytes).await?;
     let mut request = ChatRequest::parse(&bytes)?;
     let backend = state.backend(&request.model)?;

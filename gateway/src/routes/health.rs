@@ -1,5 +1,6 @@
-//! `GET /healthz` (the process answers) and `GET /readyz` (every backend can serve; the
-//! body also says whether the store is degraded).
+//! `GET /healthz` (the process answers) and `GET /readyz` (every backend can serve, and
+//! other replicas' fingerprints are fresh unless `provenance.unavailable = "allow"`; the
+//! body also says whether the store is degraded, and why not ready).
 
 use std::sync::Arc;
 
@@ -20,15 +21,24 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> (StatusCode, Json<Val
         .iter()
         .map(|(id, b)| (id.clone(), json!({"backend": b.kind(), "ready": b.is_ready()})))
         .collect();
-    let ready = state.models.values().all(|b| b.is_ready());
+    let models_ready = state.models.values().all(|b| b.is_ready());
     // A degraded store (Redis unreachable) does not stop serving from local state: still
-    // ready, but said so, for operators and the dashboard.
+    // ready, but said so, for operators and the dashboard. Stale fingerprints do, unless
+    // the config allows serving without them.
     let store = state.protection.store().health();
+    let stale = state.protection.provenance_stale();
+    let blind = stale.is_some() && state.protection.blocks_when_stale();
+    let ready = models_ready && !blind;
     let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    let word = match (ready, store.degraded) {
-        (false, _) => "starting",
-        (true, true) => "degraded",
-        (true, false) => "ready",
+    let word = match (models_ready, blind, store.degraded || stale.is_some()) {
+        (false, _, _) => "starting",
+        (true, true, _) => "provenance_unavailable",
+        (true, false, true) => "degraded",
+        (true, false, false) => "ready",
     };
-    (status, Json(json!({"status": word, "models": backends, "store": store})))
+    let mut body = json!({"status": word, "models": backends, "store": store});
+    if let Some(reason) = stale {
+        body["reason"] = json!(reason);
+    }
+    (status, Json(body))
 }

@@ -1,7 +1,9 @@
-//! An append-only JSON-lines file of audit records, fsync'd per append.
+//! An append-only JSON-lines file of records (audit records, fingerprint batches), fsync'd
+//! per append.
 //!
-//! Used twice: the embedded store's audit log (`audit.jsonl`) and the Redis store's spool
-//! of records Redis has not acknowledged yet (`audit-spool.jsonl`).
+//! Used three times: the embedded store's audit log (`audit.jsonl`) and the Redis store's
+//! spools of what Redis has not acknowledged yet (`audit-spool.jsonl`,
+//! `fingerprint-spool.jsonl`).
 //!
 //! Invariants: `append` returns only after the line is on disk (`sync_data`). Reading never
 //! panics: a line that does not parse (a torn write at a crash, a hand edit) is skipped
@@ -9,23 +11,39 @@
 //! one before the next append, so a torn line never swallows the record after it.
 
 use std::fs::{File, OpenOptions};
+use std::marker::PhantomData;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
 use crate::audit::AuditRecord;
 use crate::store::StoreError;
 
-/// One journal file. Appends are serialised by the mutex; each runs on a blocking thread.
-#[derive(Debug, Clone)]
-pub struct Journal {
+/// What a journal holds: one JSON line per record.
+pub trait Entry: Serialize + DeserializeOwned + Send + Sync + 'static {}
+impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Entry for T {}
+
+/// One journal file of `T`s. Appends are serialised by the mutex; each runs on a blocking
+/// thread.
+#[derive(Debug)]
+pub struct Journal<T = AuditRecord> {
     path: PathBuf,
     file: Arc<Mutex<File>>,
+    _holds: PhantomData<fn() -> T>,
 }
 
-impl Journal {
+impl<T> Clone for Journal<T> {
+    fn clone(&self) -> Self {
+        Journal { path: self.path.clone(), file: self.file.clone(), _holds: PhantomData }
+    }
+}
+
+impl<T: Entry> Journal<T> {
     /// Opens (creating) `path` and its directory, and returns the records already in it.
-    pub fn open(path: &Path) -> Result<(Journal, Vec<AuditRecord>), StoreError> {
+    pub fn open(path: &Path) -> Result<(Journal<T>, Vec<T>), StoreError> {
         let io = |source| StoreError::Io { path: path.to_owned(), source };
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(io)?;
@@ -35,7 +53,7 @@ impl Journal {
         if !ends_with_newline(&mut file).map_err(io)? {
             file.write_all(b"\n").and_then(|()| file.sync_data()).map_err(io)?;
         }
-        Ok((Journal { path: path.to_owned(), file: Arc::new(Mutex::new(file)) }, records))
+        Ok((Journal { path: path.to_owned(), file: Arc::new(Mutex::new(file)), _holds: PhantomData }, records))
     }
 
     pub fn path(&self) -> &Path {
@@ -43,14 +61,14 @@ impl Journal {
     }
 
     /// Appends `records` as lines and syncs them to disk before returning.
-    pub async fn append(&self, records: Vec<AuditRecord>) -> Result<(), StoreError> {
+    pub async fn append(&self, records: Vec<T>) -> Result<(), StoreError> {
         let this = self.clone();
         tokio::task::spawn_blocking(move || this.append_blocking(&records))
             .await
             .map_err(|e| StoreError::Io { path: self.path.clone(), source: std::io::Error::other(e) })?
     }
 
-    pub fn append_blocking(&self, records: &[AuditRecord]) -> Result<(), StoreError> {
+    pub fn append_blocking(&self, records: &[T]) -> Result<(), StoreError> {
         let mut buf = Vec::with_capacity(512 * records.len());
         for r in records {
             serde_json::to_writer(&mut buf, r)
@@ -88,19 +106,19 @@ impl Journal {
     }
 
     /// Re-reads every record in the file.
-    pub fn read_all_blocking(&self) -> Result<Vec<AuditRecord>, StoreError> {
+    pub fn read_all_blocking(&self) -> Result<Vec<T>, StoreError> {
         let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
         read_records(&self.path, &mut file)
     }
 }
 
 /// The records of the file at `path` (which must exist), without opening it for appends.
-pub fn read_path(path: &Path) -> Result<Vec<AuditRecord>, StoreError> {
+pub fn read_path<T: Entry>(path: &Path) -> Result<Vec<T>, StoreError> {
     let mut file = File::open(path).map_err(|source| StoreError::Io { path: path.to_owned(), source })?;
     read_records(path, &mut file)
 }
 
-fn read_records(path: &Path, file: &mut File) -> Result<Vec<AuditRecord>, StoreError> {
+fn read_records<T: Entry>(path: &Path, file: &mut File) -> Result<Vec<T>, StoreError> {
     let io = |source| StoreError::Io { path: path.to_owned(), source };
     file.seek(SeekFrom::Start(0)).map_err(io)?;
     let mut records = Vec::new();
@@ -117,9 +135,9 @@ fn read_records(path: &Path, file: &mut File) -> Result<Vec<AuditRecord>, StoreE
         if text.is_empty() {
             continue;
         }
-        match serde_json::from_slice::<AuditRecord>(text) {
+        match serde_json::from_slice::<T>(text) {
             Ok(r) => records.push(r),
-            Err(e) => tracing::warn!(path = %path.display(), line = number, error = %e, "skipping unreadable audit line"),
+            Err(e) => tracing::warn!(path = %path.display(), line = number, error = %e, "skipping unreadable journal line"),
         }
     }
     Ok(records)
@@ -150,18 +168,18 @@ mod tests {
     fn torn_and_corrupt_lines_are_skipped_and_never_swallow_the_next_record() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.jsonl");
-        let (j, none) = Journal::open(&path).unwrap();
+        let (j, none) = Journal::<AuditRecord>::open(&path).unwrap();
         assert!(none.is_empty());
         let (a, b) = (record("a"), record("b"));
         j.append_blocking(std::slice::from_ref(&a)).unwrap();
         drop(j);
         // a hand-edited bad line, then a torn write without its newline
         std::fs::write(&path, format!("{}\nnot json\n{{\"id\":\"x", serde_json::to_string(&a).unwrap())).unwrap();
-        let (j, got) = Journal::open(&path).unwrap();
+        let (j, got) = Journal::<AuditRecord>::open(&path).unwrap();
         assert_eq!(got, std::slice::from_ref(&a));
         j.append_blocking(std::slice::from_ref(&b)).unwrap();
         drop(j);
-        let (j, got) = Journal::open(&path).unwrap();
+        let (j, got) = Journal::<AuditRecord>::open(&path).unwrap();
         assert_eq!(got, [a, b]);
         j.truncate_blocking().unwrap();
         assert!(j.read_all_blocking().unwrap().is_empty());

@@ -1,7 +1,8 @@
 //! The embedded store (the default): everything in process memory, made durable where it
 //! must survive a restart.
 //!
-//! - Audit records: in memory (the newest `max_records`, for listing) and appended to
+//! - Audit records: in memory (at most `max_records`, for listing, kept per tenant and
+//!   severity by [`crate::store::retention`]) and appended to
 //!   `<data_dir>/audit.jsonl` (fsync'd per record) before `append_audit` returns; the file is
 //!   reloaded at open, so no acknowledged record is lost on restart.
 //! - Statistics: in memory, snapshotted to `<data_dir>/stats.json` (write to a temporary
@@ -9,7 +10,7 @@
 //! - Fingerprints: none here; the local provenance index is the only copy (see
 //!   [`crate::store::Store::append_fingerprints`]).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, RwLock};
 
@@ -17,17 +18,20 @@ use serde::{Deserialize, Serialize};
 
 use crate::audit::{metric_from_name, metric_name, AuditPage, AuditQuery, AuditRecord};
 use crate::store::journal::Journal;
+use crate::store::retention::{AuditEviction, Class, Retention};
 use crate::store::{StatEntry, StoreError, Welford};
 
 /// Records kept in memory for listing when none is configured.
 pub const DEFAULT_MAX_RECORDS: usize = 100_000;
 
-/// The newest audit records in append order, each with a sequence number (the cursor).
+/// The audit records held for listing, each with a sequence number (the cursor), at most
+/// `max_records` of them; past it, [`Retention`] picks which goes.
 #[derive(Debug, Default)]
 pub(crate) struct AuditLog {
-    // (seq, record), oldest first; seq grows by one per append
-    records: VecDeque<(u64, AuditRecord)>,
+    // seq -> record; seq grows by one per append
+    records: BTreeMap<u64, AuditRecord>,
     by_id: HashMap<String, u64>,
+    retention: Retention,
     next_seq: u64,
     max_records: usize,
 }
@@ -41,20 +45,19 @@ impl AuditLog {
         if self.by_id.contains_key(r.id()) {
             return;
         }
-        if self.records.len() == self.max_records {
-            if let Some((_, old)) = self.records.pop_front() {
-                self.by_id.remove(old.id());
-            }
-        }
-        self.by_id.insert(r.id().to_owned(), self.next_seq);
-        self.records.push_back((self.next_seq, r));
+        let seq = self.next_seq;
         self.next_seq += 1;
+        self.by_id.insert(r.id().to_owned(), seq);
+        self.retention.add(Class::of(&r), seq);
+        self.records.insert(seq, r);
+        while self.records.len() > self.max_records {
+            let Some(old) = self.retention.evict().and_then(|seq| self.records.remove(&seq)) else { break };
+            self.by_id.remove(old.id());
+        }
     }
 
     pub(crate) fn get(&self, id: &str) -> Option<&AuditRecord> {
-        let seq = *self.by_id.get(id)?;
-        let first = self.records.front()?.0;
-        self.records.get(usize::try_from(seq - first).ok()?).map(|(_, r)| r)
+        self.records.get(self.by_id.get(id)?)
     }
 
     /// Newest first, after the cursor (a sequence number from an earlier page).
@@ -66,7 +69,7 @@ impl AuditLog {
         let limit = q.page_size();
         let mut page = AuditPage::default();
         let mut last_seq = None;
-        for (seq, r) in self.records.iter().rev().skip_while(|(seq, _)| *seq >= before) {
+        for (seq, r) in self.records.range(..before).rev() {
             if page.records.len() == limit {
                 page.next_cursor = last_seq.map(|s: u64| s.to_string());
                 break;
@@ -77,6 +80,10 @@ impl AuditLog {
             }
         }
         Ok(page)
+    }
+
+    pub(crate) fn evictions(&self) -> Vec<AuditEviction> {
+        self.retention.evictions()
     }
 
     #[cfg(test)]
@@ -126,6 +133,10 @@ impl MemoryStore {
 
     pub fn get_audit(&self, id: &str) -> Option<AuditRecord> {
         self.audit.read().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
+    }
+
+    pub fn audit_evictions(&self) -> Vec<AuditEviction> {
+        self.audit.read().unwrap_or_else(|p| p.into_inner()).evictions()
     }
 
     pub async fn merge_stats(&self, deltas: &[StatEntry]) -> Result<(), StoreError> {
@@ -183,7 +194,7 @@ fn write_stats_file(path: &Path, lines: &[StatLine]) -> Result<(), StoreError> {
 mod tests {
     use super::*;
     use crate::audit::tests::{ctx, finding};
-    use firewall::{Action, Detail, Metric};
+    use firewall::{Action, Detail, Metric, Severity};
 
     fn rec(tenant: &str, time_ms: u64, action: Action) -> AuditRecord {
         AuditRecord::at(time_ms, ctx(tenant), action, &[finding("aws-access-key", "AKIA******** (20 chars)", Detail::None)])
@@ -243,5 +254,37 @@ mod tests {
         assert_eq!(log.len(), 3);
         assert!(log.get(records[1].id()).is_none());
         assert_eq!(log.get(records[2].id()), Some(&records[2]));
+    }
+
+    fn with_severity(tenant: &str, severity: Severity) -> AuditRecord {
+        let mut f = finding("r", "a*** (4 chars)", Detail::None);
+        f.severity = severity;
+        AuditRecord::at(0, ctx(tenant), Action::Block, &[f])
+    }
+
+    #[test]
+    fn a_flood_of_low_severity_blocks_evicts_only_its_own_class() {
+        let mut log = AuditLog::new(10);
+        let kept = [with_severity("acme", Severity::High), with_severity("acme", Severity::Critical), with_severity("mallory", Severity::High)];
+        kept.iter().for_each(|r| log.push(r.clone()));
+        for _ in 0..1000 {
+            log.push(with_severity("mallory", Severity::Low));
+        }
+        assert_eq!(log.len(), 10);
+        assert!(kept.iter().all(|r| log.get(r.id()).is_some()), "no high-severity record was evicted");
+        assert_eq!(log.evictions(), [AuditEviction { tenant: "mallory".into(), severity: Severity::Low, evicted: 993 }]);
+        // paging still walks every record, newest first
+        let q = AuditQuery { limit: 3, ..Default::default() };
+        let (mut seen, mut cursor) = (Vec::new(), None);
+        loop {
+            let page = log.list(&AuditQuery { cursor: cursor.clone(), ..q.clone() }).unwrap();
+            seen.extend(page.records.iter().map(|r| r.id().to_owned()));
+            cursor = page.next_cursor;
+            if cursor.is_none() {
+                break;
+            }
+        }
+        assert_eq!(seen.len(), 10);
+        assert_eq!(seen.last().map(String::as_str), Some(kept[0].id()));
     }
 }

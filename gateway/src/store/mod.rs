@@ -13,6 +13,8 @@
 pub mod journal;
 pub mod memory;
 pub mod redis;
+pub mod retention;
+mod spool;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -23,6 +25,7 @@ use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 
 pub use self::memory::MemoryStore;
 pub use self::redis::{RedisSettings, RedisStore};
+pub use self::retention::AuditEviction;
 
 /// What can go wrong in the store.
 #[derive(Debug, thiserror::Error)]
@@ -40,7 +43,7 @@ pub enum StoreError {
 }
 
 /// Keyed n-gram hashes one tenant sent or received, valid until `expires_at_s`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct FingerprintBatch {
     pub tenant: String,
     /// Seconds since the Unix epoch.
@@ -53,7 +56,8 @@ pub struct FingerprintBatch {
 }
 
 /// How a tenant owns an n-gram.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Role {
     /// It was in a prompt the tenant sent: the tenant's own data.
     #[default]
@@ -63,9 +67,20 @@ pub enum Role {
     Received,
 }
 
-/// Where a fingerprint reader stopped; opaque. `Default` = from the beginning.
+/// Where a fingerprint reader stopped; opaque. `Default` = from the oldest live batch.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FingerprintCursor(pub(crate) String);
+
+/// One bounded page of fingerprint batches.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FingerprintPage {
+    /// Live batches, oldest first.
+    pub batches: Vec<FingerprintBatch>,
+    /// Where the next page starts.
+    pub next: FingerprintCursor,
+    /// Whether more may follow right away (the page was full).
+    pub more: bool,
+}
 
 /// A running count, mean and sum of squared deviations (Welford), mergeable (Chan et al.).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
@@ -134,6 +149,8 @@ pub struct Health {
     pub reason: Option<String>,
     /// Audit records held locally, waiting for Redis.
     pub buffered_audit: u64,
+    /// Fingerprint batches held locally, waiting for Redis.
+    pub buffered_fingerprints: u64,
 }
 
 /// The gateway's store. An enum rather than a trait object: two implementations, known
@@ -156,8 +173,9 @@ impl Store {
         RedisStore::open(settings).await.map(Store::Redis)
     }
 
-    /// Saves fingerprints so other replicas see them. The embedded store keeps none: the
-    /// local provenance index is the only copy.
+    /// Saves fingerprints so other replicas see them; `Ok` once Redis acknowledged them or
+    /// the local spool holds them (sent later, until acknowledged). The embedded store keeps
+    /// none: the local provenance index is the only copy.
     pub async fn append_fingerprints(&self, batch: &FingerprintBatch) -> Result<(), StoreError> {
         match self {
             Store::Memory(_) => Ok(()),
@@ -165,11 +183,11 @@ impl Store {
         }
     }
 
-    /// Batches recorded after `cursor` that have not expired, oldest first, and the cursor
-    /// to continue from. The embedded store has none.
-    pub async fn read_fingerprints(&self, cursor: &FingerprintCursor) -> Result<(Vec<FingerprintBatch>, FingerprintCursor), StoreError> {
+    /// One bounded page of the batches recorded after `cursor` that have not expired. The
+    /// embedded store has none.
+    pub async fn read_fingerprints(&self, cursor: &FingerprintCursor) -> Result<FingerprintPage, StoreError> {
         match self {
-            Store::Memory(_) => Ok((Vec::new(), cursor.clone())),
+            Store::Memory(_) => Ok(FingerprintPage { next: cursor.clone(), ..FingerprintPage::default() }),
             Store::Redis(r) => r.read_fingerprints(cursor).await,
         }
     }
@@ -213,9 +231,18 @@ impl Store {
         }
     }
 
+    /// Audit records evicted to keep the log within its cap, per tenant and severity (Redis:
+    /// every replica's, as of the last upkeep).
+    pub fn audit_evictions(&self) -> Vec<AuditEviction> {
+        match self {
+            Store::Memory(m) => m.audit_evictions(),
+            Store::Redis(r) => r.audit_evictions(),
+        }
+    }
+
     pub fn health(&self) -> Health {
         match self {
-            Store::Memory(_) => Health { kind: "memory", degraded: false, reason: None, buffered_audit: 0 },
+            Store::Memory(_) => Health { kind: "memory", degraded: false, reason: None, buffered_audit: 0, buffered_fingerprints: 0 },
             Store::Redis(r) => r.health(),
         }
     }

@@ -8,23 +8,30 @@
 //!   incrementally (`XREAD` from their cursor).
 //! - `stats`: one hash, field `<metric>:<tenant>` = `"<count> <mean> <m2>"`, merged
 //!   atomically by a Lua script (Chan's parallel Welford update).
-//! - `{audit}:log`: one stream of audit records (field `r`, the JSON), capped `MAXLEN ~`.
-//!   `{audit}:id:<id>` maps a record id to its entry id (expiring with `audit_id_ttl_secs`);
-//!   the append script checks it first, so re-sending a record is a no-op.
+//! - `{audit}:log`: one stream of audit records (field `r`, the JSON), at most
+//!   `audit_max_len` entries, evicted per [`retention`](crate::store::retention): each record's entry id is also
+//!   in the list `{audit}:class:<severity>:<tenant>`, the sorted set `{audit}:classes`
+//!   ranks the classes by size, `{audit}:tracked` counts the listed records and the hash
+//!   `{audit}:evicted` counts evictions per class; the append script (atomic) evicts the
+//!   oldest entry of the largest class with `XDEL`. Every audit key carries the `{audit}`
+//!   hash tag, so the script's keys, including the class lists it names itself, share one
+//!   slot. `{audit}:id:<id>` maps a record id to its entry id (expiring with
+//!   `audit_id_ttl_secs`); the append script checks it first, so re-sending a record is a
+//!   no-op (an evicted one too).
 //!
 //! Degraded mode: any connection failure or timeout marks the store degraded. Audit
-//! records that cannot reach Redis (or arrive while earlier ones wait) are appended to
-//! `<data_dir>/audit-spool.jsonl` (fsync'd) and counted; [`RedisStore::upkeep`] reconnects
-//! and ships the spool (moved aside to `audit-spool.flushing.jsonl` first, so appends go on),
-//! deleting it only after every record is acknowledged. Thanks to the idempotent append,
-//! a flush cut short is simply repeated: no record is lost, none is doubled. Memory holds
-//! no buffered records, only their count: the spool is bounded by the disk.
+//! records and fingerprint batches that cannot reach Redis (or arrive while earlier ones
+//! wait) go to a durable [`Spool`] (`<data_dir>/audit-spool.jsonl`,
+//! `<data_dir>/fingerprint-spool.jsonl`); [`RedisStore::upkeep`] reconnects and ships them
+//! until Redis acknowledges each. Thanks to the idempotent append, an audit flush cut short
+//! is simply repeated: no record is lost, none is doubled (a fingerprint batch sent twice
+//! merges to the same owners).
 //!
 //! Needs Redis >= 6.2 (`MINID`, exclusive ranges).
 
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -32,9 +39,10 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::streams::{StreamId, StreamRangeReply, StreamReadReply};
 use redis::{RedisError, RedisResult, Script, Value};
 
-use crate::audit::{metric_from_name, metric_name, AuditPage, AuditQuery, AuditRecord};
-use crate::store::journal::{self, Journal};
-use crate::store::{now_ms, FingerprintBatch, FingerprintCursor, Health, Role, StatEntry, StoreError, Welford};
+use crate::audit::{metric_from_name, metric_name, severity_from_name, AuditPage, AuditQuery, AuditRecord};
+use crate::store::spool::Spool;
+use crate::store::retention::{AuditEviction, Class};
+use crate::store::{now_ms, FingerprintBatch, FingerprintCursor, FingerprintPage, Health, Role, StatEntry, StoreError, Welford};
 
 /// Connection settings and limits.
 #[derive(Debug, Clone)]
@@ -44,7 +52,7 @@ pub struct RedisSettings {
     pub key_prefix: String,
     /// Where the audit spool lives (one directory per replica).
     pub data_dir: PathBuf,
-    /// Approximate cap of the audit stream.
+    /// Cap of the audit stream (past it, see [`retention`](crate::store::retention)).
     pub audit_max_len: u64,
     /// How long `get` by id works for a record.
     pub audit_id_ttl_secs: u64,
@@ -52,6 +60,9 @@ pub struct RedisSettings {
     pub op_timeout_ms: u64,
     /// This replica's name in fingerprint batches.
     pub replica_id: String,
+    /// How long fingerprints live (the provenance TTL): the stream is trimmed to it and a
+    /// fresh reader starts at its horizon.
+    pub fingerprint_ttl_secs: u64,
 }
 
 impl RedisSettings {
@@ -64,6 +75,7 @@ impl RedisSettings {
             audit_id_ttl_secs: 30 * 86_400,
             op_timeout_ms: 1_000,
             replica_id: uuid::Uuid::new_v4().simple().to_string(),
+            fingerprint_ttl_secs: 86_400,
         }
     }
 }
@@ -76,11 +88,46 @@ const MAX_SCAN: usize = 20_000;
 /// a `since_ms` filter starts scanning this much earlier.
 const SINCE_SLACK_MS: u64 = 60_000;
 
+/// Appends one record (KEYS: log, id key, classes, evicted, tracked; ARGV: json, cap, id
+/// TTL, class key, class list prefix, tie weight) and evicts per [`retention`](crate::store::retention): the oldest
+/// record of the class with the highest score (4 per record, plus the tie weight: 3 for
+/// low severity .. 0 for critical). Records from before classes existed (the stream holds
+/// more than `tracked`) are the oldest and are trimmed first.
 const APPEND_AUDIT: &str = r"
 local sid = redis.call('GET', KEYS[2])
 if sid then return sid end
-sid = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'r', ARGV[1])
+sid = redis.call('XADD', KEYS[1], '*', 'r', ARGV[1])
 redis.call('SET', KEYS[2], sid, 'EX', ARGV[3])
+local class, lists = ARGV[4], ARGV[5]
+redis.call('RPUSH', lists .. class, sid)
+if redis.call('ZSCORE', KEYS[3], class) then
+  redis.call('ZINCRBY', KEYS[3], 4, class)
+else
+  redis.call('ZADD', KEYS[3], 4 + tonumber(ARGV[6]), class)
+end
+local tracked = redis.call('INCR', KEYS[5])
+local max = tonumber(ARGV[2])
+local n = redis.call('XLEN', KEYS[1])
+if n > max and n > tracked then
+  local cut = math.min(n - tracked, n - max)
+  redis.call('XTRIM', KEYS[1], 'MAXLEN', n - cut)
+  n = n - cut
+end
+while n > max do
+  local top = redis.call('ZREVRANGE', KEYS[3], 0, 0)[1]
+  if not top then break end
+  local victim = redis.call('LPOP', lists .. top)
+  if victim then
+    n = n - redis.call('XDEL', KEYS[1], victim)
+    redis.call('HINCRBY', KEYS[4], top, 1)
+    redis.call('DECR', KEYS[5])
+  end
+  if redis.call('LLEN', lists .. top) == 0 then
+    redis.call('ZREM', KEYS[3], top)
+  else
+    redis.call('ZINCRBY', KEYS[3], -4, top)
+  end
+end
 return sid";
 
 const MERGE_STATS: &str = r"
@@ -107,13 +154,12 @@ pub struct RedisStore {
     conn: tokio::sync::Mutex<Option<ConnectionManager>>,
     degraded: AtomicBool,
     reason: Mutex<Option<String>>,
-    spool: Journal,
-    flushing_path: PathBuf,
-    /// Records in the spool files, waiting for Redis.
-    buffered: AtomicU64,
-    flush_lock: tokio::sync::Mutex<()>,
+    audit_spool: Spool<AuditRecord>,
+    fingerprint_spool: Spool<FingerprintBatch>,
     append_script: Script,
     merge_script: Script,
+    /// Audit evictions of every replica, as of the last upkeep.
+    evictions: Mutex<Vec<AuditEviction>>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -127,20 +173,18 @@ impl RedisStore {
     /// [`RedisStore::upkeep`] connects later. Only a bad URL or an unusable data directory fails.
     pub async fn open(settings: RedisSettings) -> Result<RedisStore, StoreError> {
         let client = redis::Client::open(settings.url.as_str()).map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        let (spool, spooled) = Journal::open(&settings.data_dir.join("audit-spool.jsonl"))?;
-        let flushing_path = settings.data_dir.join("audit-spool.flushing.jsonl");
-        let in_flight = if flushing_path.exists() { journal::read_path(&flushing_path)?.len() } else { 0 };
+        let audit_spool = Spool::open(&settings.data_dir, "audit-spool")?;
+        let fingerprint_spool = Spool::open(&settings.data_dir, "fingerprint-spool")?;
         let store = RedisStore {
             client,
             conn: tokio::sync::Mutex::new(None),
             degraded: AtomicBool::new(true),
             reason: Mutex::new(Some("not connected yet".into())),
-            spool,
-            flushing_path,
-            buffered: AtomicU64::new((spooled.len() + in_flight) as u64),
-            flush_lock: tokio::sync::Mutex::new(()),
+            audit_spool,
+            fingerprint_spool,
             append_script: Script::new(APPEND_AUDIT),
             merge_script: Script::new(MERGE_STATS),
+            evictions: Mutex::new(Vec::new()),
             settings,
         };
         store.upkeep().await;
@@ -205,21 +249,43 @@ impl RedisStore {
     pub fn health(&self) -> Health {
         let degraded = self.degraded.load(Ordering::Relaxed);
         let reason = if degraded { self.reason.lock().unwrap_or_else(|p| p.into_inner()).clone() } else { None };
-        Health { kind: "redis", degraded, reason, buffered_audit: self.buffered.load(Ordering::Relaxed) }
+        Health {
+            kind: "redis",
+            degraded,
+            reason,
+            buffered_audit: self.audit_spool.waiting(),
+            buffered_fingerprints: self.fingerprint_spool.waiting(),
+        }
     }
 
     // ------------------------------------------------------------ fingerprints
 
+    /// `Ok` once Redis holds the batch, or (Redis down, or earlier batches still waiting)
+    /// once the local spool holds it; spooled batches are sent by [`RedisStore::upkeep`].
     pub async fn append_fingerprints(&self, batch: &FingerprintBatch) -> Result<(), StoreError> {
         if batch.hashes.is_empty() {
             return Ok(());
         }
+        if self.fingerprint_spool.waiting() == 0 && !self.degraded.load(Ordering::Relaxed) {
+            match self.send_fingerprints(batch).await {
+                Ok(()) => return Ok(()),
+                Err(e) => tracing::warn!(tenant = batch.tenant, error = %e, "fingerprints spooled locally"),
+            }
+        }
+        self.fingerprint_spool.push(batch.clone()).await
+    }
+
+    /// Oldest entry id still within the fingerprint TTL.
+    fn live_since(&self) -> String {
+        format!("{}-0", now_ms().saturating_sub(self.settings.fingerprint_ttl_secs.saturating_mul(1000)))
+    }
+
+    async fn send_fingerprints(&self, batch: &FingerprintBatch) -> Result<(), StoreError> {
         // [8 * n] little-endian u64s
         let packed: Vec<u8> = batch.hashes.iter().flat_map(|h| h.to_le_bytes()).collect();
-        let now = now_ms();
-        let ttl_ms = (batch.expires_at_s * 1000).saturating_sub(now);
         let mut cmd = redis::cmd("XADD");
-        cmd.arg(self.key("fp")).arg("MINID").arg("~").arg(now.saturating_sub(ttl_ms)).arg("*");
+        // Trimmed by age: entries older than the TTL hold only expired owners.
+        cmd.arg(self.key("fp")).arg("MINID").arg("~").arg(self.live_since()).arg("*");
         cmd.arg("t").arg(&batch.tenant).arg("x").arg(batch.expires_at_s).arg("r").arg(&batch.replica).arg("h").arg(packed);
         if batch.role == Role::Received {
             cmd.arg("k").arg("r");
@@ -227,28 +293,26 @@ impl RedisStore {
         self.call(|mut c| async move { cmd.query_async::<Value>(&mut c).await }).await.map(drop)
     }
 
-    pub async fn read_fingerprints(&self, cursor: &FingerprintCursor) -> Result<(Vec<FingerprintBatch>, FingerprintCursor), StoreError> {
-        let mut last = if cursor.0.is_empty() { "0-0".to_owned() } else { cursor.0.clone() };
+    /// One page (at most [`BATCH`] entries) of the batches after `cursor` that have not
+    /// expired; a fresh cursor starts at the TTL's horizon, never at the stream's start.
+    pub async fn read_fingerprints(&self, cursor: &FingerprintCursor) -> Result<FingerprintPage, StoreError> {
+        let mut last = if cursor.0.is_empty() { self.live_since() } else { cursor.0.clone() };
         let now_s = now_ms() / 1000;
-        let mut out = Vec::new();
-        loop {
-            let mut cmd = redis::cmd("XREAD");
-            cmd.arg("COUNT").arg(BATCH).arg("STREAMS").arg(self.key("fp")).arg(&last);
-            let reply: Option<StreamReadReply> = self.call(|mut c| async move { cmd.query_async(&mut c).await }).await?;
-            let ids: Vec<StreamId> = reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids).collect();
-            let n = ids.len();
-            for entry in ids {
-                last = entry.id.clone();
-                match parse_batch(&entry) {
-                    Some(b) if b.expires_at_s > now_s => out.push(b),
-                    Some(_) => {}
-                    None => tracing::warn!(entry = %entry.id, "skipping malformed fingerprint entry"),
-                }
-            }
-            if n < BATCH {
-                return Ok((out, FingerprintCursor(last)));
+        let mut cmd = redis::cmd("XREAD");
+        cmd.arg("COUNT").arg(BATCH).arg("STREAMS").arg(self.key("fp")).arg(&last);
+        let reply: Option<StreamReadReply> = self.call(|mut c| async move { cmd.query_async(&mut c).await }).await?;
+        let ids: Vec<StreamId> = reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids).collect();
+        let more = ids.len() == BATCH;
+        let mut batches = Vec::with_capacity(ids.len());
+        for entry in ids {
+            last = entry.id.clone();
+            match parse_batch(&entry) {
+                Some(b) if b.expires_at_s > now_s => batches.push(b),
+                Some(_) => {}
+                None => tracing::warn!(entry = %entry.id, "skipping malformed fingerprint entry"),
             }
         }
+        Ok(FingerprintPage { batches, next: FingerprintCursor(last), more })
     }
 
     // ------------------------------------------------------------ statistics
@@ -277,23 +341,45 @@ impl RedisStore {
     /// `Ok` once Redis holds the record, or (Redis down, or earlier records still waiting)
     /// once the local spool holds it.
     pub async fn append_audit(&self, record: &AuditRecord) -> Result<(), StoreError> {
-        if self.buffered.load(Ordering::Relaxed) == 0 && !self.degraded.load(Ordering::Relaxed) {
+        if self.audit_spool.waiting() == 0 && !self.degraded.load(Ordering::Relaxed) {
             match self.send_audit(record).await {
                 Ok(()) => return Ok(()),
                 Err(e) => tracing::warn!(audit_id = record.id(), error = %e, "audit record spooled locally"),
             }
         }
-        self.spool.append(vec![record.clone()]).await?;
-        self.buffered.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        self.audit_spool.push(record.clone()).await
     }
 
     async fn send_audit(&self, record: &AuditRecord) -> Result<(), StoreError> {
         let json = serde_json::to_string(record).map_err(|e| StoreError::BadReply(e.to_string()))?;
+        let class = Class::of(record);
+        let tie = 3 - severity_rank(class.severity);
         let mut inv = self.append_script.key(self.key("{audit}:log"));
         inv.key(self.key(&format!("{{audit}}:id:{}", record.id())));
+        inv.key(self.key("{audit}:classes")).key(self.key("{audit}:evicted")).key(self.key("{audit}:tracked"));
         inv.arg(json).arg(self.settings.audit_max_len).arg(self.settings.audit_id_ttl_secs.max(1));
+        inv.arg(class.key()).arg(self.key("{audit}:class:")).arg(tie);
         self.call(|mut c| async move { inv.invoke_async::<Value>(&mut c).await }).await.map(drop)
+    }
+
+    /// As of the last [`RedisStore::upkeep`].
+    pub fn audit_evictions(&self) -> Vec<AuditEviction> {
+        self.evictions.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    async fn load_evictions(&self) -> Result<(), StoreError> {
+        let key = self.key("{audit}:evicted");
+        let all: Vec<(String, u64)> = self.call(|mut c| async move { redis::cmd("HGETALL").arg(key).query_async(&mut c).await }).await?;
+        let mut evictions: Vec<AuditEviction> = all
+            .into_iter()
+            .filter_map(|(class, evicted)| {
+                let (severity, tenant) = class.split_once(':')?;
+                Some(AuditEviction { tenant: tenant.to_owned(), severity: severity_from_name(severity)?, evicted })
+            })
+            .collect();
+        evictions.sort_by(|a, b| (&a.tenant, a.severity).cmp(&(&b.tenant, b.severity)));
+        *self.evictions.lock().unwrap_or_else(|p| p.into_inner()) = evictions;
+        Ok(())
     }
 
     pub async fn get_audit(&self, id: &str) -> Result<Option<AuditRecord>, StoreError> {
@@ -344,36 +430,35 @@ impl RedisStore {
 
     // ------------------------------------------------------------ upkeep
 
-    /// Connects if needed, checks Redis, and ships spooled audit records.
+    /// Connects if needed, checks Redis, and ships spooled audit records and fingerprints.
     pub async fn upkeep(&self) {
         let ping = self.call(|mut c| async move { redis::cmd("PING").query_async::<String>(&mut c).await }).await;
         if ping.is_err() {
             return;
         }
-        if let Err(e) = self.flush_spool().await {
-            tracing::warn!(error = %e, buffered = self.buffered.load(Ordering::Relaxed), "audit spool not flushed yet");
+        match self.audit_spool.flush(|r| async move { self.send_audit(&r).await }).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(records = n, "spooled audit records flushed to redis"),
+            Err(e) => tracing::warn!(error = %e, buffered = self.audit_spool.waiting(), "audit spool not flushed yet"),
+        }
+        match self.fingerprint_spool.flush(|b| async move { self.send_fingerprints(&b).await }).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(batches = n, "spooled fingerprints shared through redis"),
+            Err(e) => tracing::warn!(error = %e, buffered = self.fingerprint_spool.waiting(), "fingerprint spool not flushed yet"),
+        }
+        if let Err(e) = self.load_evictions().await {
+            tracing::debug!(error = %e, "audit eviction counts not read");
         }
     }
+}
 
-    async fn flush_spool(&self) -> Result<(), StoreError> {
-        let _one_at_a_time = self.flush_lock.lock().await;
-        loop {
-            if !self.flushing_path.exists() {
-                if self.spool.is_empty_blocking() {
-                    self.buffered.store(0, Ordering::Relaxed);
-                    return Ok(());
-                }
-                self.spool.rotate_blocking(&self.flushing_path)?;
-            }
-            let records = journal::read_path(&self.flushing_path)?;
-            for r in &records {
-                self.send_audit(r).await?;
-            }
-            std::fs::remove_file(&self.flushing_path).map_err(|source| StoreError::Io { path: self.flushing_path.clone(), source })?;
-            let n = records.len() as u64;
-            let _ = self.buffered.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| Some(b.saturating_sub(n)));
-            tracing::info!(records = n, "spooled audit records flushed to redis");
-        }
+/// Low 0 .. critical 3.
+fn severity_rank(s: firewall::Severity) -> u8 {
+    match s {
+        firewall::Severity::Low => 0,
+        firewall::Severity::Medium => 1,
+        firewall::Severity::High => 2,
+        firewall::Severity::Critical => 3,
     }
 }
 
