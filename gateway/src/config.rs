@@ -107,7 +107,7 @@ struct RawProvenance {
     common_at: Option<usize>,
     refresh_interval_ms: Option<u64>,
     max_staleness_ms: Option<u64>,
-    unavailable: Option<ProvenanceUnavailable>,
+    provenance_unavailable: Option<ProvenanceUnavailable>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -690,7 +690,7 @@ fn validate_provenance(
             format!("must be greater than provenance.refresh_interval_ms ({refresh_interval_ms}), got {max_staleness_ms}"),
         ));
     }
-    let unavailable = raw.unavailable.unwrap_or_default();
+    let unavailable = raw.provenance_unavailable.unwrap_or_default();
     let key_env = raw.key_env.unwrap_or_else(|| DEFAULT_KEY_ENV.to_owned());
     let key = match lookup(&key_env).filter(|v| !v.is_empty()) {
         Some(text) => Some(
@@ -1130,7 +1130,7 @@ placement = "system_start"
             ("[provenance]\nngram_words = 2", "provenance.ngram_words"),
             ("[provenance]\nmax_tenant_share = 0.0", "provenance.max_tenant_share"),
             ("[provenance]\nrefresh_interval_ms = 500\nmax_staleness_ms = 500", "provenance.max_staleness_ms"),
-            ("[provenance]\nunavailable = \"maybe\"", "provenance.unavailable"),
+            ("[provenance]\nprovenance_unavailable = \"maybe\"", "provenance.provenance_unavailable"),
             ("[provenance]\nmax_tenant_share = 1.5", "provenance.max_tenant_share"),
             ("[provenance]\nmax_hashes = 1000\nmax_hashes_per_text = 2000", "provenance.max_hashes_per_text"),
             ("[store]\nkind = \"memory\"\nkey_prefix = \"x\"", "store.key_prefix"),

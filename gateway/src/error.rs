@@ -70,7 +70,7 @@ pub enum ApiError {
     #[error("{0}")]
     Unavailable(String),
     /// Other replicas' fingerprints are stale, so another tenant's text could pass the
-    /// firewall unseen: refused (`provenance.unavailable = "block"`, tenant fail mode closed).
+    /// firewall unseen: refused (`provenance.provenance_unavailable = "block"`, tenant fail mode closed).
     #[error("Cross-tenant protection is temporarily unavailable ({0}); the request was not sent. Retry shortly.")]
     ProvenanceUnavailable(String),
     /// A bug or an unexpected condition inside the gateway.

@@ -260,7 +260,7 @@ impl Protection {
     }
 
     /// Why `tenant`'s completion must be refused before it starts: the index is stale,
-    /// `provenance.unavailable = "block"`, and the tenant fails closed (a tenant with
+    /// `provenance.provenance_unavailable = "block"`, and the tenant fails closed (a tenant with
     /// `fail_mode = "open"` chose availability over scanning and is served).
     pub fn refusal_when_stale(&self, tenant: &str) -> Option<String> {
         if !self.blocks_when_stale() || self.fail_mode(tenant) == FailMode::Open {

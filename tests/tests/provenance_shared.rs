@@ -1,5 +1,5 @@
 //! A replica that cannot pull the other replicas' fingerprints is blind to their tenants'
-//! text: with `provenance.unavailable = "block"` (the default) it answers `/readyz` 503 with
+//! text: with `provenance.provenance_unavailable = "block"` (the default) it answers `/readyz` 503 with
 //! the reason and refuses completions with 503 `provenance_unavailable` (a tenant with
 //! `fail_mode = "open"` is still served), until Redis is back; with `"allow"` it serves,
 //! degraded. Redis here is a private one on its own port, started late (never the shared one).
@@ -34,7 +34,7 @@ op_timeout_ms = 300
 [provenance]
 refresh_interval_ms = 50
 max_staleness_ms = 1000
-unavailable = "{unavailable}"
+provenance_unavailable = "{unavailable}"
 "#
     )
 }

@@ -1,5 +1,5 @@
 //! `GET /healthz` (the process answers) and `GET /readyz` (every backend can serve, and
-//! other replicas' fingerprints are fresh unless `provenance.unavailable = "allow"`; the
+//! other replicas' fingerprints are fresh unless `provenance.provenance_unavailable = "allow"`; the
 //! body also says whether the store is degraded, and why not ready).
 
 use std::sync::Arc;
