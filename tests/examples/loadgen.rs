@@ -15,6 +15,9 @@
 //! started during `--warmup-s` are sent but not counted. With `--cpu-pid`, the process's
 //! CPU time (utime + stime from `/proc/PID/stat`) over the whole run, warm-up included, is
 //! divided by every request completed, warm-up included. One JSON line goes to stdout.
+//! With `--blocked-ids FILE`, the `x-crossguard-audit-id` of every answer the firewall
+//! blocked (`finish_reason` `content_filter` in its body), warm-up included, is appended to
+//! FILE one per line: the soak run checks each has exactly one audit record.
 //!
 //! `loadgen summarize FILE` reads those lines (labelled `scenario`, `target` = `direct`,
 //! `crossguard` or a peer gateway such as `litellm`, `rep`) and prints Markdown tables of
@@ -80,6 +83,9 @@ struct RunArgs {
     /// `key=value` pairs copied into the output's `labels`.
     #[arg(long = "label")]
     labels: Vec<String>,
+    /// Append the audit id of every blocked answer to this file.
+    #[arg(long)]
+    blocked_ids: Option<std::path::PathBuf>,
 }
 
 /// Open loop: more requests in flight than this and new ones are skipped (and counted).
@@ -88,7 +94,7 @@ const MAX_IN_FLIGHT: usize = 4096;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// One finished request; times in microseconds.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Sample {
     /// Started after the warm-up and before the end: counted.
     counted: bool,
@@ -97,6 +103,18 @@ struct Sample {
     ttfb_us: Option<u64>,
     /// Open loop: actual start minus scheduled start.
     lag_us: Option<u64>,
+    /// The answer was blocked by the firewall: its audit id (when the header came).
+    blocked: Option<String>,
+}
+
+/// What reading an answer found.
+#[derive(Debug, Default)]
+struct Read {
+    /// 2xx and complete.
+    ok: bool,
+    ttfb_us: Option<u64>,
+    /// `finish_reason: content_filter` somewhere in the body.
+    blocked: bool,
 }
 
 /// What every request shares.
@@ -147,40 +165,55 @@ impl Target {
         if let Some(auth) = &self.auth {
             request = request.header(reqwest::header::AUTHORIZATION, auth);
         }
-        let (ok, ttfb) = match request.send().await {
-            Ok(response) => read_to_end(response, t0).await,
-            Err(_) => (false, None),
+        let (read, audit_id) = match request.send().await {
+            Ok(response) => {
+                let audit_id = response.headers().get(AUDIT_ID_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+                (read_to_end(response, t0).await, audit_id)
+            }
+            Err(_) => (Read::default(), None),
         };
-        Sample { counted, ok, latency_us: micros(t0.elapsed()), ttfb_us: ttfb, lag_us }
+        let blocked = read.blocked.then(|| audit_id.unwrap_or_default());
+        Sample { counted, ok: read.ok, latency_us: micros(t0.elapsed()), ttfb_us: read.ttfb_us, lag_us, blocked }
     }
 }
 
-/// Reads a body to its end: (2xx and complete, time to the first non-empty chunk). A
-/// streamed body is complete only when it ends with `data: [DONE]`.
-async fn read_to_end(mut response: reqwest::Response, t0: Instant) -> (bool, Option<u64>) {
+const AUDIT_ID_HEADER: &str = "x-crossguard-audit-id";
+const BLOCKED_MARK: &[u8] = b"\"content_filter\"";
+
+/// Reads a body to its end. A streamed body is complete only when it ends with
+/// `data: [DONE]`.
+async fn read_to_end(mut response: reqwest::Response, t0: Instant) -> Read {
     let status_ok = response.status().is_success();
     let is_sse = response
         .headers()
         .get(reqwest::header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
-    let mut ttfb = None;
-    // tail: the body's last <= 32 bytes, to see whether it ended with [DONE].
+    let mut read = Read::default();
+    // tail: the body's last <= 32 bytes, to see whether it ended with [DONE], and to find
+    // the blocked mark when a chunk boundary splits it.
     let mut tail: Vec<u8> = Vec::with_capacity(64);
     loop {
         match response.chunk().await {
             Ok(Some(piece)) if !piece.is_empty() => {
-                ttfb.get_or_insert_with(|| micros(t0.elapsed()));
+                read.ttfb_us.get_or_insert_with(|| micros(t0.elapsed()));
+                let head = &piece[..piece.len().min(BLOCKED_MARK.len())];
+                read.blocked |= contains(&piece, BLOCKED_MARK) || contains(&[tail.as_slice(), head].concat(), BLOCKED_MARK);
                 tail.extend_from_slice(&piece[piece.len().saturating_sub(32)..]);
                 let excess = tail.len().saturating_sub(32);
                 tail.drain(..excess);
             }
             Ok(Some(_)) => {}
             Ok(None) => break,
-            Err(_) => return (false, ttfb),
+            Err(_) => return read,
         }
     }
     let complete = !is_sse || tail.ends_with(b"data: [DONE]\n\n");
-    (status_ok && complete, ttfb)
+    read.ok = status_ok && complete;
+    read
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 fn micros(d: Duration) -> u64 {
@@ -287,6 +320,19 @@ fn percentiles(mut values: Vec<u64>) -> Value {
     json!({"p50": rank(0.50), "p90": rank(0.90), "p99": rank(0.99), "max": rank(1.0), "mean": mean.round()})
 }
 
+/// Appends the audit ids of blocked answers to `path` (an id missing from a blocked answer
+/// is written as an empty line: the soak check counts it as a record that cannot exist).
+fn write_blocked_ids(path: &std::path::Path, samples: &[Sample]) -> Result<(), String> {
+    use std::io::Write;
+    let lines: String = samples.iter().filter_map(|s| s.blocked.as_deref()).map(|id| format!("{id}\n")).collect();
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(lines.as_bytes()))
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
 fn labels(pairs: &[String]) -> Result<Map<String, Value>, String> {
     pairs
         .iter()
@@ -313,6 +359,9 @@ async fn run(args: RunArgs) -> Result<Value, String> {
         }
         _ => None,
     };
+    if let Some(path) = &args.blocked_ids {
+        write_blocked_ids(path, &samples)?;
+    }
     let counted: Vec<&Sample> = samples.iter().filter(|s| s.counted).collect();
     let good: Vec<&Sample> = counted.iter().copied().filter(|s| s.ok).collect();
     let loadavg = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -324,6 +373,7 @@ async fn run(args: RunArgs) -> Result<Value, String> {
         "stream": args.stream,
         "duration_s": args.duration_s,
         "requests": good.len(),
+        "blocked": counted.iter().filter(|s| s.blocked.is_some()).count(),
         "errors": counted.len() - good.len(),
         "skipped": skipped,
         "rps": (good.len() as f64 / args.duration_s * 10.0).round() / 10.0,
