@@ -18,6 +18,10 @@ use std::time::Duration;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+mod limits;
+
+pub use limits::{LimitSettings, LimitsConfig, ModelCaps, ServerConfig, MAX_PER_MINUTE};
+
 /// Environment variables with the `CROSSGUARD_` prefix that are not config keys.
 pub const RESERVED_ENV: &[&str] = &[
     "CROSSGUARD_ADMIN_TOKEN",
@@ -93,6 +97,8 @@ struct RawConfig {
     provenance: Option<RawProvenance>,
     stats: Option<RawStats>,
     canary: Option<RawCanary>,
+    limits: Option<limits::RawLimits>,
+    server: Option<limits::RawServer>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -156,6 +162,7 @@ struct RawTenant {
     canary: Option<bool>,
     own_secrets: Option<OwnSecrets>,
     quarantine_when_probing: Option<bool>,
+    limits: Option<limits::RawLimits>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -181,6 +188,10 @@ struct RawModel {
     step_tokens: Option<usize>,
     itl_target_ms: Option<u64>,
     fault: Option<RawFault>,
+    // both
+    max_n: Option<u32>,
+    max_tokens_cap: Option<u32>,
+    max_stream_event_bytes: Option<usize>,
 }
 
 /// `[models.fault]`: switches that disable one KV isolation defence each (tests only).
@@ -237,6 +248,10 @@ pub struct Config {
     pub provenance: ProvenanceConfig,
     pub stats: StatsConfig,
     pub canary: CanaryConfig,
+    /// Per-tenant concurrency and rate limits (`[limits]`, `[tenants.limits]`).
+    pub limits: LimitsConfig,
+    /// Connection cap and read timeouts (`[server]`).
+    pub server: ServerConfig,
 }
 
 /// The provenance index: how prompts and responses are fingerprinted and remembered.
@@ -380,6 +395,8 @@ pub struct TenantConfig {
 pub struct ModelConfig {
     pub id: String,
     pub backend: ModelBackend,
+    /// Caps on `n` and `max_tokens` of one request.
+    pub caps: ModelCaps,
 }
 
 #[derive(Debug, Clone)]
@@ -401,6 +418,8 @@ pub struct UpstreamConfig {
     pub first_byte_timeout_ms: u64,
     /// Longest silence allowed between two chunks of a streamed body.
     pub idle_timeout_ms: u64,
+    /// Largest SSE event (its `data:` lines together) accepted from the upstream.
+    pub max_stream_event_bytes: usize,
 }
 
 /// A GGUF served by the in-process engine.
@@ -564,12 +583,18 @@ fn validate(
         return Err(invalid("max_body_bytes".into(), format!("must be at least 1024, got {max_body_bytes}")));
     }
 
-    let tenants = validate_tenants(raw.tenants, &invalid)?;
+    let mut raw_tenants = raw.tenants;
+    let tenant_limits: Vec<_> =
+        raw_tenants.iter_mut().enumerate().filter_map(|(i, t)| Some((i, t.id.clone(), t.limits.take()?))).collect();
+    let tenants = validate_tenants(raw_tenants, &invalid)?;
+    let limits = limits::validate_limits(raw.limits, tenant_limits, &invalid)?;
+    let server = limits::validate_server(raw.server, &invalid)?;
     let mut models = validate_models(raw.models, &invalid, lookup)?;
     if models.is_empty() {
         models.push(ModelConfig {
             id: DEFAULT_MODEL_ID.to_owned(),
             backend: ModelBackend::Engine(EngineModelConfig::default()),
+            caps: ModelCaps::default(),
         });
     }
     let store = validate_store(raw.store, &invalid)?;
@@ -602,7 +627,7 @@ fn validate(
         return Err(invalid("firewall.probe_window_secs".into(), format!("must be between 1 and 604800, got {probe_window_secs}")));
     }
     let firewall = FirewallConfig { rules_dir: raw_fw.rules_dir, max_holdback_bytes, watch_interval_ms, probe_alert_blocks, probe_window_secs };
-    Ok(Config { listen, admin_token, max_body_bytes, data_dir, tenants, models, store, firewall, provenance, stats, canary })
+    Ok(Config { listen, admin_token, max_body_bytes, data_dir, tenants, models, store, firewall, provenance, stats, canary, limits, server })
 }
 
 fn validate_store(raw: Option<RawStore>, invalid: &Invalid<'_>) -> Result<StoreConfig, ConfigError> {
@@ -801,6 +826,8 @@ fn validate_models(
         if !ids.insert(m.id.clone()) {
             return Err(invalid(at("id"), format!("duplicate model id {:?}", m.id)));
         }
+        let raw_caps = limits::RawModelCaps { max_n: m.max_n, max_tokens_cap: m.max_tokens_cap, max_stream_event_bytes: m.max_stream_event_bytes };
+        let (caps, event_bytes) = limits::model_caps(raw_caps, m.backend == BackendKind::Upstream, &at, invalid)?;
         let backend = match m.backend {
             BackendKind::Upstream => {
                 let engine_keys = [
@@ -820,7 +847,8 @@ fn validate_models(
                         return Err(invalid(at(key), "only allowed with backend = \"engine\"".into()));
                     }
                 }
-                ModelBackend::Upstream(validate_upstream(&m, &at, invalid, lookup)?)
+                let up = validate_upstream(&m, &at, invalid, lookup)?;
+                ModelBackend::Upstream(UpstreamConfig { max_stream_event_bytes: event_bytes.unwrap_or(up.max_stream_event_bytes), ..up })
             }
             BackendKind::Engine => {
                 for (key, set) in [("base_url", m.base_url.is_some()), ("api_key_env", m.api_key_env.is_some()), ("upstream_model", m.upstream_model.is_some())] {
@@ -875,7 +903,7 @@ fn validate_models(
                 })
             }
         };
-        models.push(ModelConfig { id: m.id, backend });
+        models.push(ModelConfig { id: m.id, backend, caps });
     }
     Ok(models)
 }
@@ -928,6 +956,7 @@ fn validate_upstream(
         connect_timeout_ms: timeout("connect_timeout_ms", m.connect_timeout_ms, DEFAULT_CONNECT_TIMEOUT_MS)?,
         first_byte_timeout_ms: timeout("first_byte_timeout_ms", m.first_byte_timeout_ms, DEFAULT_FIRST_BYTE_TIMEOUT_MS)?,
         idle_timeout_ms: timeout("idle_timeout_ms", m.idle_timeout_ms, DEFAULT_IDLE_TIMEOUT_MS)?,
+        max_stream_event_bytes: crate::backend::sse::DEFAULT_MAX_EVENT_BYTES,
     })
 }
 

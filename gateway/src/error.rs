@@ -76,6 +76,12 @@ pub enum ApiError {
     /// A bug or an unexpected condition inside the gateway.
     #[error("{0}")]
     Internal(String),
+    /// A tenant limit refused the request (429 with `Retry-After` and `x-ratelimit-*`).
+    #[error("{0}")]
+    RateLimited(Box<crate::limits::RateLimited>),
+    /// The request body did not arrive within `[server] body_read_timeout_ms`.
+    #[error("The request body did not arrive within {timeout_ms} ms.")]
+    RequestTimeout { timeout_ms: u64 },
 }
 
 impl ApiError {
@@ -106,6 +112,8 @@ impl ApiError {
             ApiError::EngineBusy { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) | ApiError::ProvenanceUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
         }
     }
 
@@ -120,13 +128,15 @@ impl ApiError {
             | ApiError::ResourceNotFound(_)
             | ApiError::RouteNotFound { .. }
             | ApiError::MethodNotAllowed { .. }
-            | ApiError::PayloadTooLarge { .. } => "invalid_request_error",
+            | ApiError::PayloadTooLarge { .. }
+            | ApiError::RequestTimeout { .. } => "invalid_request_error",
             ApiError::Unauthorized(_) => "authentication_error",
             ApiError::Quarantined => "permission_error",
             ApiError::UpstreamRejected { status: 429, .. } | ApiError::EngineBusy { .. } => "rate_limit_error",
             ApiError::UpstreamRejected { .. } => "invalid_request_error",
             ApiError::UpstreamFailed { .. } | ApiError::BadGateway(_) | ApiError::GatewayTimeout(_) => "upstream_error",
             ApiError::Unavailable(_) | ApiError::ProvenanceUnavailable(_) | ApiError::Internal(_) => "server_error",
+            ApiError::RateLimited(r) => r.openai_type(),
         }
     }
 
@@ -151,6 +161,8 @@ impl ApiError {
             ApiError::Unavailable(_) => "unavailable",
             ApiError::ProvenanceUnavailable(_) => "provenance_unavailable",
             ApiError::Internal(_) => "internal_error",
+            ApiError::RateLimited(_) => "rate_limit_exceeded",
+            ApiError::RequestTimeout { .. } => "request_timeout",
         };
         Some(code.to_owned())
     }
@@ -234,6 +246,9 @@ impl IntoResponse for ApiError {
             .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if let ApiError::EngineBusy { retry_after_s, .. } = &self {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_s));
+        }
+        if let ApiError::RateLimited(r) = &self {
+            r.write_headers(response.headers_mut());
         }
         if matches!(self, ApiError::Unauthorized(_)) {
             response

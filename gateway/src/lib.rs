@@ -19,6 +19,7 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod error;
+pub mod limits;
 pub mod metrics;
 pub mod probing;
 pub mod protection;

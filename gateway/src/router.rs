@@ -45,11 +45,12 @@ async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     (
         [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         state.metrics.render(&format!(
-            "{}{}{}{}",
+            "{}{}{}{}{}",
             crate::metrics::render_rules_generation(state.rules.generation()),
             state.protection.render_prometheus(),
             crate::metrics::render_kv_pools(state.models.iter().filter_map(|(id, b)| Some((id.as_str(), b.kv_stats()?)))),
-            crate::metrics::render_engine_loops(state.models.iter().filter_map(|(id, b)| Some((id.as_str(), b.loop_gauges()?))))
+            crate::metrics::render_engine_loops(state.models.iter().filter_map(|(id, b)| Some((id.as_str(), b.loop_gauges()?)))),
+            state.limits.render_prometheus()
         )),
     )
 }

@@ -1,10 +1,12 @@
 //! Binding the listener and serving until shutdown. Start-up problems are [`StartError`]s
-//! with a message fit for the terminal.
+//! with a message fit for the terminal. How connections are accepted and read (the
+//! connection cap, the header read timeout) is [`connections`]'s.
+
+mod connections;
 
 use std::future::Future;
 use std::sync::Arc;
 
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
 use crate::config::Config;
@@ -30,9 +32,7 @@ pub async fn serve(
         tracing::warn!("no [[tenants]] configured: every request is served as tenant \"anonymous\" without authentication; configure tenants before exposing this gateway");
     }
     tracing::info!(addr = %local, models = state.models.len(), "listening");
-    // Without TCP_NODELAY each SSE frame waits for the client's delayed ACK (~40 ms).
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await.map_err(StartError::Serve)
+    let settings = state.config.server;
+    connections::serve_connections(listener, router(state), settings, shutdown).await;
+    Ok(())
 }

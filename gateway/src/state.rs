@@ -33,6 +33,8 @@ pub struct AppState {
     reloading: Mutex<()>,
     /// What the last reload did, whoever asked for it.
     last_reload: Mutex<Option<ReloadRecord>>,
+    /// Per-tenant concurrency and rate limits.
+    pub limits: crate::limits::Limiter,
 }
 
 /// One reload, kept for the admin API and the dashboard.
@@ -91,6 +93,7 @@ impl AppState {
         let rules = protection::load_rules(&config, &protection).map_err(StartError::Rules)?;
         tracing::info!(rules = rules.len(), canaries = rules.canaries().len(), "firewall rules loaded");
         protection.spawn_background(&config);
+        let limits = crate::limits::Limiter::new(config.limits.clone());
         let state = Arc::new(AppState {
             protection,
             rules: ReloadableRuleset::new(rules),
@@ -101,6 +104,7 @@ impl AppState {
             started_unix: unix_now(),
             reloading: Mutex::new(()),
             last_reload: Mutex::new(None),
+            limits,
         });
         crate::rules_watch::spawn(&state);
         Ok(state)

@@ -257,7 +257,9 @@ def main():
         tenants = "".join(f'[[tenants]]\nid = "bench{t}"\napi_keys = ["{k}"]\n' for t, k in enumerate(keys))
         itl = f"itl_target_ms = {args.itl_target_ms}\n" if args.itl_target_ms is not None else ""
         with open(cfg, "w") as f:
-            f.write(f'listen = "127.0.0.1:{port}"\ndata_dir = "{work}/data-{port}"\n{tenants}'
+            # [limits]: a load test must not be throttled by the per-tenant default (64 in flight).
+            f.write(f'listen = "127.0.0.1:{port}"\ndata_dir = "{work}/data-{port}"\n'
+                    f'[limits]\nmax_concurrent_requests = 100000\n{tenants}'
                     f'[[models]]\nid = "m"\nbackend = "engine"\npath = "{args.model}"\nthreads = {args.threads}\n'
                     f'context_tokens = 2048\nmax_batch = 64\nmax_queued = 256\nstep_tokens = {args.step_tokens}\n{itl}{fault}')
         servers.append((name, [args.crossguard, "serve", "--config", cfg], port, "/readyz", "m", keys,

@@ -75,6 +75,14 @@ cat >"$WORK/crossguard.toml" <<EOF
 listen = "127.0.0.1:$GATEWAY_PORT"
 data_dir = "$WORK/data"
 
+# Load tests must not be throttled: the default of 64 requests in flight per tenant is
+# the c64 scenario's whole concurrency (and the open loop can have more outstanding).
+[limits]
+max_concurrent_requests = 100000
+
+[server]
+max_connections = 100000
+
 [[tenants]]
 id = "bench"
 api_keys = ["$KEY"]

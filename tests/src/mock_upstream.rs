@@ -21,6 +21,8 @@
 //! - `#place <channel> @<k>`: `#place` with the `<k>`-th canned text;
 //! - `#canned <k>`: answer the `<k>`-th text registered with [`MockUpstream::can`], streamed
 //!   in 40 pieces (so an answer can carry text the asking tenant never sent);
+//! - `#bigevent <mib>`: stream a role chunk, then one SSE event of `<mib>` MiB made of
+//!   many 64 KiB `data:` lines (no line near a line cap), then `[DONE]`;
 //! - anything else: answer `Echo: <content>` (streamed word by word when asked).
 //!
 //! Every request's body and headers are kept for the test to inspect.
@@ -162,6 +164,7 @@ async fn chat(State((received, canned)): State<Shared>, headers: HeaderMap, body
                 answer(&model, &text, n, false, include_usage)
             }
         }
+        Some("#bigevent") => big_event(&model, words.next().and_then(|w| w.parse().ok()).unwrap_or(20)),
         _ => answer(&model, &format!("Echo: {script}"), n, stream, include_usage),
     }
 }
@@ -260,6 +263,16 @@ fn pieces(model: &str, text: &str, count: usize) -> Response {
     }
     frames.push(chunk(model, json!([{"index": 0, "delta": {}, "finish_reason": "stop"}])));
     sse_response(Body::from_stream(futures::stream::iter(sse(frames, true))))
+}
+
+/// A role chunk, then one event of `mib` MiB in 64 KiB `data:` lines, produced lazily.
+fn big_event(model: &str, mib: usize) -> Response {
+    let head = sse(vec![chunk(model, json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]))], false);
+    let line = Bytes::from(format!("data: {}\n", "x".repeat(64 * 1024 - 7)));
+    let lines = futures::stream::iter((0..mib * 16).map(move |_| Ok::<_, Infallible>(line.clone())));
+    let tail = futures::stream::iter([Ok(Bytes::from_static(b"\ndata: [DONE]\n\n"))]);
+    use futures::StreamExt;
+    sse_response(Body::from_stream(futures::stream::iter(head).chain(lines).chain(tail)))
 }
 
 /// Two chunks, then silence (`stall`) or a dropped connection.

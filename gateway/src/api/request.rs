@@ -90,11 +90,24 @@ impl ChatRequest {
     /// tool results), one per line: what the provenance index fingerprints.
     pub fn prompt_text(&self) -> String {
         let mut out = String::new();
+        self.for_each_prompt_text(|text| {
+            out.push_str(text);
+            out.push('\n');
+        });
+        out
+    }
+
+    /// The length of [`ChatRequest::prompt_text`], without building it (rate limits
+    /// estimate tokens from it).
+    pub fn prompt_bytes(&self) -> usize {
+        let mut n = 0;
+        self.for_each_prompt_text(|text| n += text.len() + 1);
+        n
+    }
+
+    /// Calls `push` with every text of [`ChatRequest::prompt_text`], in order.
+    fn for_each_prompt_text(&self, mut push: impl FnMut(&str)) {
         for m in &self.messages {
-            let mut push = |text: &str| {
-                out.push_str(text);
-                out.push('\n');
-            };
             match m.get("content") {
                 Some(Value::String(text)) => push(text),
                 Some(Value::Array(parts)) => {
@@ -108,7 +121,6 @@ impl ChatRequest {
                 }
             }
         }
-        out
     }
 
     /// Adds `line` to the system prompt — at the start of the first system message, or at

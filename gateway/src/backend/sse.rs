@@ -1,8 +1,10 @@
 //! Incremental Server-Sent Events parser (the subset OpenAI-compatible servers use): bytes
 //! arrive in arbitrary pieces, events come out whole. Lines end in `\n`, `\r\n` or `\r`;
 //! `data:` lines accumulate until a blank line dispatches the event; comments (`:`) and
-//! other fields are ignored. A line longer than the limit is an error, so a hostile
-//! upstream cannot make the gateway buffer without bound.
+//! other fields are ignored. A line longer than [`MAX_LINE_BYTES`] and an event whose
+//! `data:` lines together pass the parser's event cap are errors, so a hostile upstream
+//! cannot make the gateway buffer without bound: one stream holds at most a line and an
+//! event.
 
 /// One dispatched event's data (its `data:` lines joined with `\n`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,16 +15,21 @@ pub struct SseEvent {
 /// The longest line the parser accepts, in bytes.
 pub const MAX_LINE_BYTES: usize = 8 * 1024 * 1024;
 
+/// The event cap of [`SseParser::new`] (`[[models]] max_stream_event_bytes`'s default).
+pub const DEFAULT_MAX_EVENT_BYTES: usize = 8 * 1024 * 1024;
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SseError {
     #[error("event stream line longer than {MAX_LINE_BYTES} bytes")]
     LineTooLong,
     #[error("event stream is not valid UTF-8")]
     NotUtf8,
+    #[error("event stream event larger than {limit_bytes} bytes")]
+    EventTooLarge { limit_bytes: usize },
 }
 
 /// Feeds on byte pieces, yields complete events.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SseParser {
     /// Bytes of the line in progress.
     line: Vec<u8>,
@@ -30,11 +37,24 @@ pub struct SseParser {
     data: Option<String>,
     /// The previous byte was `\r`, so a following `\n` belongs to the same line end.
     after_cr: bool,
+    /// Most bytes of `data` (lines and the `\n`s joining them) one event may hold.
+    max_event_bytes: usize,
+}
+
+impl Default for SseParser {
+    fn default() -> Self {
+        SseParser::with_max_event_bytes(DEFAULT_MAX_EVENT_BYTES)
+    }
 }
 
 impl SseParser {
     pub fn new() -> Self {
         SseParser::default()
+    }
+
+    /// A parser refusing events whose data passes `max_event_bytes`.
+    pub fn with_max_event_bytes(max_event_bytes: usize) -> Self {
+        SseParser { line: Vec::new(), data: None, after_cr: false, max_event_bytes }
     }
 
     /// Consumes `bytes`, appending every event they complete to `out`.
@@ -96,6 +116,11 @@ impl SseParser {
             None => (line.as_str(), ""),
         };
         if field == "data" {
+            let held = self.data.as_ref().map_or(0, |d| d.len() + 1);
+            if held + value.len() > self.max_event_bytes {
+                self.data = None;
+                return Err(SseError::EventTooLarge { limit_bytes: self.max_event_bytes });
+            }
             match &mut self.data {
                 Some(d) => {
                     d.push('\n');
@@ -143,6 +168,28 @@ mod tests {
     #[test]
     fn an_unterminated_last_event_is_dispatched_at_finish() {
         assert_eq!(parse_in_pieces(b"data: tail", 3), vec![SseEvent { data: "tail".into() }]);
+    }
+
+    #[test]
+    fn an_event_past_the_cap_is_an_error_however_its_lines_are_split() {
+        // 16 lines of 100 bytes: 1615 bytes of data joined, over a 1 KiB cap, while no
+        // line comes near the line cap.
+        let line = format!("data: {}\n", "x".repeat(100));
+        let event = line.repeat(16) + "\n";
+        for piece in [1, 7, 100, event.len()] {
+            let mut p = SseParser::with_max_event_bytes(1024);
+            let mut out = Vec::new();
+            let result = event.as_bytes().chunks(piece).try_for_each(|c| p.push(c, &mut out));
+            assert_eq!(result, Err(SseError::EventTooLarge { limit_bytes: 1024 }), "piece size {piece}");
+            assert!(out.is_empty());
+        }
+        // The same lines in events under the cap pass.
+        let small = line.repeat(8) + "\n";
+        let mut p = SseParser::with_max_event_bytes(1024);
+        let mut out = Vec::new();
+        p.push(small.repeat(3).as_bytes(), &mut out).unwrap();
+        assert_eq!(out.len(), 3);
+        assert_eq!(out[0].data.len(), 8 * 100 + 7);
     }
 
     #[test]

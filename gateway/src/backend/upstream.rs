@@ -77,7 +77,8 @@ impl UpstreamBackend {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|ct| ct.starts_with("text/event-stream"));
         if request.stream && is_sse {
-            let events = sse_events(response.bytes_stream(), idle, ctx.request_id.clone());
+            let parser = SseParser::with_max_event_bytes(self.config.max_stream_event_bytes);
+            let events = sse_events(response.bytes_stream(), parser, idle, ctx.request_id.clone());
             return Ok(BackendResponse { system_fingerprint: None, events });
         }
         let body = read_body(response, idle).await?;
@@ -131,13 +132,15 @@ async fn read_body(response: reqwest::Response, idle: Duration) -> Result<Vec<u8
     }
 }
 
-/// Turns an SSE body into events; `[DONE]` ends it, silence past `idle` is an error.
+/// Turns an SSE body into events with `parser`; `[DONE]` ends it, silence past `idle` and
+/// an event past the parser's cap are errors.
 fn sse_events(
     body: impl Stream<Item = reqwest::Result<Bytes>> + Send + 'static,
+    parser: SseParser,
     idle: Duration,
     request_id: String,
 ) -> EventStream {
-    let state = SseEvents { body: Box::pin(body), parser: SseParser::new(), queue: VecDeque::new(), done: false, request_id };
+    let state = SseEvents { body: Box::pin(body), parser, queue: VecDeque::new(), done: false, request_id };
     Box::pin(futures::stream::unfold(state, move |mut st| async move {
         loop {
             if let Some(item) = st.queue.pop_front() {

@@ -1,5 +1,7 @@
-//! `POST /v1/chat/completions`: authenticate, read the body within its limit, validate,
-//! pick the model's backend, and answer with SSE or one JSON object. HTTP only: what the
+//! `POST /v1/chat/completions`: authenticate, read the body within its size and time
+//! limits, validate, check the model's caps, admit the request under the tenant's
+//! [`limits`], pick the model's backend, and answer with SSE or one JSON object (with the
+//! tenant's `x-ratelimit-*` headers). HTTP only: what the
 //! response may carry is the [`ResponseGuard`]'s decision, and what its end means
 //! (metrics, logs, audit) the [`Finisher`]'s.
 
@@ -14,6 +16,7 @@ use axum::Json;
 use crate::api::ChatRequest;
 use crate::backend::RequestContext;
 use crate::error::ApiError;
+use crate::limits::{self, Ask};
 use crate::protection::ResponseRecord;
 use crate::relay::{self, ResponseMeta};
 use crate::response_guard::{Finisher, GuardSettings, ResponseGuard};
@@ -36,12 +39,23 @@ pub async fn create(
     if let Some(reason) = state.protection.refusal_when_stale(tenant.as_str()) {
         return Err(ApiError::ProvenanceUnavailable(reason));
     }
-    let bytes = read_limited(body, &headers, state.config.max_body_bytes).await?;
+    let read_timeout = std::time::Duration::from_millis(state.config.server.body_read_timeout_ms);
+    let bytes = tokio::time::timeout(read_timeout, read_limited(body, &headers, state.config.max_body_bytes))
+        .await
+        .map_err(|_| ApiError::RequestTimeout { timeout_ms: state.config.server.body_read_timeout_ms })??;
     let mut request = ChatRequest::parse(&bytes)?;
     let backend = state.backend(&request.model)?;
+    if let Some(model) = state.config.models.iter().find(|m| m.id == request.model) {
+        limits::check_caps(&model.caps, &request)?;
+    }
     if !backend.is_ready() {
         return Err(ApiError::Unavailable(format!("The model `{}` is still loading; retry shortly.", request.model)));
     }
+    // Admitted before the prompt is fingerprinted: a refused request leaves no trace. The
+    // admission is settled when the backend's events are dropped (end, disconnect, error).
+    let admission = state.limits.admit(tenant.as_str(), Ask::of(&request))?;
+    let mut rate_headers = HeaderMap::new();
+    admission.write_headers(&mut rate_headers);
     let rules = state.rules.current();
     state.protection.on_request(tenant.as_str(), &mut request, &rules);
     let record = ResponseRecord {
@@ -52,7 +66,8 @@ pub async fn create(
     };
     let finisher = Finisher::new(state.clone(), record);
     let ctx = RequestContext { request_id, tenant: tenant.clone() };
-    let response = backend.complete(&request, &ctx).await.inspect_err(|e| finisher.not_started(e))?;
+    let mut response = backend.complete(&request, &ctx).await.inspect_err(|e| finisher.not_started(e))?;
+    response.events = admission.meter(response.events);
     finisher.started();
     let meta = ResponseMeta {
         id: format!("chatcmpl-{}", uuid::Uuid::now_v7().simple()),
@@ -79,11 +94,13 @@ pub async fn create(
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         h.insert("x-accel-buffering", HeaderValue::from_static("no"));
         h.extend(audit_id);
+        h.extend(rate_headers);
         return Ok(response);
     }
     let collected = relay::collect(meta, response, &mut guard).await;
     let (completion, audited) = finisher.whole(&mut guard, collected).await?;
-    let response_headers = if audited { audit_header(finisher.record()) } else { HeaderMap::new() };
+    let mut response_headers = if audited { audit_header(finisher.record()) } else { HeaderMap::new() };
+    response_headers.extend(rate_headers);
     Ok((StatusCode::OK, response_headers, Json(completion)).into_response())
 }
 
