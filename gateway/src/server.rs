@@ -26,13 +26,22 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
     let local = listener.local_addr().map_err(StartError::Serve)?;
-    if state.auth.is_open() {
-        tracing::warn!("no [[tenants]] configured: every request is served as tenant \"anonymous\" without authentication; configure tenants before exposing this gateway");
-    }
+    warn_about_exposure(&state, local);
     tracing::info!(addr = %local, models = state.models.len(), "listening");
     // Without TCP_NODELAY each SSE frame waits for the client's delayed ACK (~40 ms).
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
     });
-    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await.map_err(StartError::Serve)
+    axum::serve(listener, router(state).into_make_service_with_connect_info::<std::net::SocketAddr>()).with_graceful_shutdown(shutdown).await.map_err(StartError::Serve)
+}
+
+/// Start-up warnings for what config validation lets through on purpose: open mode (only
+/// on loopback, or with `allow_open`) and an open `/metrics` off loopback.
+fn warn_about_exposure(state: &AppState, local: std::net::SocketAddr) {
+    if state.auth.is_open() {
+        tracing::warn!("no [[tenants]] configured: every request is served as tenant \"anonymous\" without authentication; configure tenants before exposing this gateway");
+    }
+    if state.config.metrics_token.is_none() && !local.ip().is_loopback() {
+        tracing::warn!(addr = %local, "/metrics is open to anyone who reaches this address and names tenants and their findings; set metrics_token_env (default CROSSGUARD_METRICS_TOKEN)");
+    }
 }
