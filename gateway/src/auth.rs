@@ -4,13 +4,15 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::http::HeaderMap;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::config::TenantConfig;
+use crate::config::{Secret, TenantConfig};
 use crate::error::ApiError;
+use crate::login_throttle::{ClientIp, LoginThrottle};
 
 /// The gateway's name for a tenant. Cheap to clone.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -89,20 +91,36 @@ impl Authenticator {
     }
 
     /// Admits a request bearing the admin token (`Authorization: Bearer <token>`); tenant
-    /// keys are not admin tokens. Without a configured token the admin API is off.
-    pub fn authorize_admin(headers: &HeaderMap, token: Option<&crate::config::Secret>) -> Result<(), ApiError> {
+    /// keys are not admin tokens. Without a configured token the admin API is off. Every
+    /// attempt goes through `throttle`: refused with 429 while `client` (or everyone) is
+    /// locked out, and a wrong token counts towards the lock.
+    pub fn authorize_admin(
+        headers: &HeaderMap,
+        token: Option<&Secret>,
+        throttle: &LoginThrottle,
+        client: ClientIp,
+    ) -> Result<(), ApiError> {
         let token = token.ok_or(ApiError::AdminDisabled)?;
-        let presented = headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-            .map(str::trim)
-            .ok_or(ApiError::Unauthorized("The admin API needs `Authorization: Bearer <admin token>`."))?;
-        let (a, b): ([u8; 32], [u8; 32]) = (Sha256::digest(presented.as_bytes()).into(), Sha256::digest(token.expose().as_bytes()).into());
-        if bool::from(a.ct_eq(&b)) {
+        throttle
+            .check(client, Instant::now())
+            .map_err(|t| ApiError::AdminThrottled { retry_after_s: t.retry_after_s })?;
+        let presented = bearer(headers).ok_or(ApiError::Unauthorized("The admin API needs `Authorization: Bearer <admin token>`."))?;
+        if bearer_matches(presented, token) {
+            throttle.record_success(client);
             Ok(())
         } else {
+            throttle.record_failure(client, Instant::now());
             Err(ApiError::Unauthorized("Incorrect admin token."))
+        }
+    }
+
+    /// Admits a scrape of `/metrics`: anyone when no metrics token is configured, else only
+    /// `Authorization: Bearer <metrics token>`.
+    pub fn authorize_metrics(headers: &HeaderMap, token: Option<&Secret>) -> Result<(), ApiError> {
+        let Some(token) = token else { return Ok(()) };
+        match bearer(headers) {
+            Some(presented) if bearer_matches(presented, token) => Ok(()),
+            _ => Err(ApiError::Unauthorized("`/metrics` needs `Authorization: Bearer <metrics token>`.")),
         }
     }
 
@@ -117,6 +135,22 @@ impl Authenticator {
         }
         found.cloned()
     }
+}
+
+/// The token of an `Authorization: Bearer <token>` header.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(str::trim)
+}
+
+/// Compares digests of equal length, in constant time: neither the token's length nor a
+/// common prefix shows in the timing.
+fn bearer_matches(presented: &str, token: &Secret) -> bool {
+    let (a, b): ([u8; 32], [u8; 32]) = (Sha256::digest(presented.as_bytes()).into(), Sha256::digest(token.expose().as_bytes()).into());
+    bool::from(a.ct_eq(&b))
 }
 
 #[cfg(test)]

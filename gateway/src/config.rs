@@ -19,17 +19,22 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 mod limits;
+mod safe_defaults;
+mod summary;
 
 pub use limits::{LimitSettings, LimitsConfig, ModelCaps, ServerConfig, MAX_PER_MINUTE};
+pub use safe_defaults::{AdminThrottleConfig, ENABLE_FAULTS_ENV};
 
 /// Environment variables with the `CROSSGUARD_` prefix that are not config keys.
 pub const RESERVED_ENV: &[&str] = &[
     "CROSSGUARD_ADMIN_TOKEN",
     "CROSSGUARD_CACHE_DIR",
     "CROSSGUARD_CONFIG",
+    "CROSSGUARD_ENABLE_FAULTS",
     "CROSSGUARD_FINGERPRINT_KEY",
     "CROSSGUARD_LOG",
     "CROSSGUARD_LOG_FORMAT",
+    "CROSSGUARD_METRICS_TOKEN",
     // read by the test suite and scripts, never by the gateway
     "CROSSGUARD_GPU_TESTS",
     "CROSSGUARD_MODEL",
@@ -86,6 +91,10 @@ struct RawConfig {
     listen: Option<String>,
     admin_token_env: Option<String>,
     admin_token: Option<String>,
+    metrics_token_env: Option<String>,
+    metrics_token: Option<String>,
+    allow_open: Option<bool>,
+    admin_throttle: Option<safe_defaults::RawAdminThrottle>,
     max_body_bytes: Option<usize>,
     data_dir: Option<PathBuf>,
     #[serde(default)]
@@ -237,6 +246,11 @@ enum StoreKind {
 pub struct Config {
     pub listen: SocketAddr,
     pub admin_token: Option<Secret>,
+    /// Bearer token `/metrics` requires; `None`: open (start-up warns off loopback).
+    pub metrics_token: Option<Secret>,
+    /// Open mode (no tenants) may listen on a non-loopback address.
+    pub allow_open: bool,
+    pub admin_throttle: AdminThrottleConfig,
     pub max_body_bytes: usize,
     pub data_dir: PathBuf,
     /// Empty means open mode: one anonymous tenant, no authentication (local trial only).
@@ -255,7 +269,8 @@ pub struct Config {
 }
 
 /// The provenance index: how prompts and responses are fingerprinted and remembered.
-#[derive(Debug, Clone, PartialEq)]
+/// `Debug` masks the key (`config/summary.rs`).
+#[derive(Clone, PartialEq)]
 pub struct ProvenanceConfig {
     /// Words per n-gram.
     pub ngram_words: usize,
@@ -406,7 +421,8 @@ pub enum ModelBackend {
 }
 
 /// An OpenAI-compatible server the gateway forwards to.
-#[derive(Debug, Clone)]
+/// `Debug` masks the key and any password in the URL (`config/summary.rs`).
+#[derive(Clone)]
 pub struct UpstreamConfig {
     /// Base URL up to and including `/v1`, without a trailing slash.
     pub base_url: String,
@@ -450,7 +466,8 @@ pub enum StoreConfig {
 }
 
 /// A Redis shared by every replica of one deployment.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `Debug` masks the URL's password (`config/summary.rs`).
+#[derive(Clone, PartialEq, Eq)]
 pub struct RedisStoreConfig {
     pub url: String,
     /// Prefix of every key (one per deployment).
@@ -562,21 +579,24 @@ fn validate(
         invalid("listen".into(), format!("expected an address like \"127.0.0.1:8080\", got {listen_text:?}"))
     })?;
 
-    let admin_token = match (&raw.admin_token, &raw.admin_token_env) {
-        (Some(_), Some(_)) => {
-            return Err(invalid("admin_token".into(), "set admin_token or admin_token_env, not both".into()))
-        }
-        (Some(token), None) => Some(Secret(token.clone())),
-        (None, env_name) => {
-            let env_name = env_name.as_deref().unwrap_or("CROSSGUARD_ADMIN_TOKEN");
-            lookup(env_name).filter(|t| !t.is_empty()).map(Secret)
-        }
-    };
-    if let Some(token) = &admin_token {
-        if token.expose().len() < 16 {
-            return Err(invalid("admin_token".into(), "must be at least 16 characters long".into()));
-        }
-    }
+    let admin_token = safe_defaults::token(
+        "admin_token",
+        raw.admin_token.as_deref(),
+        raw.admin_token_env.as_deref(),
+        safe_defaults::DEFAULT_ADMIN_TOKEN_ENV,
+        &invalid,
+        lookup,
+    )?;
+    let metrics_token = safe_defaults::token(
+        "metrics_token",
+        raw.metrics_token.as_deref(),
+        raw.metrics_token_env.as_deref(),
+        safe_defaults::DEFAULT_METRICS_TOKEN_ENV,
+        &invalid,
+        lookup,
+    )?;
+    let allow_open = raw.allow_open.unwrap_or(false);
+    let admin_throttle = safe_defaults::admin_throttle(raw.admin_throttle, &invalid)?;
 
     let max_body_bytes = raw.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES);
     if max_body_bytes < 1024 {
@@ -587,6 +607,7 @@ fn validate(
     let tenant_limits: Vec<_> =
         raw_tenants.iter_mut().enumerate().filter_map(|(i, t)| Some((i, t.id.clone(), t.limits.take()?))).collect();
     let tenants = validate_tenants(raw_tenants, &invalid)?;
+    safe_defaults::check_open_mode(listen, tenants.is_empty(), allow_open, &invalid)?;
     let limits = limits::validate_limits(raw.limits, tenant_limits, &invalid)?;
     let server = limits::validate_server(raw.server, &invalid)?;
     let mut models = validate_models(raw.models, &invalid, lookup)?;
@@ -627,7 +648,24 @@ fn validate(
         return Err(invalid("firewall.probe_window_secs".into(), format!("must be between 1 and 604800, got {probe_window_secs}")));
     }
     let firewall = FirewallConfig { rules_dir: raw_fw.rules_dir, max_holdback_bytes, watch_interval_ms, probe_alert_blocks, probe_window_secs };
-    Ok(Config { listen, admin_token, max_body_bytes, data_dir, tenants, models, store, firewall, provenance, stats, canary, limits, server })
+    Ok(Config {
+        listen,
+        admin_token,
+        metrics_token,
+        allow_open,
+        admin_throttle,
+        max_body_bytes,
+        data_dir,
+        tenants,
+        models,
+        store,
+        firewall,
+        provenance,
+        stats,
+        canary,
+        limits,
+        server,
+    })
 }
 
 fn validate_store(raw: Option<RawStore>, invalid: &Invalid<'_>) -> Result<StoreConfig, ConfigError> {
@@ -869,6 +907,9 @@ fn validate_models(
                     if !n.is_power_of_two() || n > 1024 {
                         return Err(invalid(at("kv_block_tokens"), format!("must be a power of two between 1 and 1024, got {n}")));
                     }
+                }
+                if m.fault.is_some() {
+                    safe_defaults::check_faults_enabled(at("fault"), invalid, lookup)?;
                 }
                 let fault = validate_fault(m.fault.unwrap_or_default(), &at, invalid)?;
                 let defaults = engine::sched::SchedulerConfig::default();
@@ -1184,25 +1225,30 @@ placement = "system_start"
         }
     }
 
+    /// As the process would see it with `CROSSGUARD_ENABLE_FAULTS=1`.
+    fn parse_with_faults(text: &str) -> Result<Config, ConfigError> {
+        Config::from_parts(text, "test.toml", &[], &|name| (name == ENABLE_FAULTS_ENV).then(|| "1".to_owned()))
+    }
+
     #[test]
     fn engine_kv_keys_and_fault_switches_load_and_are_checked() {
         let text = "[[models]]\nid = \"m\"\nbackend = \"engine\"\ndevice = \"auto\"\nkv_block_tokens = 32\n[models.fault]\nstale_kv = 0.5\nskip_owner_check = true\n";
-        let cfg = parse(text).unwrap();
+        let cfg = parse_with_faults(text).unwrap();
         let ModelBackend::Engine(e) = &cfg.models[0].backend else { panic!("engine expected") };
         assert_eq!(e.kv_block_tokens, Some(32));
         assert_eq!(e.device, engine::backend::Device::Auto);
-        let err = parse(&text.replace("\"auto\"", "\"gpu\"")).unwrap_err().to_string();
+        let err = parse_with_faults(&text.replace("\"auto\"", "\"gpu\"")).unwrap_err().to_string();
         assert!(err.contains("models[0].device: \"gpu\" is not a device"), "{err}");
         assert_eq!(e.fault.active(), ["stale_kv", "skip_owner_check"]);
         let defaults = parse("").unwrap();
         let ModelBackend::Engine(e) = &defaults.models[0].backend else { panic!("engine expected") };
         assert!(e.fault.active().is_empty(), "every defence is on by default");
         assert_eq!(e.device, engine::backend::Device::Cpu);
-        let err = parse(&text.replace("0.5", "2.0")).unwrap_err().to_string();
+        let err = parse_with_faults(&text.replace("0.5", "2.0")).unwrap_err().to_string();
         assert!(err.contains("models[0].fault.stale_kv: must be a probability"), "{err}");
-        let err = parse(&text.replace("32", "12")).unwrap_err().to_string();
+        let err = parse_with_faults(&text.replace("32", "12")).unwrap_err().to_string();
         assert!(err.contains("models[0].kv_block_tokens: must be a power of two"), "{err}");
-        let err = parse(&text.replace("skip_owner_check", "skip_owner_chek")).unwrap_err().to_string();
+        let err = parse_with_faults(&text.replace("skip_owner_check", "skip_owner_chek")).unwrap_err().to_string();
         assert!(err.contains("skip_owner_chek"), "{err}");
         let upstream = "[[models]]\nid = \"m\"\nbackend = \"upstream\"\nbase_url = \"http://127.0.0.1:1/v1\"\n[models.fault]\nskip_zero_fill = true\n";
         let err = parse(upstream).unwrap_err().to_string();
@@ -1231,5 +1277,84 @@ placement = "system_start"
         let cfg = parse("admin_token = \"0123456789abcdef-admin\"").unwrap();
         assert!(!format!("{cfg:?}").contains("0123456789abcdef"));
         assert!(parse("admin_token = \"short\"").is_err());
+        let text = "metrics_token = \"metrics-zq81-token\"\n[store]\nkind = \"redis\"\nurl = \"redis://:pw-zq81-redis@127.0.0.1:6379\"\n\
+                    [[models]]\nid = \"m\"\nbackend = \"upstream\"\nbase_url = \"http://u:pw-zq81-base@127.0.0.1:1/v1\"\napi_key_env = \"UPSTREAM_KEY\"\n";
+        let cfg = parse_env(text, &[]).unwrap();
+        let shown = format!("{cfg:?}");
+        // The fingerprint key is 00 01 02 ...: as bytes in Debug it would read "[0, 1, 2".
+        for secret in ["zq81", "upstream-secret", "[0, 1, 2", "000102"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+    }
+
+    #[test]
+    fn faults_need_the_enabling_variable() {
+        let text = "[[models]]\nid = \"m\"\nbackend = \"engine\"\n[models.fault]\nskip_zero_fill = true\n";
+        let err = parse(text).unwrap_err().to_string();
+        assert!(err.contains("models[0].fault:") && err.contains("CROSSGUARD_ENABLE_FAULTS=1"), "{err}");
+        let empty_table = parse("[[models]]\nid = \"m\"\nbackend = \"engine\"\n[models.fault]\n").unwrap_err().to_string();
+        assert!(empty_table.contains("CROSSGUARD_ENABLE_FAULTS=1"), "{empty_table}");
+        let other_value = Config::from_parts(text, "t", &[], &|n| (n == ENABLE_FAULTS_ENV).then(|| "true".to_owned()));
+        assert!(other_value.is_err(), "only 1 enables");
+        assert!(parse_with_faults(text).is_ok());
+        // A config key of the same name does not enable them: the variable is reserved.
+        let err = parse_env(text, &[("CROSSGUARD_ENABLE_FAULTS", "1")]).unwrap_err().to_string();
+        assert!(err.contains("models[0].fault:"), "{err}");
+        assert!(parse(&format!("enable_faults = true\n{text}")).is_err());
+    }
+
+    #[test]
+    fn open_mode_off_loopback_needs_allow_open() {
+        for listen in ["0.0.0.0:8080", "192.0.2.10:8080", "[::]:8080"] {
+            let err = parse(&format!("listen = \"{listen}\"")).unwrap_err().to_string();
+            assert!(err.contains("allow_open") && err.contains(listen), "{err}");
+            assert!(parse(&format!("listen = \"{listen}\"\nallow_open = true")).unwrap().allow_open);
+            let with_tenant = format!("listen = \"{listen}\"\n[[tenants]]\nid = \"a\"\napi_keys = [\"sk-key-123\"]\n");
+            assert!(parse(&with_tenant).is_ok());
+        }
+        for listen in ["127.0.0.1:8080", "127.0.0.2:1", "[::1]:8080"] {
+            assert!(parse(&format!("listen = \"{listen}\"")).is_ok(), "{listen}");
+        }
+    }
+
+    #[test]
+    fn metrics_token_comes_from_the_file_or_a_variable() {
+        assert_eq!(parse("").unwrap().metrics_token, None);
+        let literal = parse("metrics_token = \"0123456789abcdef-metrics\"").unwrap();
+        assert_eq!(literal.metrics_token.as_ref().map(Secret::expose), Some("0123456789abcdef-metrics"));
+        let from_env = |text: &str| {
+            Config::from_parts(text, "t", &[], &|n| match n {
+                "CROSSGUARD_METRICS_TOKEN" => Some("default-variable-token".to_owned()),
+                "MY_METRICS" => Some("named-variable-token".to_owned()),
+                _ => None,
+            })
+        };
+        assert_eq!(from_env("").unwrap().metrics_token.map(|s| s.expose().to_owned()).as_deref(), Some("default-variable-token"));
+        let named = from_env("metrics_token_env = \"MY_METRICS\"").unwrap().metrics_token;
+        assert_eq!(named.as_ref().map(Secret::expose), Some("named-variable-token"));
+        for (bad, message) in [
+            ("metrics_token = \"short\"", "metrics_token: must be at least 16"),
+            ("metrics_token = \"0123456789abcdef-m\"\nmetrics_token_env = \"X\"", "metrics_token: set metrics_token or metrics_token_env, not both"),
+        ] {
+            let err = parse(bad).unwrap_err().to_string();
+            assert!(err.contains(message), "{err}");
+        }
+    }
+
+    #[test]
+    fn admin_throttle_defaults_and_bounds() {
+        assert_eq!(parse("").unwrap().admin_throttle, AdminThrottleConfig { client_failures: 5, global_failures: 50, window_secs: 300, cooldown_secs: 300 });
+        let set = parse("[admin_throttle]\nclient_failures = 3\nglobal_failures = 9\nwindow_secs = 60\ncooldown_secs = 30\n").unwrap();
+        assert_eq!((set.admin_throttle.client_failures, set.admin_throttle.cooldown_secs), (3, 30));
+        for (bad, key) in [
+            ("[admin_throttle]\nclient_failures = 0", "admin_throttle.client_failures"),
+            ("[admin_throttle]\nwindow_secs = 0", "admin_throttle.window_secs"),
+            ("[admin_throttle]\nclient_failures = 10\nglobal_failures = 5", "admin_throttle.global_failures"),
+            ("[admin_throttle]\ncooldown_secs = 100000", "admin_throttle.cooldown_secs"),
+            ("[admin_throttle]\nclient_failure = 3", "client_failure"),
+        ] {
+            let err = parse(bad).unwrap_err().to_string();
+            assert!(err.contains(key), "{bad}: {err}");
+        }
     }
 }

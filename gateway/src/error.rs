@@ -9,6 +9,8 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use crate::redact;
+
 /// A failed request, as the client will see it.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ApiError {
@@ -27,6 +29,10 @@ pub enum ApiError {
     /// The tenant is quarantined: it tripped too many blocks for other tenants' data.
     #[error("Requests from this API key are suspended: too many responses were blocked for other tenants' data recently. Contact the gateway's operators.")]
     Quarantined,
+    /// Too many wrong admin tokens from this client (or from everyone): every admin login,
+    /// a right token included, waits `retry_after_s` seconds (`[admin_throttle]`).
+    #[error("Too many failed admin logins; retry after {retry_after_s} s.")]
+    AdminThrottled { retry_after_s: u64 },
     /// The admin API was called but no admin token is configured.
     #[error("The admin API is disabled: configure admin_token (or CROSSGUARD_ADMIN_TOKEN) to enable it.")]
     AdminDisabled,
@@ -109,7 +115,7 @@ impl ApiError {
             }
             ApiError::UpstreamFailed { .. } | ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
             ApiError::GatewayTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
-            ApiError::EngineBusy { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::EngineBusy { .. } | ApiError::AdminThrottled { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) | ApiError::ProvenanceUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
@@ -132,7 +138,9 @@ impl ApiError {
             | ApiError::RequestTimeout { .. } => "invalid_request_error",
             ApiError::Unauthorized(_) => "authentication_error",
             ApiError::Quarantined => "permission_error",
-            ApiError::UpstreamRejected { status: 429, .. } | ApiError::EngineBusy { .. } => "rate_limit_error",
+            ApiError::UpstreamRejected { status: 429, .. } | ApiError::EngineBusy { .. } | ApiError::AdminThrottled { .. } => {
+                "rate_limit_error"
+            }
             ApiError::UpstreamRejected { .. } => "invalid_request_error",
             ApiError::UpstreamFailed { .. } | ApiError::BadGateway(_) | ApiError::GatewayTimeout(_) => "upstream_error",
             ApiError::Unavailable(_) | ApiError::ProvenanceUnavailable(_) | ApiError::Internal(_) => "server_error",
@@ -158,6 +166,7 @@ impl ApiError {
             ApiError::UpstreamFailed { .. } | ApiError::BadGateway(_) => "upstream_error",
             ApiError::GatewayTimeout(_) => "upstream_timeout",
             ApiError::EngineBusy { .. } => "engine_busy",
+            ApiError::AdminThrottled { .. } => "admin_login_throttled",
             ApiError::Unavailable(_) => "unavailable",
             ApiError::ProvenanceUnavailable(_) => "provenance_unavailable",
             ApiError::Internal(_) => "internal_error",
@@ -175,6 +184,45 @@ impl ApiError {
             ApiError::ContextLengthExceeded(_) => Some("messages"),
             ApiError::UpstreamRejected { param, .. } => param.as_deref(),
             _ => None,
+        }
+    }
+
+    /// The message for the log: the client's message where the gateway wrote all of it;
+    /// where a client chose part of it (a model name, a path, a JSON value quoted by the
+    /// parser), a fixed description and the chosen text only as [`redact::text`].
+    pub fn log_message(&self) -> String {
+        match self {
+            ApiError::MalformedJson(m) => format!("the body is not valid JSON {}", redact::text(m)),
+            ApiError::InvalidParam { param, message } => {
+                format!("invalid parameter {} {}", redact::identifier(param), redact::text(message))
+            }
+            ApiError::ModelNotFound(model) => format!("unknown model {}", redact::text(model)),
+            ApiError::RouteNotFound { method, path } => {
+                format!("unknown route {} {}", redact::identifier(method), redact::text(path))
+            }
+            ApiError::MethodNotAllowed { method, path } => {
+                format!("method not allowed {} {}", redact::identifier(method), redact::text(path))
+            }
+            ApiError::ResourceNotFound(m) => format!("not found {}", redact::text(m)),
+            // The client's message names the request id, which the client may have chosen;
+            // the log line carries it already, shown safely.
+            ApiError::UpstreamRejected { status, .. } => format!("the upstream rejected the request with HTTP {status}"),
+            ApiError::UpstreamFailed { status: Some(status), .. } => format!("the upstream failed with HTTP {status}"),
+            ApiError::UpstreamFailed { status: None, .. } => "the upstream reported an error mid-stream".to_owned(),
+            ApiError::ContextLengthExceeded(_)
+            | ApiError::Unauthorized(_)
+            | ApiError::Quarantined
+            | ApiError::AdminThrottled { .. }
+            | ApiError::AdminDisabled
+            | ApiError::PayloadTooLarge { .. }
+            | ApiError::BadGateway(_)
+            | ApiError::GatewayTimeout(_)
+            | ApiError::EngineBusy { .. }
+            | ApiError::RateLimited(_)
+            | ApiError::RequestTimeout { .. }
+            | ApiError::Unavailable(_)
+            | ApiError::ProvenanceUnavailable(_)
+            | ApiError::Internal(_) => self.to_string(),
         }
     }
 
@@ -225,7 +273,8 @@ pub struct ErrorBody<'a> {
     pub code: Option<String>,
 }
 
-/// Attached to error responses so the logging middleware can log the error once.
+/// Attached to error responses so the logging middleware can log the error once, with
+/// [`ApiError::log_message`] (never a client's or an upstream's text).
 #[derive(Debug, Clone)]
 pub struct ApiErrorLog {
     pub kind: &'static str,
@@ -244,7 +293,7 @@ impl IntoResponse for ApiError {
         response
             .headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        if let ApiError::EngineBusy { retry_after_s, .. } = &self {
+        if let ApiError::EngineBusy { retry_after_s, .. } | ApiError::AdminThrottled { retry_after_s } = &self {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_s));
         }
         if let ApiError::RateLimited(r) = &self {
@@ -257,7 +306,7 @@ impl IntoResponse for ApiError {
         }
         response
             .extensions_mut()
-            .insert(ApiErrorLog { kind: self.kind(), message: self.to_string(), detail: self.log_detail().map(str::to_owned) });
+            .insert(ApiErrorLog { kind: self.kind(), message: self.log_message(), detail: self.log_detail().map(str::to_owned) });
         response
     }
 }
@@ -291,5 +340,26 @@ mod tests {
         let failed = ApiError::UpstreamFailed { status: Some(503), request_id: "r2".into(), detail: "over****".into() };
         assert_eq!((failed.status().as_u16(), failed.to_string()), (502, "The upstream failed with HTTP 503 (request r2).".to_owned()));
         assert_eq!(failed.log_detail(), Some("over****"));
+    }
+
+    #[test]
+    fn log_messages_never_carry_client_text() {
+        const MARK: &str = "zq-client-marker-91";
+        let errors = [
+            ApiError::MalformedJson(format!("unknown variant `{MARK}`")),
+            ApiError::param(format!("messages[0].{MARK} x"), format!("role must be one of ..., got {MARK}")),
+            ApiError::ModelNotFound(MARK.into()),
+            ApiError::RouteNotFound { method: "GET".into(), path: format!("/v1/{MARK}") },
+            ApiError::MethodNotAllowed { method: format!("{MARK} X"), path: format!("/{MARK}") },
+            ApiError::ResourceNotFound(format!("No audit record with id {MARK:?}.")),
+        ];
+        for e in errors {
+            assert!(e.to_string().contains(MARK), "the client's own message keeps it: {e}");
+            let logged = e.log_message();
+            assert!(!logged.contains(MARK) && !logged.contains("zq-"), "{logged}");
+        }
+        assert_eq!(ApiError::param("temperature", "x").log_message().split(' ').nth(2), Some("temperature"));
+        let throttled = ApiError::AdminThrottled { retry_after_s: 42 }.into_response();
+        assert_eq!((throttled.status().as_u16(), throttled.headers()[header::RETRY_AFTER].to_str().ok()), (429, Some("42")));
     }
 }

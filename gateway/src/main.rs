@@ -9,7 +9,7 @@ use gateway::config::Config;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing();
+    gateway::logging::init();
     match cli.command {
         Command::Serve { config } => {
             let config = match Config::load(config.as_deref()) {
@@ -27,13 +27,9 @@ fn main() -> ExitCode {
         }
         Command::CheckConfig { config } => match Config::load(config.as_deref()) {
             Ok(c) => {
-                println!(
-                    "ok: listen {}, {} tenant(s), {} model(s), store {:?}",
-                    c.listen,
-                    c.tenants.len(),
-                    c.models.len(),
-                    c.store
-                );
+                // The store's `Debug` masks its URL's password (config/summary.rs).
+                println!("ok: listen {}, {} tenant(s), {} model(s), store {:?}", c.listen, c.tenants.len(), c.models.len(), c.store);
+                println!("{}", c.summary());
                 ExitCode::SUCCESS
             }
             Err(e) => fail(&e),
@@ -50,18 +46,6 @@ fn main() -> ExitCode {
 fn fail(error: &dyn std::fmt::Display) -> ExitCode {
     eprintln!("crossguard: error: {error}");
     ExitCode::from(2)
-}
-
-/// Logs to stderr; `CROSSGUARD_LOG` filters (default `info`), `CROSSGUARD_LOG_FORMAT=json` structures.
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("CROSSGUARD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    if std::env::var("CROSSGUARD_LOG_FORMAT").is_ok_and(|f| f == "json") {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
 }
 
 async fn shutdown_signal() {

@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderValue, Method, Uri};
+use axum::http::{HeaderMap, HeaderValue, Method, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
+use crate::auth::Authenticator;
 use crate::error::{ApiError, ApiErrorLog};
 use crate::routes;
 use crate::state::AppState;
@@ -41,18 +42,22 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
-    (
+/// `GET /metrics`; with a metrics token configured, only for `Authorization: Bearer <it>`
+/// (the series name tenants and what was found in their responses).
+async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<impl IntoResponse, ApiError> {
+    Authenticator::authorize_metrics(&headers, state.config.metrics_token.as_ref())?;
+    Ok((
         [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         state.metrics.render(&format!(
-            "{}{}{}{}{}",
+            "{}{}{}{}{}{}",
             crate::metrics::render_rules_generation(state.rules.generation()),
+            state.login_throttle.render_prometheus(),
             state.protection.render_prometheus(),
             crate::metrics::render_kv_pools(state.models.iter().filter_map(|(id, b)| Some((id.as_str(), b.kv_stats()?)))),
             crate::metrics::render_engine_loops(state.models.iter().filter_map(|(id, b)| Some((id.as_str(), b.loop_gauges()?)))),
             state.limits.render_prometheus()
         )),
-    )
+    ))
 }
 
 async fn not_found(method: Method, uri: Uri) -> ApiError {
@@ -86,14 +91,17 @@ async fn observe(State(state): State<Arc<AppState>>, mut request: Request, next:
     }
     let status = response.status().as_u16();
     state.metrics.observe_request(&route, status, elapsed);
+    // The id may be the client's: logged only when it is a plain identifier.
+    let logged_id = crate::redact::identifier(&id);
+    let method = crate::redact::identifier(method.as_str());
     match response.extensions().get::<ApiErrorLog>() {
         Some(err) if status >= 500 => {
-            tracing::warn!(request_id = %id, %method, route, status, kind = err.kind, error = %err.message, detail = err.detail, "request failed")
+            tracing::warn!(request_id = %logged_id, %method, route, status, kind = err.kind, error = %err.message, detail = err.detail, "request failed")
         }
         Some(err) => {
-            tracing::info!(request_id = %id, %method, route, status, kind = err.kind, error = %err.message, detail = err.detail, "request rejected")
+            tracing::info!(request_id = %logged_id, %method, route, status, kind = err.kind, error = %err.message, detail = err.detail, "request rejected")
         }
-        None => tracing::debug!(request_id = %id, %method, route, status, elapsed_us = elapsed.as_micros() as u64, "request"),
+        None => tracing::debug!(request_id = %logged_id, %method, route, status, elapsed_us = elapsed.as_micros() as u64, "request"),
     }
     response
 }

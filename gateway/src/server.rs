@@ -28,11 +28,20 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
     let local = listener.local_addr().map_err(StartError::Serve)?;
-    if state.auth.is_open() {
-        tracing::warn!("no [[tenants]] configured: every request is served as tenant \"anonymous\" without authentication; configure tenants before exposing this gateway");
-    }
+    warn_about_exposure(&state, local);
     tracing::info!(addr = %local, models = state.models.len(), "listening");
     let settings = state.config.server;
     connections::serve_connections(listener, router(state), settings, shutdown).await;
     Ok(())
+}
+
+/// Start-up warnings for what config validation lets through on purpose: open mode (only
+/// on loopback, or with `allow_open`) and an open `/metrics` off loopback.
+fn warn_about_exposure(state: &AppState, local: std::net::SocketAddr) {
+    if state.auth.is_open() {
+        tracing::warn!("no [[tenants]] configured: every request is served as tenant \"anonymous\" without authentication; configure tenants before exposing this gateway");
+    }
+    if state.config.metrics_token.is_none() && !local.ip().is_loopback() {
+        tracing::warn!(addr = %local, "/metrics is open to anyone who reaches this address and names tenants and their findings; set metrics_token_env (default CROSSGUARD_METRICS_TOKEN)");
+    }
 }

@@ -12,6 +12,7 @@ use crate::auth::Authenticator;
 use crate::backend::{Backend, EngineBackend, UpstreamBackend};
 use crate::config::{Config, ModelBackend};
 use crate::error::ApiError;
+use crate::login_throttle::LoginThrottle;
 use crate::metrics::Metrics;
 use crate::protection::{self, Protection, ProtectionError};
 
@@ -22,6 +23,8 @@ pub struct AppState {
     /// Model id -> backend, in id order.
     pub models: BTreeMap<String, Backend>,
     pub metrics: Metrics,
+    /// Counts wrong admin tokens; refuses admin logins past `[admin_throttle]`.
+    pub login_throttle: LoginThrottle,
     /// The compiled rule files; swapped whole on reload.
     pub rules: ReloadableRuleset,
     /// Start-up time, seconds since the epoch (the `created` of listed models).
@@ -98,6 +101,7 @@ impl AppState {
             protection,
             rules: ReloadableRuleset::new(rules),
             auth: Authenticator::new(&config.tenants),
+            login_throttle: LoginThrottle::new(config.admin_throttle),
             config: Arc::new(config),
             models,
             metrics: Metrics::new(),

@@ -7,13 +7,9 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_crossguard");
+mod common;
 
-fn write_config(text: &str) -> tempfile::NamedTempFile {
-    let mut f = tempfile::Builder::new().suffix(".toml").tempfile().expect("temp file");
-    std::io::Write::write_all(&mut f, text.as_bytes()).expect("write config");
-    f
-}
+use common::{write_config, BIN};
 
 #[test]
 fn version_is_printed() {

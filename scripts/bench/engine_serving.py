@@ -262,8 +262,9 @@ def main():
                     f'[limits]\nmax_concurrent_requests = 100000\n{tenants}'
                     f'[[models]]\nid = "m"\nbackend = "engine"\npath = "{args.model}"\nthreads = {args.threads}\n'
                     f'context_tokens = 2048\nmax_batch = 64\nmax_queued = 256\nstep_tokens = {args.step_tokens}\n{itl}{fault}')
-        servers.append((name, [args.crossguard, "serve", "--config", cfg], port, "/readyz", "m", keys,
-                        dict(os.environ, CROSSGUARD_LOG="warn")))
+        # [models.fault] loads only with CROSSGUARD_ENABLE_FAULTS=1 (README, "Configuration").
+        env = dict(os.environ, CROSSGUARD_LOG="warn", **({"CROSSGUARD_ENABLE_FAULTS": "1"} if fault else {}))
+        servers.append((name, [args.crossguard, "serve", "--config", cfg], port, "/readyz", "m", keys, env))
     if args.only != "crossguard":
         port = free_port()
         servers.append(("llama.cpp", [sys.executable, "-m", "llama_cpp.server", "--model", args.model, "--n_threads", str(args.threads),

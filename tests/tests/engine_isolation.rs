@@ -45,7 +45,7 @@ const ALICE: &str = "Project Nightingale budget is four million; the launch code
 
 #[tokio::test]
 async fn a_stale_foreign_kv_block_is_refused_or_blocked_never_delivered() {
-    let gw = TestGateway::start(&config(), &[]).await;
+    let gw = TestGateway::start(&config(), &[("CROSSGUARD_ENABLE_FAULTS", "1")]).await;
     gw.wait_ready(Duration::from_secs(240)).await;
 
     // guarded: alice's released block is handed to bob, and the owner check refuses it.

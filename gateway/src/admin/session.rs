@@ -2,8 +2,8 @@
 //! holding a random session id; every form carries the session's CSRF token.
 //!
 //! Invariants: the admin token is only ever read from a POST body, compared by
-//! [`Authenticator::authorize_admin`] (constant time) and dropped; it is never put in a
-//! URL, a cookie, a page or a log line. Sessions live in memory only (a restart logs
+//! [`Authenticator::authorize_admin`] (constant time, through the login throttle) and
+//! dropped; it is never put in a URL, a cookie, a page or a log line. Sessions live in memory only (a restart logs
 //! everyone out), keyed by the SHA-256 of their id, and expire after [`IDLE`] without use
 //! or [`LIFETIME`] after login, whichever comes first.
 
@@ -23,6 +23,8 @@ use subtle::ConstantTimeEq;
 use super::html::{esc, frame};
 use super::{Admin, AdminError};
 use crate::auth::Authenticator;
+use crate::error::ApiError;
+use crate::login_throttle::ClientIp;
 use crate::state::AppState;
 
 /// The session cookie's name.
@@ -198,22 +200,28 @@ pub struct LoginForm {
 pub async fn login(
     State(state): State<Arc<AppState>>,
     Extension(admin): Extension<Arc<Admin>>,
+    client: ClientIp,
     headers: HeaderMap,
     Form(form): Form<LoginForm>,
 ) -> Result<Response, AdminError> {
+    // A token that cannot be a header value cannot be the admin token either: it is
+    // checked as an empty one, so that it still counts as a wrong guess.
     let mut presented = HeaderMap::new();
-    let admitted = HeaderValue::from_str(&format!("Bearer {}", form.token))
-        .ok()
-        .map(|v| presented.insert(header::AUTHORIZATION, v))
-        .map(|_| Authenticator::authorize_admin(&presented, state.config.admin_token.as_ref()));
-    match admitted {
-        Some(Ok(())) => {
+    let value = HeaderValue::from_str(&format!("Bearer {}", form.token)).unwrap_or(HeaderValue::from_static("Bearer "));
+    presented.insert(header::AUTHORIZATION, value);
+    match Authenticator::authorize_admin(&presented, state.config.admin_token.as_ref(), &state.login_throttle, client) {
+        Ok(()) => {
             let (id, _) = admin.sessions.open();
             tracing::info!("admin dashboard login");
             Ok((StatusCode::SEE_OTHER, [set_cookie(&id, LIFETIME.as_secs(), &headers), (header::LOCATION, "/admin".to_owned())]).into_response())
         }
-        Some(Err(crate::error::ApiError::AdminDisabled)) => Err(AdminError::Disabled),
-        _ => {
+        Err(ApiError::AdminDisabled) => Err(AdminError::Disabled),
+        Err(ApiError::AdminThrottled { retry_after_s }) => {
+            tracing::warn!(retry_after_s, "admin dashboard login throttled");
+            let page = login_page(Some(&format!("Too many failed logins; try again in {retry_after_s} s.")));
+            Ok((StatusCode::TOO_MANY_REQUESTS, [(header::RETRY_AFTER, retry_after_s.to_string())], axum::response::Html(page)).into_response())
+        }
+        Err(_) => {
             tracing::info!("admin dashboard login refused: wrong token");
             Ok((StatusCode::UNAUTHORIZED, axum::response::Html(login_page(Some("Incorrect admin token.")))).into_response())
         }

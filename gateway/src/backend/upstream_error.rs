@@ -3,8 +3,8 @@
 //! identifiers. Never its message: a failing or hostile upstream can put anything there,
 //! another tenant's text included, and an error is not scanned by the firewall. The client
 //! gets a fixed message naming the upstream's HTTP status and the request id; the
-//! upstream's message goes to the log only masked ([`firewall::mask`]), as the error's
-//! `detail`, logged once with it.
+//! upstream's message goes to the log only as its length and keyed hash
+//! ([`crate::redact`]), as the error's `detail`, logged once with it.
 //!
 //! Invariant: no string from an upstream error body reaches an [`ApiError`]'s message, and
 //! `code`/`param` do only if they match `^[a-z0-9_.]{1,64}$`.
@@ -96,7 +96,7 @@ pub fn from_stream_event(error: &serde_json::Value, request_id: &str) -> ApiErro
 /// The upstream's message, masked, for the log.
 fn detail(error: &ErrorObject, body_bytes: usize) -> String {
     match error.message.as_ref().and_then(Scalar::text) {
-        Some(message) => format!("upstream message {}", firewall::mask(message)),
+        Some(message) => format!("upstream message {}", crate::redact::text(message)),
         None => format!("no upstream message ({body_bytes} body bytes)"),
     }
 }

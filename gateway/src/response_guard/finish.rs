@@ -98,6 +98,9 @@ impl Finisher {
     /// audit record it needs, if any.
     fn conclude(&self, guard: &ResponseGuard, delivery: Delivery) -> Option<AuditRecord> {
         let ResponseRecord { tenant, model, request_id, .. } = &self.record;
+        // The id may be the client's: logged only when it is a plain identifier.
+        let request_id = crate::redact::identifier(request_id);
+        let request_id = request_id.as_str();
         let metrics = &self.state.metrics;
         for f in guard.findings() {
             metrics.observe_finding(tenant, &f.finding.rule_id, f.finding.action.as_str());
@@ -114,7 +117,7 @@ impl Finisher {
             metrics.observe_backend_error(model, e.kind());
             if delivery == Delivery::Stream {
                 let status = e.status().as_u16();
-                tracing::warn!(request_id, tenant, model, status, kind = e.kind(), error = %e, detail = e.log_detail(), "the backend failed mid-stream");
+                tracing::warn!(request_id, tenant, model, status, kind = e.kind(), error = %e.log_message(), detail = e.log_detail(), "the backend failed mid-stream");
             }
         }
         if guard.blocked() {

@@ -13,17 +13,29 @@
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, RawQuery, State};
-use axum::http::HeaderMap;
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
 use axum::Json;
 use serde_json::{json, Value};
 
 use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 use crate::auth::Authenticator;
 use crate::error::ApiError;
+use crate::login_throttle::ClientIp;
 use crate::state::{AppState, Reloaded};
 
-fn admit(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    Authenticator::authorize_admin(headers, state.config.admin_token.as_ref())
+/// A request that bore the admin token (through the login throttle); extracting it
+/// refuses every other request.
+pub struct Admitted;
+
+impl FromRequestParts<Arc<AppState>> for Admitted {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Admitted, ApiError> {
+        let Ok(client) = ClientIp::from_request_parts(parts, state).await;
+        Authenticator::authorize_admin(&parts.headers, state.config.admin_token.as_ref(), &state.login_throttle, client)?;
+        Ok(Admitted)
+    }
 }
 
 fn store_error(e: crate::store::StoreError) -> ApiError {
@@ -33,8 +45,7 @@ fn store_error(e: crate::store::StoreError) -> ApiError {
     }
 }
 
-pub async fn list_audit(State(state): State<Arc<AppState>>, headers: HeaderMap, RawQuery(raw): RawQuery) -> Result<Json<AuditPage>, ApiError> {
-    admit(&state, &headers)?;
+pub async fn list_audit(State(state): State<Arc<AppState>>, _: Admitted, RawQuery(raw): RawQuery) -> Result<Json<AuditPage>, ApiError> {
     // Parsed by hand rather than by the `Query` extractor so that a bad filter is an
     // OpenAI-style 400 naming it, not axum's plain-text rejection.
     let uri: axum::http::Uri =
@@ -44,21 +55,18 @@ pub async fn list_audit(State(state): State<Arc<AppState>>, headers: HeaderMap, 
     Ok(Json(page))
 }
 
-pub async fn get_audit(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(id): Path<String>) -> Result<Json<AuditRecord>, ApiError> {
-    admit(&state, &headers)?;
+pub async fn get_audit(State(state): State<Arc<AppState>>, _: Admitted, Path(id): Path<String>) -> Result<Json<AuditRecord>, ApiError> {
     match state.protection.store().get_audit(&id).await.map_err(store_error)? {
         Some(record) => Ok(Json(record)),
         None => Err(ApiError::ResourceNotFound(format!("No audit record with id {id:?}."))),
     }
 }
 
-pub async fn stats(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
-    admit(&state, &headers)?;
+pub async fn stats(State(state): State<Arc<AppState>>, _: Admitted) -> Result<Json<Value>, ApiError> {
     Ok(Json(json!({"statistics": state.protection.stats().rows()})))
 }
 
-pub async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
-    admit(&state, &headers)?;
+pub async fn health(State(state): State<Arc<AppState>>, _: Admitted) -> Result<Json<Value>, ApiError> {
     let p = &state.protection;
     let size = p.index().size();
     let rules = state.rules.current();
@@ -78,14 +86,12 @@ pub async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
     })))
 }
 
-pub async fn reload_rules(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
-    admit(&state, &headers)?;
+pub async fn reload_rules(State(state): State<Arc<AppState>>, _: Admitted) -> Result<Json<Value>, ApiError> {
     let result = state.reload_rules_blocking_pool("admin API").await;
     Ok(Json(reload_json(&result, state.rules.generation())))
 }
 
-pub async fn last_reload(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
-    admit(&state, &headers)?;
+pub async fn last_reload(State(state): State<Arc<AppState>>, _: Admitted) -> Result<Json<Value>, ApiError> {
     let last = state.last_reload().map(|r| {
         let mut v = reload_json(&r.result, r.generation);
         v["at_ms"] = json!(r.at_ms);
