@@ -87,13 +87,17 @@ def as_text(raw):
 
 def credsweeper(repo):
     expected = json.loads(repo.read("tests/data/output.json"))
+    # One expected credential can span several lines (a PEM key, a login and its
+    # password): CredSweeper lists one line entry per line, the credential is one secret.
     by_path = {}
     for cred in expected:
         if cred["rule"] in CREDSWEEPER_NOT_SECRETS:
             continue
+        lines = {}
         for line in cred["line_data_list"]:
-            path = line["path"].removeprefix("./")
-            by_path.setdefault(path, []).append((cred["rule"], line))
+            lines.setdefault(line["path"].removeprefix("./"), []).append(line)
+        for path, group in lines.items():
+            by_path.setdefault(path, []).append((cred["rule"], group))
     for path in repo.files("tests/samples"):
         if path.lower().endswith(BINARY_SUFFIXES):
             continue
@@ -101,14 +105,14 @@ def credsweeper(repo):
         if text is None or not text.strip():
             continue
         secrets = []
-        for kind, line in by_path.get(path, []):
-            span = locate(text, line)
-            if span is None:
-                print(f"credsweeper: {path}:{line['line_num']}: value not found, skipped",
-                      file=sys.stderr)
+        for kind, group in by_path.get(path, []):
+            spans = [locate(text, line) for line in group]
+            if None in spans:
+                print(f"credsweeper: {path}:{group[0]['line_num']}: value not found, skipped", file=sys.stderr)
                 continue
-            secrets.append({"kind": kind, "start": span[0], "end": span[1],
-                            "value": line["value"]})
+            start, end = min(a for a, _ in spans), max(b for _, b in spans)
+            secrets.append({"kind": kind, "start": start, "end": end,
+                            "value": text.encode()[start:end].decode(errors="replace")})
         yield {"id": f"credsweeper:{path}", "text": text, "secrets": dedup(secrets),
                "source": repo.source(path)}
 
