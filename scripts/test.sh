@@ -2,8 +2,10 @@
 # The whole test suite, on a fresh machine with Rust and Python's pip: it installs and
 # starts what the tests need (Redis, a virtualenv with the `openai` SDK and NVRTC), then
 # runs every Rust test (unit, end-to-end, the real model, every CUDA kernel compiled with
-# NVRTC — no GPU needed), every rule file's samples, and the rules' recall and precision on
-# 40 freshly generated corpora. GPU tests: scripts/gpu-check.sh.
+# NVRTC — no GPU needed), every rule file's samples, the rules' recall and precision on
+# 40 freshly generated corpora and on peer scanners' public samples (floors just under the
+# current scores, so a regression fails), and the gitleaks coverage table. GPU tests:
+# scripts/gpu-check.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -60,3 +62,8 @@ log "crossguard rules test rules/ (every rule's samples)"
 cargo run --locked -q -p crossguard -- rules test rules
 log "recall and precision of rules/ on 40 corpora the rules were not tuned on"
 python3 scripts/corpus/eval_seeds.py --crossguard "${CARGO_TARGET_DIR:-target}/debug/crossguard" --seeds 1-40
+log "recall and precision of rules/ on peer scanners' public samples (tuning and held-back splits)"
+python3 scripts/corpus/eval_peers.py --crossguard "${CARGO_TARGET_DIR:-target}/debug/crossguard" --split tuning --min-recall 0.76 --min-precision 0.93
+python3 scripts/corpus/eval_peers.py --crossguard "${CARGO_TARGET_DIR:-target}/debug/crossguard" --split held-back --min-recall 0.61 --min-precision 0.87
+log "every gitleaks default rule mapped to a crossguard rule or a reason"
+python3 scripts/corpus/gitleaks_coverage.py --check

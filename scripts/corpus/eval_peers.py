@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Recall and precision of a rules folder on peer scanners' public samples.
+
+    python3 scripts/corpus/eval_peers.py --crossguard target/release/crossguard
+        [--rules rules] [--split tuning|held-back] [--list] [--min-recall R] [--min-precision P]
+
+The records (firewall/tests/peers/, built by scripts/corpus/peers/extract.py) are texts
+other scanners' authors wrote, with the credentials they expect found. Scoring as in
+eval_seeds.py: a finding is true when its span overlaps an expected secret, and an
+expected secret is found when some finding overlaps it. A secret the peer gives no span
+for ("this text holds a key") is found by any finding in its text, and makes every finding
+in that text true. A finding that repeats an expected secret's value elsewhere in its text
+is true too (peers label a value once, however often it is written). Any other finding is
+a false positive.
+
+Printed: every miss and false positive, recall per expected kind and precision per
+crossguard rule (weakest first), then the totals: recall,
+precision, false positives per MB and the share of clean texts flagged. Exits 1 below the
+--min-recall / --min-precision floors, so CI catches a rules change that loses ground.
+The held-back split prints its totals only, unless --list is given: it is for measuring,
+never for tuning.
+"""
+import argparse
+import collections
+import json
+import pathlib
+import sys
+import tempfile
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+PEERS = ROOT / "firewall" / "tests" / "peers"
+sys.path.insert(0, str(HERE))
+
+from eval_seeds import context, overlap, scan  # noqa: E402
+
+
+def load(split):
+    path = PEERS / f"{split}.jsonl"
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+class Score:
+    """Counts for one split, with per-kind and per-rule breakdowns."""
+
+    def __init__(self):
+        self.expected = collections.Counter()   # kind -> expected secrets
+        self.missed = collections.Counter()     # kind -> missed
+        self.by_rule = collections.Counter()    # rule -> findings
+        self.false_by_rule = collections.Counter()
+        self.bytes = 0
+        self.clean = 0
+        self.clean_flagged = 0
+        self.lines = []
+
+    def record(self, r, findings):
+        self.bytes += len(r["text"].encode())
+        spanless = any("start" not in s for s in r["secrets"])
+        if not r["secrets"]:
+            self.clean += 1
+            self.clean_flagged += bool(findings)
+        for s in r["secrets"]:
+            kind = f"{r['id'].split(':')[0]}:{s['kind']}"
+            self.expected[kind] += 1
+            hit = bool(findings) if "start" not in s else any(overlap(f, s) for f in findings)
+            if not hit:
+                self.missed[kind] += 1
+                where = (s["start"], s["end"]) if "start" in s else (0, min(len(r["text"].encode()), 120))
+                self.lines.append(f"miss  {r['id']} [{s['kind']}]: {context(r['text'], *where)}")
+        for f in findings:
+            self.by_rule[f["rule_id"]] += 1
+            if not spanless and not any(is_expected(r, f, s) for s in r["secrets"]):
+                self.false_by_rule[f["rule_id"]] += 1
+                self.lines.append(f"false {r['id']} {f['rule_id']}: {context(r['text'], f['start'], f['end'])}")
+
+    def totals(self):
+        expected, missed = sum(self.expected.values()), sum(self.missed.values())
+        findings, false = sum(self.by_rule.values()), sum(self.false_by_rule.values())
+        return {
+            "recall": 1 - missed / max(expected, 1),
+            "precision": 1 - false / max(findings, 1),
+            "fp_per_mb": false / max(self.bytes / 1e6, 1e-9),
+            "clean_flagged": self.clean_flagged / max(self.clean, 1),
+            "expected": expected, "missed": missed, "findings": findings, "false": false,
+            "mb": self.bytes / 1e6, "clean": self.clean,
+        }
+
+
+def is_expected(record, finding, secret):
+    """A finding is one of the expected secrets when it overlaps it, or when it is the same
+    credential written again elsewhere in the text (peers label a repeated value once)."""
+    if overlap(finding, secret):
+        return True
+    value = secret.get("value") or ""
+    found = record["text"].encode()[finding["start"]:finding["end"]].decode(errors="replace")
+    return len(found) >= 6 and len(value) >= 6 and (found in value or value in found)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--crossguard", required=True, help="path of the crossguard binary")
+    ap.add_argument("--rules", default=str(ROOT / "rules"))
+    ap.add_argument("--split", default="tuning", choices=["tuning", "held-back"])
+    ap.add_argument("--list", action="store_true", help="list misses and false positives of the held-back split too")
+    ap.add_argument("--min-recall", type=float, default=0.0)
+    ap.add_argument("--min-precision", type=float, default=0.0)
+    ap.add_argument("--weakest", type=int, default=15, help="how many kinds and rules to show")
+    a = ap.parse_args()
+    recs = load(a.split)
+    with tempfile.TemporaryDirectory(prefix="cg-peers-") as tmp:
+        found = scan(a.crossguard, a.rules, recs, pathlib.Path(tmp))
+    score = Score()
+    for r in recs:
+        score.record(r, found.get(r["id"], []))
+    if a.split == "held-back" and not a.list:
+        report_totals(a, score, recs)  # no breakdown: it would say what to tune
+        return
+    for line in score.lines:
+        print(line)
+    print("recall per expected kind (weakest first):")
+    kinds = sorted(score.expected, key=lambda k: (1 - score.missed[k] / score.expected[k], k))
+    for k in kinds[:a.weakest]:
+        print(f"  {k}: {score.expected[k] - score.missed[k]}/{score.expected[k]}")
+    print("precision per crossguard rule (weakest first):")
+    rules = sorted(score.by_rule, key=lambda k: (1 - score.false_by_rule[k] / score.by_rule[k], k))
+    for k in rules[:a.weakest]:
+        if score.false_by_rule[k]:
+            print(f"  {k}: {score.by_rule[k] - score.false_by_rule[k]}/{score.by_rule[k]}")
+    report_totals(a, score, recs)
+
+
+def report_totals(a, score, recs):
+    t = score.totals()
+    print(f"{a.split}: {len(recs)} texts, {t['mb']:.3f} MB, {t['expected']} expected secrets, "
+          f"{t['missed']} missed (recall {t['recall']:.4f}); {t['findings']} findings, "
+          f"{t['false']} false (precision {t['precision']:.4f}, {t['fp_per_mb']:.1f} per MB); "
+          f"{100 * t['clean_flagged']:.1f} % of {t['clean']} clean texts flagged")
+    if t["recall"] < a.min_recall or t["precision"] < a.min_precision:
+        print(f"below the floors: recall >= {a.min_recall}, precision >= {a.min_precision}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

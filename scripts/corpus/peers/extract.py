@@ -1,0 +1,325 @@
+#!/usr/bin/env python3
+"""Turn peer secret scanners' public test samples into labelled JSONL records.
+
+The samples are used as data (texts and the findings their authors expect), never as
+code: this script reads each peer's repository with `git show` and writes
+
+    {"id": "...", "text": "...", "secrets": [{"kind": "...", "start": N, "end": N, "value": "..."}],
+     "source": {"repo": "...", "path": "...", "commit": "...", "licence": "..."}}
+
+one per line. A record with no secrets is a clean text (a hard negative). A secret without
+`start`/`end` says "this text holds a credential of this kind" without a position (the
+peer's test asserts only that its rule fires); the evaluation then accepts any finding in
+the text for it.
+
+Records are split by a hash of their text, so the split never changes when sources are
+added: firewall/tests/peers/tuning.jsonl and held-back.jsonl (about half each).
+
+    python3 scripts/corpus/peers/extract.py \
+        --credsweeper /work/.mirror/Samsung+CredSweeper/repo \
+        --noseyparker /work/.mirror/praetorian-inc+noseyparker/repo \
+        --gitleaks /work/.mirror/gitleaks+gitleaks/repo --out firewall/tests/peers
+"""
+
+import argparse
+import hashlib
+import json
+import pathlib
+import re
+import subprocess
+import sys
+
+# Only permissively licensed peers: their samples may be committed as data.
+LICENCES = {
+    "Samsung/CredSweeper": "MIT",
+    "praetorian-inc/noseyparker": "Apache-2.0",
+    "gitleaks/gitleaks": "MIT",
+}
+
+# CredSweeper rules whose findings are not credentials (identifiers, hosts, salts).
+CREDSWEEPER_NOT_SECRETS = {
+    "UUID", "AWS S3 Bucket", "Firebase Domain", "Tencent WeChat API App ID", "Nonce", "Salt",
+}
+
+# CredSweeper's samples that are not text (archives, office files, key stores, images).
+BINARY_SUFFIXES = (
+    ".zip", ".gz", ".bz2", ".xz", ".tar", ".7z", ".jks", ".class", ".docx", ".xlsx", ".pptx",
+    ".pdf", ".png", ".jpg", ".p12", ".pfx", ".eml", ".lzma", ".rpm", ".deb", ".apk", ".jar",
+    ".mp3", ".wav", ".odt", ".ods", ".sqlite", ".der", ".bin",
+)
+
+
+class Repo:
+    """A bare git directory read at one commit."""
+
+    def __init__(self, git_dir, name):
+        self.git_dir = str(git_dir)
+        self.name = name
+        self.commit = self._git("rev-parse", "HEAD").decode().strip()
+
+    def _git(self, *args):
+        return subprocess.run(["git", "--git-dir", self.git_dir, *args], check=True,
+                              capture_output=True).stdout
+
+    def files(self, under):
+        out = self._git("ls-tree", "-r", "--name-only", self.commit, under).decode()
+        return [p for p in out.splitlines() if p]
+
+    def read(self, path):
+        return self._git("show", f"{self.commit}:{path}")
+
+    def source(self, path):
+        return {"repo": self.name, "path": path, "commit": self.commit,
+                "licence": LICENCES[self.name]}
+
+
+def as_text(raw):
+    """The file as text, or None for binary content."""
+    if b"\0" in raw:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+# --- CredSweeper: sample files plus the findings its regression test expects ---------------
+
+def credsweeper(repo):
+    expected = json.loads(repo.read("tests/data/output.json"))
+    # One expected credential can span several lines (a PEM key, a login and its
+    # password): CredSweeper lists one line entry per line, the credential is one secret.
+    by_path = {}
+    for cred in expected:
+        if cred["rule"] in CREDSWEEPER_NOT_SECRETS:
+            continue
+        lines = {}
+        for line in cred["line_data_list"]:
+            lines.setdefault(line["path"].removeprefix("./"), []).append(line)
+        for path, group in lines.items():
+            by_path.setdefault(path, []).append((cred["rule"], group))
+    for path in repo.files("tests/samples"):
+        if path.lower().endswith(BINARY_SUFFIXES):
+            continue
+        text = as_text(repo.read(path))
+        if text is None or not text.strip():
+            continue
+        secrets = []
+        for kind, group in by_path.get(path, []):
+            spans = [locate(text, line) for line in group]
+            if None in spans:
+                print(f"credsweeper: {path}:{group[0]['line_num']}: value not found, skipped", file=sys.stderr)
+                continue
+            start, end = min(a for a, _ in spans), max(b for _, b in spans)
+            secrets.append({"kind": kind, "start": start, "end": end,
+                            "value": text.encode()[start:end].decode(errors="replace")})
+        yield {"id": f"credsweeper:{path}", "text": text, "secrets": dedup(secrets),
+               "source": repo.source(path)}
+
+
+def locate(text, line):
+    """Byte span of a CredSweeper finding (its value on its line) in the file's text."""
+    value = line["value"]
+    lines = text.splitlines(keepends=True)
+    n = line["line_num"] - 1
+    if 0 <= n < len(lines):
+        offset = sum(len(x) for x in lines[:n])
+        at = lines[n].find(line["line"])
+        if at >= 0:
+            start = offset + at + line["value_start"]
+            if text[start:start + len(value)] == value:
+                return byte_span(text, start, start + len(value))
+        at = lines[n].find(value)
+        if at >= 0:
+            return byte_span(text, offset + at, offset + at + len(value))
+    at = text.find(value)
+    return None if at < 0 else byte_span(text, at, at + len(value))
+
+
+def byte_span(text, start, end):
+    """Character offsets to UTF-8 byte offsets (`crossguard scan` reports bytes)."""
+    b = len(text[:start].encode())
+    return b, b + len(text[start:end].encode())
+
+
+def dedup(secrets):
+    seen, out = set(), []
+    for s in secrets:
+        key = (s.get("start"), s.get("end"), s.get("value"))
+        if key not in seen:
+            seen.add(key)
+            out.append(s)
+    return out
+
+
+# --- Nosey Parker: each rule's examples and negative examples -------------------------------
+
+def noseyparker(repo):
+    import yaml  # PyYAML: only this source needs it
+
+    for path in repo.files("crates/noseyparker/data/default/builtin/rules"):
+        if not path.endswith((".yml", ".yaml")):
+            continue
+        doc = yaml.safe_load(repo.read(path)) or {}
+        for rule in doc.get("rules", []):
+            # Identifiers (public keys, client ids, host names) are not secrets.
+            is_secret = "secret" in (rule.get("categories") or [])
+            for i, example in enumerate(rule.get("examples") or []):
+                if not is_secret:
+                    continue
+                yield {"id": f"noseyparker:{rule['id']}:example:{i}", "text": example,
+                       "secrets": [{"kind": rule["id"]}], "source": repo.source(path)}
+            for i, example in enumerate(rule.get("negative_examples") or []):
+                yield {"id": f"noseyparker:{rule['id']}:negative:{i}", "text": example,
+                       "secrets": [], "source": repo.source(path)}
+
+
+# --- gitleaks: literal true and false positives in its rule definitions --------------------
+# Its samples live in Go source as string literals assigned to `tps` and `fps`; most are
+# generated at test time from the rule's regex and cannot be read, but the literal ones are
+# real-world shapes its authors collected. Only literals (and `var x = []string{...}` lists
+# they name) are taken; anything built by a function call is skipped.
+
+TOKEN = re.compile(r'`[^`]*`|"(?:[^"\\\n]|\\.)*"|//[^\n]*|/\*.*?\*/|[A-Za-z_][A-Za-z0-9_.]*|\.\.\.|\S',
+                   re.S)
+GO_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "'": "'"}
+
+
+def go_string(tok):
+    if tok.startswith("`"):
+        return tok[1:-1]
+    body = tok[1:-1]
+    return re.sub(r'\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|.)',
+                  lambda m: chr(int(m.group(1)[1:], 16)) if m.group(1)[0] in "xu" and len(m.group(1)) > 1
+                  else GO_ESCAPES.get(m.group(1), m.group(1)), body)
+
+
+def tokens(src):
+    return [t for t in TOKEN.findall(src) if not t.startswith(("//", "/*"))]
+
+
+def expression(toks, i):
+    """Tokens of the expression starting at toks[i], up to the end of its statement."""
+    depth, j = 0, i
+    while j < len(toks):
+        t = toks[j]
+        if t in "([{":
+            depth += 1
+        elif t in ")]}":
+            if depth == 0:
+                break
+            depth -= 1
+        elif depth == 0 and j > i and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", t) \
+                and re.fullmatch(r'[)\]}`"]|.*[`"]|[A-Za-z0-9_]+', toks[j - 1]) \
+                and not toks[j - 1] in ("+", ",", "(", "{"):
+            break  # a new statement began (Go needs no semicolons)
+        j += 1
+    return toks[i:j]
+
+
+def strings_of(expr, lists):
+    """Literal strings of an expression: list literals, append arguments, named lists.
+    Anything inside another call is generated at test time and skipped."""
+    out, stack, k = [], [], 0
+    while k < len(expr):
+        t = expr[k]
+        if t == "(":
+            stack.append(expr[k - 1] if k else "")
+        elif t == "{":
+            stack.append("{")
+        elif t in ")}":
+            if stack:
+                stack.pop()
+        elif t[0] in '`"' and all(s in ("append", "{") for s in stack) \
+                and not (k and expr[k - 1] == "+"):
+            s = go_string(t)
+            while k + 2 < len(expr) and expr[k + 1] == "+" and expr[k + 2][0] in '`"':
+                s += go_string(expr[k + 2])
+                k += 2
+            if not (k + 1 < len(expr) and expr[k + 1] == "+"):
+                out.append(s)
+        elif t in lists and all(s in ("append", "{") for s in stack):
+            out.extend(lists[t])
+        k += 1
+    return out
+
+
+def gitleaks_file(src):
+    """{rule id: (tps, fps)} of one rule file."""
+    toks = tokens(src)
+    lists = {}
+    for k in range(len(toks) - 3):
+        if toks[k] == "var" and toks[k + 2] == "=" and toks[k + 3] == "[":
+            lists[toks[k + 1]] = strings_of(expression(toks, k + 3), {})
+    rules, rule = {}, None
+    for k, t in enumerate(toks):
+        if t == "RuleID" and toks[k + 1] == ":" and toks[k + 2][0] == '"':
+            rule = go_string(toks[k + 2])
+            rules.setdefault(rule, ([], []))
+        elif rule and t in ("tps", "fps") and k + 2 < len(toks) and toks[k + 1] in (":", "=") \
+                and (toks[k + 1] == "=" or toks[k + 2] == "="):
+            start = k + 2 if toks[k + 1] == "=" else k + 3
+            rules[rule][0 if t == "tps" else 1].extend(strings_of(expression(toks, start), lists))
+    return rules
+
+
+def gitleaks(repo):
+    found = {}
+    for path in repo.files("cmd/generate/config/rules"):
+        if path.endswith(".go") and not path.endswith("_test.go"):
+            for rule, (tps, fps) in gitleaks_file(repo.read(path).decode()).items():
+                found[rule] = (tps, fps, path)
+    every_tp = {tp for tps, _, _ in found.values() for tp in tps}
+    for rule, (tps, fps, path) in sorted(found.items()):
+        for i, tp in enumerate(dict.fromkeys(tps)):
+            if tp.strip():
+                yield {"id": f"gitleaks:{rule}:tp:{i}", "text": tp,
+                       "secrets": [{"kind": rule}], "source": repo.source(path)}
+        # One rule's false positive is often another rule's true positive (a Cloudflare
+        # API key is a non-match for the global-key rule): those are not clean texts.
+        for i, fp in enumerate(dict.fromkeys(fps)):
+            if fp.strip() and fp not in every_tp:
+                yield {"id": f"gitleaks:{rule}:fp:{i}", "text": fp, "secrets": [],
+                       "source": repo.source(path)}
+
+
+# --- split --------------------------------------------------------------------------------
+
+def split_of(record):
+    """`tuning` or `held-back`, from a hash of the text alone: stable and unbiased."""
+    digest = hashlib.sha256(record["text"].encode()).digest()
+    return "tuning" if digest[0] % 2 == 0 else "held-back"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--credsweeper", type=pathlib.Path)
+    ap.add_argument("--noseyparker", type=pathlib.Path)
+    ap.add_argument("--gitleaks", type=pathlib.Path)
+    ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("firewall/tests/peers"))
+    a = ap.parse_args()
+    records = []
+    if a.credsweeper:
+        records += credsweeper(Repo(a.credsweeper, "Samsung/CredSweeper"))
+    if a.noseyparker:
+        records += noseyparker(Repo(a.noseyparker, "praetorian-inc/noseyparker"))
+    if a.gitleaks:
+        records += gitleaks(Repo(a.gitleaks, "gitleaks/gitleaks"))
+    seen, splits = set(), {"tuning": [], "held-back": []}
+    for r in records:
+        if r["text"] in seen:  # the same text twice would sit in one split only anyway
+            continue
+        seen.add(r["text"])
+        splits[split_of(r)].append(r)
+    a.out.mkdir(parents=True, exist_ok=True)
+    for name, recs in splits.items():
+        with open(a.out / f"{name}.jsonl", "w", encoding="utf-8") as f:
+            for r in recs:
+                f.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
+        n_secrets = sum(len(r["secrets"]) for r in recs)
+        clean = sum(1 for r in recs if not r["secrets"])
+        print(f"{name}: {len(recs)} records, {n_secrets} secrets, {clean} clean texts", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
