@@ -145,6 +145,14 @@ url = "redis://127.0.0.1:{self.redis_port}"
 key_prefix = "soak:"
 replica_id = "soak-1"
 audit_max_len = 2000000
+
+# A soak measures the gateway, not its limits: a latency spike (the Redis restart) must
+# not turn into 429s.
+[limits]
+max_concurrent_requests = 100000
+
+[server]
+max_connections = 100000
 {self.args.extra_config}
 """)
         return path
