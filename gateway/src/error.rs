@@ -27,6 +27,10 @@ pub enum ApiError {
     /// The tenant is quarantined: it tripped too many blocks for other tenants' data.
     #[error("Requests from this API key are suspended: too many responses were blocked for other tenants' data recently. Contact the gateway's operators.")]
     Quarantined,
+    /// A streaming client read nothing for `stall_ms` while its engine stream was full:
+    /// its generation was stopped to free the engine (sent as the stream's last event).
+    #[error("The stream was stopped: the client read nothing for {stall_ms} ms while its buffer was full.")]
+    StreamStalled { stall_ms: u64 },
     /// The admin API was called but no admin token is configured.
     #[error("The admin API is disabled: configure admin_token (or CROSSGUARD_ADMIN_TOKEN) to enable it.")]
     AdminDisabled,
@@ -92,6 +96,7 @@ impl ApiError {
             }
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Quarantined => StatusCode::FORBIDDEN,
+            ApiError::StreamStalled { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::ModelNotFound(_)
             | ApiError::RouteNotFound { .. }
             | ApiError::AdminDisabled
@@ -123,6 +128,7 @@ impl ApiError {
             | ApiError::PayloadTooLarge { .. } => "invalid_request_error",
             ApiError::Unauthorized(_) => "authentication_error",
             ApiError::Quarantined => "permission_error",
+            ApiError::StreamStalled { .. } => "invalid_request_error",
             ApiError::UpstreamRejected { status: 429, .. } | ApiError::EngineBusy { .. } => "rate_limit_error",
             ApiError::UpstreamRejected { .. } => "invalid_request_error",
             ApiError::UpstreamFailed { .. } | ApiError::BadGateway(_) | ApiError::GatewayTimeout(_) => "upstream_error",
@@ -138,6 +144,7 @@ impl ApiError {
             ApiError::ContextLengthExceeded(_) => "context_length_exceeded",
             ApiError::Unauthorized(_) => "invalid_api_key",
             ApiError::Quarantined => "tenant_quarantined",
+            ApiError::StreamStalled { .. } => "stream_stalled",
             ApiError::ModelNotFound(_) => "model_not_found",
             ApiError::RouteNotFound { .. } => "unknown_url",
             ApiError::AdminDisabled => "admin_disabled",
