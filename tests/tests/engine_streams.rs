@@ -7,10 +7,17 @@
 
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::Ordering::Relaxed;
+
 use crossguard_e2e::TestGateway;
+use futures::StreamExt;
+use gateway::api::ChatRequest;
+use gateway::auth::TenantId;
+use gateway::backend::engine_loop::LoopGauges;
+use gateway::backend::{BackendEvent, EngineBackend, RequestContext};
+use gateway::config::{Config, ModelBackend};
+use gateway::error::ApiError;
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpSocket, TcpStream};
 
 const TENANTS: [&str; 2] = ["acme", "globex"];
 
@@ -31,87 +38,49 @@ fn no_end() -> Value {
     json!({"0": -100, "2": -100})
 }
 
-/// A long greedy stream whose every event is large (20 alternatives per token), so that a
-/// client that stops reading fills the socket and the gateway's buffers quickly.
-fn long_stream(max_tokens: u32) -> Value {
-    json!({
-        "model": "m", "stream": true, "temperature": 0, "max_tokens": max_tokens,
-        "logprobs": true, "top_logprobs": 20, "logit_bias": no_end(),
+fn long_stream(max_tokens: u32) -> ChatRequest {
+    let body = json!({
+        "model": "m", "stream": true, "temperature": 0, "max_tokens": max_tokens, "logit_bias": no_end(),
         "messages": [{"role": "user", "content": "Tell me a very long story about a lighthouse keeper."}],
-    })
+    });
+    ChatRequest::parse(body.to_string().as_bytes()).unwrap()
 }
 
-/// A streaming client on a raw socket with a small receive buffer, that reads only when
-/// told to.
-struct SlowReader {
-    stream: TcpStream,
-    seen: Vec<u8>,
-}
-
-impl SlowReader {
-    /// Sends `body` as `tenant` and reads up to the first SSE event.
-    async fn start(gw: &TestGateway, tenant: &str, body: &Value) -> SlowReader {
-        let socket = TcpSocket::new_v4().unwrap();
-        socket.set_recv_buffer_size(4096).unwrap();
-        let mut stream = socket.connect(gw.addr).await.unwrap();
-        let body = body.to_string();
-        let head = format!(
-            "POST /v1/chat/completions HTTP/1.1\r\nhost: {}\r\nauthorization: Bearer sk-{tenant}-key\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-            gw.addr,
-            body.len()
-        );
-        stream.write_all(head.as_bytes()).await.unwrap();
-        stream.write_all(body.as_bytes()).await.unwrap();
-        let mut reader = SlowReader {
-            stream,
-            seen: Vec::new(),
-        };
-        reader.read_until("data: ", Duration::from_secs(120)).await;
-        assert!(
-            reader.seen.starts_with(b"HTTP/1.1 200"),
-            "{}",
-            String::from_utf8_lossy(&reader.seen)
-        );
-        reader
+/// The gateway's engine backend for model `m`, loaded. The slow client is simulated at the
+/// backend's own event stream, not over a socket: the kernel's and hyper's buffers would
+/// otherwise absorb a whole short answer before the engine's channel ever filled.
+async fn engine_backend(model_keys: &str) -> EngineBackend {
+    let config = Config::from_parts(&config(model_keys), "test.toml", &[], &|_| None).unwrap();
+    let ModelBackend::Engine(engine) = &config.models[0].backend else {
+        panic!("an engine model")
+    };
+    let backend = EngineBackend::spawn_load("m", engine);
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while !backend.is_ready() {
+        assert!(Instant::now() < deadline, "the model did not load");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    backend
+}
 
-    /// Reads until `needle` has been seen (or the stream ends), panicking after `limit`.
-    async fn read_until(&mut self, needle: &str, limit: Duration) -> String {
-        let deadline = Instant::now() + limit;
-        let mut buf = vec![0u8; 64 * 1024];
-        while !String::from_utf8_lossy(&self.seen).contains(needle) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(left, self.stream.read(&mut buf)).await {
-                Ok(Ok(0)) => break,
-                Ok(Ok(n)) => self.seen.extend_from_slice(&buf[..n]),
-                Ok(Err(e)) => panic!("reading the stream: {e}"),
-                Err(_) => panic!("{needle:?} did not arrive in {limit:?}"),
-            }
-        }
-        String::from_utf8_lossy(&self.seen).into_owned()
+fn ctx(tenant: &str) -> RequestContext {
+    RequestContext {
+        request_id: format!("req-{tenant}"),
+        tenant: TenantId::new(tenant),
     }
 }
 
-/// One series of `/metrics` for model `m`.
-async fn metric(gw: &TestGateway, name: &str) -> u64 {
-    let text = reqwest::get(gw.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let prefix = format!("{name}{{model=\"m\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in {text}"))
-}
-
-/// Waits until `name` reaches `want`, panicking after `limit`.
-async fn wait_metric(gw: &TestGateway, name: &str, want: u64, limit: Duration) {
+/// Waits until the loop gauge read by `get` reaches `want`, panicking after `limit`.
+async fn wait_gauge(
+    backend: &EngineBackend,
+    name: &str,
+    get: fn(&LoopGauges) -> u64,
+    want: u64,
+    limit: Duration,
+) {
     let deadline = Instant::now() + limit;
     loop {
-        let got = metric(gw, name).await;
+        let got = get(backend.gauges());
         if got == want {
             return;
         }
@@ -123,55 +92,70 @@ async fn wait_metric(gw: &TestGateway, name: &str, want: u64, limit: Duration) {
     }
 }
 
+fn paused(g: &LoopGauges) -> u64 {
+    g.paused.load(Relaxed) as u64
+}
+
 /// KV blocks held by sequences (used, less what only the prefix cache holds).
-async fn blocks_in_sequences(gw: &TestGateway) -> u64 {
-    metric(gw, "crossguard_engine_kv_blocks_used").await
-        - metric(gw, "crossguard_engine_kv_blocks_cached").await
+fn blocks_in_sequences(backend: &EngineBackend) -> usize {
+    let kv = backend.kv_stats().expect("the model is loaded");
+    kv.blocks_used - kv.blocks_cached
 }
 
 #[tokio::test]
 async fn a_client_that_stops_reading_pauses_then_loses_its_sequence() {
-    let gw = TestGateway::start(&config("stream_stall_ms = 2000"), &[]).await;
-    gw.wait_ready(Duration::from_secs(240)).await;
-    let max_tokens = 900;
-    let mut reader = SlowReader::start(&gw, "acme", &long_stream(max_tokens)).await;
-    wait_metric(
-        &gw,
-        "crossguard_engine_paused_requests",
+    let backend = engine_backend("stream_stall_ms = 2000").await;
+    let max_tokens = 300;
+    let mut events = backend
+        .complete(&long_stream(max_tokens), &ctx("acme"))
+        .await
+        .unwrap()
+        .events;
+    assert!(matches!(
+        events.next().await,
+        Some(Ok(BackendEvent::Delta(_)))
+    ));
+    wait_gauge(
+        &backend,
+        "paused requests",
+        paused,
         1,
         Duration::from_secs(60),
     )
     .await;
     assert!(
-        blocks_in_sequences(&gw).await > 0,
+        blocks_in_sequences(&backend) > 0,
         "the paused sequence keeps its blocks"
     );
     // The stall bound counts from the last pause: a cancel means it stayed paused that long.
-    wait_metric(
-        &gw,
-        "crossguard_engine_stream_stall_cancels_total",
+    wait_gauge(
+        &backend,
+        "stall cancels",
+        |g| g.stall_cancels.load(Relaxed),
         1,
         Duration::from_secs(30),
     )
     .await;
-    assert_eq!(metric(&gw, "crossguard_engine_paused_requests").await, 0);
+    assert_eq!(paused(backend.gauges()), 0);
     assert_eq!(
-        blocks_in_sequences(&gw).await,
+        blocks_in_sequences(&backend),
         0,
         "the cancelled sequence's blocks are back in the pool"
     );
-    let generated = metric(&gw, "crossguard_engine_generated_tokens_total").await;
-    assert!(
-        generated < u64::from(max_tokens) / 2,
-        "the engine generated {generated} of {max_tokens} tokens for a client that read one event"
-    );
+    let generated = backend.gauges().tokens.load(Relaxed);
+    assert!(generated <= 16, "the engine generated {generated} of {max_tokens} tokens for a client that read one event (buffer: 4)");
     // Reading again, the client gets what was buffered, then the reason its stream ended.
-    let body = reader
-        .read_until("stream_stalled", Duration::from_secs(30))
-        .await;
+    let mut rest = Vec::new();
+    while let Some(event) = events.next().await {
+        rest.push(event);
+    }
+    assert!(rest.len() <= 6, "{rest:?}");
     assert!(
-        !body.contains("[DONE]"),
-        "a stopped stream does not claim to be complete"
+        matches!(
+            rest.last(),
+            Some(Err(ApiError::StreamStalled { stall_ms: 2000 }))
+        ),
+        "{rest:?}"
     );
 }
 
@@ -179,52 +163,53 @@ async fn a_client_that_stops_reading_pauses_then_loses_its_sequence() {
 async fn a_paused_client_takes_no_slot_and_frees_its_blocks_when_it_leaves() {
     // One sequence per step, and a stall bound far beyond this test: only pausing lets
     // the other tenant in, and only the disconnect frees the blocks.
-    let gw = TestGateway::start(&config("max_batch = 1\nstream_stall_ms = 600000"), &[]).await;
-    gw.wait_ready(Duration::from_secs(240)).await;
-    let reader = SlowReader::start(&gw, "acme", &long_stream(900)).await;
-    wait_metric(
-        &gw,
-        "crossguard_engine_paused_requests",
+    let backend = engine_backend("max_batch = 1\nstream_stall_ms = 600000").await;
+    let mut slow = backend
+        .complete(&long_stream(300), &ctx("acme"))
+        .await
+        .unwrap()
+        .events;
+    assert!(slow.next().await.is_some());
+    wait_gauge(
+        &backend,
+        "paused requests",
+        paused,
         1,
         Duration::from_secs(60),
     )
     .await;
-    let answer = reqwest::Client::new()
-        .post(gw.url("/v1/chat/completions"))
-        .bearer_auth("sk-globex-key")
-        .timeout(Duration::from_secs(60))
-        .json(&json!({"model": "m", "temperature": 0, "max_tokens": 8, "messages": [{"role": "user", "content": "What is 2 + 2?"}]}))
-        .send()
+    let short = json!({"model": "m", "temperature": 0, "max_tokens": 8, "logit_bias": no_end(), "messages": [{"role": "user", "content": "What is 2 + 2?"}]});
+    let short = ChatRequest::parse(short.to_string().as_bytes()).unwrap();
+    let other = backend
+        .complete(&short, &ctx("globex"))
+        .await
+        .unwrap()
+        .events;
+    let other: Vec<_> = tokio::time::timeout(Duration::from_secs(60), other.collect::<Vec<_>>())
         .await
         .expect("another tenant is served while a paused stream holds the only batch slot");
-    assert_eq!(answer.status(), 200);
-    let answer: Value = answer.json().await.unwrap();
-    assert_eq!(answer["usage"]["completion_tokens"], 8, "{answer}");
-    assert_eq!(
-        metric(&gw, "crossguard_engine_paused_requests").await,
-        1,
-        "still paused"
+    assert!(
+        matches!(other.last(), Some(Ok(BackendEvent::Usage(u))) if u.completion_tokens == 8),
+        "{other:?}"
     );
-    let held = blocks_in_sequences(&gw).await;
-    assert!(held > 0);
-    drop(reader);
-    wait_metric(
-        &gw,
-        "crossguard_engine_disconnect_cancels_total",
+    assert_eq!(paused(backend.gauges()), 1, "still paused");
+    assert!(blocks_in_sequences(&backend) > 0);
+    drop(slow);
+    wait_gauge(
+        &backend,
+        "disconnect cancels",
+        |g| g.disconnects.load(Relaxed),
         1,
         Duration::from_secs(30),
     )
     .await;
     assert_eq!(
-        blocks_in_sequences(&gw).await,
+        blocks_in_sequences(&backend),
         0,
         "the departed client's blocks are back in the pool"
     );
-    assert_eq!(metric(&gw, "crossguard_engine_paused_requests").await, 0);
-    assert_eq!(
-        metric(&gw, "crossguard_engine_stream_stall_cancels_total").await,
-        0
-    );
+    assert_eq!(paused(backend.gauges()), 0);
+    assert_eq!(backend.gauges().stall_cancels.load(Relaxed), 0);
 }
 
 #[tokio::test]

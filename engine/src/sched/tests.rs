@@ -92,7 +92,7 @@ fn a_paused_sequence_holds_no_place_in_the_batch() -> TestResult {
             sched
                 .step()?
                 .into_iter()
-                .map(|(id, outcome)| (id, outcome.map(|g| g.finish))),
+                .map(|(id, outcome)| (id, outcome.map(|g| g.finish).map_err(|e| e.to_string()))),
         );
         if !finished.is_empty() {
             break;
@@ -148,7 +148,13 @@ fn a_queued_request_can_be_paused_and_cancelled_before_it_starts() -> TestResult
     let mut outcomes: Vec<_> = sched
         .run()?
         .into_iter()
-        .map(|(id, o)| (id, o.map(|g| (g.finish, g.completion_tokens))))
+        .map(|(id, o)| {
+            (
+                id,
+                o.map(|g| (g.finish, g.completion_tokens))
+                    .map_err(|e| e.to_string()),
+            )
+        })
         .collect();
     outcomes.sort_by_key(|(id, _)| *id);
     assert_eq!(
