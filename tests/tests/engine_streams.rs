@@ -14,7 +14,7 @@ use futures::StreamExt;
 use gateway::api::ChatRequest;
 use gateway::auth::TenantId;
 use gateway::backend::engine_loop::LoopGauges;
-use gateway::backend::{BackendEvent, EngineBackend, RequestContext};
+use gateway::backend::{BackendEvent, EngineBackend, EventStream, RequestContext};
 use gateway::config::{Config, ModelBackend};
 use gateway::error::ApiError;
 use serde_json::{json, Value};
@@ -102,10 +102,8 @@ fn blocks_in_sequences(backend: &EngineBackend) -> usize {
     kv.blocks_used - kv.blocks_cached
 }
 
-#[tokio::test]
-async fn a_client_that_stops_reading_pauses_then_loses_its_sequence() {
-    let backend = engine_backend("stream_stall_ms = 2000").await;
-    let max_tokens = 300;
+/// Tenant acme's long stream, read for one event and then left until its request pauses.
+async fn paused_stream(backend: &EngineBackend, max_tokens: u32) -> EventStream {
     let mut events = backend
         .complete(&long_stream(max_tokens), &ctx("acme"))
         .await
@@ -116,13 +114,21 @@ async fn a_client_that_stops_reading_pauses_then_loses_its_sequence() {
         Some(Ok(BackendEvent::Delta(_)))
     ));
     wait_gauge(
-        &backend,
+        backend,
         "paused requests",
         paused,
         1,
         Duration::from_secs(60),
     )
     .await;
+    events
+}
+
+#[tokio::test]
+async fn a_client_that_stops_reading_pauses_then_loses_its_sequence() {
+    let backend = engine_backend("stream_stall_ms = 2000").await;
+    let max_tokens = 300;
+    let mut events = paused_stream(&backend, max_tokens).await;
     assert!(
         blocks_in_sequences(&backend) > 0,
         "the paused sequence keeps its blocks"
@@ -164,20 +170,7 @@ async fn a_paused_client_takes_no_slot_and_frees_its_blocks_when_it_leaves() {
     // One sequence per step, and a stall bound far beyond this test: only pausing lets
     // the other tenant in, and only the disconnect frees the blocks.
     let backend = engine_backend("max_batch = 1\nstream_stall_ms = 600000").await;
-    let mut slow = backend
-        .complete(&long_stream(300), &ctx("acme"))
-        .await
-        .unwrap()
-        .events;
-    assert!(slow.next().await.is_some());
-    wait_gauge(
-        &backend,
-        "paused requests",
-        paused,
-        1,
-        Duration::from_secs(60),
-    )
-    .await;
+    let slow = paused_stream(&backend, 300).await;
     let short = json!({"model": "m", "temperature": 0, "max_tokens": 8, "logit_bias": no_end(), "messages": [{"role": "user", "content": "What is 2 + 2?"}]});
     let short = ChatRequest::parse(short.to_string().as_bytes()).unwrap();
     let other = backend
