@@ -60,12 +60,15 @@ fn counting(count: &RefCell<usize>) -> Sink<'_> {
     })
 }
 
-#[test]
-fn a_paused_sequence_holds_no_place_in_the_batch() -> TestResult {
-    let engine = engine()?;
-    let (a_tokens, b_tokens) = (RefCell::new(0), RefCell::new(0));
+/// A scheduler that runs one sequence at a time, with tenant a's request of `max_tokens`
+/// submitted.
+fn single_slot_with_a<'e, 's>(
+    engine: &'e Engine,
+    a_tokens: &'s RefCell<usize>,
+    max_tokens: usize,
+) -> std::result::Result<(Scheduler<'e, 's>, JobId), Box<dyn std::error::Error>> {
     let mut sched = Scheduler::new(
-        &engine,
+        engine,
         SchedulerConfig {
             max_running: 1,
             ..SchedulerConfig::default()
@@ -73,9 +76,17 @@ fn a_paused_sequence_holds_no_place_in_the_batch() -> TestResult {
     );
     let a = sched.submit(
         Owner::new("a", "1"),
-        request(&engine, "Name three colours.", 40)?,
-        counting(&a_tokens),
+        request(engine, "Name three colours.", max_tokens)?,
+        counting(a_tokens),
     )?;
+    Ok((sched, a))
+}
+
+#[test]
+fn a_paused_sequence_holds_no_place_in_the_batch() -> TestResult {
+    let engine = engine()?;
+    let (a_tokens, b_tokens) = (RefCell::new(0), RefCell::new(0));
+    let (mut sched, a) = single_slot_with_a(&engine, &a_tokens, 40)?;
     while *a_tokens.borrow() < 2 {
         sched.step()?;
     }
@@ -119,18 +130,7 @@ fn a_paused_sequence_holds_no_place_in_the_batch() -> TestResult {
 fn a_queued_request_can_be_paused_and_cancelled_before_it_starts() -> TestResult {
     let engine = engine()?;
     let (a_tokens, b_tokens) = (RefCell::new(0), RefCell::new(0));
-    let mut sched = Scheduler::new(
-        &engine,
-        SchedulerConfig {
-            max_running: 1,
-            ..SchedulerConfig::default()
-        },
-    );
-    let a = sched.submit(
-        Owner::new("a", "1"),
-        request(&engine, "Name three colours.", 3)?,
-        counting(&a_tokens),
-    )?;
+    let (mut sched, a) = single_slot_with_a(&engine, &a_tokens, 3)?;
     let b = sched.submit(
         Owner::new("b", "1"),
         request(&engine, "What is 2 + 2?", 3)?,
