@@ -1,6 +1,6 @@
 //! The continuous-batching scheduler on the real model: batched output equals
 //! single-request output (greedy), with chunked prefill, preemption under a small KV
-//! pool, cancellation, a bounded queue and tenant-fair admission.
+//! pool, pausing, cancellation, a bounded queue and tenant-fair admission.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -173,5 +173,80 @@ fn admission_serves_the_least_served_tenant_first() -> TestResult {
     drop(sched);
     // b1 was admitted with a1, ahead of a's other requests.
     assert_eq!(order.into_inner(), ["a1", "b1", "a2", "a3"]);
+    Ok(())
+}
+
+/// Steps `sched` until `out` holds `n` tokens.
+fn step_until(sched: &mut Scheduler<'_, '_>, out: &RefCell<Vec<u32>>, n: usize) -> TestResult {
+    while out.borrow().len() < n {
+        sched.step()?;
+    }
+    Ok(())
+}
+
+/// A sink collecting token ids into `out`.
+fn collect(out: &RefCell<Vec<u32>>) -> engine::sched::Sink<'_> {
+    Box::new(move |e| {
+        out.borrow_mut().push(e.id);
+        ControlFlow::Continue(())
+    })
+}
+
+#[test]
+fn a_paused_request_keeps_its_blocks_and_resumes_with_the_same_output() -> TestResult {
+    // Its own engine: the block counts below must not see other tests' sequences.
+    let engine = load(CTX, 0)?;
+    let want = singles(&engine, 16)?;
+    let (paused, other) = (RefCell::new(Vec::new()), RefCell::new(Vec::new()));
+    let mut sched = Scheduler::new(&engine, SchedulerConfig { step_tokens: 512, max_running: 4, max_queued: 8, ..SchedulerConfig::default() });
+    let id = sched.submit(Owner::new(&tenant(1), "paused"), request_of(&engine, TEXTS[1], 16)?, collect(&paused))?;
+    step_until(&mut sched, &paused, 5)?;
+    assert!(sched.set_paused(id, true));
+    let held = engine.kv_stats();
+    // Another request runs to its end meanwhile; the paused one neither advances nor
+    // loses a block.
+    sched.submit(Owner::new(&tenant(2), "other"), request_of(&engine, TEXTS[2], 16)?, collect(&other))?;
+    let mut finished = Vec::new();
+    while sched.has_work() {
+        finished.extend(sched.step()?);
+    }
+    assert_eq!(finished.len(), 1, "only the other request finished");
+    assert_eq!(*other.borrow(), want[2]);
+    assert_eq!(paused.borrow().len(), 5, "a paused request generated nothing");
+    // Blocks held by sequences and not by the prefix cache: the paused sequence's own.
+    let own = |k: engine::kv::KvStats| k.blocks_used - k.blocks_cached;
+    let during = engine.kv_stats();
+    assert!(own(held) > 0, "{held:?}");
+    assert_eq!(own(during), own(held), "the paused sequence kept its blocks: {held:?} -> {during:?}");
+    assert!(sched.set_paused(id, false));
+    let finished = sched.run()?;
+    assert_eq!(finished.len(), 1);
+    assert_eq!(*paused.borrow(), want[1], "resumed, it continues exactly where it stopped");
+    Ok(())
+}
+
+#[test]
+fn cancelling_frees_a_sequences_blocks_at_once() -> TestResult {
+    let engine = load(CTX, 0)?;
+    let (a, b) = (RefCell::new(Vec::new()), RefCell::new(Vec::new()));
+    let mut sched = Scheduler::new(&engine, SchedulerConfig { step_tokens: 512, max_running: 4, max_queued: 8, ..SchedulerConfig::default() });
+    let a_id = sched.submit(Owner::new("a", "1"), request_of(&engine, TEXTS[1], 64)?, collect(&a))?;
+    let b_id = sched.submit(Owner::new("b", "1"), request_of(&engine, TEXTS[3], 64)?, collect(&b))?;
+    step_until(&mut sched, &a, 40)?;
+    assert!(sched.set_paused(a_id, true));
+    let before = engine.kv_stats();
+    assert!(sched.cancel(a_id), "a paused request can be cancelled");
+    assert!(sched.cancel(b_id), "a running request can be cancelled");
+    // Before any further step: the generated tokens' blocks are back on the free list,
+    // zero-filled; only the prompts' blocks may stay, in the tenants' prefix caches.
+    let after = engine.kv_stats();
+    assert!(after.blocks_free > before.blocks_free, "{before:?} -> {after:?}");
+    assert!(after.zero_fills > before.zero_fills, "{before:?} -> {after:?}");
+    assert_eq!(after.blocks_used, after.blocks_cached, "{after:?}");
+    engine.kv_pool().audit()?;
+    let outcomes: Vec<_> = sched.step()?.into_iter().map(|(_, o)| o.map(|g| g.finish)).collect::<Result<_, _>>()?;
+    assert_eq!(outcomes, [FinishReason::Cancelled, FinishReason::Cancelled]);
+    assert!(sched.is_idle());
+    assert_eq!(a.borrow().len(), 40, "nothing was emitted after the pause");
     Ok(())
 }

@@ -201,6 +201,8 @@ struct RawModel {
     max_n: Option<u32>,
     max_tokens_cap: Option<u32>,
     max_stream_event_bytes: Option<usize>,
+    stream_buffer_events: Option<usize>,
+    stream_stall_ms: Option<u64>,
 }
 
 /// `[models.fault]`: switches that disable one KV isolation defence each (tests only).
@@ -455,6 +457,9 @@ pub struct EngineModelConfig {
     pub batching: engine::sched::SchedulerConfig,
     /// KV isolation defences switched off on purpose (all on by default; start-up warns).
     pub fault: engine::fault::FaultConfig,
+    /// How far a request's events may run ahead of a slow streaming client, and how long
+    /// it may stall before its generation is cancelled.
+    pub streams: crate::backend::engine_loop::StreamLimits,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -879,6 +884,8 @@ fn validate_models(
                     ("step_tokens", m.step_tokens.is_some()),
                     ("itl_target_ms", m.itl_target_ms.is_some()),
                     ("fault", m.fault.is_some()),
+                    ("stream_buffer_events", m.stream_buffer_events.is_some()),
+                    ("stream_stall_ms", m.stream_stall_ms.is_some()),
                 ];
                 for (key, set) in engine_keys {
                     if set {
@@ -911,6 +918,7 @@ fn validate_models(
                 if m.fault.is_some() {
                     safe_defaults::check_faults_enabled(at("fault"), invalid, lookup)?;
                 }
+                let streams = validate_streams(&m, &at, invalid)?;
                 let fault = validate_fault(m.fault.unwrap_or_default(), &at, invalid)?;
                 let defaults = engine::sched::SchedulerConfig::default();
                 let mut batching = defaults;
@@ -941,12 +949,28 @@ fn validate_models(
                     kv_block_tokens: m.kv_block_tokens,
                     batching,
                     fault,
+                    streams,
                 })
             }
         };
         models.push(ModelConfig { id: m.id, backend, caps });
     }
     Ok(models)
+}
+
+fn validate_streams(m: &RawModel, at: &dyn Fn(&str) -> String, invalid: &Invalid<'_>) -> Result<crate::backend::engine_loop::StreamLimits, ConfigError> {
+    let mut streams = crate::backend::engine_loop::StreamLimits::default();
+    match m.stream_buffer_events {
+        Some(n) if !(1..=65_536).contains(&n) => return Err(invalid(at("stream_buffer_events"), format!("must be between 1 and 65536, got {n}"))),
+        Some(n) => streams.buffer_events = n,
+        None => {}
+    }
+    match m.stream_stall_ms {
+        Some(ms) if !(1..=3_600_000).contains(&ms) => return Err(invalid(at("stream_stall_ms"), format!("must be between 1 and 3600000, got {ms}"))),
+        Some(ms) => streams.stall = Duration::from_millis(ms),
+        None => {}
+    }
+    Ok(streams)
 }
 
 fn validate_fault(raw: RawFault, at: &dyn Fn(&str) -> String, invalid: &Invalid<'_>) -> Result<engine::fault::FaultConfig, ConfigError> {
@@ -1270,6 +1294,27 @@ placement = "system_start"
         assert!(err.contains("models[0].itl_target_ms: must be between 0 (off) and 60000"), "{err}");
         let err = parse("[[models]]\nid = \"m\"\nbackend = \"upstream\"\nbase_url = \"http://127.0.0.1:1/v1\"\nitl_target_ms = 50\n").unwrap_err().to_string();
         assert!(err.contains("models[0].itl_target_ms: only allowed with backend = \"engine\""), "{err}");
+    }
+
+    #[test]
+    fn stream_limits_default_and_are_checked() {
+        let streams = |text: &str| match parse(text).map(|c| c.models.into_iter().next().map(|m| m.backend)) {
+            Ok(Some(ModelBackend::Engine(e))) => Ok(e.streams),
+            Ok(_) => panic!("engine expected"),
+            Err(e) => Err(e.to_string()),
+        };
+        let model = "[[models]]\nid = \"m\"\nbackend = \"engine\"\n";
+        let defaults = crate::backend::engine_loop::StreamLimits::default();
+        assert_eq!(streams(model), Ok(defaults));
+        assert_eq!((defaults.buffer_events, defaults.stall), (256, Duration::from_secs(30)));
+        let set = streams(&format!("{model}stream_buffer_events = 8\nstream_stall_ms = 500\n")).unwrap();
+        assert_eq!((set.buffer_events, set.stall), (8, Duration::from_millis(500)));
+        let err = streams(&format!("{model}stream_buffer_events = 0\n")).unwrap_err();
+        assert!(err.contains("models[0].stream_buffer_events: must be between 1 and 65536, got 0"), "{err}");
+        let err = streams(&format!("{model}stream_stall_ms = 0\n")).unwrap_err();
+        assert!(err.contains("models[0].stream_stall_ms: must be between 1 and 3600000, got 0"), "{err}");
+        let err = parse("[[models]]\nid = \"m\"\nbackend = \"upstream\"\nbase_url = \"http://127.0.0.1:1/v1\"\nstream_stall_ms = 50\n").unwrap_err().to_string();
+        assert!(err.contains("models[0].stream_stall_ms: only allowed with backend = \"engine\""), "{err}");
     }
 
     #[test]

@@ -33,6 +33,10 @@ pub enum ApiError {
     /// a right token included, waits `retry_after_s` seconds (`[admin_throttle]`).
     #[error("Too many failed admin logins; retry after {retry_after_s} s.")]
     AdminThrottled { retry_after_s: u64 },
+    /// A streaming client read nothing for `stall_ms` while its engine stream was full:
+    /// its generation was stopped to free the engine (sent as the stream's last event).
+    #[error("The stream was stopped: the client read nothing for {stall_ms} ms while its buffer was full.")]
+    StreamStalled { stall_ms: u64 },
     /// The admin API was called but no admin token is configured.
     #[error("The admin API is disabled: configure admin_token (or CROSSGUARD_ADMIN_TOKEN) to enable it.")]
     AdminDisabled,
@@ -104,6 +108,7 @@ impl ApiError {
             }
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Quarantined => StatusCode::FORBIDDEN,
+            ApiError::StreamStalled { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::ModelNotFound(_)
             | ApiError::RouteNotFound { .. }
             | ApiError::AdminDisabled
@@ -138,6 +143,7 @@ impl ApiError {
             | ApiError::RequestTimeout { .. } => "invalid_request_error",
             ApiError::Unauthorized(_) => "authentication_error",
             ApiError::Quarantined => "permission_error",
+            ApiError::StreamStalled { .. } => "invalid_request_error",
             ApiError::UpstreamRejected { status: 429, .. } | ApiError::EngineBusy { .. } | ApiError::AdminThrottled { .. } => {
                 "rate_limit_error"
             }
@@ -156,6 +162,7 @@ impl ApiError {
             ApiError::ContextLengthExceeded(_) => "context_length_exceeded",
             ApiError::Unauthorized(_) => "invalid_api_key",
             ApiError::Quarantined => "tenant_quarantined",
+            ApiError::StreamStalled { .. } => "stream_stalled",
             ApiError::ModelNotFound(_) => "model_not_found",
             ApiError::RouteNotFound { .. } => "unknown_url",
             ApiError::AdminDisabled => "admin_disabled",
@@ -220,6 +227,7 @@ impl ApiError {
             | ApiError::EngineBusy { .. }
             | ApiError::RateLimited(_)
             | ApiError::RequestTimeout { .. }
+            | ApiError::StreamStalled { .. }
             | ApiError::Unavailable(_)
             | ApiError::ProvenanceUnavailable(_)
             | ApiError::Internal(_) => self.to_string(),

@@ -20,10 +20,17 @@
 //! instead of stalling every decoding stream for one long step. At least
 //! [`MIN_PREFILL_TOKENS`] prefill tokens run per step, so waiting prompts always progress.
 //!
+//! A request can be paused ([`Scheduler::set_paused`]: its consumer is not keeping up):
+//! its sequence keeps its place and its KV blocks but gets no tokens in any step, and it
+//! does not count against `max_running`, so it costs the others nothing but memory. When
+//! resumed it continues exactly where it stopped. [`Scheduler::cancel`] ends a request at
+//! once, wherever it is, releasing (zero-filling) its blocks before it returns.
+//!
 //! Invariants: `submit` refuses a request while `max_queued` wait (preempted requests
 //! re-queue regardless: they were admitted once); a step processes
-//! at most `step_tokens` tokens (at least one sequence always progresses); one event
-//! per generated token, exactly as `Engine::generate_for` would produce it.
+//! at most `step_tokens` tokens (at least one unpaused sequence always progresses); one
+//! event per generated token, exactly as `Engine::generate_for` would produce it, paused
+//! or not; a paused request emits nothing.
 
 pub mod cost;
 pub(crate) mod decoding;
@@ -86,6 +93,8 @@ struct Job<'s> {
     owner: Owner,
     request: GenerateRequest,
     sink: Sink<'s>,
+    /// Skipped by every step until resumed (see [`Scheduler::set_paused`]).
+    paused: bool,
 }
 
 /// A request waiting to (re)start; `resume` is the state of a preempted one.
@@ -146,7 +155,7 @@ impl<'e, 's> Scheduler<'e, 's> {
         let budget = self.engine.check(&request)?;
         let id = self.next_id;
         self.next_id += 1;
-        let job = Job { id, owner, request, sink };
+        let job = Job { id, owner, request, sink, paused: false };
         if budget == 0 {
             let prompt_tokens = job.request.prompt.len();
             self.done.push((id, Ok(Generation { prompt_tokens, completion_tokens: 0, finish: FinishReason::Length })));
@@ -160,8 +169,62 @@ impl<'e, 's> Scheduler<'e, 's> {
         self.queue.len()
     }
 
+    /// Sequences in the running batch, paused ones included.
     pub fn running(&self) -> usize {
         self.running.len()
+    }
+
+    /// Requests paused, running or waiting.
+    pub fn paused(&self) -> usize {
+        self.running.iter().map(|r| &r.job).chain(self.queue.iter().map(|w| &w.job)).filter(|j| j.paused).count()
+    }
+
+    /// Whether a step would do anything: some request that is not paused, or finished
+    /// requests to report. A caller whose requests are all paused waits for something
+    /// to change instead of stepping.
+    pub fn has_work(&self) -> bool {
+        !self.done.is_empty() || self.running.iter().any(|r| !r.job.paused) || self.queue.iter().any(|w| !w.job.paused)
+    }
+
+    /// Pauses (`true`) or resumes request `id`; `false` when no such request is waiting
+    /// or running. A paused request keeps its place and its KV blocks, gets no tokens and
+    /// emits nothing; resumed, it continues as if it had never stopped.
+    pub fn set_paused(&mut self, id: JobId, paused: bool) -> bool {
+        match self.job_mut(id) {
+            Some(job) => {
+                job.paused = paused;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Ends request `id` now, waiting or running: its blocks are released (zero-filled)
+    /// before this returns, and the next [`Scheduler::step`] reports it finished with
+    /// [`FinishReason::Cancelled`]. `false` when no such request is waiting or running.
+    pub fn cancel(&mut self, id: JobId) -> bool {
+        let generation = if let Some(at) = self.running.iter().position(|r| r.job.id == id) {
+            // Dropping the sequence's KV releases its blocks.
+            let r = self.running.remove(at);
+            r.decoding.done
+        } else if let Some(at) = self.queue.iter().position(|w| w.job.id == id) {
+            match self.queue.remove(at) {
+                Some(Waiting { resume: Some((decoding, _)), .. }) => decoding.done,
+                Some(Waiting { job, .. }) => Generation { prompt_tokens: job.request.prompt.len(), completion_tokens: 0, finish: FinishReason::Length },
+                None => return false,
+            }
+        } else {
+            return false;
+        };
+        // The blocks the oldest starved sequence waited for may just have come free.
+        self.starved = false;
+        self.done.push((id, Ok(Generation { finish: FinishReason::Cancelled, ..generation })));
+        true
+    }
+
+    fn job_mut(&mut self, id: JobId) -> Option<&mut Job<'s>> {
+        let running = self.running.iter_mut().map(|r| &mut r.job);
+        running.chain(self.queue.iter_mut().map(|w| &mut w.job)).find(|j| j.id == id)
     }
 
     /// Sequences preempted (released and re-queued for recompute) so far.
@@ -206,16 +269,22 @@ impl<'e, 's> Scheduler<'e, 's> {
             self.cost.observe(tokens, elapsed);
             self.last_step = StepStats { decode_tokens, prefill_tokens: tokens - decode_tokens, elapsed };
             self.steps += 1;
+        } else {
+            // Nothing ran (everyone paused): no step is waiting for blocks to come free.
+            self.starved = false;
         }
         Ok(std::mem::take(&mut self.done))
     }
 
-    /// Moves waiting requests into the batch, the least-served tenant first.
+    /// Moves waiting requests into the batch, the least-served tenant first. Paused
+    /// sequences hold no place in the batch: a client that stops reading must not keep
+    /// anyone else waiting.
     fn admit(&mut self) {
         // Admitting while starved would pin the blocks the oldest sequence waits for.
-        while !self.starved && self.running.len() < self.config.max_running {
+        while !self.starved && self.running.iter().filter(|r| !r.job.paused).count() < self.config.max_running {
             let running_of = |owner: &Owner| self.running.iter().filter(|r| r.job.owner.tenant == owner.tenant).count();
-            let pick = (0..self.queue.len()).min_by_key(|&i| (running_of(&self.queue[i].job.owner), i));
+            let waiting = (0..self.queue.len()).filter(|&i| !self.queue[i].job.paused);
+            let pick = waiting.min_by_key(|&i| (running_of(&self.queue[i].job.owner), i));
             let Some(waiting) = pick.and_then(|i| self.queue.remove(i)) else { return };
             self.running.push(self.start(waiting));
         }
@@ -233,11 +302,12 @@ impl<'e, 's> Scheduler<'e, 's> {
 
     /// Tokens each running sequence processes this step: decode tokens first, then
     /// prefill chunks, within the step budget and, while anyone decodes, the latency
-    /// target.
+    /// target. Paused sequences get none.
     fn plan(&self) -> Vec<usize> {
         let mut left = self.config.step_tokens;
         let mut takes = vec![0; self.running.len()];
-        let decoding = (0..self.running.len()).filter(|&i| self.running[i].feed.len() == 1);
+        let active = |i: &usize| !self.running[*i].job.paused;
+        let decoding = (0..self.running.len()).filter(active).filter(|&i| self.running[i].feed.len() == 1);
         for i in decoding {
             if left == 0 {
                 break;
@@ -251,7 +321,7 @@ impl<'e, 's> Scheduler<'e, 's> {
                 left = left.min(fit.saturating_sub(decode_tokens).max(MIN_PREFILL_TOKENS));
             }
         }
-        for i in (0..self.running.len()).filter(|&i| self.running[i].feed.len() > 1) {
+        for i in (0..self.running.len()).filter(active).filter(|&i| self.running[i].feed.len() > 1) {
             let n = self.running[i].feed.len().min(left);
             takes[i] = n;
             left -= n;
@@ -344,3 +414,6 @@ impl<'e, 's> Scheduler<'e, 's> {
         self.queue.push_front(Waiting { job, budget, resume: Some((decoding, generated)) });
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -2,10 +2,12 @@
 //! server starts (fetching the default model first when it is missing), so `/readyz`
 //! answers 503 until the model can serve; the same thread then runs the serving loop
 //! ([`super::engine_loop`]): continuous batching across every request, off the async
-//! workers. A full queue is a 429 with `Retry-After`; a client that goes away closes its
-//! channel and its sequences stop at their next token. Each sequence is owned by the
+//! workers. A full queue is a 429 with `Retry-After`; each request's events flow through a
+//! bounded channel, so a client that stops reading pauses its sequences and one that goes
+//! away has them cancelled (see the loop's invariants). Each sequence is owned by the
 //! request's tenant, and each token's KV owners (the engine's provenance) reach the
-//! firewall in the delta's signals.
+//! firewall in the delta's signals. Long prompts are rendered and tokenised on tokio's
+//! blocking pool, never on an async worker.
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -15,9 +17,9 @@ use engine::engine::{Engine, EngineOptions, GenerateRequest, KvOptions, TokenEve
 use engine::kv::Owner;
 use engine::sample::SamplingParams;
 use serde_json::{Map, Value};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
-use super::engine_loop::{self, LoopGauges, Submission};
+use super::engine_loop::{self, LoopGauges, StreamLimits, Submission};
 use super::{BackendResponse, RequestContext, TokenLogprob, TopLogprob};
 use crate::api::ChatRequest;
 use crate::config::EngineModelConfig;
@@ -37,6 +39,7 @@ pub struct EngineBackend {
     /// To the serving loop.
     submit: std::sync::mpsc::Sender<Submission>,
     gauges: Arc<LoopGauges>,
+    streams: StreamLimits,
 }
 
 impl EngineBackend {
@@ -44,6 +47,7 @@ impl EngineBackend {
     pub fn spawn_load(model_id: &str, config: &EngineModelConfig) -> EngineBackend {
         let state = Arc::new(OnceLock::new());
         let slot = state.clone();
+        let streams = config.streams;
         let config = config.clone();
         let id = model_id.to_owned();
         let (submit, submissions) = std::sync::mpsc::channel::<Submission>();
@@ -65,12 +69,12 @@ impl EngineBackend {
                 let _ = slot.set(outcome);
                 if let Some(Load::Ready(engine)) = slot.get() {
                     // Until the backend (every sender) is dropped.
-                    engine_loop::serve(engine, config.batching, &submissions, &loop_gauges);
+                    engine_loop::serve(engine, config.batching, config.streams, &submissions, &loop_gauges);
                 }
             })
             .map_err(|e| tracing::error!(error = %e, "cannot start the model loading thread"))
             .ok();
-        EngineBackend { model_id: model_id.to_owned(), state, submit, gauges }
+        EngineBackend { model_id: model_id.to_owned(), state, submit, gauges, streams }
     }
 
     /// The serving loop's queue depth, batch size and counters.
@@ -90,14 +94,29 @@ impl EngineBackend {
         }
     }
 
-    pub async fn complete(&self, request: &ChatRequest, ctx: &RequestContext) -> Result<BackendResponse, ApiError> {
-        let engine = match self.state.get() {
-            Some(Load::Ready(engine)) => engine,
-            Some(Load::Failed(reason)) => return Err(ApiError::Unavailable(format!("model `{}` failed to load: {reason}", self.model_id))),
-            None => return Err(ApiError::Unavailable(format!("The model `{}` is still loading; retry shortly.", self.model_id))),
-        };
+    /// The loaded engine, or why there is none.
+    fn engine(&self) -> Result<&Engine, ApiError> {
+        engine_of(&self.state, &self.model_id)
+    }
+
+    /// The request's prompt tokens: a long prompt is rendered and tokenised on tokio's
+    /// blocking pool, a short one right here, where the hop to another thread would cost
+    /// more than the work.
+    async fn prompt(&self, request: &ChatRequest) -> Result<Vec<u32>, ApiError> {
         let messages = chat_messages(&request.messages)?;
-        let prompt = engine.chat_prompt(&messages, request.tools.as_ref()).map_err(map_engine_error)?;
+        let tools = request.tools.clone();
+        if prompt_bytes(&messages, tools.as_ref()) <= INLINE_PROMPT_BYTES {
+            return self.engine()?.chat_prompt(&messages, tools.as_ref()).map_err(map_engine_error);
+        }
+        let (state, model_id) = (self.state.clone(), self.model_id.clone());
+        tokio::task::spawn_blocking(move || engine_of(&state, &model_id)?.chat_prompt(&messages, tools.as_ref()).map_err(map_engine_error))
+            .await
+            .map_err(|e| ApiError::Internal(format!("prompt tokenising task failed: {e}")))?
+    }
+
+    pub async fn complete(&self, request: &ChatRequest, ctx: &RequestContext) -> Result<BackendResponse, ApiError> {
+        let prompt = self.prompt(request).await?;
+        let engine = self.engine()?;
         let limit = engine.context_tokens();
         if prompt.len() >= limit {
             return Err(ApiError::ContextLengthExceeded(format!(
@@ -116,7 +135,7 @@ impl EngineBackend {
                 top_logprobs: if request.logprobs { request.top_logprobs as usize } else { 0 },
             })
             .collect();
-        let (events, rx) = mpsc::unbounded_channel();
+        let (events, rx) = self.streams.channel();
         let (accepted, answer) = oneshot::channel();
         let submission = Submission {
             owner: Owner::new(ctx.tenant.as_str(), &ctx.request_id),
@@ -132,6 +151,26 @@ impl EngineBackend {
             system_fingerprint: None,
             events: Box::pin(futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|ev| (ev, rx)) })),
         })
+    }
+}
+
+/// Prompts with more text than this (message contents, bytes) are tokenised on the
+/// blocking pool.
+const INLINE_PROMPT_BYTES: usize = 16 * 1024;
+
+/// About how much text the template will render: the messages' contents, tool calls and
+/// tool definitions.
+fn prompt_bytes(messages: &[ChatMessage], tools: Option<&Value>) -> usize {
+    let json_len = |v: &Value| serde_json::to_string(v).map_or(0, |s| s.len());
+    let of_message = |m: &ChatMessage| m.content.as_ref().map_or(0, String::len) + m.tool_calls.as_ref().map_or(0, json_len);
+    messages.iter().map(of_message).sum::<usize>() + tools.map_or(0, json_len)
+}
+
+fn engine_of<'a>(state: &'a OnceLock<Load>, model_id: &str) -> Result<&'a Engine, ApiError> {
+    match state.get() {
+        Some(Load::Ready(engine)) => Ok(engine),
+        Some(Load::Failed(reason)) => Err(ApiError::Unavailable(format!("model `{model_id}` failed to load: {reason}"))),
+        None => Err(ApiError::Unavailable(format!("The model `{model_id}` is still loading; retry shortly."))),
     }
 }
 
