@@ -33,12 +33,15 @@ declare -A crate=(
   [sse]=gateway/fuzz
   [chat_request]=gateway/fuzz
 )
+# -timeout: building the streaming automata of one shipped rule (`twitter-bearer-token`,
+# counted repetitions) takes over 60 s instrumented on a loaded 2-core host; the loader's
+# automaton size limit bounds it, so only a much longer run is a finding.
 # -malloc_limit_mb: one allocation far beyond the input size is a memory bug; the GGUF
 # reader may legitimately copy a whole tensor, the text parsers never need megabytes.
 declare -A flags=(
   [gguf]="-max_len=70000 -malloc_limit_mb=512"
   [stream_scan]="-max_len=4096 -timeout=60"
-  [load_rules]="-max_len=4096 -timeout=60"
+  [load_rules]="-max_len=4096 -timeout=300"
   [sse]="-max_len=16384 -malloc_limit_mb=64"
   [chat_request]="-max_len=16384 -malloc_limit_mb=64"
 )
