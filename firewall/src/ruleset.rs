@@ -321,7 +321,7 @@ fn parse_file(file: &str, text: &str, allow: &mut AllowCache) -> Parsed {
         Ok(r) => r,
         Err(e) => {
             let line = e.span().map_or(0, |s| lines.of(s.start));
-            out.errors.push(LoadError { file: file.into(), line, rule_id: None, reason: e.message().trim().to_string() });
+            out.errors.push(LoadError { file: file.into(), line, rule_id: None, reason: syntax_reason(text, &e) });
             return out;
         }
     };
@@ -365,6 +365,20 @@ fn parse_file(file: &str, text: &str, allow: &mut AllowCache) -> Parsed {
     out
 }
 
+/// The reason of a TOML syntax error. toml leaves some without a message (a control
+/// character in a comment): those name the character at the error instead, so that no
+/// error reads as a bare `file:line:`.
+fn syntax_reason(text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().trim();
+    if !message.is_empty() {
+        return message.to_string();
+    }
+    match e.span().and_then(|s| text.get(s.start..)).and_then(|rest| rest.chars().next()) {
+        Some(c) => format!("invalid TOML: unexpected character {c:?}"),
+        None => "invalid TOML".to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -379,6 +393,15 @@ mod tests {
 
     fn load(text: &str) -> Result<Ruleset, LoadErrors> {
         Ruleset::load_sources(&[("a.toml".to_string(), text.to_string())], LoadOptions::default())
+    }
+
+    #[test]
+    fn syntax_errors_without_a_toml_message_name_the_character() {
+        // Found by the load_rules fuzzer: a NUL in a comment came back as `a.toml:2: `.
+        let err = load("# fine\n#\0 not fine\n").unwrap_err();
+        let e = &err.errors[0];
+        assert_eq!(e.line, 2);
+        assert_eq!(e.reason, "invalid TOML: unexpected character '\\0'");
     }
 
     fn errors(text: &str) -> Vec<String> {

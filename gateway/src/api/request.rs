@@ -407,6 +407,18 @@ mod tests {
     }
 
     #[test]
+    fn numbers_reach_the_upstream_as_the_client_sent_them() {
+        // serde_json's default float parser may land an ulp off, and the body relayed
+        // upstream would carry another number than the client's (found by the fuzzer).
+        let digits = "-88888888888888888888888888888888888888888888";
+        let body = format!(r#"{{"model": "m", "messages": [{{"role": "user", "content": "hi"}}], "x_weight": {digits}}}"#);
+        let r = ChatRequest::parse(body.as_bytes()).unwrap();
+        assert_eq!(r.raw["x_weight"].as_f64(), Some(digits.parse::<f64>().unwrap()));
+        let relayed = ChatRequest::parse(serde_json::to_string(&r.raw).unwrap().as_bytes()).unwrap();
+        assert_eq!(relayed.raw, r.raw);
+    }
+
+    #[test]
     fn max_completion_tokens_wins_over_max_tokens() {
         let mut v = with("max_tokens", json!(10));
         v["max_completion_tokens"] = json!(20);
