@@ -2,6 +2,8 @@
 //! every chunking of the stream as for one push; every event's data is built from the
 //! input's own bytes, so no event outgrows it. The fuzzer's `-malloc_limit_mb` (set small
 //! by scripts/fuzz.sh) fails any single allocation far beyond the input: bounded memory.
+//! With an event cap (`max_stream_event_bytes`), no event's data passes it, and the events
+//! delivered are those of the uncapped parse up to the first one over it.
 #![no_main]
 
 use gateway::backend::sse::{SseError, SseEvent, SseParser};
@@ -9,7 +11,10 @@ use libfuzzer_sys::fuzz_target;
 
 /// Events up to the first error, and that error.
 fn parse(pieces: &mut dyn Iterator<Item = &[u8]>) -> (Vec<SseEvent>, Option<SseError>) {
-    let mut parser = SseParser::new();
+    parse_with(SseParser::new(), pieces)
+}
+
+fn parse_with(mut parser: SseParser, pieces: &mut dyn Iterator<Item = &[u8]>) -> (Vec<SseEvent>, Option<SseError>) {
     let mut events = Vec::new();
     for piece in pieces {
         if let Err(e) = parser.push(piece, &mut events) {
@@ -43,6 +48,11 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(chunked, whole, "chunking changed the events");
     let bytewise = parse(&mut stream.chunks(1));
     assert_eq!(bytewise, whole, "byte-by-byte feeding changed the events");
+
+    let cap = 16 + usize::from(seed % 64);
+    let (capped, _) = parse_with(SseParser::with_max_event_bytes(cap), &mut pieces(stream, seed).into_iter());
+    assert!(capped.iter().all(|e| e.data.len() <= cap), "an event passed the cap");
+    assert!(whole.0.starts_with(&capped), "the cap changed the events before it");
 
     let (events, _) = whole;
     let line_ends = stream.iter().filter(|&&b| b == b'\n' || b == b'\r').count();
