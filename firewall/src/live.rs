@@ -1,18 +1,26 @@
 //! Liveness: which positions of a stream could still be the start of a match.
 //!
 //! For every pattern we build an *anchored* dense DFA of a relaxed version of its regex:
-//! look-around assertions are dropped and non-ASCII parts of classes widen to "any
-//! non-ASCII character". The relaxed language contains every string the real regex can
+//! look-around assertions are dropped and non-ASCII parts of large classes widen to "any
+//! non-ASCII character" (small ones, such as the case pairs of `(?i:пароль)`, are kept:
+//! widened, every Cyrillic letter started a thread of such a rule). The relaxed language contains every string the real regex can
 //! match, so "no relaxed thread started at `p` is alive" soundly proves "no match can start
 //! at `p` and use bytes we have not seen yet". Being relaxed only ever costs holdback.
-//! One look-around is kept, outside the automaton: a pattern whose every match opens with
-//! `\b` starts threads only where an ASCII word boundary lies (no real match starts
-//! elsewhere); without that, most generic rules started a thread at every letter.
+//! Opening look-arounds are kept outside the automaton, as conditions on where a thread may
+//! start: the pattern's [`StartFilter`] tells, per first byte, under which openings (line
+//! start, ASCII word boundary…) a real match can begin with it, and a thread starts only
+//! where one of them holds. Without that, a rule opening with `(?:^|[ \t;])` or `\b`
+//! started a thread at every letter, and counted repetitions such as `[A-Za-z0-9_.-]{1,64}:`
+//! kept one thread per letter of every word alive.
 //! A pattern whose automaton could not be built (only when building was deferred, see
 //! [`Live::build_lenient`]) is followed as "in progress anywhere".
 //!
 //! [`Threads`] runs one anchored thread per (pattern, start position) over the stream, byte
-//! by byte, keeping only live ones. Two threads of one pattern in the same DFA state have
+//! by byte, keeping only live ones. Most threads die on their second byte (a rule opening
+//! with `(?:^|[^A-Za-z0-9])` starts one at every space and every non-ASCII character), so a
+//! thread is made only once its first two bytes are known to keep it alive: a table of byte
+//! pairs gives, for the two bytes, the patterns that survive them and the state they reach.
+//! Until then the last byte is a *pending* start, which counts as live for the holdback. Two threads of one pattern in the same DFA state have
 //! the same future, so only the earlier start is kept: the thread set stays small (bounded
 //! by the number of DFA states), and the earliest live start is simply the first thread.
 //! A thread that passes through a match state reports `(pattern, start)`, which tells the
@@ -23,9 +31,9 @@ use regex_automata::dfa::{dense, Automaton, StartKind};
 use regex_automata::nfa::thompson::{self, WhichCaptures};
 use regex_automata::util::primitives::StateID;
 use regex_automata::{Anchored, Input, MatchKind};
-use regex_syntax::hir::{Class, ClassUnicode, ClassUnicodeRange, Hir, HirKind, Look, Repetition};
+use regex_syntax::hir::{Class, ClassUnicode, ClassUnicodeRange, Hir, HirKind, Repetition};
 
-use crate::start::is_word_byte;
+use crate::start::{Openings, StartFilter};
 
 /// Size limit for one pattern's liveness DFA and for its determinisation (bytes).
 pub const LIVE_DFA_LIMIT: usize = 16 << 20;
@@ -49,9 +57,19 @@ pub(crate) fn relax(hir: &Hir) -> Hir {
     }
 }
 
-/// Keeps the ASCII part of a class and replaces any non-ASCII part by all of non-ASCII.
+/// The most non-ASCII code points a class may hold and still be followed exactly.
+const EXACT_CLASS_MAX: u32 = 64;
+
+/// Whether relaxing keeps `c` as it is: it is ASCII, or its non-ASCII part is small enough
+/// to cost the automaton little.
+pub(crate) fn keeps_exact(c: &ClassUnicode) -> bool {
+    let non_ascii: u32 = c.ranges().iter().filter(|r| r.end() as u32 >= 0x80).map(|r| r.end() as u32 - (r.start() as u32).max(0x80) + 1).sum();
+    non_ascii <= EXACT_CLASS_MAX
+}
+
+/// Keeps the ASCII part of a class and replaces a large non-ASCII part by all of non-ASCII.
 fn widen(c: &ClassUnicode) -> ClassUnicode {
-    if c.ranges().iter().all(|r| (r.end() as u32) < 0x80) {
+    if keeps_exact(c) {
         return c.clone();
     }
     let mut ranges: Vec<ClassUnicodeRange> = c
@@ -69,19 +87,6 @@ fn widen(c: &ClassUnicode) -> ClassUnicode {
 pub(crate) struct LiveDfa {
     dfa: dense::DFA<Vec<u32>>,
     start: StateID,
-}
-
-/// Whether every match of `hir` opens with an ASCII word boundary (`\b` as the rules
-/// compile it): such a match can only start where the bytes on either side of it differ in
-/// being ASCII word characters.
-fn opens_with_word_boundary(hir: &Hir) -> bool {
-    match hir.kind() {
-        HirKind::Look(Look::WordAscii | Look::WordStartAscii) => true,
-        HirKind::Capture(c) => opens_with_word_boundary(&c.sub),
-        HirKind::Concat(parts) => parts.first().is_some_and(opens_with_word_boundary),
-        HirKind::Alternation(alts) => alts.iter().all(opens_with_word_boundary),
-        _ => false,
-    }
 }
 
 impl LiveDfa {
@@ -111,16 +116,45 @@ impl LiveDfa {
     }
 }
 
-/// All patterns' automata plus, per first byte, the patterns a thread can start with.
+/// All patterns' automata plus, per first byte and per pair of first bytes, the patterns a
+/// thread can start with.
 #[derive(Clone, Debug)]
 pub(crate) struct Live {
     // [patterns] None: no automaton could be built; the pattern may be in progress anywhere
     dfas: Vec<Option<LiveDfa>>,
-    // [256][patterns that survive this first byte and may start anywhere]
-    first: Vec<Vec<u32>>,
-    // [256][patterns that survive this first byte, but only where an ASCII word boundary
-    // lies just before it: every match of theirs opens with `\b`]
-    first_at_boundary: Vec<Vec<u32>>,
+    // [256][patterns that survive this first byte, with the openings under which a match
+    // of theirs may begin with it]
+    first: Vec<Vec<FirstByte>>,
+    // [256] the union of `first[b]`'s openings, patterns with an automaton only: whether a
+    // byte is a pending start
+    pending_openings: Vec<Openings>,
+    // [first byte << 8 | second byte] the range of `pairs` for that pair of bytes
+    pair_ranges: Vec<u32>,
+    // the patterns (with an automaton) that a first byte starts and a second byte keeps
+    // alive or completes
+    pairs: Vec<SecondByte>,
+}
+
+/// A pattern a thread may start with at some byte, and where.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct FirstByte {
+    pattern: u32,
+    openings: Openings,
+    // false: followed without an automaton, spawned at once
+    automaton: bool,
+}
+
+/// A pattern started by a pair of bytes: where the first may open a match, the state after
+/// both, and what the second byte did.
+#[derive(Clone, Copy, Debug)]
+struct SecondByte {
+    pattern: u32,
+    openings: Openings,
+    state: StateID,
+    // the relaxed pattern matched the first byte alone (reported when the second is seen)
+    matched: bool,
+    // the thread goes on after the second byte
+    alive: bool,
 }
 
 impl Live {
@@ -152,17 +186,41 @@ impl Live {
     /// `dfas[p]` is the automaton of `patterns[p]`, if it could be built.
     fn from_automata(dfas: Vec<Option<LiveDfa>>, patterns: &[Hir]) -> Live {
         let mut first = vec![Vec::new(); 256];
-        let mut first_at_boundary = vec![Vec::new(); 256];
         for (p, d) in dfas.iter().enumerate() {
-            // Relaxing drops look-around; an opening `\b` is put back as a spawn condition.
-            let table = if patterns.get(p).is_some_and(opens_with_word_boundary) { &mut first_at_boundary } else { &mut first };
+            // Relaxing drops look-around; the opening ones are put back as spawn conditions.
+            let filter = patterns.get(p).map(StartFilter::of);
             for b in 0..=255u8 {
                 if d.as_ref().is_none_or(|d| !d.dfa.is_dead_state(d.dfa.next_state(d.start, b))) {
-                    table[b as usize].push(p as u32);
+                    // The filter's bytes are the automaton's (a test checks it); should they
+                    // ever disagree, the automaton's byte starts anywhere.
+                    let openings = filter.as_ref().map_or(Openings::ANYWHERE, |f| f.openings(b));
+                    let openings = if openings.is_none() { Openings::ANYWHERE } else { openings };
+                    first[b as usize].push(FirstByte { pattern: p as u32, openings, automaton: d.is_some() });
                 }
             }
         }
-        Live { dfas, first, first_at_boundary }
+        let pending_openings = first
+            .iter()
+            .map(|starts| starts.iter().filter(|f| f.automaton).fold(Openings::NONE, |all, f| all.or(f.openings)))
+            .collect();
+        let mut pair_ranges = Vec::with_capacity(1 << 16 | 1);
+        let mut pairs = Vec::new();
+        pair_ranges.push(0);
+        for (b1, starts) in (0..=255u8).zip(&first) {
+            for b2 in 0..=255u8 {
+                for f in starts.iter().filter(|f| f.automaton) {
+                    let Some(Some(d)) = dfas.get(f.pattern as usize) else { continue };
+                    let state = d.dfa.next_state(d.dfa.next_state(d.start, b1), b2);
+                    let matched = d.dfa.is_match_state(state);
+                    let alive = !(d.dfa.is_dead_state(state) || matched && dies_after(&d.dfa, state));
+                    if matched || alive {
+                        pairs.push(SecondByte { pattern: f.pattern, openings: f.openings, state, matched, alive });
+                    }
+                }
+                pair_ranges.push(pairs.len() as u32);
+            }
+        }
+        Live { dfas, first, pending_openings, pair_ranges, pairs }
     }
 
     pub(crate) fn memory_usage(&self) -> usize {
@@ -182,10 +240,29 @@ struct Thread {
 pub(crate) struct Threads {
     live: Vec<Thread>,
     scratch: Vec<Thread>,
-    // (pattern, state) pairs already in `scratch` during one step
+    // [patterns] the first state each pattern took during the step `step`: most patterns
+    // have one thread at a time, whose uniqueness this settles without hashing
+    first_taken: Vec<FirstTaken>,
+    step: u32,
+    // (pattern, state) pairs already in `scratch` during one step, for the patterns that
+    // took a second state
     seen: StepSet,
     // the byte stepped last, for word boundaries; None at the start of the stream
     prev: Option<u8>,
+    // the byte before it (None when `prev` is the first)
+    prev_prev: Option<u8>,
+    // the position of `prev` when a match may start there (its thread, if it lives, is
+    // made with the next byte)
+    pending: Option<usize>,
+}
+
+/// The first state a pattern took during one step.
+#[derive(Debug, Default, Clone, Copy)]
+struct FirstTaken {
+    step: u32,
+    state: StateID,
+    // the state is also in the step's `StepSet` (the pattern took a second one)
+    in_set: bool,
 }
 
 /// The (pattern, state) pairs already taken during one step: a small open-addressing set
@@ -254,11 +331,13 @@ impl Threads {
         let mut next = std::mem::take(&mut self.scratch);
         next.clear();
         self.seen.clear();
+        self.next_step(live.dfas.len());
+        let mut taken = Taken { first: &mut self.first_taken, step: self.step, seen: &mut self.seen };
         for t in &self.live {
             let Some(Some(LiveDfa { dfa, .. })) = live.dfas.get(t.pattern as usize) else {
                 // Followed without an automaton: always a candidate, never finished.
                 on_match(t.pattern as usize, t.start);
-                push_unique(&mut next, &mut self.seen, *t);
+                taken.push_unique(&mut next, *t);
                 continue;
             };
             let state = dfa.next_state(t.state, byte);
@@ -271,25 +350,65 @@ impl Threads {
                 }
             }
             if !dfa.is_dead_state(state) {
-                push_unique(&mut next, &mut self.seen, Thread { state, ..*t });
+                taken.push_unique(&mut next, Thread { state, ..*t });
             }
         }
-        let at_boundary = self.prev.is_some_and(is_word_byte) != is_word_byte(byte);
-        self.prev = Some(byte);
-        let anywhere = live.first[byte as usize].iter();
-        let opening = if at_boundary { live.first_at_boundary[byte as usize].as_slice() } else { &[] };
-        for &p in anywhere.chain(opening) {
-            let state = match live.dfas.get(p as usize) {
-                Some(Some(d)) => d.dfa.next_state(d.start, byte),
-                _ => StateID::ZERO,
-            };
-            push_unique(&mut next, &mut self.seen, Thread { pattern: p, start: pos, state });
+        // The threads of the pending start, now that its second byte is here.
+        if let (Some(start), Some(first)) = (self.pending, self.prev) {
+            let pair = usize::from(first) << 8 | usize::from(byte);
+            let range = live.pair_ranges[pair] as usize..live.pair_ranges[pair + 1] as usize;
+            for second in &live.pairs[range] {
+                if !second.openings.is_anywhere() && !second.openings.hold(self.prev_prev, first) {
+                    continue;
+                }
+                if second.matched {
+                    on_match(second.pattern as usize, start);
+                }
+                if second.alive {
+                    taken.push_unique(&mut next, Thread { pattern: second.pattern, start, state: second.state });
+                }
+            }
+        }
+        let before = self.prev;
+        (self.prev_prev, self.prev) = (before, Some(byte));
+        let openings = live.pending_openings[usize::from(byte)];
+        self.pending = (openings.is_anywhere() || openings.hold(before, byte)).then_some(pos);
+        // Patterns without an automaton start at once (rare: unchecked rules that failed).
+        for f in live.first[usize::from(byte)].iter().filter(|f| !f.automaton) {
+            if f.openings.is_anywhere() || f.openings.hold(before, byte) {
+                taken.push_unique(&mut next, Thread { pattern: f.pattern, start: pos, state: StateID::ZERO });
+            }
         }
         self.scratch = std::mem::replace(&mut self.live, next);
     }
 
+    /// Starts a step: every pattern's first state is forgotten at once.
+    fn next_step(&mut self, patterns: usize) {
+        if self.first_taken.len() < patterns {
+            self.first_taken.resize(patterns, FirstTaken::default());
+        }
+        self.step = self.step.wrapping_add(1);
+        if self.step == 0 {
+            // Wrapped: old stamps could look current again.
+            self.first_taken.iter_mut().for_each(|f| f.step = 0);
+            self.step = 1;
+        }
+    }
+
     /// Ends the stream: reports the matches that end exactly at the end and clears.
     pub(crate) fn finish(&mut self, live: &Live, on_match: &mut impl FnMut(usize, usize)) {
+        if let (Some(start), Some(byte)) = (self.pending.take(), self.prev) {
+            // The pending start's threads have seen one byte.
+            for f in live.first[usize::from(byte)].iter().filter(|f| f.automaton) {
+                if !f.openings.is_anywhere() && !f.openings.hold(self.prev_prev, byte) {
+                    continue;
+                }
+                if let Some(Some(d)) = live.dfas.get(f.pattern as usize) {
+                    let state = d.dfa.next_state(d.start, byte);
+                    self.live.push(Thread { pattern: f.pattern, start, state });
+                }
+            }
+        }
         for t in self.live.drain(..) {
             let matched = match live.dfas.get(t.pattern as usize) {
                 Some(Some(LiveDfa { dfa, .. })) => dfa.is_match_state(dfa.next_eoi_state(t.state)),
@@ -303,12 +422,13 @@ impl Threads {
 
     /// The earliest position at which a match may be in progress.
     pub(crate) fn earliest(&self) -> Option<usize> {
-        self.live.first().map(|t| t.start)
+        self.live.first().map(|t| t.start).or(self.pending)
     }
 
     /// Abandons threads that started before `pos` (only when the holdback limit forces it).
     pub(crate) fn drop_before(&mut self, pos: usize) {
         self.live.retain(|t| t.start >= pos);
+        self.pending = self.pending.filter(|&p| p >= pos);
     }
 }
 
@@ -317,10 +437,39 @@ fn dies_after(dfa: &dense::DFA<Vec<u32>>, state: StateID) -> bool {
     (0..=255u8).all(|b| dfa.is_dead_state(dfa.next_state(state, b)))
 }
 
-/// Appends `t` unless an earlier thread of the same pattern is already in its state.
-fn push_unique(v: &mut Vec<Thread>, seen: &mut StepSet, t: Thread) {
-    if seen.insert((u64::from(t.pattern) << 32) | u64::from(t.state.as_u32())) {
-        v.push(t);
+/// What one step has taken so far.
+struct Taken<'a> {
+    first: &'a mut [FirstTaken],
+    step: u32,
+    seen: &'a mut StepSet,
+}
+
+impl Taken<'_> {
+    /// Appends `t` unless an earlier thread of the same pattern is already in its state.
+    #[inline]
+    fn push_unique(&mut self, v: &mut Vec<Thread>, t: Thread) {
+        let key = |state: StateID| (u64::from(t.pattern) << 32) | u64::from(state.as_u32());
+        let Some(first) = self.first.get_mut(t.pattern as usize) else {
+            // Patterns past the table (none: it is sized to the automata) use the set.
+            if self.seen.insert(key(t.state)) {
+                v.push(t);
+            }
+            return;
+        };
+        if first.step != self.step {
+            *first = FirstTaken { step: self.step, state: t.state, in_set: false };
+            return v.push(t);
+        }
+        if first.state == t.state {
+            return;
+        }
+        if !first.in_set {
+            self.seen.insert(key(first.state));
+            first.in_set = true;
+        }
+        if self.seen.insert(key(t.state)) {
+            v.push(t);
+        }
     }
 }
 
@@ -370,8 +519,101 @@ mod tests {
         // "xtoken=" cannot match the first pattern anywhere; the second from "x" on.
         assert_eq!(matches("xtoken=abc "), vec![(1, 0)]);
         assert_eq!(matches("a token=abc "), vec![(0, 2), (1, 2)]);
-        assert_eq!(l.first_at_boundary[usize::from(b't')], vec![0]);
-        assert_eq!(l.first[usize::from(b't')], vec![1]);
+        let at_t = &l.first[usize::from(b't')];
+        assert_eq!(at_t.iter().map(|f| (f.pattern, f.openings.is_anywhere())).collect::<Vec<_>>(), vec![(0, false), (1, true)]);
+    }
+
+    #[test]
+    fn a_line_start_opening_spawns_threads_only_at_line_starts() {
+        // pgpass-like: a counted run of name characters after a line start or a newline.
+        let l = live(&[r"(?:^|\n)[A-Za-z0-9_.*-]{1,64}:5432:"]);
+        let mut t = Threads::default();
+        let mut hits = Vec::new();
+        for (i, b) in "host:5432:\nsome.name_of-a.host".bytes().enumerate() {
+            t.step(&l, b, i, &mut |p, s| hits.push((p, s)));
+        }
+        assert_eq!(hits, vec![(0, 0)]);
+        // Alive: the thread from the newline (the one from the line's first letter is in the
+        // same state, so only the earlier is kept); no letter inside the line started one
+        // (unfiltered, each of the 21 would have, each in its own state).
+        assert_eq!(t.live.iter().map(|t| t.start).collect::<Vec<_>>(), vec![10]);
+    }
+
+    /// The earliest live start after one byte, and the (pattern, start) matches it reported.
+    type StepOutcome = (Option<usize>, Vec<(usize, usize)>);
+
+    /// Per byte, what [`StepOutcome`] threads gave before byte pairs (every start spawned at
+    /// its first byte, kept unless an earlier thread of its pattern was in its state), then
+    /// the matches at the end.
+    fn reference_run(l: &Live, text: &[u8]) -> (Vec<StepOutcome>, Vec<(usize, usize)>) {
+        let mut live: Vec<Thread> = Vec::new();
+        let mut steps = Vec::new();
+        let mut prev = None;
+        for (pos, &byte) in text.iter().enumerate() {
+            let (mut next, mut seen, mut hits) = (Vec::new(), std::collections::HashSet::new(), Vec::new());
+            let mut keep = |t: Thread, next: &mut Vec<Thread>| {
+                if seen.insert((t.pattern, t.state)) {
+                    next.push(t);
+                }
+            };
+            for t in &live {
+                let Some(Some(d)) = l.dfas.get(t.pattern as usize) else { continue };
+                let state = d.dfa.next_state(t.state, byte);
+                if d.dfa.is_match_state(state) {
+                    hits.push((t.pattern as usize, t.start));
+                    if dies_after(&d.dfa, state) {
+                        continue;
+                    }
+                }
+                if !d.dfa.is_dead_state(state) {
+                    keep(Thread { state, ..*t }, &mut next);
+                }
+            }
+            for f in &l.first[usize::from(byte)] {
+                if f.openings.is_anywhere() || f.openings.hold(prev, byte) {
+                    if let Some(Some(d)) = l.dfas.get(f.pattern as usize) {
+                        keep(Thread { pattern: f.pattern, start: pos, state: d.dfa.next_state(d.start, byte) }, &mut next);
+                    }
+                }
+            }
+            prev = Some(byte);
+            live = next;
+            hits.sort_unstable();
+            steps.push((live.first().map(|t| t.start), hits));
+        }
+        let mut end: Vec<(usize, usize)> = live
+            .iter()
+            .filter(|t| l.dfas[t.pattern as usize].as_ref().is_some_and(|d| d.dfa.is_match_state(d.dfa.next_eoi_state(t.state))))
+            .map(|t| (t.pattern as usize, t.start))
+            .collect();
+        end.sort_unstable();
+        (steps, end)
+    }
+
+    #[test]
+    fn byte_pairs_change_nothing_but_the_work() {
+        let rules = crate::Ruleset::builtin().map_err(|e| e.to_string());
+        let Ok(rules) = rules else { return assert_eq!(rules.err(), None) };
+        let l = rules.engine.live();
+        let samples: Vec<&str> = rules.rules.iter().flat_map(|r| r.must_match.iter().chain(&r.must_not_match)).map(String::as_str).collect();
+        let prose = "Пароль: hunter2hunter2 — ключ EAAAtoken… the quick brown fox\r\n\tpassword = 's3cr3t!'";
+        let texts = [samples.join("\n"), samples.join(" "), samples.join(""), samples.concat().to_uppercase(), prose.repeat(8)];
+        for text in &texts {
+            for text in text.as_bytes().chunks(60_000) {
+                let (want_steps, want_end) = reference_run(l, text);
+                let mut t = Threads::default();
+                for (pos, &byte) in text.iter().enumerate() {
+                    let mut hits = Vec::new();
+                    t.step(l, byte, pos, &mut |p, s| hits.push((p, s)));
+                    hits.sort_unstable();
+                    assert_eq!((t.earliest(), hits), want_steps[pos], "at {pos} of {:?}", String::from_utf8_lossy(&text[pos.saturating_sub(40)..=pos]));
+                }
+                let mut end = Vec::new();
+                t.finish(l, &mut |p, s| end.push((p, s)));
+                end.sort_unstable();
+                assert_eq!(end, want_end);
+            }
+        }
     }
 
     #[test]
@@ -396,8 +638,8 @@ mod tests {
     /// The first-byte set of pattern `p` as its automaton sees it.
     fn automaton_first_bytes(l: &Live, p: usize) -> [u64; 4] {
         let mut set = [0u64; 4];
-        for (b, (anywhere, opening)) in l.first.iter().zip(&l.first_at_boundary).enumerate() {
-            if anywhere.contains(&(p as u32)) || opening.contains(&(p as u32)) {
+        for (b, starts) in l.first.iter().enumerate() {
+            if starts.iter().any(|f| f.pattern == p as u32) {
                 set[b >> 6] |= 1u64 << (b & 63);
             }
         }

@@ -10,8 +10,8 @@
 //! tried at every letter of the 64 bytes before each `password`.
 //!
 //! The filter is read off the syntax tree and over-approximates: it never rejects a real
-//! start. Bytes are those of the relaxed pattern (non-ASCII parts of classes widened to
-//! every UTF-8 lead byte, as in `live`); assertions it does not know, and every assertion
+//! start. Bytes are those of the relaxed pattern (non-ASCII parts of large classes widened
+//! to every UTF-8 lead byte, as in `live`); assertions it does not know, and every assertion
 //! after the first byte, are simply not used. The union of its byte sets equals the first
 //! bytes of the streaming automaton (a test in `live` checks it).
 
@@ -75,9 +75,48 @@ impl Opening {
     }
 }
 
+/// The first byte of `c` in UTF-8.
+fn utf8_lead(c: char) -> u8 {
+    let mut buf = [0u8; 4];
+    c.encode_utf8(&mut buf);
+    buf[0]
+}
+
 /// ASCII word characters, as `(?-u:\b)` sees bytes.
 pub(crate) fn is_word_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_'
+}
+
+/// The openings under which a match may begin with some byte: a bit set over
+/// `Opening::ALL` (bit 0, `Anywhere`, makes the others moot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Openings(u8);
+
+impl Openings {
+    /// No condition: a match may begin with the byte wherever it is.
+    pub(crate) const ANYWHERE: Openings = Openings(1);
+    /// No match begins with the byte.
+    pub(crate) const NONE: Openings = Openings(0);
+
+    /// A match may begin under either's openings.
+    pub(crate) fn or(self, other: Openings) -> Openings {
+        Openings(self.0 | other.0)
+    }
+
+    pub(crate) fn is_none(self) -> bool {
+        self.0 == 0
+    }
+
+    pub(crate) fn is_anywhere(self) -> bool {
+        self.0 & 1 != 0
+    }
+
+    /// Whether one of the openings holds for a start whose byte is `at` after `before`
+    /// (None at the text's start).
+    #[inline]
+    pub(crate) fn hold(self, before: Option<u8>, at: u8) -> bool {
+        Opening::ALL.iter().enumerate().any(|(i, o)| self.0 & (1 << i) != 0 && o.holds(before, at))
+    }
 }
 
 /// The positions a pattern's matches can start at (see the module docs).
@@ -102,13 +141,19 @@ impl StartFilter {
     #[inline]
     pub(crate) fn may_start_at(&self, text: &[u8], s: usize) -> bool {
         let Some(&at) = text.get(s) else { return false };
-        let openings = self.by_byte[usize::from(at)];
+        let openings = self.openings(at);
         // Most positions settle here: no match begins with this byte, or one may anywhere.
-        if openings & 1 != 0 || openings == 0 {
-            return openings != 0;
+        if openings.is_anywhere() || openings.is_none() {
+            return !openings.is_none();
         }
         let before = s.checked_sub(1).and_then(|p| text.get(p)).copied();
-        Opening::ALL.iter().enumerate().any(|(i, o)| openings & (1 << i) != 0 && o.holds(before, at))
+        openings.hold(before, at)
+    }
+
+    /// The openings under which a match may begin with the byte `at`.
+    #[inline]
+    pub(crate) fn openings(&self, at: u8) -> Openings {
+        Openings(self.by_byte[usize::from(at)])
     }
 
     /// Every byte a match can begin with, whatever surrounds it, as a 256-bit set.
@@ -147,12 +192,16 @@ impl StartFilter {
                 None
             }
             HirKind::Class(Class::Unicode(c)) => {
+                let exact = crate::live::keeps_exact(c);
                 for r in c.iter() {
                     let (lo, hi) = (r.start() as u32, r.end() as u32);
                     if lo < 0x80 {
                         self.add_range(opening, lo as u8, hi.min(0x7F) as u8);
                     }
-                    if hi >= 0x80 {
+                    if hi >= 0x80 && exact {
+                        // UTF-8 lead bytes grow with the code point, without gaps.
+                        self.add_range(opening, utf8_lead(r.start().max('\u{80}')), utf8_lead(r.end()));
+                    } else if hi >= 0x80 {
                         // Relaxed, any non-ASCII character: every UTF-8 lead byte.
                         self.add_range(opening, 0xC2, 0xF4);
                     }
