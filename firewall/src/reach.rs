@@ -302,6 +302,13 @@ mod tests {
     }
 
     #[test]
+    fn a_keyword_after_a_bounded_run_of_blanks_is_found() {
+        // sql-password-clause, whose `[ \t]+` once sent it over the whole text.
+        let sql = r"(?i:\b(?:(?:with|encrypted|unencrypted|login)[ \t]{1,16}password(?:[ \t]*=)?|password[ \t]*\()[ \t]*)'([^'\s]{6,64})'";
+        assert_eq!(reach_of(sql, &["password"]), Some("unencrypted".len() + 16));
+    }
+
+    #[test]
     fn a_keyword_after_an_unbounded_part_is_not_trusted() {
         assert_eq!(reach_of(r"ab[ \t]*token", &["token"]), None);
         assert_eq!(reach_of(r"token[ \t]*secret", &["secret"]), None);
