@@ -358,7 +358,7 @@ impl Threads {
             let pair = usize::from(first) << 8 | usize::from(byte);
             let range = live.pair_ranges[pair] as usize..live.pair_ranges[pair + 1] as usize;
             for second in &live.pairs[range] {
-                if !second.openings.is_anywhere() && !second.openings.hold(self.prev_prev, first) {
+                if !second.openings.hold(self.prev_prev, first) {
                     continue;
                 }
                 if second.matched {
@@ -372,10 +372,10 @@ impl Threads {
         let before = self.prev;
         (self.prev_prev, self.prev) = (before, Some(byte));
         let openings = live.pending_openings[usize::from(byte)];
-        self.pending = (openings.is_anywhere() || openings.hold(before, byte)).then_some(pos);
+        self.pending = openings.hold(before, byte).then_some(pos);
         // Patterns without an automaton start at once (rare: unchecked rules that failed).
         for f in live.first[usize::from(byte)].iter().filter(|f| !f.automaton) {
-            if f.openings.is_anywhere() || f.openings.hold(before, byte) {
+            if f.openings.hold(before, byte) {
                 taken.push_unique(&mut next, Thread { pattern: f.pattern, start: pos, state: StateID::ZERO });
             }
         }
@@ -400,7 +400,7 @@ impl Threads {
         if let (Some(start), Some(byte)) = (self.pending.take(), self.prev) {
             // The pending start's threads have seen one byte.
             for f in live.first[usize::from(byte)].iter().filter(|f| f.automaton) {
-                if !f.openings.is_anywhere() && !f.openings.hold(self.prev_prev, byte) {
+                if !f.openings.hold(self.prev_prev, byte) {
                     continue;
                 }
                 if let Some(Some(d)) = live.dfas.get(f.pattern as usize) {
@@ -570,7 +570,7 @@ mod tests {
                 }
             }
             for f in &l.first[usize::from(byte)] {
-                if f.openings.is_anywhere() || f.openings.hold(prev, byte) {
+                if f.openings.hold(prev, byte) {
                     if let Some(Some(d)) = l.dfas.get(f.pattern as usize) {
                         keep(Thread { pattern: f.pattern, start: pos, state: d.dfa.next_state(d.start, byte) }, &mut next);
                     }
