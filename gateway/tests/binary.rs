@@ -82,7 +82,7 @@ fn serve_answers_on_the_logged_address_and_stops_on_sigterm() {
 fn scan_jsonl_prints_the_contract_lines_and_reports_bad_records_by_line() {
     let mut corpus = tempfile::Builder::new().suffix(".jsonl").tempfile().expect("temp file");
     let mut text = Vec::new();
-    text.extend_from_slice("{\"id\":1,\"text\":\"Привет, token ghp_R8vTq2LmZx9WcY4bN7kP1sD3fG6hJ0aQe5Ui and more\"}\n".as_bytes());
+    text.extend_from_slice("{\"id\":1,\"text\":\"Привет, value ghp_R8vTq2LmZx9WcY4bN7kP1sD3fG6hJ0aQe5Ui and more\"}\n".as_bytes());
     text.extend_from_slice(b"{\"id\":\"two\",\"text\":\"AKIAIOSFODNN7EXAMPLE your-api-key-here\"}\n");
     text.extend_from_slice(b"\xff\xfe{\"id\":3}\n");
     text.extend_from_slice(b"{\"text\":1}\n\n");
