@@ -426,8 +426,24 @@ mod x86 {
         };
     }
 
-    /// The widest loop this CPU runs.
+    /// The widest loop this CPU runs, capped by `CROSSGUARD_FIREWALL_SIMD=avx2` (or
+    /// `portable`): how a host with AVX-512 measures the loops an AVX2-only host runs.
     pub(super) fn best() -> Simd {
+        *BEST
+    }
+
+    static BEST: std::sync::LazyLock<Simd> = std::sync::LazyLock::new(|| capped(widest(), std::env::var("CROSSGUARD_FIREWALL_SIMD").ok().as_deref()));
+
+    /// `cpu`, lowered to what `setting` names; an unknown setting changes nothing.
+    pub(super) fn capped(cpu: Simd, setting: Option<&str>) -> Simd {
+        match setting {
+            Some("avx2") => cpu.min(Simd::Avx2),
+            Some("portable") => Simd::Portable,
+            _ => cpu,
+        }
+    }
+
+    fn widest() -> Simd {
         if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512dq") && is_x86_feature_detected!("avx512vbmi") {
             Simd::Avx512
         } else if is_x86_feature_detected!("avx2") {
@@ -565,6 +581,17 @@ mod tests {
     use super::*;
     use aho_corasick::{AhoCorasickBuilder, MatchKind};
     use proptest::prelude::*;
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_simd_setting_only_lowers_the_level() {
+        assert_eq!(x86::capped(Simd::Avx512, Some("avx2")), Simd::Avx2);
+        assert_eq!(x86::capped(Simd::Avx2, Some("avx2")), Simd::Avx2);
+        assert_eq!(x86::capped(Simd::Portable, Some("avx2")), Simd::Portable);
+        assert_eq!(x86::capped(Simd::Avx512, Some("portable")), Simd::Portable);
+        assert_eq!(x86::capped(Simd::Avx2, Some("avx512")), Simd::Avx2);
+        assert_eq!(x86::capped(Simd::Avx512, None), Simd::Avx512);
+    }
 
     fn with_automaton(words: &[&str], text: &str) -> Vec<(usize, usize)> {
         let ac = AhoCorasickBuilder::new().ascii_case_insensitive(true).match_kind(MatchKind::Standard).build(words).unwrap();
