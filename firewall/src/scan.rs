@@ -653,6 +653,17 @@ mod tests {
         assert_eq!(unbounded, Vec::<&str>::new());
     }
 
+    /// Every stream of every tenant walks these automata, so their size is cache misses
+    /// on the hot path. One rule's `kubeadm[^\n]{0,200}?--token` once added 7.3 MiB (a
+    /// bounded run of a broad class is a chain of states in the relaxed automaton): a
+    /// rule that needs such a span should bound it tightly or lean on its keyword.
+    #[test]
+    fn the_builtin_streaming_automata_stay_within_their_budget() {
+        let Some(rules) = builtin() else { panic!("built-in rules do not load") };
+        let mib = rules.memory_usage() as f64 / f64::from(1 << 20);
+        assert!(mib < 72.0, "built-in rules' automata take {mib:.1} MiB (budget 72 MiB; 66.8 MiB at 419 rules)");
+    }
+
     #[test]
     fn windowed_one_shot_equals_the_whole_text_walk_on_the_corpus() {
         let rules = builtin();
