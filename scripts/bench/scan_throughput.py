@@ -11,9 +11,11 @@ falls on all of them alike; printed per rules and input: every run's CPU seconds
 system of the child, start-up and rule loading included), the median, and MB per CPU-s at
 the median. `--simd avx2` sets CROSSGUARD_FIREWALL_SIMD so a host with AVX-512 runs the
 keyword loops an AVX2-only host runs. Inputs are read as files: `--text` with `scan FILE`,
-`--jsonl` with `scan --input-jsonl FILE` (records `{"id", "text"}`).
+`--jsonl` with `scan --input-jsonl FILE` (records `{"id", "text"}`; its MB are those of the
+texts, not of the JSON around them).
 """
 import argparse
+import json
 import os
 import resource
 import statistics
@@ -27,6 +29,12 @@ def cpu_seconds(cmd, env):
         raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr.decode(errors='replace')[-500:]}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def text_mb(path):
+    """MB of the records' texts (UTF-8), not of the JSON around them."""
+    with open(path, encoding="utf-8") as f:
+        return sum(len(json.loads(line)["text"].encode()) for line in f if line.strip()) / 1e6
 
 
 def main():
@@ -50,8 +58,8 @@ def main():
         for f, args in inputs:
             for name, folder in rules:
                 runs[(name, f)].append(cpu_seconds([a.crossguard, "scan", "--rules", folder, *args], env))
-    for f, _ in inputs:
-        mb = os.path.getsize(f) / 1e6
+    for f, args in inputs:
+        mb = text_mb(f) if args[0] == "--input-jsonl" else os.path.getsize(f) / 1e6
         for name, _ in rules:
             xs = runs[(name, f)]
             med = statistics.median(xs)
