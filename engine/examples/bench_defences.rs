@@ -53,7 +53,7 @@ fn run(engine: &Engine, concurrency: usize, decode_tokens: usize) -> Result<Rate
     let mut tokens = 0usize;
     for i in 0..concurrency {
         let prompt = engine.tokenizer().encode(PROMPTS[i % PROMPTS.len()], false)?;
-        let request = GenerateRequest { prompt, max_tokens: decode_tokens, stop: Vec::new(), sampling: sampling.clone(), top_logprobs: 0 };
+        let request = GenerateRequest { prompt, max_tokens: decode_tokens, stop: Vec::new(), sampling: sampling.clone(), top_logprobs: 0, grammar: None };
         // Each tenant its own: the owner check compares tenants on every block read.
         let owner = Owner::new(&format!("tenant-{i}"), &format!("request-{i}"));
         sched.submit(owner, request, Box::new(|_| ControlFlow::Continue(())))?;

@@ -50,7 +50,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let (start, cpu_start) = (Instant::now(), cpu_seconds());
         engine.prompt_logits(&prompt, 0, false)?;
         let (prefill_s, prefill_cpu_s) = (start.elapsed().as_secs_f64(), cpu_seconds() - cpu_start);
-        let request = GenerateRequest { prompt: prompt.clone(), max_tokens: decode_tokens + 1, stop: Vec::new(), sampling: sampling.clone(), top_logprobs: 0 };
+        let request = GenerateRequest { prompt: prompt.clone(), max_tokens: decode_tokens + 1, stop: Vec::new(), sampling: sampling.clone(), top_logprobs: 0, grammar: None };
         let start = Instant::now();
         let mut first: Option<(f64, f64)> = None;
         let mut count = 0usize;

@@ -50,7 +50,7 @@ fn prompts(engine: &Engine, n: usize, len: usize, round: usize) -> Result<Vec<Ve
 fn request(engine: &Engine, prompt: Vec<u32>, decode: usize) -> GenerateRequest {
     // Suppress end tokens so every request decodes its full length.
     let logit_bias = engine.tokenizer().eos_ids().iter().map(|id| (*id, -100.0)).collect();
-    GenerateRequest { prompt, max_tokens: decode, stop: Vec::new(), sampling: SamplingParams { logit_bias, ..SamplingParams::greedy() }, top_logprobs: 0 }
+    GenerateRequest { prompt, max_tokens: decode, stop: Vec::new(), sampling: SamplingParams { logit_bias, ..SamplingParams::greedy() }, top_logprobs: 0, grammar: None }
 }
 
 /// Single stream: time to first token and decode tokens/s of one request.

@@ -21,6 +21,7 @@ use crate::backend::Device;
 use crate::error::{Error, Result};
 use crate::fault::FaultConfig;
 use crate::gguf::GgufFile;
+use crate::grammar::{CompiledGrammar, Grammar, Grammars};
 use crate::kv::{BlockShape, KvPool, KvStats, Owner, SequenceKv, Tenant, DEFAULT_BLOCK_TOKENS};
 use crate::model::{self, Llama, LlamaConfig, Scratch, Segment};
 use crate::sample::{GreedyRow, RowNeed, MAX_TOP_LOGPROBS};
@@ -85,6 +86,8 @@ pub struct GenerateRequest {
     pub sampling: SamplingParams,
     /// Alternatives to report per token (0..=20).
     pub top_logprobs: usize,
+    /// What the output must follow (see [`Engine::compile_grammar`]); `None`: free text.
+    pub grammar: Option<CompiledGrammar>,
 }
 
 /// One alternative token at a step.
@@ -144,6 +147,7 @@ pub struct Engine {
     pool: KvPool,
     /// The model on the GPU, when the forward pass runs there.
     gpu: Option<Box<GpuModel>>,
+    grammars: Grammars,
 }
 
 impl Engine {
@@ -170,7 +174,7 @@ impl Engine {
         let gpu = gpu_model(&options, &file, &model, &pool, ctx + shape.block_tokens)?;
         let device = gpu.as_ref().map_or("cpu", |g| g.device_name());
         tracing::info!(path = %path.display(), layers = model.config.n_layer, ctx, device, threads = cpu.pool.threads(), kernels = cpu.kernels(), streamed_weights = cpu.streams_weights(), kv_prefetch = cpu.prefetches_kv(), weights_in_huge_pages_mib = model.weights_in_huge_pages().map(|b| b >> 20), kv_blocks = pool.total_blocks(), kv_block_tokens = shape.block_tokens, "model loaded");
-        Ok(Engine { model, tokenizer, template, cpu, ctx, pool, gpu })
+        Ok(Engine { model, tokenizer, template, cpu, ctx, pool, gpu, grammars: Grammars::new() })
     }
 
     /// The GPU's name when the forward pass runs on one, `None` on the CPU.
@@ -231,6 +235,13 @@ impl Engine {
     /// Bytes of weights read per generated token.
     pub fn bytes_per_token(&self) -> usize {
         self.model.bytes_per_token()
+    }
+
+    /// Compiles `grammar` for this model's vocabulary, for [`GenerateRequest::grammar`].
+    /// Milliseconds for a typical schema (the first call also builds the vocabulary's
+    /// index); callers on an async runtime run it on a blocking thread.
+    pub fn compile_grammar(&self, grammar: &Grammar) -> Result<CompiledGrammar> {
+        self.grammars.compile(&self.tokenizer, grammar)
     }
 
     /// Renders `messages` with the model's chat template (with the generation prompt)
@@ -294,7 +305,7 @@ impl Engine {
             picked = self.forward(chunk, &mut kv, &mut scratch, need)?;
         }
         loop {
-            let (event, last) = decoding.step(&scratch.logits, picked.as_ref(), kv.read_owners());
+            let (event, last) = decoding.step(&scratch.logits, picked.as_ref(), kv.read_owners())?;
             if on_token(&event).is_break() {
                 decoding.done.finish = FinishReason::Cancelled;
                 return Ok(decoding.done);

@@ -46,6 +46,13 @@ pub enum Error {
     /// The chat template cannot be compiled or cannot render these messages.
     #[error("chat template: {reason}")]
     Template { reason: String },
+    /// An output format (JSON Schema, grammar) cannot be enforced: it is malformed or uses
+    /// something the compiler does not support (the reason names it).
+    #[error("output format: {reason}")]
+    Grammar { reason: String },
+    /// Enforcing an output format failed during generation.
+    #[error("constrained decoding failed: {reason}")]
+    Constraint { reason: String },
     /// A tensor's shape or byte size does not fit what the model or kernel needs.
     #[error("tensor {tensor}: {reason}")]
     Shape { tensor: String, reason: String },

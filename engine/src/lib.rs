@@ -14,6 +14,7 @@ pub mod error;
 pub mod fault;
 pub mod fetch;
 pub mod gguf;
+pub mod grammar;
 pub mod kv;
 pub mod model;
 pub mod template;

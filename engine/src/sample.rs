@@ -140,8 +140,25 @@ impl Sampler {
     /// Picks the next token from `logits` (`[vocab]`), reports the statistics with the
     /// `top_n` (at most 20) most likely alternatives, and counts the pick for penalties.
     pub fn sample(&mut self, logits: &[f32], top_n: usize) -> Sampled {
+        self.sample_where(logits, top_n, None)
+    }
+
+    /// [`Sampler::sample`] choosing only among the ids `allowed` accepts (at least one
+    /// must be); the statistics still describe the model's whole distribution.
+    pub fn sample_allowed(&mut self, logits: &[f32], top_n: usize, allowed: impl Fn(u32) -> bool) -> Sampled {
+        self.sample_where(logits, top_n, Some(&allowed))
+    }
+
+    fn sample_where(&mut self, logits: &[f32], top_n: usize, allowed: Option<&dyn Fn(u32) -> bool>) -> Sampled {
         let (log_z, entropy) = log_partition_and_entropy(logits);
         self.adjust(logits);
+        if let Some(allowed) = allowed {
+            for (id, v) in self.work.iter_mut().enumerate() {
+                if !allowed(id as u32) {
+                    *v = f32::NEG_INFINITY;
+                }
+            }
+        }
         let id = if self.params.temperature <= 0.0 { argmax(&self.work) } else { self.draw() };
         *self.counts.entry(id).or_insert(0) += 1;
         let logprob = logits.get(id as usize).map_or(f32::NEG_INFINITY, |l| l - log_z);

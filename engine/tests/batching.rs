@@ -50,7 +50,7 @@ fn request_of(engine: &Engine, text: &str, max_tokens: usize) -> Result<Generate
     // End tokens suppressed: every request runs its whole budget.
     let logit_bias = engine.tokenizer().eos_ids().iter().map(|id| (*id, -100.0)).collect();
     let sampling = SamplingParams { logit_bias, ..SamplingParams::greedy() };
-    Ok(GenerateRequest { prompt: engine.chat_prompt(&messages, None)?, max_tokens, stop: Vec::new(), sampling, top_logprobs: 0 })
+    Ok(GenerateRequest { prompt: engine.chat_prompt(&messages, None)?, max_tokens, stop: Vec::new(), sampling, top_logprobs: 0, grammar: None })
 }
 
 fn tenant(i: usize) -> String {

@@ -59,7 +59,7 @@ fn prompt_ids(case: &Value) -> Vec<u32> {
 }
 
 fn greedy(engine: &Engine, prompt: Vec<u32>, max_tokens: usize) -> Result<Vec<TokenEvent>, Error> {
-    let request = GenerateRequest { prompt, max_tokens, stop: Vec::new(), sampling: SamplingParams::greedy(), top_logprobs: 2 };
+    let request = GenerateRequest { prompt, max_tokens, stop: Vec::new(), sampling: SamplingParams::greedy(), top_logprobs: 2, grammar: None };
     let mut events = Vec::new();
     engine.generate(&request, &mut |e| {
         events.push(e.clone());
@@ -161,7 +161,7 @@ fn gpu_greedy_picks_apply_each_logit_bias_entry_as_the_host_sampler_does() -> Te
         assert_eq!(want.id, third as u32, "{}: the bias should decide", case["name"]);
         // The same prompt, prefilled the same way (a tenant of its own: no prefix reuse),
         // with the pick and its statistics made on the GPU.
-        let request = GenerateRequest { prompt, max_tokens: 1, stop: Vec::new(), sampling, top_logprobs: 3 };
+        let request = GenerateRequest { prompt, max_tokens: 1, stop: Vec::new(), sampling, top_logprobs: 3, grammar: None };
         let mut events = Vec::new();
         gpu.generate_for(&Owner::new(&format!("picks-{n}"), "test"), &request, &mut |e| {
             events.push(e.clone());

@@ -53,7 +53,7 @@ fn ids(v: &Value) -> Vec<u32> {
 }
 
 fn greedy(prompt: Vec<u32>, max_tokens: usize) -> (Vec<u32>, Vec<TokenEvent>, FinishReason) {
-    let request = GenerateRequest { prompt, max_tokens, stop: Vec::new(), sampling: SamplingParams::greedy(), top_logprobs: 3 };
+    let request = GenerateRequest { prompt, max_tokens, stop: Vec::new(), sampling: SamplingParams::greedy(), top_logprobs: 3, grammar: None };
     let mut events = Vec::new();
     let done = engine()
         .generate(&request, &mut |e| {
@@ -183,7 +183,7 @@ fn events_carry_statistics_and_limits_hold() {
         assert!(e.top_logprobs.windows(2).all(|w| w[0].logprob >= w[1].logprob));
     }
     // The caller can stop generation at any token.
-    let request = GenerateRequest { prompt, max_tokens: 10, stop: Vec::new(), sampling: SamplingParams::greedy(), top_logprobs: 0 };
+    let request = GenerateRequest { prompt, max_tokens: 10, stop: Vec::new(), sampling: SamplingParams::greedy(), top_logprobs: 0, grammar: None };
     let done = engine().generate(&request, &mut |_| ControlFlow::Break(())).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!((done.completion_tokens, done.finish), (1, FinishReason::Cancelled));
 }
@@ -196,7 +196,7 @@ fn stop_sequences_are_never_emitted() {
     let full: String = events.iter().map(|e| e.text.as_str()).collect();
     // Stop at the second word of the greedy text: everything before it, nothing after.
     let Some(word) = full.split_whitespace().nth(1) else { return };
-    let request = GenerateRequest { prompt, max_tokens: 16, stop: vec![word.to_owned()], sampling: SamplingParams::greedy(), top_logprobs: 0 };
+    let request = GenerateRequest { prompt, max_tokens: 16, stop: vec![word.to_owned()], sampling: SamplingParams::greedy(), top_logprobs: 0, grammar: None };
     let mut text = String::new();
     let done = engine()
         .generate(&request, &mut |e| {
@@ -213,7 +213,7 @@ fn seeded_sampling_is_reproducible() {
     let prompt = ids(&cases()[1]["prompt_ids"]);
     let run = |seed| {
         let sampling = SamplingParams { temperature: 0.9, top_p: 0.95, top_k: 40, seed: Some(seed), ..SamplingParams::default() };
-        let request = GenerateRequest { prompt: prompt.clone(), max_tokens: 12, stop: Vec::new(), sampling, top_logprobs: 0 };
+        let request = GenerateRequest { prompt: prompt.clone(), max_tokens: 12, stop: Vec::new(), sampling, top_logprobs: 0, grammar: None };
         let mut out = Vec::new();
         engine()
             .generate(&request, &mut |e| {
@@ -230,7 +230,7 @@ fn seeded_sampling_is_reproducible() {
 fn bad_requests_are_typed_errors() {
     let e = engine();
     let mut sink = |_: &TokenEvent| ControlFlow::Continue(());
-    let mut request = GenerateRequest { prompt: vec![], max_tokens: 4, stop: Vec::new(), sampling: SamplingParams::greedy(), top_logprobs: 0 };
+    let mut request = GenerateRequest { prompt: vec![], max_tokens: 4, stop: Vec::new(), sampling: SamplingParams::greedy(), top_logprobs: 0, grammar: None };
     assert!(matches!(e.generate(&request, &mut sink), Err(engine::Error::InvalidRequest { .. })));
     request.prompt = vec![u32::MAX];
     assert!(matches!(e.generate(&request, &mut sink), Err(engine::Error::InvalidRequest { .. })));

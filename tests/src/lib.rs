@@ -128,3 +128,37 @@ pub fn sse_data(body: &str) -> Vec<String> {
         .filter_map(|frame| frame.strip_prefix("data: ").map(str::to_owned))
         .collect()
 }
+
+/// The Python interpreter with the `openai` SDK: `CROSSGUARD_PYTHON`, else the `.venv`
+/// the test command creates.
+pub fn python() -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os("CROSSGUARD_PYTHON") {
+        return std::path::PathBuf::from(p);
+    }
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python")
+}
+
+/// Runs `tests/python/<script>` with `args`; panics with its output unless it exits 0.
+/// Returns its stdout.
+pub async fn run_python(script: &str, args: &[&str]) -> String {
+    let python = python();
+    assert!(
+        python.exists(),
+        "{} not found: run scripts/test.sh (it creates .venv with the openai SDK) or set CROSSGUARD_PYTHON",
+        python.display()
+    );
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python").join(script);
+    let out = tokio::process::Command::new(&python).arg(&path).args(args).output().await.expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{script} failed:\n{stdout}\n{stderr}");
+    stdout
+}
+
+/// A configuration with one tenant (`acme`, key `sk-acme-1`) and no `[[models]]`: the
+/// default model on the engine.
+pub const DEFAULT_ENGINE_CONFIG: &str = r#"
+[[tenants]]
+id = "acme"
+api_keys = ["sk-acme-1"]
+"#;

@@ -9,15 +9,9 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crossguard_e2e::{sse_data, TestGateway};
+use crossguard_e2e::{sse_data, TestGateway, DEFAULT_ENGINE_CONFIG};
 use serde_json::{json, Value};
 
-/// No `[[models]]`: the default model on the engine.
-const CONFIG: &str = r#"
-[[tenants]]
-id = "acme"
-api_keys = ["sk-acme-1"]
-"#;
 
 const MODEL: &str = "smollm2-135m-instruct";
 
@@ -25,7 +19,7 @@ const MODEL: &str = "smollm2-135m-instruct";
 const NEAR_TIE: f64 = 0.5;
 
 async fn ready_gateway() -> TestGateway {
-    let gw = TestGateway::start(CONFIG, &[]).await;
+    let gw = TestGateway::start(DEFAULT_ENGINE_CONFIG, &[]).await;
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
         let status = reqwest::get(gw.url("/readyz")).await.map(|r| r.status().as_u16()).unwrap_or(0);

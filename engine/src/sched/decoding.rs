@@ -5,9 +5,13 @@
 //! so both produce exactly the same events for the same logits.
 //!
 //! Invariants: one [`TokenEvent`] per sampled token; text a stop sequence covers is
-//! never released; after the last token nothing more is released.
+//! never released; after the last token nothing more is released; a request with a
+//! grammar only ever samples a token the grammar allows, and ends when its output is
+//! complete.
 
 use crate::engine::{FinishReason, GenerateRequest, Generation, TokenEvent, TopLogprob};
+use crate::error::Result;
+use crate::grammar::Constraint;
 use crate::kv::Tenant;
 use crate::sample::{GreedyRow, RowNeed, Sampled, Sampler};
 use crate::stop::StopMatcher;
@@ -19,6 +23,8 @@ pub(crate) struct Decoding<'t> {
     sampler: Sampler,
     decoder: StreamDecoder<'t>,
     stops: StopMatcher,
+    /// The output's grammar, when the request has one.
+    constraint: Option<Constraint>,
     top_logprobs: usize,
     budget: usize,
     pub(crate) done: Generation,
@@ -32,6 +38,7 @@ impl<'t> Decoding<'t> {
             sampler: Sampler::new(&request.sampling),
             decoder: tokenizer.stream_decoder(),
             stops: StopMatcher::new(&request.stop),
+            constraint: request.grammar.as_ref().map(|g| g.start()),
             top_logprobs: request.top_logprobs,
             budget,
             done: Generation { prompt_tokens: request.prompt.len(), completion_tokens: 0, finish: FinishReason::Length },
@@ -40,19 +47,35 @@ impl<'t> Decoding<'t> {
 
     /// What the next step needs of its last row of logits (see [`RowNeed`]).
     pub(crate) fn need(&self) -> RowNeed {
+        if self.constraint.is_some() {
+            // The grammar's mask is applied to the whole row here.
+            return RowNeed::Logits;
+        }
         self.sampler.need(self.top_logprobs)
     }
 
     /// Samples the next token, from the backend's greedy pick when it made one, else from
-    /// `logits` (`[vocab]`); returns its event and whether it is the request's last.
-    pub(crate) fn step(&mut self, logits: &[f32], picked: Option<&GreedyRow>, owners: &[Tenant]) -> (TokenEvent, bool) {
-        let sampled = match picked {
-            Some(row) => self.sampler.accept(row, self.top_logprobs),
-            None => self.sampler.sample(logits, self.top_logprobs),
+    /// `logits` (`[vocab]`); returns its event and whether it is the request's last. An
+    /// error (the grammar cannot go on) ends the request.
+    pub(crate) fn step(&mut self, logits: &[f32], picked: Option<&GreedyRow>, owners: &[Tenant]) -> Result<(TokenEvent, bool)> {
+        let sampled = match (&mut self.constraint, picked) {
+            (Some(constraint), _) => {
+                let allowed = constraint.allowed()?;
+                let sampled = self.sampler.sample_allowed(logits, self.top_logprobs, |id| (id as usize) < allowed.len() && allowed.is_allowed(id));
+                if !self.tokenizer.is_eos(sampled.id) {
+                    constraint.accept(sampled.id)?;
+                }
+                sampled
+            }
+            (None, Some(row)) => self.sampler.accept(row, self.top_logprobs),
+            (None, None) => self.sampler.sample(logits, self.top_logprobs),
         };
         self.done.completion_tokens += 1;
-        let eos = self.tokenizer.is_eos(sampled.id);
-        let delta = if eos { String::new() } else { self.decoder.push(sampled.id) };
+        // A complete output ends the request now, not one forward step later with the
+        // only token the grammar still allows.
+        let complete = self.constraint.as_ref().is_some_and(Constraint::is_finished);
+        let eos = self.tokenizer.is_eos(sampled.id) || complete;
+        let delta = if self.tokenizer.is_eos(sampled.id) { String::new() } else { self.decoder.push(sampled.id) };
         let step = self.stops.push(&delta);
         let mut text = step.release;
         if step.stopped || eos {
@@ -68,7 +91,7 @@ impl<'t> Decoding<'t> {
                 text.push_str(&self.stops.finish());
             }
         }
-        (self.event(&sampled, text, owners), last)
+        Ok((self.event(&sampled, text, owners), last))
     }
 
     fn event(&self, s: &Sampled, text: String, owners: &[Tenant]) -> TokenEvent {

@@ -390,7 +390,13 @@ impl<'e, 's> Scheduler<'e, 's> {
 
     /// Samples `r`'s next token and emits it; `None` once the request has finished.
     fn sample(&mut self, mut r: Running<'e, 's>, logits: &[f32], picked: Option<&GreedyRow>) -> Option<Running<'e, 's>> {
-        let (event, last) = r.decoding.step(logits, picked, r.kv.read_owners());
+        let (event, last) = match r.decoding.step(logits, picked, r.kv.read_owners()) {
+            Ok(step) => step,
+            Err(e) => {
+                self.done.push((r.job.id, Err(e)));
+                return None;
+            }
+        };
         if (r.job.sink)(&event).is_break() {
             r.decoding.done.finish = FinishReason::Cancelled;
             self.done.push((r.job.id, Ok(r.decoding.done)));

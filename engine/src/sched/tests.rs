@@ -49,6 +49,7 @@ fn request(engine: &Engine, text: &str, max_tokens: usize) -> Result<GenerateReq
         stop: Vec::new(),
         sampling,
         top_logprobs: 0,
+        grammar: None,
     })
 }
 

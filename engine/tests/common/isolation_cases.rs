@@ -32,7 +32,7 @@ fn prompt(engine: &Engine, text: &str) -> Result<Vec<u32>, Error> {
 }
 
 fn run(engine: &Engine, tenant: &str, prompt: &[u32], max_tokens: usize) -> Result<Vec<TokenEvent>, Error> {
-    let request = GenerateRequest { prompt: prompt.to_vec(), max_tokens, stop: Vec::new(), sampling: SamplingParams::greedy(), top_logprobs: 0 };
+    let request = GenerateRequest { prompt: prompt.to_vec(), max_tokens, stop: Vec::new(), sampling: SamplingParams::greedy(), top_logprobs: 0, grammar: None };
     let mut events = Vec::new();
     engine.generate_for(&Owner::new(tenant, "test"), &request, &mut |e| {
         events.push(e.clone());

@@ -4,5 +4,5 @@
 pub mod request;
 pub mod response;
 
-pub use request::ChatRequest;
+pub use request::{ChatRequest, ResponseFormat, ToolChoice};
 pub use response::Usage;

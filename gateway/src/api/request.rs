@@ -9,6 +9,33 @@ use crate::error::ApiError;
 /// Roles OpenAI accepts in `messages`.
 const ROLES: &[&str] = &["system", "developer", "user", "assistant", "tool", "function"];
 
+/// OpenAI's `response_format`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum ResponseFormat {
+    /// Free text (`{"type": "text"}`, or no `response_format`).
+    #[default]
+    Text,
+    /// Any JSON object.
+    JsonObject,
+    /// JSON valid under `schema` (`None`: the client gave a name but no schema, so any
+    /// JSON value). `strict` is recorded as sent: the engine enforces the schema either way.
+    JsonSchema { name: String, schema: Option<Value>, strict: bool },
+}
+
+/// OpenAI's `tool_choice`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// No tool calls.
+    None,
+    /// The model decides (the default when there are tools).
+    #[default]
+    Auto,
+    /// At least one tool call.
+    Required,
+    /// Exactly one call of this function.
+    Function(String),
+}
+
 /// A validated chat completion request.
 #[derive(Debug, Clone)]
 pub struct ChatRequest {
@@ -29,6 +56,12 @@ pub struct ChatRequest {
     pub frequency_penalty: f32,
     pub logit_bias: Vec<(u32, f32)>,
     pub tools: Option<Value>,
+    /// Meaningful only with `tools`.
+    pub tool_choice: ToolChoice,
+    /// Several tool calls in one answer (`parallel_tool_calls`, default true).
+    pub parallel_tool_calls: bool,
+    /// What the output must be (`response_format`).
+    pub response_format: ResponseFormat,
     pub user: Option<String>,
     /// The request body exactly as received.
     pub raw: Map<String, Value>,
@@ -64,6 +97,8 @@ impl ChatRequest {
         if top_logprobs.is_some_and(|k| k > 0) && !logprobs {
             return Err(ApiError::param("top_logprobs", "top_logprobs requires logprobs to be true"));
         }
+        let tools = parse_tools(raw.get("tools"))?;
+        let tool_choice = parse_tool_choice(raw.get("tool_choice"), tools.as_ref())?;
         Ok(ChatRequest {
             model,
             messages,
@@ -80,7 +115,10 @@ impl ChatRequest {
             presence_penalty: f.number("presence_penalty", -2.0, 2.0)?.unwrap_or(0.0),
             frequency_penalty: f.number("frequency_penalty", -2.0, 2.0)?.unwrap_or(0.0),
             logit_bias: parse_logit_bias(raw.get("logit_bias"))?,
-            tools: parse_tools(raw.get("tools"))?,
+            tools: tools.clone(),
+            tool_choice,
+            parallel_tool_calls: f.bool("parallel_tool_calls")?.unwrap_or(true),
+            response_format: parse_response_format(raw.get("response_format"))?,
             user: f.string("user")?,
             raw,
         })
@@ -316,6 +354,80 @@ fn parse_logit_bias(value: Option<&Value>) -> Result<Vec<(u32, f32)>, ApiError> 
         .collect()
 }
 
+fn parse_tool_choice(value: Option<&Value>, tools: Option<&Value>) -> Result<ToolChoice, ApiError> {
+    let choice = match value {
+        None | Some(Value::Null) => return Ok(if tools.is_some() { ToolChoice::Auto } else { ToolChoice::None }),
+        Some(Value::String(s)) => match s.as_str() {
+            "none" => ToolChoice::None,
+            "auto" => ToolChoice::Auto,
+            "required" => ToolChoice::Required,
+            other => {
+                return Err(ApiError::param(
+                    "tool_choice",
+                    format!("Invalid value: '{other}'. Supported values are: 'none', 'auto', 'required' or a named function."),
+                ))
+            }
+        },
+        Some(Value::Object(o)) => {
+            let name = o.get("function").and_then(|f| f.get("name")).and_then(Value::as_str);
+            let name = name.ok_or_else(|| ApiError::param("tool_choice.function.name", "a named tool_choice needs function.name"))?;
+            let known = tools.and_then(Value::as_array).into_iter().flatten().any(|t| t.pointer("/function/name").and_then(Value::as_str) == Some(name));
+            if !known {
+                return Err(ApiError::param("tool_choice.function.name", format!("tool_choice names '{name}', which is not in tools")));
+            }
+            ToolChoice::Function(name.to_owned())
+        }
+        Some(_) => return Err(type_error("tool_choice", "a string or an object")),
+    };
+    if tools.is_none() && choice != ToolChoice::None {
+        return Err(ApiError::param("tool_choice", "tool_choice is only allowed when tools are specified"));
+    }
+    Ok(choice)
+}
+
+fn parse_response_format(value: Option<&Value>) -> Result<ResponseFormat, ApiError> {
+    let format = match value {
+        None | Some(Value::Null) => return Ok(ResponseFormat::Text),
+        Some(Value::Object(format)) => format,
+        Some(_) => return Err(type_error("response_format", "an object")),
+    };
+    match format.get("type").and_then(Value::as_str) {
+        Some("text") => Ok(ResponseFormat::Text),
+        Some("json_object") => Ok(ResponseFormat::JsonObject),
+        Some("json_schema") => {
+            let spec = match format.get("json_schema") {
+                Some(Value::Object(spec)) => spec,
+                None | Some(Value::Null) => {
+                    return Err(ApiError::param("response_format.json_schema", "response_format.json_schema is required when type is 'json_schema'"))
+                }
+                Some(_) => return Err(type_error("response_format.json_schema", "an object")),
+            };
+            let f = Fields(spec);
+            let name = f.string("name").map_err(|e| rename_param(e, "response_format.json_schema.name"))?;
+            let name = name.ok_or_else(|| ApiError::param("response_format.json_schema.name", "response_format.json_schema.name is required"))?;
+            let well_formed = (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            if !well_formed {
+                return Err(ApiError::param(
+                    "response_format.json_schema.name",
+                    format!("Invalid 'response_format.json_schema.name': {name:?}; 1 to 64 letters, digits, underscores or dashes"),
+                ));
+            }
+            let schema = match f.get("schema") {
+                None => None,
+                Some(schema @ (Value::Object(_) | Value::Bool(_))) => Some(schema.clone()),
+                Some(_) => return Err(type_error("response_format.json_schema.schema", "an object")),
+            };
+            let strict = f.bool("strict").map_err(|e| rename_param(e, "response_format.json_schema.strict"))?.unwrap_or(false);
+            Ok(ResponseFormat::JsonSchema { name, schema, strict })
+        }
+        Some(other) => Err(ApiError::param(
+            "response_format.type",
+            format!("Invalid value: '{other}'. Supported values are: 'text', 'json_object' and 'json_schema'."),
+        )),
+        None => Err(ApiError::param("response_format.type", "response_format.type is required")),
+    }
+}
+
 fn parse_tools(value: Option<&Value>) -> Result<Option<Value>, ApiError> {
     match value {
         None | Some(Value::Null) => Ok(None),
@@ -400,6 +512,18 @@ mod tests {
             (with("logit_bias", json!({"abc": 1})), "logit_bias"),
             (with("tools", json!([{"type": "function"}])), "tools[0].function.name"),
             (with("stream_options", json!({"include_usage": true})), "stream_options"),
+            (with("response_format", json!("json")), "response_format"),
+            (with("tool_choice", json!("required")), "tool_choice"),
+            (with("tool_choice", json!("sometimes")), "tool_choice"),
+            (with("tool_choice", json!(3)), "tool_choice"),
+            (with("parallel_tool_calls", json!("no")), "parallel_tool_calls"),
+            (with("response_format", json!({"type": "yaml"})), "response_format.type"),
+            (with("response_format", json!({})), "response_format.type"),
+            (with("response_format", json!({"type": "json_schema"})), "response_format.json_schema"),
+            (with("response_format", json!({"type": "json_schema", "json_schema": {"schema": {}}})), "response_format.json_schema.name"),
+            (with("response_format", json!({"type": "json_schema", "json_schema": {"name": "a b"}})), "response_format.json_schema.name"),
+            (with("response_format", json!({"type": "json_schema", "json_schema": {"name": "a", "schema": "{}"}})), "response_format.json_schema.schema"),
+            (with("response_format", json!({"type": "json_schema", "json_schema": {"name": "a", "strict": "yes"}})), "response_format.json_schema.strict"),
         ];
         for (body, param) in cases {
             assert_eq!(param_of(body.clone()), param, "{body}");
@@ -416,6 +540,32 @@ mod tests {
         assert_eq!(r.raw["x_weight"].as_f64(), Some(digits.parse::<f64>().unwrap()));
         let relayed = ChatRequest::parse(serde_json::to_string(&r.raw).unwrap().as_bytes()).unwrap();
         assert_eq!(relayed.raw, r.raw);
+    }
+
+    #[test]
+    fn tool_choices_parse() {
+        let tools = json!([{"type": "function", "function": {"name": "w"}}]);
+        let mut v = with("tools", tools.clone());
+        assert_eq!(parse(v.clone()).unwrap().tool_choice, ToolChoice::Auto);
+        assert_eq!(parse(base()).unwrap().tool_choice, ToolChoice::None);
+        v["tool_choice"] = json!({"type": "function", "function": {"name": "w"}});
+        assert_eq!(parse(v.clone()).unwrap().tool_choice, ToolChoice::Function("w".into()));
+        v["tool_choice"] = json!({"type": "function", "function": {"name": "other"}});
+        assert_eq!(param_of(v.clone()), "tool_choice.function.name");
+        v["tool_choice"] = json!("required");
+        v["parallel_tool_calls"] = json!(false);
+        let r = parse(v).unwrap();
+        assert_eq!((r.tool_choice, r.parallel_tool_calls), (ToolChoice::Required, false));
+    }
+
+    #[test]
+    fn response_formats_parse() {
+        assert_eq!(parse(base()).unwrap().response_format, ResponseFormat::Text);
+        assert_eq!(parse(with("response_format", json!({"type": "text"}))).unwrap().response_format, ResponseFormat::Text);
+        assert_eq!(parse(with("response_format", json!({"type": "json_object"}))).unwrap().response_format, ResponseFormat::JsonObject);
+        let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+        let r = parse(with("response_format", json!({"type": "json_schema", "json_schema": {"name": "thing_1", "schema": schema, "strict": true}}))).unwrap();
+        assert_eq!(r.response_format, ResponseFormat::JsonSchema { name: "thing_1".into(), schema: Some(schema), strict: true });
     }
 
     #[test]

@@ -14,14 +14,16 @@ use std::sync::{Arc, OnceLock};
 
 use engine::template::ChatMessage;
 use engine::engine::{Engine, EngineOptions, GenerateRequest, KvOptions, TokenEvent};
+use engine::grammar::{CompiledGrammar, Grammar};
 use engine::kv::Owner;
 use engine::sample::SamplingParams;
 use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 
 use super::engine_loop::{self, LoopGauges, StreamLimits, Submission};
+use super::tool_calls::ToolPlan;
 use super::{BackendResponse, RequestContext, TokenLogprob, TopLogprob};
-use crate::api::ChatRequest;
+use crate::api::{ChatRequest, ResponseFormat};
 use crate::config::EngineModelConfig;
 use crate::error::ApiError;
 
@@ -99,24 +101,49 @@ impl EngineBackend {
         engine_of(&self.state, &self.model_id)
     }
 
-    /// The request's prompt tokens: a long prompt is rendered and tokenised on tokio's
-    /// blocking pool, a short one right here, where the hop to another thread would cost
-    /// more than the work.
-    async fn prompt(&self, request: &ChatRequest) -> Result<Vec<u32>, ApiError> {
-        let messages = chat_messages(&request.messages)?;
+    /// The request's prompt tokens and compiled output grammar. A long prompt, and any
+    /// grammar, is prepared on tokio's blocking pool; a short plain prompt right here,
+    /// where the hop to another thread would cost more than the work.
+    async fn prepare(&self, request: &ChatRequest) -> Result<Prepared, ApiError> {
+        let mut messages = chat_messages(&request.messages)?;
         let tools = request.tools.clone();
-        if prompt_bytes(&messages, tools.as_ref()) <= INLINE_PROMPT_BYTES {
-            return self.engine()?.chat_prompt(&messages, tools.as_ref()).map_err(map_engine_error);
+        let answer_schema = match &request.response_format {
+            ResponseFormat::Text => None,
+            ResponseFormat::JsonObject => Some(serde_json::json!({"type": "object"})),
+            ResponseFormat::JsonSchema { schema, .. } => Some(schema.clone().unwrap_or_else(|| Value::Object(Map::new()))),
+        };
+        let has_results = messages.iter().any(|m| m.role == "tool");
+        let plan = tools.as_ref().and_then(|t| ToolPlan::new(t, &request.tool_choice, request.parallel_tool_calls, answer_schema.as_ref(), has_results));
+        let grammar = match &plan {
+            Some(plan) => {
+                add_instruction(&mut messages, &plan.instruction);
+                Some((Grammar::Lark(plan.grammar.clone()), "tools"))
+            }
+            None => output_grammar(&request.response_format),
+        };
+        let read_calls = plan.is_some();
+        if grammar.is_none() && prompt_bytes(&messages, tools.as_ref()) <= INLINE_PROMPT_BYTES {
+            let prompt = self.engine()?.chat_prompt(&messages, tools.as_ref()).map_err(map_engine_error)?;
+            return Ok(Prepared { prompt, grammar: None, read_calls });
         }
         let (state, model_id) = (self.state.clone(), self.model_id.clone());
-        tokio::task::spawn_blocking(move || engine_of(&state, &model_id)?.chat_prompt(&messages, tools.as_ref()).map_err(map_engine_error))
-            .await
-            .map_err(|e| ApiError::Internal(format!("prompt tokenising task failed: {e}")))?
+        tokio::task::spawn_blocking(move || {
+            let engine = engine_of(&state, &model_id)?;
+            let prompt = engine.chat_prompt(&messages, tools.as_ref()).map_err(map_engine_error)?;
+            let compiled = grammar.map(|(grammar, param)| engine.compile_grammar(&grammar).map_err(|e| grammar_error(e, param))).transpose()?;
+            Ok(Prepared { prompt, grammar: compiled, read_calls })
+        })
+        .await
+        .map_err(|e| ApiError::Internal(format!("prompt preparing task failed: {e}")))?
     }
 
     pub async fn complete(&self, request: &ChatRequest, ctx: &RequestContext) -> Result<BackendResponse, ApiError> {
-        let prompt = self.prompt(request).await?;
+        let Prepared { prompt, grammar, read_calls } = self.prepare(request).await?;
         let engine = self.engine()?;
+        let vocab = engine.config().vocab;
+        if let Some((id, _)) = request.logit_bias.iter().find(|(id, _)| *id as usize >= vocab) {
+            return Err(ApiError::param("logit_bias", format!("logit_bias key {id} is not a token id of this model (ids are below {vocab})")));
+        }
         let limit = engine.context_tokens();
         if prompt.len() >= limit {
             return Err(ApiError::ContextLengthExceeded(format!(
@@ -133,6 +160,7 @@ impl EngineBackend {
                 stop: request.stop.clone(),
                 sampling: sampling(request, i),
                 top_logprobs: if request.logprobs { request.top_logprobs as usize } else { 0 },
+                grammar: grammar.clone(),
             })
             .collect();
         let (events, rx) = self.streams.channel();
@@ -141,6 +169,7 @@ impl EngineBackend {
             owner: Owner::new(ctx.tenant.as_str(), &ctx.request_id),
             plans,
             want_logprobs: request.logprobs,
+            read_calls,
             events,
             accepted,
         };
@@ -154,6 +183,25 @@ impl EngineBackend {
     }
 }
 
+/// A request made ready for the engine.
+struct Prepared {
+    prompt: Vec<u32>,
+    grammar: Option<CompiledGrammar>,
+    /// The output may hold tool calls, to be read out of it.
+    read_calls: bool,
+}
+
+/// Puts the tool instruction first in the system turn (a new one when there is none).
+fn add_instruction(messages: &mut Vec<ChatMessage>, instruction: &str) {
+    match messages.first_mut().filter(|m| m.role == "system" || m.role == "developer") {
+        Some(first) => {
+            let before = first.content.take().unwrap_or_default();
+            first.content = Some(if before.is_empty() { instruction.to_owned() } else { format!("{instruction}\n\n{before}") });
+        }
+        None => messages.insert(0, ChatMessage::new("system", instruction)),
+    }
+}
+
 /// Prompts with more text than this (message contents, bytes) are tokenised on the
 /// blocking pool.
 const INLINE_PROMPT_BYTES: usize = 16 * 1024;
@@ -164,6 +212,25 @@ fn prompt_bytes(messages: &[ChatMessage], tools: Option<&Value>) -> usize {
     let json_len = |v: &Value| serde_json::to_string(v).map_or(0, |s| s.len());
     let of_message = |m: &ChatMessage| m.content.as_ref().map_or(0, String::len) + m.tool_calls.as_ref().map_or(0, json_len);
     messages.iter().map(of_message).sum::<usize>() + tools.map_or(0, json_len)
+}
+
+/// The grammar `format` asks the engine to enforce, and the parameter that asked for it.
+fn output_grammar(format: &ResponseFormat) -> Option<(Grammar, &'static str)> {
+    match format {
+        ResponseFormat::Text => None,
+        ResponseFormat::JsonObject => Some((Grammar::JsonObject, "response_format")),
+        ResponseFormat::JsonSchema { schema, .. } => {
+            let schema = schema.clone().unwrap_or_else(|| Value::Object(Map::new()));
+            Some((Grammar::JsonSchema(schema), "response_format.json_schema.schema"))
+        }
+    }
+}
+
+fn grammar_error(e: engine::Error, param: &str) -> ApiError {
+    match e {
+        engine::Error::Grammar { reason } => ApiError::param(param, format!("{param} cannot be enforced: {reason}")),
+        other => map_engine_error(other),
+    }
 }
 
 fn engine_of<'a>(state: &'a OnceLock<Load>, model_id: &str) -> Result<&'a Engine, ApiError> {
@@ -286,6 +353,7 @@ pub(super) fn map_engine_error(e: engine::Error) -> ApiError {
         )),
         engine::Error::InvalidRequest { reason } => ApiError::param("messages", reason),
         engine::Error::KvExhausted { .. } => ApiError::Unavailable("The engine's KV cache is full; retry shortly.".into()),
+        engine::Error::Grammar { reason } => ApiError::param("response_format", reason),
         other => ApiError::Internal(format!("engine: {other}")),
     }
 }

@@ -6,7 +6,8 @@
 //! Invariants: the loop never waits on a client. A request whose channel is full is
 //! paused in the scheduler (its sequences keep their KV blocks but get no tokens) and
 //! resumes when its client has read enough to take what is held back; what is held back
-//! is at most one event per choice, plus the request's finish and usage. A request paused
+//! is at most one event per choice, plus its finish (and the text a tool-call reader held
+//! back) and the request's usage. A request paused
 //! for longer than `stream_stall_ms` is cancelled and its stream ends with a
 //! `stream_stalled` error, sent in a channel slot kept free for it. A client that goes away
 //! closes its channel, and at the next scheduler step every sequence of its request,
@@ -29,6 +30,7 @@ use firewall::TokenSignals;
 use tokio::sync::{mpsc, oneshot};
 
 use super::engine::{logprob_entry, map_engine_error, PendingOwners};
+use super::tool_calls::CallStream;
 use super::{BackendEvent, ChoiceDelta};
 use crate::api::Usage;
 use crate::error::ApiError;
@@ -78,6 +80,8 @@ pub struct Submission {
     pub owner: Owner,
     pub plans: Vec<GenerateRequest>,
     pub want_logprobs: bool,
+    /// Read each choice's output for tool calls ([`CallStream`]).
+    pub read_calls: bool,
     pub events: EventSender,
     /// Answered once the request is queued (or refused).
     pub accepted: oneshot::Sender<Result<(), ApiError>>,
@@ -180,6 +184,8 @@ struct Request {
     paused_since: Option<Instant>,
     /// An error has been sent: nothing more goes to the client.
     failed: bool,
+    /// Per choice, when the output is read for tool calls.
+    calls: Vec<Option<CallStream>>,
 }
 
 /// What [`Request::next`] decided.
@@ -241,7 +247,8 @@ impl Requests {
             return;
         }
         let outbox = Outbox::new(s.events);
-        let request = Rc::new(RefCell::new(Request { outbox, usage: Usage::default(), open: Vec::new(), paused_since: None, failed: false }));
+        let calls = (0..s.plans.len()).map(|_| s.read_calls.then(CallStream::new)).collect();
+        let request = Rc::new(RefCell::new(Request { outbox, usage: Usage::default(), open: Vec::new(), paused_since: None, failed: false, calls }));
         for (index, plan) in s.plans.into_iter().enumerate() {
             let index = index as u32;
             let mut relay = TokenRelay { index, want_logprobs: s.want_logprobs, owners: PendingOwners::default(), request: request.clone() };
@@ -293,6 +300,17 @@ impl Requests {
         };
         r.usage.prompt_tokens = generation.prompt_tokens as u64;
         r.usage.completion_tokens += generation.completion_tokens as u64;
+        let mut reason = reason;
+        if let Some(calls) = r.calls.get_mut(index as usize).and_then(Option::as_mut) {
+            let rest = calls.finish();
+            if calls.called() && reason == "stop" {
+                reason = "tool_calls";
+            }
+            if rest.content.is_some() || !rest.tool_calls.is_empty() {
+                let delta = ChoiceDelta { index, content: rest.content, tool_calls: rest.tool_calls, ..ChoiceDelta::default() };
+                let _ = r.outbox.send(Ok(BackendEvent::Delta(delta)));
+            }
+        }
         // A client that left is noticed by `tend`; nothing to do here.
         let _ = r.outbox.send(Ok(BackendEvent::Finish { index, reason: reason.to_owned() }));
         if r.open.is_empty() {
@@ -413,14 +431,22 @@ impl TokenRelay {
     fn on_token(&mut self, ev: &TokenEvent) -> ControlFlow<()> {
         self.owners.add(ev);
         let mut request = self.request.borrow_mut();
-        if ev.text.is_empty() && !self.want_logprobs {
-            // Nothing to send yet (part of a UTF-8 sequence): the owners wait for the next
-            // delta, so a foreign owner is never dropped.
+        let (content, tool_calls) = match request.calls.get_mut(self.index as usize).and_then(Option::as_mut) {
+            Some(calls) => {
+                let out = calls.push(&ev.text);
+                (out.content, out.tool_calls)
+            }
+            None => (Some(ev.text.clone()), Vec::new()),
+        };
+        if content.as_deref().is_none_or(str::is_empty) && tool_calls.is_empty() && !self.want_logprobs {
+            // Nothing to send yet (part of a UTF-8 sequence, or text that may start a tool
+            // call): the owners wait for the next delta, so a foreign owner is never dropped.
             return if request.outbox.tx.is_closed() { ControlFlow::Break(()) } else { ControlFlow::Continue(()) };
         }
         let delta = ChoiceDelta {
             index: self.index,
-            content: Some(ev.text.clone()),
+            content,
+            tool_calls,
             logprobs: if self.want_logprobs { vec![logprob_entry(ev)] } else { Vec::new() },
             signals: Some(TokenSignals { logprob: Some(f64::from(ev.logprob)), entropy: Some(f64::from(ev.entropy)), owners: self.owners.take() }),
             ..ChoiceDelta::default()
@@ -442,7 +468,7 @@ mod tests {
 
     fn request(buffer_events: usize) -> (Request, EventReceiver) {
         let (tx, rx) = StreamLimits { buffer_events, stall: Duration::from_secs(1) }.channel();
-        (Request { outbox: Outbox::new(tx), usage: Usage::default(), open: vec![7], paused_since: None, failed: false }, rx)
+        (Request { outbox: Outbox::new(tx), usage: Usage::default(), open: vec![7], paused_since: None, failed: false, calls: vec![None] }, rx)
     }
 
     #[test]

@@ -6,6 +6,7 @@
 pub mod engine;
 pub mod engine_loop;
 pub mod sse;
+pub mod tool_calls;
 pub mod upstream;
 pub mod upstream_error;
 
