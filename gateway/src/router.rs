@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, Uri};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
+use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -15,6 +16,7 @@ use axum::Router;
 use crate::auth::Authenticator;
 use crate::error::{ApiError, ApiErrorLog};
 use crate::routes;
+use crate::routes::chat::AUDIT_ID_HEADER;
 use crate::state::AppState;
 
 /// The request's id: the client's `x-request-id` when it is sane, a fresh one otherwise.
@@ -23,7 +25,8 @@ pub struct RequestId(pub String);
 
 /// The gateway's router, testable without a socket.
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
+    let cors = cors(&state.config.server.cors_allowed_origins);
+    let routes = Router::new()
         .route("/v1/chat/completions", post(routes::chat::create))
         .route("/v1/models", get(routes::models::list))
         .route("/v1/models/{*id}", get(routes::models::get))
@@ -39,7 +42,37 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), observe))
-        .with_state(state)
+        .with_state(state);
+    // Outermost, so a preflight is answered before routing (which would say 405).
+    match cors {
+        Some(layer) => routes.layer(layer),
+        None => routes,
+    }
+}
+
+/// CORS for the configured origins (validated by the config); `None` when there are none:
+/// no header is added and a preflight gets the usual 405.
+fn cors(origins: &[String]) -> Option<CorsLayer> {
+    if origins.is_empty() {
+        return None;
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()))
+    };
+    let exposed = ["x-request-id", AUDIT_ID_HEADER, "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests",
+        "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens", "retry-after"];
+    Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::POST])
+            // Bearer keys, not cookies: any request header may be named (the SDKs send
+            // their own `x-stainless-*` ones).
+            .allow_headers(AllowHeaders::any())
+            .expose_headers(exposed.map(HeaderName::from_static))
+            .max_age(std::time::Duration::from_secs(600)),
+    )
 }
 
 /// `GET /metrics`; with a metrics token configured, only for `Authorization: Bearer <it>`

@@ -30,7 +30,7 @@ pub async fn serve(
     let local = listener.local_addr().map_err(StartError::Serve)?;
     warn_about_exposure(&state, local);
     tracing::info!(addr = %local, models = state.models.len(), "listening");
-    let settings = state.config.server;
+    let settings = state.config.server.clone();
     connections::serve_connections(listener, router(state), settings, shutdown).await;
     Ok(())
 }

@@ -37,6 +37,7 @@ pub(super) struct RawServer {
     max_connections: Option<usize>,
     header_read_timeout_ms: Option<u64>,
     body_read_timeout_ms: Option<u64>,
+    cors_allowed_origins: Option<Vec<String>>,
 }
 
 /// One tenant's effective limits.
@@ -79,8 +80,8 @@ impl LimitsConfig {
     }
 }
 
-/// How connections are accepted and read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How connections are accepted and read, and which browser origins may call.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerConfig {
     /// Open connections served at once; further ones wait in the listen backlog.
     pub max_connections: usize,
@@ -89,6 +90,9 @@ pub struct ServerConfig {
     pub header_read_timeout_ms: u64,
     /// Time allowed for a whole request body to arrive once the handler starts reading it.
     pub body_read_timeout_ms: u64,
+    /// Origins (`https://app.example.com`, or `*` for any) whose browser pages may call the
+    /// API (CORS); empty, the default: none.
+    pub cors_allowed_origins: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -97,6 +101,7 @@ impl Default for ServerConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             header_read_timeout_ms: DEFAULT_HEADER_READ_TIMEOUT_MS,
             body_read_timeout_ms: DEFAULT_BODY_READ_TIMEOUT_MS,
+            cors_allowed_origins: Vec::new(),
         }
     }
 }
@@ -211,7 +216,17 @@ pub(super) fn validate_server(
             format!("must be between 1 and 3600000, got {ms}"),
         )),
     };
+    let cors_allowed_origins = raw.cors_allowed_origins.unwrap_or_default();
+    for (i, origin) in cors_allowed_origins.iter().enumerate() {
+        if !is_origin(origin) {
+            return Err(invalid(
+                format!("server.cors_allowed_origins[{i}]"),
+                format!("{origin:?} is not an origin: write scheme://host[:port] (http or https, no path), or \"*\" for any"),
+            ));
+        }
+    }
     Ok(ServerConfig {
+        cors_allowed_origins,
         max_connections,
         header_read_timeout_ms: timeout(
             "header_read_timeout_ms",
@@ -224,6 +239,20 @@ pub(super) fn validate_server(
             d.body_read_timeout_ms,
         )?,
     })
+}
+
+/// `*`, or `http(s)://host[:port]` as a browser sends it in `Origin`.
+fn is_origin(origin: &str) -> bool {
+    if origin == "*" {
+        return true;
+    }
+    let Some(rest) = origin.strip_prefix("https://").or_else(|| origin.strip_prefix("http://")) else { return false };
+    let (host, port) = match rest.rsplit_once(':') {
+        Some((host, port)) if !host.ends_with(']') || rest.starts_with('[') => (host, Some(port)),
+        _ => (rest, None),
+    };
+    let host_ok = !host.is_empty() && host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-.[]:".contains(&b));
+    host_ok && port.is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Validates a model's caps; `upstream` says which defaults apply and which keys are
@@ -384,5 +413,20 @@ mod tests {
         );
         let err = parse(&format!("{up}max_n = 129\n")).unwrap_err();
         assert!(err.contains("models[0].max_n"), "{err}");
+    }
+}
+
+#[cfg(test)]
+mod origin_tests {
+    use super::is_origin;
+
+    #[test]
+    fn origins_are_scheme_host_and_port_only() {
+        for ok in ["*", "https://app.example.com", "http://localhost:3000", "http://127.0.0.1:8080", "http://[::1]:5173"] {
+            assert!(is_origin(ok), "{ok}");
+        }
+        for bad in ["", "app.example.com", "https://app.example.com/", "https://a.com/path", "ftp://a.com", "https://a.com:", "https://a.com:99999x", "https://"] {
+            assert!(!is_origin(bad), "{bad}");
+        }
     }
 }
