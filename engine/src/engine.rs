@@ -244,6 +244,16 @@ impl Engine {
         self.grammars.compile(&self.tokenizer, grammar)
     }
 
+    /// Tokenizes `text` as a plain prompt (no chat template; special-token texts stay
+    /// text), with BOS when the model wants one.
+    pub fn text_prompt(&self, text: &str) -> Result<Vec<u32>> {
+        let mut ids = self.tokenizer.encode(text, false)?;
+        if let (true, Some(bos)) = (self.tokenizer.add_bos(), self.tokenizer.bos_id()) {
+            ids.insert(0, bos);
+        }
+        Ok(ids)
+    }
+
     /// Renders `messages` with the model's chat template (with the generation prompt)
     /// and tokenizes the result, special tokens included.
     pub fn chat_prompt(&self, messages: &[ChatMessage], tools: Option<&serde_json::Value>) -> Result<Vec<u32>> {

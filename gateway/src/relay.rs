@@ -1,5 +1,6 @@
 //! The relay: turns a backend's [`BackendEvent`] stream into what the client asked for —
-//! SSE `chat.completion.chunk`s ending in `data: [DONE]`, or one `chat.completion` object.
+//! SSE `chat.completion.chunk`s ending in `data: [DONE]`, or one `chat.completion` object
+//! (the legacy `text_completion` shape when [`ResponseMeta::shape`] says so).
 //!
 //! Invariants of the streamed form: every choice's first chunk carries `role`, no choice
 //! gets a second role chunk; usage (when asked for) is the last chunk before `[DONE]`, with
@@ -14,7 +15,8 @@ use bytes::Bytes;
 use futures::{FutureExt, Stream, StreamExt};
 
 use crate::api::response::{
-    ChatChunk, ChatCompletion, Choice, ChunkChoice, Delta, FunctionCall, Logprobs, Message, ToolCall, UsageField,
+    ChatChunk, ChatCompletion, Choice, ChunkChoice, Delta, FunctionCall, Logprobs, Message, TextChoice, TextCompletion, TextLogprobs, ToolCall,
+    UsageField,
 };
 use crate::api::Usage;
 use crate::backend::{BackendEvent, BackendResponse, ChoiceDelta, EventStream, TokenLogprob};
@@ -31,6 +33,18 @@ pub struct ResponseMeta {
     pub created: u64,
     pub model: String,
     pub include_usage: bool,
+    /// Which API's chunks the stream is written as.
+    pub shape: Shape,
+}
+
+/// The API a response is written for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Shape {
+    /// `chat.completion(.chunk)`.
+    #[default]
+    Chat,
+    /// Legacy `text_completion`: each choice's content as `text`, no roles or tool calls.
+    Text,
 }
 
 /// Called once when a response has been relayed (or abandoned), with the firewall's view.
@@ -50,6 +64,7 @@ pub fn sse_body(
         guard,
         on_end: Some(on_end),
         role_sent: BTreeSet::new(),
+        text_offsets: BTreeMap::new(),
         usage: None,
         ended: false,
     };
@@ -70,6 +85,8 @@ struct StreamState {
     guard: ResponseGuard,
     on_end: Option<OnEnd>,
     role_sent: BTreeSet<u32>,
+    /// Legacy shape: characters of text each choice has sent (for `text_offset`).
+    text_offsets: BTreeMap<u32, usize>,
     usage: Option<Usage>,
     ended: bool,
 }
@@ -121,7 +138,11 @@ impl StreamState {
                     self.end();
                     if self.meta.include_usage {
                         if let Some(usage) = self.usage {
-                            out.extend_from_slice(&self.chunk(Vec::new(), UsageField::Some(usage)));
+                            let frame = match self.meta.shape {
+                                Shape::Chat => self.chunk(Vec::new(), UsageField::Some(usage)),
+                                Shape::Text => self.text_chunk(Vec::new(), UsageField::Some(usage)),
+                            };
+                            out.extend_from_slice(&frame);
                         }
                     }
                     out.extend_from_slice(b"data: [DONE]\n\n");
@@ -156,6 +177,9 @@ impl StreamState {
     /// The SSE frame for one event, if it produces one now.
     fn frame_for(&mut self, event: BackendEvent) -> Option<Bytes> {
         let usage_field = if self.meta.include_usage { UsageField::Null } else { UsageField::Absent };
+        if self.meta.shape == Shape::Text {
+            return self.text_frame_for(event, usage_field);
+        }
         match event {
             BackendEvent::Usage(u) => {
                 // Held back: usage goes last, after every choice has finished.
@@ -185,6 +209,41 @@ impl StreamState {
         }
     }
 
+    /// [`StreamState::frame_for`] for the legacy shape.
+    fn text_frame_for(&mut self, event: BackendEvent, usage: UsageField) -> Option<Bytes> {
+        let choice = match event {
+            BackendEvent::Usage(u) => {
+                self.usage = Some(u);
+                return None;
+            }
+            BackendEvent::Delta(d) => {
+                let text = d.content.unwrap_or_default();
+                if text.is_empty() && d.logprobs.is_empty() {
+                    return None;
+                }
+                let offset = self.text_offsets.entry(d.index).or_insert(0);
+                let logprobs = (!d.logprobs.is_empty()).then(|| TextLogprobs::of(&Logprobs::of(&d.logprobs).content, *offset));
+                *offset += text.chars().count();
+                TextChoice { text, index: d.index, logprobs, finish_reason: None }
+            }
+            BackendEvent::Finish { index, reason } => TextChoice { text: String::new(), index, logprobs: None, finish_reason: Some(reason) },
+        };
+        Some(Bytes::from(self.text_chunk(vec![choice], usage)))
+    }
+
+    fn text_chunk(&self, choices: Vec<TextChoice>, usage: UsageField) -> Vec<u8> {
+        let chunk = TextCompletion {
+            id: self.meta.id.clone(),
+            object: "text_completion",
+            created: self.meta.created,
+            model: self.meta.model.clone(),
+            choices,
+            usage,
+            system_fingerprint: self.fingerprint.clone(),
+        };
+        sse_frame(&chunk)
+    }
+
     /// `Some("assistant")` (or the backend's role) the first time a choice speaks.
     fn take_role(&mut self, index: u32, role: Option<String>) -> Option<String> {
         self.role_sent.insert(index).then(|| role.unwrap_or_else(|| "assistant".to_owned()))
@@ -200,14 +259,19 @@ impl StreamState {
             system_fingerprint: self.fingerprint.as_deref(),
             usage,
         };
-        let mut frame = b"data: ".to_vec();
-        // Serializing these plain structs cannot fail; an empty object keeps the frame valid.
-        if serde_json::to_writer(&mut frame, &chunk).is_err() {
-            frame.extend_from_slice(b"{}");
-        }
-        frame.extend_from_slice(b"\n\n");
-        frame
+        sse_frame(&chunk)
     }
+}
+
+/// `data: <json>\n\n`.
+fn sse_frame(chunk: &impl serde::Serialize) -> Vec<u8> {
+    let mut frame = b"data: ".to_vec();
+    // Serializing these plain structs cannot fail; an empty object keeps the frame valid.
+    if serde_json::to_writer(&mut frame, chunk).is_err() {
+        frame.extend_from_slice(b"{}");
+    }
+    frame.extend_from_slice(b"\n\n");
+    frame
 }
 
 /// `data: {"error": ...}` for a failure after the stream started.
@@ -321,7 +385,7 @@ mod tests {
     use crate::api::response::{FunctionChunk, ToolCallChunk};
 
     fn meta(include_usage: bool) -> ResponseMeta {
-        ResponseMeta { id: "chatcmpl-1".into(), created: 1, model: "m".into(), include_usage }
+        ResponseMeta { id: "chatcmpl-1".into(), created: 1, model: "m".into(), include_usage, shape: Shape::Chat }
     }
 
     fn backend(events: Vec<Result<BackendEvent, ApiError>>) -> BackendResponse {
@@ -364,6 +428,33 @@ mod tests {
         assert_eq!(last["usage"]["total_tokens"], 3);
         assert_eq!(last["choices"].as_array().unwrap().len(), 0);
         assert!(chunks[0]["usage"].is_null() && chunks[0].get("usage").is_some());
+    }
+
+    #[tokio::test]
+    async fn the_legacy_shape_streams_text_chunks_with_offsets_and_usage_last() {
+        let usage = Usage { prompt_tokens: 1, completion_tokens: 2, total_tokens: 3 };
+        let with_logprob = |s: &str| {
+            Ok(BackendEvent::Delta(ChoiceDelta {
+                index: 0,
+                content: Some(s.into()),
+                logprobs: vec![TokenLogprob { token: s.into(), logprob: -0.5, top_logprobs: Vec::new() }],
+                ..Default::default()
+            }))
+        };
+        let meta = ResponseMeta { id: "cmpl-1".into(), shape: Shape::Text, ..meta(true) };
+        let events = vec![with_logprob("Hé"), with_logprob("llo"), Ok(BackendEvent::Usage(usage)), finish(0)];
+        let body: Vec<_> = sse_body(meta, backend(events), open_guard(1), Box::new(|_| {})).collect().await;
+        let joined: String = body.into_iter().map(|b| String::from_utf8(b.unwrap().to_vec()).unwrap()).collect();
+        let frames: Vec<&str> = joined.split("\n\n").filter(|f| !f.is_empty()).map(|f| f.trim_start_matches("data: ")).collect();
+        assert_eq!(frames.last(), Some(&"[DONE]"));
+        let chunks: Vec<serde_json::Value> = frames[..frames.len() - 1].iter().map(|c| serde_json::from_str(c).unwrap()).collect();
+        assert!(chunks.iter().all(|c| c["object"] == "text_completion" && c["id"] == "cmpl-1"));
+        assert_eq!(chunks[0]["choices"][0]["text"], "Hé");
+        assert_eq!(chunks[1]["choices"][0]["logprobs"]["text_offset"][0], 2);
+        assert_eq!(chunks[1]["choices"][0]["logprobs"]["tokens"][0], "llo");
+        assert_eq!(chunks[2]["choices"][0]["finish_reason"], "stop");
+        assert_eq!(chunks[3]["usage"]["total_tokens"], 3);
+        assert!(chunks.iter().all(|c| c["choices"].as_array().is_some_and(|l| l.iter().all(|ch| ch.get("delta").is_none()))));
     }
 
     #[tokio::test]

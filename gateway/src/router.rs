@@ -28,6 +28,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     let cors = cors(&state.config.server.cors_allowed_origins);
     let routes = Router::new()
         .route("/v1/chat/completions", post(routes::chat::create))
+        .route("/v1/completions", post(routes::chat::create_text))
         .route("/v1/models", get(routes::models::list))
         .route("/v1/models/{*id}", get(routes::models::get))
         .route("/healthz", get(routes::health::healthz))

@@ -2,7 +2,8 @@
 agent frameworks use it: structured outputs through `beta.chat.completions.parse` and
 `.stream` on twenty Pydantic models of different shapes, `json_object`, a refused
 schema, and a tool-calling conversation's second turn (`content: null` beside
-`tool_calls`, then a `tool` message, as LangChain sends it).
+`tool_calls`, then a `tool` message, as LangChain sends it), an agent loop, a streamed
+named call, and legacy `completions.create`, streamed and not.
 
 Usage: python agent_api.py BASE_URL API_KEY MODEL
 Exits 0 when every check passes; prints one line per check.
@@ -242,6 +243,21 @@ def main():
 
     agent_loop(client, model, tools)
     streamed_call(client, model, tools)
+    legacy_completions(client, model)
+
+
+def legacy_completions(client, model):
+    r = client.completions.create(model=model, prompt="The capital of France is", max_tokens=12, temperature=0, logprobs=2)
+    c = r.choices[0]
+    ok = r.object == "text_completion" and c.text and r.usage.completion_tokens == len(c.logprobs.tokens)
+    ok = ok and "".join(c.logprobs.tokens) == c.text and all(len(t) <= 2 for t in c.logprobs.top_logprobs)
+    check("completions.create", bool(ok), repr((c.text, c.finish_reason, r.usage)))
+    pieces, finish = [], None
+    for chunk in client.completions.create(model=model, prompt="The capital of France is", max_tokens=12, temperature=0, stream=True):
+        for ch in chunk.choices:
+            pieces.append(ch.text)
+            finish = ch.finish_reason or finish
+    check("completions.create(stream=True)", "".join(pieces) == c.text and finish == c.finish_reason, repr((pieces, finish)))
 
 
 def get_weather(city):

@@ -45,6 +45,11 @@ async fn output_format_errors_name_their_parameter() {
         assert_eq!(status, 400, "{format}: {body}");
         assert_eq!(body["error"]["param"], param, "{format}: {body}");
     }
+    let resp = reqwest::Client::new().post(gw.url("/v1/completions")).bearer_auth("sk-acme-1")
+        .json(&json!({"model": MODEL, "prompt": "x", "suffix": "y"})).send().await.expect("gateway answers");
+    assert_eq!(resp.status(), 400);
+    let body: Value = resp.json().await.expect("JSON");
+    assert_eq!(body["error"]["param"], "suffix", "{body}");
     let (status, body) = complete(&gw, json!({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "logit_bias": {"999999": 5}})).await;
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["error"]["param"], "logit_bias", "{body}");

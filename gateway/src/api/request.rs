@@ -63,6 +63,9 @@ pub struct ChatRequest {
     /// What the output must be (`response_format`).
     pub response_format: ResponseFormat,
     pub user: Option<String>,
+    /// A legacy `/v1/completions` request: the prompt is the messages' text as it is,
+    /// without the chat template.
+    pub text_prompt: bool,
     /// The request body exactly as received.
     pub raw: Map<String, Value>,
 }
@@ -120,8 +123,56 @@ impl ChatRequest {
             parallel_tool_calls: f.bool("parallel_tool_calls")?.unwrap_or(true),
             response_format: parse_response_format(raw.get("response_format"))?,
             user: f.string("user")?,
+            text_prompt: false,
             raw,
         })
+    }
+
+    /// Parses a legacy `POST /v1/completions` body: `prompt` (a string, or a list of one
+    /// string) becomes the one user message, `logprobs` (0..=5) the number of alternatives,
+    /// `max_tokens` defaults to 16 as OpenAI's does; `echo`, `suffix` and `best_of` other
+    /// than their defaults are refused by name. Every other field is checked as for chat.
+    pub fn parse_completion(body: &[u8]) -> Result<ChatRequest, ApiError> {
+        let value: Value = serde_json::from_slice(body).map_err(|e| ApiError::MalformedJson(e.to_string()))?;
+        let Value::Object(mut legacy) = value else {
+            return Err(ApiError::MalformedJson("the body must be a JSON object".into()));
+        };
+        let prompt = match legacy.remove("prompt") {
+            Some(Value::String(p)) => p,
+            Some(Value::Array(list)) if list.len() == 1 && list[0].is_string() => list[0].as_str().unwrap_or_default().to_owned(),
+            Some(Value::Array(list)) if list.iter().all(Value::is_string) => {
+                return Err(ApiError::param("prompt", format!("one prompt per request is supported, got {}", list.len())))
+            }
+            None | Some(Value::Null) => return Err(ApiError::param("prompt", "you must provide a prompt parameter")),
+            Some(_) => return Err(type_error("prompt", "a string (token-id prompts are not supported)")),
+        };
+        let f = Fields(&legacy);
+        if f.bool("echo")?.unwrap_or(false) {
+            return Err(ApiError::param("echo", "echo is not supported"));
+        }
+        if f.string("suffix")?.is_some_and(|s| !s.is_empty()) {
+            return Err(ApiError::param("suffix", "suffix (insertion) is not supported"));
+        }
+        f.int("best_of", 1, 1)?;
+        let logprobs = f.int("logprobs", 0, 5)?;
+        let max_tokens = f.int("max_tokens", 1, u32::MAX as i64)?.unwrap_or(16);
+        for key in ["top_logprobs", "max_completion_tokens", "messages", "tools", "tool_choice", "response_format"] {
+            if legacy.get(key).is_some_and(|v| !v.is_null()) {
+                return Err(ApiError::param(key, format!("{key} is not a parameter of text completions")));
+            }
+        }
+        for key in ["echo", "suffix", "best_of", "logprobs"] {
+            legacy.remove(key);
+        }
+        legacy.insert("messages".into(), serde_json::json!([{"role": "user", "content": prompt}]));
+        legacy.insert("max_tokens".into(), Value::from(max_tokens));
+        if let Some(k) = logprobs {
+            legacy.insert("logprobs".into(), Value::Bool(true));
+            legacy.insert("top_logprobs".into(), Value::from(k));
+        }
+        let mut request = ChatRequest::parse(Value::Object(legacy).to_string().as_bytes())?;
+        request.text_prompt = true;
+        Ok(request)
     }
 
     /// Every text the client sent in `messages` (contents, text parts, tool-call arguments,
@@ -540,6 +591,29 @@ mod tests {
         assert_eq!(r.raw["x_weight"].as_f64(), Some(digits.parse::<f64>().unwrap()));
         let relayed = ChatRequest::parse(serde_json::to_string(&r.raw).unwrap().as_bytes()).unwrap();
         assert_eq!(relayed.raw, r.raw);
+    }
+
+    #[test]
+    fn legacy_completions_become_one_raw_prompt() {
+        let r = ChatRequest::parse_completion(br#"{"model": "m", "prompt": "Once upon", "logprobs": 2, "stop": "."}"#).unwrap();
+        assert!(r.text_prompt);
+        assert_eq!(r.messages[0]["content"], "Once upon");
+        assert_eq!((r.max_tokens, r.logprobs, r.top_logprobs, r.stop.clone()), (Some(16), true, 2, vec![".".to_owned()]));
+        let r = ChatRequest::parse_completion(br#"{"model": "m", "prompt": ["x"], "max_tokens": 3, "echo": false, "best_of": 1}"#).unwrap();
+        assert_eq!(r.max_tokens, Some(3));
+        let param = |body: &str| match ChatRequest::parse_completion(body.as_bytes()) {
+            Err(ApiError::InvalidParam { param, .. }) => param,
+            other => panic!("{body}: {other:?}"),
+        };
+        assert_eq!(param(r#"{"model": "m"}"#), "prompt");
+        assert_eq!(param(r#"{"model": "m", "prompt": [1, 2]}"#), "prompt");
+        assert_eq!(param(r#"{"model": "m", "prompt": ["a", "b"]}"#), "prompt");
+        assert_eq!(param(r#"{"model": "m", "prompt": "a", "echo": true}"#), "echo");
+        assert_eq!(param(r#"{"model": "m", "prompt": "a", "suffix": "z"}"#), "suffix");
+        assert_eq!(param(r#"{"model": "m", "prompt": "a", "best_of": 3}"#), "best_of");
+        assert_eq!(param(r#"{"model": "m", "prompt": "a", "logprobs": 9}"#), "logprobs");
+        assert_eq!(param(r#"{"model": "m", "prompt": "a", "tools": []}"#), "tools");
+        assert_eq!(param(r#"{"model": "m", "prompt": "a", "temperature": 9}"#), "temperature");
     }
 
     #[test]

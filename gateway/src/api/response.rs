@@ -131,7 +131,7 @@ pub enum UsageField {
 }
 
 impl UsageField {
-    fn is_absent(&self) -> bool {
+    pub fn is_absent(&self) -> bool {
         matches!(self, UsageField::Absent)
     }
 }
@@ -196,4 +196,76 @@ pub struct ModelObject<'a> {
 pub struct ModelList<'a> {
     pub object: &'static str,
     pub data: Vec<ModelObject<'a>>,
+}
+
+/// A legacy text completion (`POST /v1/completions`): the whole answer, or one SSE chunk.
+#[derive(Debug, Serialize)]
+pub struct TextCompletion {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<TextChoice>,
+    #[serde(skip_serializing_if = "UsageField::is_absent")]
+    pub usage: UsageField,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system_fingerprint: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TextChoice {
+    pub text: String,
+    pub index: u32,
+    pub logprobs: Option<TextLogprobs>,
+    pub finish_reason: Option<String>,
+}
+
+/// The legacy `logprobs` shape: parallel lists, alternatives as token -> logprob maps,
+/// each token's character offset in the choice's text.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct TextLogprobs {
+    pub tokens: Vec<String>,
+    pub token_logprobs: Vec<f64>,
+    pub top_logprobs: Vec<std::collections::BTreeMap<String, f64>>,
+    pub text_offset: Vec<usize>,
+}
+
+impl TextLogprobs {
+    /// `entries` in the legacy shape, offsets counted from `offset`.
+    pub fn of(entries: &[LogprobContent], mut offset: usize) -> TextLogprobs {
+        let mut out = TextLogprobs::default();
+        for e in entries {
+            out.tokens.push(e.token.clone());
+            out.token_logprobs.push(e.logprob);
+            out.top_logprobs.push(e.top_logprobs.iter().map(|t| (t.token.clone(), t.logprob)).collect());
+            out.text_offset.push(offset);
+            offset += e.token.chars().count();
+        }
+        out
+    }
+}
+
+impl TextCompletion {
+    /// The legacy form of a chat completion the guard released (content becomes `text`).
+    pub fn from_chat(c: ChatCompletion) -> TextCompletion {
+        let choices = c
+            .choices
+            .into_iter()
+            .map(|choice| TextChoice {
+                text: choice.message.content.unwrap_or_default(),
+                index: choice.index,
+                logprobs: choice.logprobs.map(|l| TextLogprobs::of(&l.content, 0)),
+                finish_reason: choice.finish_reason,
+            })
+            .collect();
+        TextCompletion {
+            id: c.id,
+            object: "text_completion",
+            created: c.created,
+            model: c.model,
+            choices,
+            usage: c.usage.map_or(UsageField::Absent, UsageField::Some),
+            system_fingerprint: c.system_fingerprint,
+        }
+    }
 }

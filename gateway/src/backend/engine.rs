@@ -105,6 +105,16 @@ impl EngineBackend {
     /// grammar, is prepared on tokio's blocking pool; a short plain prompt right here,
     /// where the hop to another thread would cost more than the work.
     async fn prepare(&self, request: &ChatRequest) -> Result<Prepared, ApiError> {
+        if request.text_prompt {
+            // Legacy completions: the messages' text as it is (the prompt, after any line
+            // the gateway's protection added), no template, no grammar.
+            let text: Vec<String> = chat_messages(&request.messages)?.into_iter().filter_map(|m| m.content).collect();
+            let (state, model_id) = (self.state.clone(), self.model_id.clone());
+            let prompt = tokio::task::spawn_blocking(move || engine_of(&state, &model_id)?.text_prompt(&text.join("\n")).map_err(map_engine_error))
+                .await
+                .map_err(|e| ApiError::Internal(format!("prompt tokenising task failed: {e}")))??;
+            return Ok(Prepared { prompt, grammar: None, read_calls: false });
+        }
         let mut messages = chat_messages(&request.messages)?;
         let tools = request.tools.clone();
         let answer_schema = match &request.response_format {

@@ -658,7 +658,7 @@ strings = ["GLOBEX-CANARY-5d1e2b"]
     }
 
     fn meta() -> crate::relay::ResponseMeta {
-        crate::relay::ResponseMeta { id: "chatcmpl-1".into(), created: 1, model: "m".into(), include_usage: false }
+        crate::relay::ResponseMeta { id: "chatcmpl-1".into(), created: 1, model: "m".into(), include_usage: false, shape: crate::relay::Shape::Chat }
     }
 
     /// What a client receives, as raw bytes (the whole SSE body, or the JSON object), and

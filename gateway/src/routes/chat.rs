@@ -1,4 +1,5 @@
-//! `POST /v1/chat/completions`: authenticate, read the body within its size and time
+//! `POST /v1/chat/completions` (and legacy `POST /v1/completions`, the same path with
+//! another request and response shape): authenticate, read the body within its size and time
 //! limits, validate, check the model's caps, admit the request under the tenant's
 //! [`limits`], pick the model's backend, and answer with SSE or one JSON object (with the
 //! tenant's `x-ratelimit-*` headers). HTTP only: what the
@@ -18,7 +19,8 @@ use crate::backend::RequestContext;
 use crate::error::ApiError;
 use crate::limits::{self, Ask};
 use crate::protection::ResponseRecord;
-use crate::relay::{self, ResponseMeta};
+use crate::api::response::TextCompletion;
+use crate::relay::{self, ResponseMeta, Shape};
 use crate::response_guard::{Finisher, GuardSettings, ResponseGuard};
 use crate::router::RequestId;
 use crate::state::{unix_now, AppState};
@@ -26,12 +28,28 @@ use crate::state::{unix_now, AppState};
 /// The header naming a response's audit record.
 pub const AUDIT_ID_HEADER: &str = "x-crossguard-audit-id";
 
+/// `POST /v1/chat/completions`.
 pub async fn create(
     State(state): State<Arc<AppState>>,
     Extension(RequestId(request_id)): Extension<RequestId>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    serve(state, request_id, headers, body, Shape::Chat).await
+}
+
+/// `POST /v1/completions` (legacy text completions): the same path as chat, for engine
+/// models, the prompt without the chat template, answered in the `text_completion` shape.
+pub async fn create_text(
+    State(state): State<Arc<AppState>>,
+    Extension(RequestId(request_id)): Extension<RequestId>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    serve(state, request_id, headers, body, Shape::Text).await
+}
+
+async fn serve(state: Arc<AppState>, request_id: String, headers: HeaderMap, body: Body, shape: Shape) -> Result<Response, ApiError> {
     let tenant = state.auth.authenticate(&headers)?;
     if state.protection.quarantined(tenant.as_str()) {
         return Err(ApiError::Quarantined);
@@ -43,8 +61,14 @@ pub async fn create(
     let bytes = tokio::time::timeout(read_timeout, read_limited(body, &headers, state.config.max_body_bytes))
         .await
         .map_err(|_| ApiError::RequestTimeout { timeout_ms: state.config.server.body_read_timeout_ms })??;
-    let mut request = ChatRequest::parse(&bytes)?;
+    let mut request = match shape {
+        Shape::Chat => ChatRequest::parse(&bytes)?,
+        Shape::Text => ChatRequest::parse_completion(&bytes)?,
+    };
     let backend = state.backend(&request.model)?;
+    if shape == Shape::Text && backend.kind() != "engine" {
+        return Err(ApiError::param("model", format!("`{}` is served by an upstream: /v1/completions is served for engine models only", request.model)));
+    }
     if let Some(model) = state.config.models.iter().find(|m| m.id == request.model) {
         limits::check_caps(&model.caps, &request)?;
     }
@@ -69,8 +93,13 @@ pub async fn create(
     let mut response = backend.complete(&request, &ctx).await.inspect_err(|e| finisher.not_started(e))?;
     response.events = admission.meter(response.events);
     finisher.started();
+    let prefix = match shape {
+        Shape::Chat => "chatcmpl",
+        Shape::Text => "cmpl",
+    };
     let meta = ResponseMeta {
-        id: format!("chatcmpl-{}", uuid::Uuid::now_v7().simple()),
+        shape,
+        id: format!("{prefix}-{}", uuid::Uuid::now_v7().simple()),
         created: unix_now(),
         model: request.model.clone(),
         include_usage: request.include_usage,
@@ -101,7 +130,11 @@ pub async fn create(
     let (completion, audited) = finisher.whole(&mut guard, collected).await?;
     let mut response_headers = if audited { audit_header(finisher.record()) } else { HeaderMap::new() };
     response_headers.extend(rate_headers);
-    Ok((StatusCode::OK, response_headers, Json(completion)).into_response())
+    let body = match shape {
+        Shape::Chat => Json(completion).into_response(),
+        Shape::Text => Json(TextCompletion::from_chat(completion)).into_response(),
+    };
+    Ok((StatusCode::OK, response_headers, body).into_response())
 }
 
 /// `x-crossguard-audit-id: <id>` for a response.
