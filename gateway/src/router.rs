@@ -25,7 +25,6 @@ pub struct RequestId(pub String);
 
 /// The gateway's router, testable without a socket.
 pub fn router(state: Arc<AppState>) -> Router {
-    let cors = cors(&state.config.server.cors_allowed_origins);
     let routes = Router::new()
         .route("/v1/chat/completions", post(routes::chat::create))
         .route("/v1/completions", post(routes::chat::create_text))
@@ -42,13 +41,13 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(crate::admin::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(middleware::from_fn_with_state(state.clone(), observe))
-        .with_state(state);
+        .layer(middleware::from_fn_with_state(state.clone(), observe));
     // Outermost, so a preflight is answered before routing (which would say 405).
-    match cors {
+    let routes = match cors(&state.config.server.cors_allowed_origins) {
         Some(layer) => routes.layer(layer),
         None => routes,
-    }
+    };
+    routes.with_state(state)
 }
 
 /// CORS for the configured origins (validated by the config); `None` when there are none:
@@ -57,11 +56,10 @@ fn cors(origins: &[String]) -> Option<CorsLayer> {
     if origins.is_empty() {
         return None;
     }
-    let allow = if origins.iter().any(|o| o == "*") {
-        AllowOrigin::any()
-    } else {
-        AllowOrigin::list(origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()))
-    };
+    let any = origins.iter().any(|o| o == "*");
+    let listed: Vec<HeaderValue> = origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()).collect();
+    // The OpenAI API only: the admin API and the dashboard stay same-origin.
+    let allow = AllowOrigin::predicate(move |origin, request| request.uri.path().starts_with("/v1/") && (any || listed.contains(origin)));
     let exposed = ["x-request-id", AUDIT_ID_HEADER, "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests",
         "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens", "retry-after"];
     Some(

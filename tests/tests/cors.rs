@@ -1,6 +1,7 @@
 //! CORS: a browser page on a configured origin may call the API (preflight answered, the
 //! origin echoed, the rate-limit and audit headers exposed); any other origin, and every
-//! origin when none is configured (the default), gets no CORS header at all.
+//! origin when none is configured (the default), gets no CORS header at all; the admin API
+//! never does.
 
 use crossguard_e2e::mock_upstream::MockUpstream;
 use crossguard_e2e::{upstream_config, TestGateway};
@@ -44,6 +45,16 @@ async fn configured_origins_get_cors_and_others_do_not() {
     assert!(exposed.contains("x-request-id") && exposed.contains("x-crossguard-audit-id"), "{exposed}");
 
     let resp = preflight(&gw, "https://evil.example.net").await;
+    assert!(!resp.headers().contains_key("access-control-allow-origin"), "{:?}", resp.headers());
+
+    // The admin API stays same-origin, whatever origins the OpenAI API allows.
+    let resp = reqwest::Client::new()
+        .request(reqwest::Method::OPTIONS, gw.url("/admin/api/audit"))
+        .header("origin", APP)
+        .header("access-control-request-method", "GET")
+        .send()
+        .await
+        .expect("gateway answers");
     assert!(!resp.headers().contains_key("access-control-allow-origin"), "{:?}", resp.headers());
 }
 

@@ -271,8 +271,14 @@ fn scan_value(text: &str, state: (u32, bool, bool), slot: &mut Option<(u32, bool
         match b {
             b'"' => in_string = true,
             b'{' | b'[' => depth += 1,
+            // Outside any container: the end of the call object, or a separator, ends a
+            // scalar value (a tool whose `parameters` is not an object schema).
+            b'}' | b']' | b',' if depth == 0 => {
+                *slot = Some((0, false, false));
+                return (i, true);
+            }
             b'}' | b']' => {
-                depth = depth.saturating_sub(1);
+                depth -= 1;
                 if depth == 0 {
                     *slot = Some((0, false, false));
                     return (i + 1, true);
@@ -336,6 +342,14 @@ mod tests {
                 "split {split}"
             );
         }
+    }
+
+    #[test]
+    fn scalar_arguments_end_where_the_call_object_does() {
+        let answer = r#"{"tool_calls": [{"name": "echo", "arguments": "a}b"}, {"name": "count", "arguments": 3}]}"#;
+        let (content, calls) = read(&[answer]);
+        assert_eq!(content, "");
+        assert_eq!(calls, [(Some("call_x".into()), "echo".into(), r#""a}b""#.into()), (Some("call_x".into()), "count".into(), "3".into())]);
     }
 
     #[test]
