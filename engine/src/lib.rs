@@ -4,7 +4,9 @@
 //! vocabulary and template, and generates tokens on the CPU or, through the CUDA backend
 //! (`backend::cuda`, kernels compiled at run time), on a GPU,
 //! reporting for every token its log-probability, the predictive entropy and whose KV
-//! memory it attended to (the paged, owner-checked cache in `kv`). It knows nothing of
+//! memory it attended to (the paged, owner-checked cache in `kv`). Output can be held to a
+//! grammar (a JSON Schema, any JSON object, a Lark grammar: `grammar`), and chat templates
+//! are probed so any OpenAI conversation renders (`template`). It knows nothing of
 //! HTTP, tenants' API keys, storage or the firewall.
 #![deny(unsafe_code)]
 

@@ -20,6 +20,9 @@ pub enum ResponseFormat {
     /// JSON valid under `schema` (`None`: the client gave a name but no schema, so any
     /// JSON value). `strict` is recorded as sent: the engine enforces the schema either way.
     JsonSchema { name: String, schema: Option<Value>, strict: bool },
+    /// A type this gateway does not know: passed to an upstream untouched (it may know
+    /// it), refused by the engine.
+    Other(String),
 }
 
 /// OpenAI's `tool_choice`.
@@ -34,6 +37,8 @@ pub enum ToolChoice {
     Required,
     /// Exactly one call of this function.
     Function(String),
+    /// An object of another `type`: passed to an upstream untouched, refused by the engine.
+    Other(String),
 }
 
 /// A validated chat completion request.
@@ -419,6 +424,9 @@ fn parse_tool_choice(value: Option<&Value>, tools: Option<&Value>) -> Result<Too
                 ))
             }
         },
+        Some(Value::Object(o)) if o.get("type").and_then(Value::as_str).is_some_and(|t| t != "function") => {
+            ToolChoice::Other(o.get("type").and_then(Value::as_str).unwrap_or_default().to_owned())
+        }
         Some(Value::Object(o)) => {
             let name = o.get("function").and_then(|f| f.get("name")).and_then(Value::as_str);
             let name = name.ok_or_else(|| ApiError::param("tool_choice.function.name", "a named tool_choice needs function.name"))?;
@@ -471,10 +479,7 @@ fn parse_response_format(value: Option<&Value>) -> Result<ResponseFormat, ApiErr
             let strict = f.bool("strict").map_err(|e| rename_param(e, "response_format.json_schema.strict"))?.unwrap_or(false);
             Ok(ResponseFormat::JsonSchema { name, schema, strict })
         }
-        Some(other) => Err(ApiError::param(
-            "response_format.type",
-            format!("Invalid value: '{other}'. Supported values are: 'text', 'json_object' and 'json_schema'."),
-        )),
+        Some(other) => Ok(ResponseFormat::Other(other.to_owned())),
         None => Err(ApiError::param("response_format.type", "response_format.type is required")),
     }
 }
@@ -568,7 +573,6 @@ mod tests {
             (with("tool_choice", json!("sometimes")), "tool_choice"),
             (with("tool_choice", json!(3)), "tool_choice"),
             (with("parallel_tool_calls", json!("no")), "parallel_tool_calls"),
-            (with("response_format", json!({"type": "yaml"})), "response_format.type"),
             (with("response_format", json!({})), "response_format.type"),
             (with("response_format", json!({"type": "json_schema"})), "response_format.json_schema"),
             (with("response_format", json!({"type": "json_schema", "json_schema": {"schema": {}}})), "response_format.json_schema.name"),
@@ -640,6 +644,10 @@ mod tests {
         let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
         let r = parse(with("response_format", json!({"type": "json_schema", "json_schema": {"name": "thing_1", "schema": schema, "strict": true}}))).unwrap();
         assert_eq!(r.response_format, ResponseFormat::JsonSchema { name: "thing_1".into(), schema: Some(schema), strict: true });
+        // Types the gateway does not know still reach an upstream.
+        let r = parse(with("response_format", json!({"type": "grammar", "grammar": "x"}))).unwrap();
+        assert_eq!(r.response_format, ResponseFormat::Other("grammar".into()));
+        assert_eq!(r.raw["response_format"]["grammar"], "x");
     }
 
     #[test]

@@ -23,7 +23,7 @@ use tokio::sync::oneshot;
 use super::engine_loop::{self, LoopGauges, StreamLimits, Submission};
 use super::tool_calls::ToolPlan;
 use super::{BackendResponse, RequestContext, TokenLogprob, TopLogprob};
-use crate::api::{ChatRequest, ResponseFormat};
+use crate::api::{ChatRequest, ResponseFormat, ToolChoice};
 use crate::config::EngineModelConfig;
 use crate::error::ApiError;
 
@@ -105,6 +105,15 @@ impl EngineBackend {
     /// grammar, is prepared on tokio's blocking pool; a short plain prompt right here,
     /// where the hop to another thread would cost more than the work.
     async fn prepare(&self, request: &ChatRequest) -> Result<Prepared, ApiError> {
+        if let ResponseFormat::Other(kind) = &request.response_format {
+            return Err(ApiError::param(
+                "response_format.type",
+                format!("response_format type '{kind}' is not supported by the engine; it supports 'text', 'json_object' and 'json_schema'"),
+            ));
+        }
+        if let ToolChoice::Other(kind) = &request.tool_choice {
+            return Err(ApiError::param("tool_choice", format!("tool_choice type '{kind}' is not supported by the engine; it supports 'function'")));
+        }
         if request.text_prompt {
             // Legacy completions: the messages' text as it is (the prompt, after any line
             // the gateway's protection added), no template, no grammar.
@@ -118,7 +127,7 @@ impl EngineBackend {
         let mut messages = chat_messages(&request.messages)?;
         let tools = request.tools.clone();
         let answer_schema = match &request.response_format {
-            ResponseFormat::Text => None,
+            ResponseFormat::Text | ResponseFormat::Other(_) => None,
             ResponseFormat::JsonObject => Some(serde_json::json!({"type": "object"})),
             ResponseFormat::JsonSchema { schema, .. } => Some(schema.clone().unwrap_or_else(|| Value::Object(Map::new()))),
         };
@@ -227,7 +236,7 @@ fn prompt_bytes(messages: &[ChatMessage], tools: Option<&Value>) -> usize {
 /// The grammar `format` asks the engine to enforce, and the parameter that asked for it.
 fn output_grammar(format: &ResponseFormat) -> Option<(Grammar, &'static str)> {
     match format {
-        ResponseFormat::Text => None,
+        ResponseFormat::Text | ResponseFormat::Other(_) => None,
         ResponseFormat::JsonObject => Some((Grammar::JsonObject, "response_format")),
         ResponseFormat::JsonSchema { schema, .. } => {
             let schema = schema.clone().unwrap_or_else(|| Value::Object(Map::new()));
