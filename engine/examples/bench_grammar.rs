@@ -4,7 +4,10 @@
 //! summary line per grammar: the median, over rounds that decoded the full length, of its
 //! per-token time against free text's in the same round.
 //!
-//! `cargo run --release -p crossguard-engine --example bench_grammar -- MODEL THREADS [TOKENS] [ROUNDS]`
+//! `cargo run --release -p crossguard-engine --example bench_grammar -- MODEL THREADS [TOKENS] [ROUNDS] [SCHEMA.json]`
+//!
+//! With a schema file, that schema replaces the built-in list schema (to measure what a
+//! hard schema costs a step).
 
 use std::ops::ControlFlow;
 use std::path::PathBuf;
@@ -33,10 +36,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // Long outputs on purpose, so every round decodes about `tokens` tokens: a list of
     // at least 200 entries, and any JSON object.
-    let list = json!({"type": "object", "properties": {"fruits": {"type": "array", "minItems": 200, "items": {
+    let builtin = json!({"type": "object", "properties": {"fruits": {"type": "array", "minItems": 200, "items": {
         "type": "object", "properties": {"name": {"type": "string", "maxLength": 16}, "colour": {"enum": ["red", "green", "yellow", "orange", "purple"]},
         "price": {"type": "number", "minimum": 0, "maximum": 100}}, "required": ["name", "colour", "price"], "additionalProperties": false}}},
         "required": ["fruits"], "additionalProperties": false});
+    let list = match std::env::args().nth(5) {
+        Some(path) => serde_json::from_str(&std::fs::read_to_string(&path)?)?,
+        None => builtin,
+    };
     let started = Instant::now();
     let object = engine.compile_grammar(&Grammar::JsonObject)?;
     let first_compile_ms = started.elapsed().as_secs_f64() * 1e3;
