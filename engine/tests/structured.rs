@@ -167,3 +167,23 @@ fn a_schema_the_compiler_cannot_enforce_is_refused_by_name() {
     let malformed = Grammar::JsonSchema(json!({"type": "no-such-type"}));
     assert!(matches!(engine().compile_grammar(&malformed), Err(engine::Error::Grammar { .. })));
 }
+
+#[test]
+fn schemas_from_a_hostile_client_are_refused_or_served_never_fetched() {
+    // A `$ref` to a remote document: refused (nothing is fetched), not followed.
+    let remote = Grammar::JsonSchema(json!({"$ref": "https://example.invalid/schema.json"}));
+    assert!(matches!(engine().compile_grammar(&remote), Err(engine::Error::Grammar { .. })));
+    // A local `$ref` works; `true` is any JSON value; `false` admits nothing and is refused.
+    let local = json!({"$defs": {"n": {"type": "integer"}}, "type": "object", "properties": {"a": {"$ref": "#/$defs/n"}}, "required": ["a"]});
+    assert!(engine().compile_grammar(&Grammar::JsonSchema(local)).is_ok());
+    assert!(engine().compile_grammar(&Grammar::JsonSchema(json!(true))).is_ok());
+    assert!(matches!(engine().compile_grammar(&Grammar::JsonSchema(json!(false))), Err(engine::Error::Grammar { .. })));
+    // Nesting as deep as a request body can carry (serde_json stops at 128 levels).
+    let mut deep = json!({"type": "integer"});
+    for _ in 0..60 {
+        deep = json!({"type": "object", "properties": {"x": deep}, "required": ["x"]});
+    }
+    assert!(engine().compile_grammar(&Grammar::JsonSchema(deep)).is_ok());
+    // A grammar that is not Lark at all.
+    assert!(matches!(engine().compile_grammar(&Grammar::Lark("start: (".into())), Err(engine::Error::Grammar { .. })));
+}
