@@ -489,9 +489,20 @@ fn parse_tools(value: Option<&Value>) -> Result<Option<Value>, ApiError> {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Array(list)) => {
             for (i, tool) in list.iter().enumerate() {
-                let named = tool.get("function").and_then(|f| f.get("name")).is_some_and(Value::is_string);
-                if !named {
+                let Some(name) = tool.get("function").and_then(|f| f.get("name")).and_then(Value::as_str) else {
                     return Err(ApiError::param(format!("tools[{i}].function.name"), "each tool needs function.name"));
+                };
+                // OpenAI's rule; the engine also relies on names needing no JSON escapes.
+                let well_formed = (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+                if !well_formed {
+                    return Err(ApiError::param(
+                        format!("tools[{i}].function.name"),
+                        format!("Invalid 'tools[{i}].function.name': {name:?}; 1 to 64 letters, digits, underscores or dashes"),
+                    ));
+                }
+                let parameters = tool.pointer("/function/parameters").filter(|p| !p.is_null());
+                if parameters.is_some_and(|p| !p.is_object()) {
+                    return Err(type_error(&format!("tools[{i}].function.parameters"), "a JSON Schema object"));
                 }
             }
             Ok(Some(Value::Array(list.clone())))
@@ -567,6 +578,8 @@ mod tests {
             (with("top_logprobs", json!(5)), "top_logprobs"),
             (with("logit_bias", json!({"abc": 1})), "logit_bias"),
             (with("tools", json!([{"type": "function"}])), "tools[0].function.name"),
+            (with("tools", json!([{"type": "function", "function": {"name": "a\"b"}}])), "tools[0].function.name"),
+            (with("tools", json!([{"type": "function", "function": {"name": "ok"}}, {"type": "function", "function": {"name": "ok2", "parameters": "x"}}])), "tools[1].function.parameters"),
             (with("stream_options", json!({"include_usage": true})), "stream_options"),
             (with("response_format", json!("json")), "response_format"),
             (with("tool_choice", json!("required")), "tool_choice"),
