@@ -45,8 +45,10 @@ impl Grammar {
     }
 }
 
-/// `schema` with the compiler's options: canonical spacing, unknown keywords refused.
-fn with_layout(schema: &Value) -> Value {
+/// `schema` with the compiler's options: canonical spacing (`", "`, `": "`, no newlines),
+/// unenforceable keywords refused. [`Grammar::JsonSchema`] applies it itself; a schema
+/// embedded in a Lark grammar (`%json {…}`) needs it applied by whoever writes the grammar.
+pub fn with_layout(schema: &Value) -> Value {
     let layout = json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": ", "lenient": false});
     match schema {
         Value::Object(map) => {

@@ -16,6 +16,7 @@
 //! then passes text through as content, or sends each call's id and name as soon as the
 //! name is complete and its arguments as they are generated: the deltas OpenAI streams.
 
+use engine::grammar::with_layout;
 use serde_json::{json, Map, Value};
 
 use crate::api::response::{FunctionChunk, ToolCallChunk};
@@ -79,16 +80,8 @@ fn calls_schema(offered: &[&Value], single: bool) -> Value {
     if single {
         list["maxItems"] = json!(1);
     }
+    // In the engine's fixed spacing, which is what [`CallStream`] reads.
     with_layout(&json!({"type": "object", "properties": {"tool_calls": list}, "required": ["tool_calls"], "additionalProperties": false}))
-}
-
-/// The fixed spacing [`CallStream`] reads (`", "` and `": "`, no newlines).
-fn with_layout(schema: &Value) -> Value {
-    let mut schema = schema.clone();
-    if let Some(map) = schema.as_object_mut() {
-        map.insert("x-guidance".into(), json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": ", "lenient": false}));
-    }
-    schema
 }
 
 fn instruction(offered: &[&Value], choice: &ToolChoice, single: bool, has_results: bool) -> String {
