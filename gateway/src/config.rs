@@ -19,10 +19,12 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 mod limits;
+mod responses;
 mod safe_defaults;
 mod summary;
 
 pub use limits::{LimitSettings, LimitsConfig, ModelCaps, ServerConfig, MAX_PER_MINUTE};
+pub use responses::ResponsesConfig;
 pub use safe_defaults::{AdminThrottleConfig, ENABLE_FAULTS_ENV};
 
 /// Environment variables with the `CROSSGUARD_` prefix that are not config keys.
@@ -108,6 +110,7 @@ struct RawConfig {
     canary: Option<RawCanary>,
     limits: Option<limits::RawLimits>,
     server: Option<limits::RawServer>,
+    responses: Option<responses::RawResponses>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -268,6 +271,8 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// Connection cap and read timeouts (`[server]`).
     pub server: ServerConfig,
+    /// `[responses]`: stored Responses API responses.
+    pub responses: ResponsesConfig,
 }
 
 /// The provenance index: how prompts and responses are fingerprinted and remembered.
@@ -615,6 +620,7 @@ fn validate(
     safe_defaults::check_open_mode(listen, tenants.is_empty(), allow_open, &invalid)?;
     let limits = limits::validate_limits(raw.limits, tenant_limits, &invalid)?;
     let server = limits::validate_server(raw.server, &invalid)?;
+    let responses = responses::validate_responses(raw.responses, &invalid)?;
     let mut models = validate_models(raw.models, &invalid, lookup)?;
     if models.is_empty() {
         models.push(ModelConfig {
@@ -670,6 +676,7 @@ fn validate(
         canary,
         limits,
         server,
+        responses,
     })
 }
 

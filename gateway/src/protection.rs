@@ -94,7 +94,7 @@ impl Protection {
             None => local_key(&config.data_dir.join("fingerprint.key"))?,
         };
         let (store, replica) = match &config.store {
-            StoreConfig::Memory { audit_max_len } => (Store::memory(&config.data_dir, *audit_max_len)?, "local".to_owned()),
+            StoreConfig::Memory { audit_max_len } => (Store::memory(&config.data_dir, *audit_max_len, &config.responses)?, "local".to_owned()),
             StoreConfig::Redis(r) => {
                 let mut settings = RedisSettings::new(r.url.clone(), config.data_dir.clone());
                 settings.key_prefix = r.key_prefix.clone();

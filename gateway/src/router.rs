@@ -28,6 +28,8 @@ pub fn router(state: Arc<AppState>) -> Router {
     let routes = Router::new()
         .route("/v1/chat/completions", post(routes::chat::create))
         .route("/v1/completions", post(routes::chat::create_text))
+        .route("/v1/responses", post(routes::responses::create))
+        .route("/v1/responses/{id}", get(routes::responses::retrieve).delete(routes::responses::delete))
         .route("/v1/models", get(routes::models::list))
         .route("/v1/models/{*id}", get(routes::models::get))
         .route("/healthz", get(routes::health::healthz))
@@ -65,7 +67,7 @@ fn cors(origins: &[String]) -> Option<CorsLayer> {
     Some(
         CorsLayer::new()
             .allow_origin(allow)
-            .allow_methods([Method::GET, Method::POST])
+            .allow_methods([Method::GET, Method::POST, Method::DELETE])
             // Bearer keys, not cookies: any request header may be named (the SDKs send
             // their own `x-stainless-*` ones).
             .allow_headers(AllowHeaders::any())

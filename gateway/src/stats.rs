@@ -264,7 +264,7 @@ mod tests {
     #[tokio::test]
     async fn sync_persists_and_two_processes_add_up() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::memory(dir.path(), 10).unwrap();
+        let store = Store::memory(dir.path(), 10, &crate::config::ResponsesConfig::default()).unwrap();
         let (a, b) = (stats(), stats());
         feed(&a, "acme", Metric::Surprisal, [1.0, 2.0, 3.0]);
         feed(&b, "acme", Metric::Surprisal, [4.0, 5.0]);

@@ -3,6 +3,7 @@
 
 pub mod request;
 pub mod response;
+pub mod responses;
 
 pub use request::{ChatRequest, ResponseFormat, ToolChoice};
 pub use response::Usage;

@@ -103,6 +103,8 @@ impl Display for Summary<'_> {
             s.z_threshold,
             s.action.as_str()
         );
+        let r = &c.responses;
+        let _ = writeln!(out, "[responses] ttl_secs = {}, max_stored = {}, max_stored_bytes = {}", r.ttl_secs, r.max_stored, r.max_stored_bytes);
         let _ = write!(out, "[canary] placement = {:?}", c.canary.placement);
         f.write_str(&out)
     }

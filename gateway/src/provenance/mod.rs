@@ -622,7 +622,7 @@ mod tests {
     #[tokio::test]
     async fn refresh_from_the_embedded_store_is_a_no_op() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::memory(dir.path(), 10).unwrap();
+        let store = Store::memory(dir.path(), 10, &crate::config::ResponsesConfig::default()).unwrap();
         let idx = index("r1");
         assert_eq!(idx.refresh(&store).await.unwrap(), 0);
     }

@@ -674,7 +674,7 @@ strings = ["GLOBEX-CANARY-5d1e2b"]
         let on_end: crate::relay::OnEnd = Box::new(move |g: &ResponseGuard| {
             let _ = tx.send((g.blocked(), g.findings().len()));
         });
-        let body: Vec<_> = crate::relay::sse_body(meta(), backend(events, fingerprint), g, on_end).collect().await;
+        let body: Vec<_> = crate::relay::sse_body(crate::relay::ChunkFraming::new(meta()), backend(events, fingerprint), g, on_end).collect().await;
         let bytes = body.into_iter().flat_map(|b| b.map(|b| b.to_vec()).unwrap_or_default()).collect();
         (bytes, rx.recv().expect("the stream ended"))
     }

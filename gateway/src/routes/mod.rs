@@ -5,3 +5,4 @@ pub mod admin;
 pub mod chat;
 pub mod health;
 pub mod models;
+pub mod responses;

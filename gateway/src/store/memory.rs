@@ -7,6 +7,7 @@
 //!   reloaded at open, so no acknowledged record is lost on restart.
 //! - Statistics: in memory, snapshotted to `<data_dir>/stats.json` (write to a temporary
 //!   file, then rename) on every merge, reloaded at open.
+//! - Stored Responses API responses: in memory only (`store::responses`).
 //! - Fingerprints: none here; the local provenance index is the only copy (see
 //!   [`crate::store::Store::append_fingerprints`]).
 
@@ -19,7 +20,9 @@ use serde::{Deserialize, Serialize};
 use crate::audit::{metric_from_name, metric_name, AuditPage, AuditQuery, AuditRecord};
 use crate::store::journal::Journal;
 use crate::store::retention::{AuditEviction, Class, Retention};
-use crate::store::{StatEntry, StoreError, Welford};
+use crate::config::ResponsesConfig;
+use crate::store::responses::ResponseShelf;
+use crate::store::{now_ms, StatEntry, StoreError, Welford};
 
 /// Records kept in memory for listing when none is configured.
 pub const DEFAULT_MAX_RECORDS: usize = 100_000;
@@ -108,17 +111,32 @@ pub struct MemoryStore {
     audit: RwLock<AuditLog>,
     stats: Mutex<HashMap<(String, firewall::Metric), Welford>>,
     stats_path: PathBuf,
+    responses: Mutex<ResponseShelf>,
 }
 
 impl MemoryStore {
     /// Opens the store under `data_dir`, reloading the audit log and statistics.
-    pub fn open(data_dir: &Path, max_records: usize) -> Result<MemoryStore, StoreError> {
+    pub fn open(data_dir: &Path, max_records: usize, responses: &ResponsesConfig) -> Result<MemoryStore, StoreError> {
         let (journal, records) = Journal::open(&data_dir.join("audit.jsonl"))?;
         let mut audit = AuditLog::new(max_records);
         records.into_iter().for_each(|r| audit.push(r));
         let stats_path = data_dir.join("stats.json");
         let stats = load_stats_file(&stats_path)?;
-        Ok(MemoryStore { journal, audit: RwLock::new(audit), stats: Mutex::new(stats), stats_path })
+        let responses = Mutex::new(ResponseShelf::new(responses.max_stored, responses.max_stored_bytes));
+        Ok(MemoryStore { journal, audit: RwLock::new(audit), stats: Mutex::new(stats), stats_path, responses })
+    }
+
+    pub fn put_response(&self, tenant: &str, id: &str, json: String, ttl_secs: u64) {
+        let expires_at_ms = now_ms().saturating_add(ttl_secs.saturating_mul(1000));
+        self.responses.lock().unwrap_or_else(|p| p.into_inner()).put(tenant, id, json, expires_at_ms);
+    }
+
+    pub fn get_response(&self, tenant: &str, id: &str) -> Option<String> {
+        self.responses.lock().unwrap_or_else(|p| p.into_inner()).get(tenant, id, now_ms())
+    }
+
+    pub fn delete_response(&self, tenant: &str, id: &str) -> bool {
+        self.responses.lock().unwrap_or_else(|p| p.into_inner()).delete(tenant, id, now_ms())
     }
 
     pub async fn append_audit(&self, record: &AuditRecord) -> Result<(), StoreError> {
@@ -203,7 +221,7 @@ mod tests {
     #[tokio::test]
     async fn audit_records_and_stats_survive_a_restart() {
         let dir = tempfile::tempdir().unwrap();
-        let store = MemoryStore::open(dir.path(), 10).unwrap();
+        let store = MemoryStore::open(dir.path(), 10, &ResponsesConfig::default()).unwrap();
         let records: Vec<_> = (0..3).map(|i| rec("acme", 1000 + i, Action::Block)).collect();
         for r in &records {
             store.append_audit(r).await.unwrap();
@@ -212,7 +230,7 @@ mod tests {
         store.merge_stats(&[delta.clone(), delta.clone()]).await.unwrap();
         drop(store);
 
-        let store = MemoryStore::open(dir.path(), 10).unwrap();
+        let store = MemoryStore::open(dir.path(), 10, &ResponsesConfig::default()).unwrap();
         assert_eq!(store.get_audit(records[1].id()).as_ref(), Some(&records[1]));
         let page = store.list_audit(&AuditQuery::default()).unwrap();
         assert_eq!(page.records.iter().map(|r| r.time_ms()).collect::<Vec<_>>(), [1002, 1001, 1000]);

@@ -1,4 +1,5 @@
-//! The store: where fingerprints, statistics and audit records live beyond one request.
+//! The store: where fingerprints, statistics, audit records and stored Responses API
+//! responses live beyond one request.
 //!
 //! One interface ([`Store`]), two implementations: [`memory::MemoryStore`] (embedded, the
 //! default: in process, audit log appended to `<data_dir>/audit.jsonl`) and
@@ -13,6 +14,7 @@
 pub mod journal;
 pub mod memory;
 pub mod redis;
+pub mod responses;
 pub mod retention;
 mod spool;
 
@@ -164,8 +166,8 @@ pub enum Store {
 impl Store {
     /// The embedded store under `data_dir`, keeping the newest `max_records` audit records
     /// in memory for listing (all of them stay in the file).
-    pub fn memory(data_dir: &std::path::Path, max_records: usize) -> Result<Store, StoreError> {
-        MemoryStore::open(data_dir, max_records).map(Store::Memory)
+    pub fn memory(data_dir: &std::path::Path, max_records: usize, responses: &crate::config::ResponsesConfig) -> Result<Store, StoreError> {
+        MemoryStore::open(data_dir, max_records, responses).map(Store::Memory)
     }
 
     /// The Redis store; starts degraded (not failed) when Redis is unreachable.
@@ -228,6 +230,33 @@ impl Store {
         match self {
             Store::Memory(m) => Ok(m.get_audit(id)),
             Store::Redis(r) => r.get_audit(id).await,
+        }
+    }
+
+    /// Keeps a Responses API response (its JSON) for `ttl_secs`, under (tenant, id).
+    pub async fn put_response(&self, tenant: &str, id: &str, json: String, ttl_secs: u64) -> Result<(), StoreError> {
+        match self {
+            Store::Memory(m) => {
+                m.put_response(tenant, id, json, ttl_secs);
+                Ok(())
+            }
+            Store::Redis(r) => r.put_response(tenant, id, json, ttl_secs).await,
+        }
+    }
+
+    /// The response `tenant` stored under `id`; another tenant's is never found.
+    pub async fn get_response(&self, tenant: &str, id: &str) -> Result<Option<String>, StoreError> {
+        match self {
+            Store::Memory(m) => Ok(m.get_response(tenant, id)),
+            Store::Redis(r) => r.get_response(tenant, id).await,
+        }
+    }
+
+    /// Deletes the response `tenant` stored under `id`; whether there was one.
+    pub async fn delete_response(&self, tenant: &str, id: &str) -> Result<bool, StoreError> {
+        match self {
+            Store::Memory(m) => Ok(m.delete_response(tenant, id)),
+            Store::Redis(r) => r.delete_response(tenant, id).await,
         }
     }
 

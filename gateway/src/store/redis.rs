@@ -19,6 +19,9 @@
 //!   `audit_id_ttl_secs`); the append script checks it first, so re-sending a record is a
 //!   no-op (an evicted one too).
 //!
+//! - `response:<tenant>:<id>`: a stored Responses API response (JSON), expiring with
+//!   `[responses] ttl_secs`; not spooled: while Redis is down, responses are not stored.
+//!
 //! Degraded mode: any connection failure or timeout marks the store degraded. Audit
 //! records and fingerprint batches that cannot reach Redis (or arrive while earlier ones
 //! wait) go to a durable [`Spool`] (`<data_dir>/audit-spool.jsonl`,
@@ -391,6 +394,32 @@ impl RedisStore {
             .call(|mut c| async move { redis::cmd("XRANGE").arg(log).arg(&sid).arg(&sid).query_async(&mut c).await })
             .await?;
         Ok(reply.ids.first().and_then(parse_record))
+    }
+
+    // ------------------------------------------------------------ stored responses
+
+    /// `response:<tenant>:<id>`: tenant ids hold no `:`, so the tenant is part of the key
+    /// and one tenant's lookup can never name another's response.
+    fn response_key(&self, tenant: &str, id: &str) -> String {
+        self.key(&format!("response:{tenant}:{id}"))
+    }
+
+    pub async fn put_response(&self, tenant: &str, id: &str, json: String, ttl_secs: u64) -> Result<(), StoreError> {
+        let key = self.response_key(tenant, id);
+        self.call(|mut c| async move { redis::cmd("SET").arg(key).arg(json).arg("EX").arg(ttl_secs.max(1)).query_async::<Value>(&mut c).await })
+            .await
+            .map(drop)
+    }
+
+    pub async fn get_response(&self, tenant: &str, id: &str) -> Result<Option<String>, StoreError> {
+        let key = self.response_key(tenant, id);
+        self.call(|mut c| async move { redis::cmd("GET").arg(key).query_async(&mut c).await }).await
+    }
+
+    pub async fn delete_response(&self, tenant: &str, id: &str) -> Result<bool, StoreError> {
+        let key = self.response_key(tenant, id);
+        let n: u64 = self.call(|mut c| async move { redis::cmd("DEL").arg(key).query_async(&mut c).await }).await?;
+        Ok(n > 0)
     }
 
     /// Newest first. The cursor is the stream entry id of the last record examined.

@@ -1,73 +1,67 @@
 //! The relay: turns a backend's [`BackendEvent`] stream into what the client asked for —
-//! SSE `chat.completion.chunk`s ending in `data: [DONE]`, or one `chat.completion` object
-//! (the legacy `text_completion` shape when [`ResponseMeta::shape`] says so).
+//! an SSE stream written by a [`Framing`] (chat chunks ending in `data: [DONE]`, legacy
+//! text chunks, or the Responses API's typed events), or one `chat.completion` object
+//! ([`collect`]) that the routes turn into their own shapes.
 //!
-//! Invariants of the streamed form: every choice's first chunk carries `role`, no choice
-//! gets a second role chunk; usage (when asked for) is the last chunk before `[DONE]`, with
-//! `"usage": null` on the others as OpenAI does; an error after the first byte becomes a
-//! `data: {"error": ...}` event and the stream ends without `[DONE]`, which the official
-//! SDKs raise as an API error.
+//! Files: `chunks.rs` (`chat.completion.chunk` and `text_completion` streams),
+//! `responses.rs` (Responses API events). Whatever the framing, only what the
+//! [`ResponseGuard`] released is written, and the backend is dropped (stopped) as soon as
+//! every choice is finished or blocked.
 
-use std::collections::{BTreeMap, BTreeSet};
+mod chunks;
+mod responses;
+
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt};
 
-use crate::api::response::{
-    ChatChunk, ChatCompletion, Choice, ChunkChoice, Delta, FunctionCall, Logprobs, Message, TextChoice, TextCompletion, TextLogprobs, ToolCall,
-    UsageField,
-};
-use crate::api::Usage;
+use crate::api::response::{ChatCompletion, Choice, FunctionCall, Logprobs, Message, ToolCall};
 use crate::backend::{BackendEvent, BackendResponse, ChoiceDelta, EventStream, TokenLogprob};
 use crate::error::ApiError;
 use crate::response_guard::ResponseGuard;
 
+pub use chunks::{ChunkFraming, ResponseMeta, Shape};
+pub use responses::{Persist, ResponsesFraming};
+
 /// A batch of frames stops growing past this many bytes.
 const COALESCE_BYTES: usize = 16 * 1024;
 
-/// Identity of the response being relayed.
-#[derive(Debug, Clone)]
-pub struct ResponseMeta {
-    pub id: String,
-    pub created: u64,
-    pub model: String,
-    pub include_usage: bool,
-    /// Which API's chunks the stream is written as.
-    pub shape: Shape,
+/// How a stream's released events are written.
+pub trait Framing: Send + 'static {
+    /// Frames that open the stream, before any event; `fingerprint` is the released
+    /// `system_fingerprint`.
+    fn open(&mut self, fingerprint: Option<String>) -> Vec<u8>;
+    /// Frames for events the guard released.
+    fn events(&mut self, events: Vec<BackendEvent>, out: &mut Vec<u8>);
+    /// The backend failed after the stream started: the stream's last frames.
+    fn fail(&mut self, error: &ApiError, out: &mut Vec<u8>);
+    /// The stream's normal end: its last frames, and work that must be done before they
+    /// go out (a stored response must exist when the client reads that it is complete).
+    fn close(&mut self) -> Closing;
 }
 
-/// The API a response is written for.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Shape {
-    /// `chat.completion(.chunk)`.
-    #[default]
-    Chat,
-    /// Legacy `text_completion`: each choice's content as `text`, no roles or tool calls.
-    Text,
+/// The last frames of a stream.
+pub struct Closing {
+    pub frames: Vec<u8>,
+    pub before: Option<BoxFuture<'static, ()>>,
 }
 
 /// Called once when a response has been relayed (or abandoned), with the firewall's view.
 pub type OnEnd = Box<dyn FnOnce(&ResponseGuard) + Send>;
 
-/// The SSE body for a streaming client: only what `guard` released goes out.
-pub fn sse_body(
-    meta: ResponseMeta,
+/// The SSE body for a streaming client: only what `guard` released goes out, written by
+/// `framing`.
+pub fn sse_body<F: Framing>(
+    mut framing: F,
     backend: BackendResponse,
     mut guard: ResponseGuard,
     on_end: OnEnd,
 ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send {
-    let state = StreamState {
-        meta,
-        fingerprint: guard.release_fingerprint(backend.system_fingerprint),
-        events: Some(backend.events),
-        guard,
-        on_end: Some(on_end),
-        role_sent: BTreeSet::new(),
-        text_offsets: BTreeMap::new(),
-        usage: None,
-        ended: false,
-    };
+    let opening = framing.open(guard.release_fingerprint(backend.system_fingerprint));
+    let state = StreamState { framing, pending: opening, events: Some(backend.events), guard, on_end: Some(on_end), ended: false };
     futures::stream::unfold(state, |mut st| async move {
         if st.ended {
             return None;
@@ -77,21 +71,18 @@ pub fn sse_body(
     })
 }
 
-struct StreamState {
-    meta: ResponseMeta,
-    fingerprint: Option<String>,
+struct StreamState<F: Framing> {
+    framing: F,
+    /// Frames written but not sent yet (the opening ones).
+    pending: Vec<u8>,
     /// `None` once the backend is stopped or done.
     events: Option<EventStream>,
     guard: ResponseGuard,
     on_end: Option<OnEnd>,
-    role_sent: BTreeSet<u32>,
-    /// Legacy shape: characters of text each choice has sent (for `text_offset`).
-    text_offsets: BTreeMap<u32, usize>,
-    usage: Option<Usage>,
     ended: bool,
 }
 
-impl Drop for StreamState {
+impl<F: Framing> Drop for StreamState<F> {
     fn drop(&mut self) {
         // A client that goes away mid-stream still gets its response accounted for.
         if let Some(on_end) = self.on_end.take() {
@@ -100,13 +91,13 @@ impl Drop for StreamState {
     }
 }
 
-impl StreamState {
+impl<F: Framing> StreamState<F> {
     /// The next non-empty batch of frames (the stream's tail when the backend is done).
     /// Events the backend has already produced are taken in the same batch, so a fast
     /// upstream's burst goes out in one write rather than one per chunk; nothing waits for
     /// events that are not there yet.
     async fn next_frames(&mut self) -> Bytes {
-        let mut out = Vec::new();
+        let mut out = std::mem::take(&mut self.pending);
         loop {
             let next = match self.events.as_mut() {
                 None => None,
@@ -123,29 +114,23 @@ impl StreamState {
                         // Stop the backend now: dropping its stream aborts the generation or request.
                         self.events = None;
                     }
-                    out.extend_from_slice(&self.frames(released));
+                    self.framing.events(released, &mut out);
                 }
                 Some(Err(error)) => {
                     self.guard.backend_failed(&error);
                     self.end();
-                    out.extend_from_slice(&error_frame(&error));
+                    self.framing.fail(&error, &mut out);
                     break;
                 }
                 None => {
                     let rest = self.guard.finish_all();
-                    let tail = self.frames(rest);
-                    out.extend_from_slice(&tail);
+                    self.framing.events(rest, &mut out);
                     self.end();
-                    if self.meta.include_usage {
-                        if let Some(usage) = self.usage {
-                            let frame = match self.meta.shape {
-                                Shape::Chat => self.chunk(Vec::new(), UsageField::Some(usage)),
-                                Shape::Text => self.text_chunk(Vec::new(), UsageField::Some(usage)),
-                            };
-                            out.extend_from_slice(&frame);
-                        }
+                    let closing = self.framing.close();
+                    if let Some(before) = closing.before {
+                        before.await;
                     }
-                    out.extend_from_slice(b"data: [DONE]\n\n");
+                    out.extend_from_slice(&closing.frames);
                     break;
                 }
             }
@@ -163,108 +148,10 @@ impl StreamState {
             on_end(&self.guard);
         }
     }
-
-    fn frames(&mut self, events: Vec<BackendEvent>) -> Vec<u8> {
-        let mut out = Vec::new();
-        for event in events {
-            if let Some(frame) = self.frame_for(event) {
-                out.extend_from_slice(&frame);
-            }
-        }
-        out
-    }
-
-    /// The SSE frame for one event, if it produces one now.
-    fn frame_for(&mut self, event: BackendEvent) -> Option<Bytes> {
-        let usage_field = if self.meta.include_usage { UsageField::Null } else { UsageField::Absent };
-        if self.meta.shape == Shape::Text {
-            return self.text_frame_for(event, usage_field);
-        }
-        match event {
-            BackendEvent::Usage(u) => {
-                // Held back: usage goes last, after every choice has finished.
-                self.usage = Some(u);
-                None
-            }
-            BackendEvent::Delta(d) => {
-                let role = self.take_role(d.index, d.role.clone());
-                let choice = ChunkChoice {
-                    index: d.index,
-                    logprobs: (!d.logprobs.is_empty()).then(|| Logprobs::of(&d.logprobs)),
-                    delta: Delta { role, content: d.content, refusal: d.refusal, tool_calls: d.tool_calls },
-                    finish_reason: None,
-                };
-                Some(Bytes::from(self.chunk(vec![choice], usage_field)))
-            }
-            BackendEvent::Finish { index, reason } => {
-                let role = self.take_role(index, None);
-                let choice = ChunkChoice {
-                    index,
-                    delta: Delta { role, ..Delta::default() },
-                    logprobs: None,
-                    finish_reason: Some(reason),
-                };
-                Some(Bytes::from(self.chunk(vec![choice], usage_field)))
-            }
-        }
-    }
-
-    /// [`StreamState::frame_for`] for the legacy shape.
-    fn text_frame_for(&mut self, event: BackendEvent, usage: UsageField) -> Option<Bytes> {
-        let choice = match event {
-            BackendEvent::Usage(u) => {
-                self.usage = Some(u);
-                return None;
-            }
-            BackendEvent::Delta(d) => {
-                let text = d.content.unwrap_or_default();
-                if text.is_empty() && d.logprobs.is_empty() {
-                    return None;
-                }
-                let offset = self.text_offsets.entry(d.index).or_insert(0);
-                let logprobs = (!d.logprobs.is_empty()).then(|| TextLogprobs::of(&Logprobs::of(&d.logprobs).content, *offset));
-                *offset += text.chars().count();
-                TextChoice { text, index: d.index, logprobs, finish_reason: None }
-            }
-            BackendEvent::Finish { index, reason } => TextChoice { text: String::new(), index, logprobs: None, finish_reason: Some(reason) },
-        };
-        Some(Bytes::from(self.text_chunk(vec![choice], usage)))
-    }
-
-    fn text_chunk(&self, choices: Vec<TextChoice>, usage: UsageField) -> Vec<u8> {
-        let chunk = TextCompletion {
-            id: self.meta.id.clone(),
-            object: "text_completion",
-            created: self.meta.created,
-            model: self.meta.model.clone(),
-            choices,
-            usage,
-            system_fingerprint: self.fingerprint.clone(),
-        };
-        sse_frame(&chunk)
-    }
-
-    /// `Some("assistant")` (or the backend's role) the first time a choice speaks.
-    fn take_role(&mut self, index: u32, role: Option<String>) -> Option<String> {
-        self.role_sent.insert(index).then(|| role.unwrap_or_else(|| "assistant".to_owned()))
-    }
-
-    fn chunk(&self, choices: Vec<ChunkChoice>, usage: UsageField) -> Vec<u8> {
-        let chunk = ChatChunk {
-            id: &self.meta.id,
-            object: "chat.completion.chunk",
-            created: self.meta.created,
-            model: &self.meta.model,
-            choices,
-            system_fingerprint: self.fingerprint.as_deref(),
-            usage,
-        };
-        sse_frame(&chunk)
-    }
 }
 
 /// `data: <json>\n\n`.
-fn sse_frame(chunk: &impl serde::Serialize) -> Vec<u8> {
+pub(crate) fn sse_frame(chunk: &impl serde::Serialize) -> Vec<u8> {
     let mut frame = b"data: ".to_vec();
     // Serializing these plain structs cannot fail; an empty object keeps the frame valid.
     if serde_json::to_writer(&mut frame, chunk).is_err() {
@@ -383,6 +270,7 @@ impl ChoiceAcc {
 mod tests {
     use super::*;
     use crate::api::response::{FunctionChunk, ToolCallChunk};
+    use crate::api::Usage;
 
     fn meta(include_usage: bool) -> ResponseMeta {
         ResponseMeta { id: "chatcmpl-1".into(), created: 1, model: "m".into(), include_usage, shape: Shape::Chat }
@@ -407,7 +295,7 @@ mod tests {
     }
 
     async fn frames(events: Vec<Result<BackendEvent, ApiError>>, include_usage: bool) -> Vec<String> {
-        let body: Vec<_> = sse_body(meta(include_usage), backend(events), open_guard(2), Box::new(|_| {})).collect().await;
+        let body: Vec<_> = sse_body(ChunkFraming::new(meta(include_usage)), backend(events), open_guard(2), Box::new(|_| {})).collect().await;
         let joined: String = body.into_iter().map(|b| String::from_utf8(b.unwrap().to_vec()).unwrap()).collect();
         joined.split("\n\n").filter(|f| !f.is_empty()).map(|f| f.trim_start_matches("data: ").to_owned()).collect()
     }
@@ -443,7 +331,7 @@ mod tests {
         };
         let meta = ResponseMeta { id: "cmpl-1".into(), shape: Shape::Text, ..meta(true) };
         let events = vec![with_logprob("Hé"), with_logprob("llo"), Ok(BackendEvent::Usage(usage)), finish(0)];
-        let body: Vec<_> = sse_body(meta, backend(events), open_guard(1), Box::new(|_| {})).collect().await;
+        let body: Vec<_> = sse_body(ChunkFraming::new(meta), backend(events), open_guard(1), Box::new(|_| {})).collect().await;
         let joined: String = body.into_iter().map(|b| String::from_utf8(b.unwrap().to_vec()).unwrap()).collect();
         let frames: Vec<&str> = joined.split("\n\n").filter(|f| !f.is_empty()).map(|f| f.trim_start_matches("data: ")).collect();
         assert_eq!(frames.last(), Some(&"[DONE]"));
@@ -504,7 +392,7 @@ mod tests {
         let on_end: OnEnd = Box::new(move |g| {
             let _ = tx.send(g.backend_error().map(|e| e.status().as_u16()));
         });
-        let body: Vec<_> = sse_body(meta(false), backend(vec![text(0, "a"), Err(error)]), open_guard(1), on_end).collect().await;
+        let body: Vec<_> = sse_body(ChunkFraming::new(meta(false)), backend(vec![text(0, "a"), Err(error)]), open_guard(1), on_end).collect().await;
         let text: String = body.into_iter().map(|b| String::from_utf8(b.unwrap().to_vec()).unwrap()).collect();
         assert!(text.contains("req-5") && !text.contains("GLOB") && !text.contains("[DONE]"), "{text}");
         assert_eq!(rx.recv().unwrap(), Some(502));

@@ -1,0 +1,447 @@
+//! Responses API streams: typed events (`event: <type>` and a `data:` object carrying the
+//! same `type` and a `sequence_number`), in the order OpenAI's SDKs check:
+//!
+//! `response.created`, `response.in_progress`; per output item `response.output_item.added`,
+//! then for a message `response.content_part.added`, `response.output_text.delta`… (or
+//! `response.refusal.delta`…), `response.output_text.done`, `response.content_part.done`,
+//! for a function call `response.function_call_arguments.delta`…,
+//! `response.function_call_arguments.done`; then `response.output_item.done`; and last
+//! `response.completed`, or `response.incomplete` (a block: `incomplete_details.reason =
+//! "content_filter"`; the token limit: `"max_output_tokens"`), or `error` and
+//! `response.failed` when the backend failed mid-stream.
+//!
+//! The Responses API has one choice: events of choice 0 are written, as the route asks
+//! the backends for one.
+
+use std::collections::BTreeMap;
+
+use futures::future::BoxFuture;
+use serde_json::{json, Value};
+
+use super::{Closing, Framing};
+use crate::api::response::Logprobs;
+use crate::api::responses::object::{item_id, outcome, ItemStatus, OutputContent, OutputItem, ResponseObject, Status};
+use crate::api::Usage;
+use crate::backend::{BackendEvent, ChoiceDelta};
+use crate::error::ApiError;
+use crate::state::unix_now;
+
+/// Keeps a finished response (for `previous_response_id`); awaited before the client is
+/// told the response is complete.
+pub type Persist = Box<dyn FnOnce(&ResponseObject) -> BoxFuture<'static, ()> + Send>;
+
+/// The kind of the message part being written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Text,
+    Refusal,
+}
+
+/// The message item being written: its place in `items` and its open part.
+#[derive(Debug, Clone, Copy)]
+struct OpenMessage {
+    item: usize,
+    part: Option<(usize, Part)>,
+}
+
+/// Writes one response's events.
+pub struct ResponsesFraming {
+    response: ResponseObject,
+    sequence: u64,
+    items: Vec<OutputItem>,
+    message: Option<OpenMessage>,
+    /// Tool-call index -> its item in `items`, while the call is open.
+    calls: BTreeMap<u32, usize>,
+    finish: Option<String>,
+    usage: Option<Usage>,
+    persist: Option<Persist>,
+}
+
+impl ResponsesFraming {
+    /// `response` is the `in_progress` object; `persist`, when the response is stored.
+    pub fn new(response: ResponseObject, persist: Option<Persist>) -> ResponsesFraming {
+        ResponsesFraming {
+            response,
+            sequence: 0,
+            items: Vec::new(),
+            message: None,
+            calls: BTreeMap::new(),
+            finish: None,
+            usage: None,
+            persist,
+        }
+    }
+
+    fn emit(&mut self, out: &mut Vec<u8>, kind: &str, mut body: Value) {
+        if let Value::Object(map) = &mut body {
+            map.insert("type".into(), Value::String(kind.to_owned()));
+            map.insert("sequence_number".into(), Value::from(self.sequence));
+        }
+        self.sequence += 1;
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(kind.as_bytes());
+        out.extend_from_slice(b"\ndata: ");
+        // Serializing plain values cannot fail; an empty object keeps the frame valid.
+        if serde_json::to_writer(&mut *out, &body).is_err() {
+            out.extend_from_slice(b"{}");
+        }
+        out.extend_from_slice(b"\n\n");
+    }
+
+    fn snapshot(&self) -> Value {
+        serde_json::to_value(&self.response).unwrap_or(Value::Null)
+    }
+
+    fn item_json(&self, index: usize) -> Value {
+        serde_json::to_value(&self.items[index]).unwrap_or(Value::Null)
+    }
+
+    fn item_id(&self, index: usize) -> String {
+        match &self.items[index] {
+            OutputItem::Message { id, .. } | OutputItem::FunctionCall { id, .. } => id.clone(),
+        }
+    }
+
+    /// The open message's item index, opening one if needed.
+    fn open_message(&mut self, out: &mut Vec<u8>) -> usize {
+        if let Some(m) = self.message {
+            return m.item;
+        }
+        let index = self.items.len();
+        self.items.push(OutputItem::Message { id: item_id("msg"), status: ItemStatus::InProgress, role: "assistant", content: Vec::new() });
+        self.message = Some(OpenMessage { item: index, part: None });
+        let item = self.item_json(index);
+        self.emit(out, "response.output_item.added", json!({"output_index": index, "item": item}));
+        index
+    }
+
+    /// The open part of kind `kind` in the open message, opening it (and closing another).
+    fn open_part(&mut self, kind: Part, out: &mut Vec<u8>) -> (usize, usize) {
+        let item = self.open_message(out);
+        if let Some(OpenMessage { part: Some((at, open)), .. }) = self.message {
+            if open == kind {
+                return (item, at);
+            }
+            self.close_part(out);
+        }
+        let part = match kind {
+            Part::Text => OutputContent::OutputText { text: String::new(), annotations: Vec::new(), logprobs: Vec::new() },
+            Part::Refusal => OutputContent::Refusal { refusal: String::new() },
+        };
+        let at = match &mut self.items[item] {
+            OutputItem::Message { content, .. } => {
+                content.push(part.clone());
+                content.len() - 1
+            }
+            OutputItem::FunctionCall { .. } => 0,
+        };
+        self.message = Some(OpenMessage { item, part: Some((at, kind)) });
+        let id = self.item_id(item);
+        self.emit(out, "response.content_part.added", json!({"item_id": id, "output_index": item, "content_index": at, "part": part}));
+        (item, at)
+    }
+
+    fn part_mut(&mut self, item: usize, at: usize) -> Option<&mut OutputContent> {
+        match &mut self.items[item] {
+            OutputItem::Message { content, .. } => content.get_mut(at),
+            OutputItem::FunctionCall { .. } => None,
+        }
+    }
+
+    fn close_part(&mut self, out: &mut Vec<u8>) {
+        let Some(OpenMessage { item, part: Some((at, _)) }) = self.message else { return };
+        self.message = Some(OpenMessage { item, part: None });
+        let id = self.item_id(item);
+        let Some(part) = self.part_mut(item, at).cloned() else { return };
+        match &part {
+            OutputContent::OutputText { text, logprobs, .. } => {
+                let body = json!({"item_id": id, "output_index": item, "content_index": at, "text": text, "logprobs": logprobs});
+                self.emit(out, "response.output_text.done", body);
+            }
+            OutputContent::Refusal { refusal } => {
+                let body = json!({"item_id": id, "output_index": item, "content_index": at, "refusal": refusal});
+                self.emit(out, "response.refusal.done", body);
+            }
+        }
+        self.emit(out, "response.content_part.done", json!({"item_id": id, "output_index": item, "content_index": at, "part": part}));
+    }
+
+    fn close_message(&mut self, status: ItemStatus, out: &mut Vec<u8>) {
+        self.close_part(out);
+        let Some(OpenMessage { item, .. }) = self.message.take() else { return };
+        if let OutputItem::Message { status: s, .. } = &mut self.items[item] {
+            *s = status;
+        }
+        let body = json!({"output_index": item, "item": self.item_json(item)});
+        self.emit(out, "response.output_item.done", body);
+    }
+
+    fn close_calls(&mut self, status: ItemStatus, out: &mut Vec<u8>) {
+        for (_, item) in std::mem::take(&mut self.calls) {
+            let id = self.item_id(item);
+            if let OutputItem::FunctionCall { status: s, name, arguments, .. } = &mut self.items[item] {
+                *s = status;
+                let body = json!({"item_id": id, "output_index": item, "name": name.clone(), "arguments": arguments.clone()});
+                self.emit(out, "response.function_call_arguments.done", body);
+            }
+            let body = json!({"output_index": item, "item": self.item_json(item)});
+            self.emit(out, "response.output_item.done", body);
+        }
+    }
+
+    fn close_all(&mut self, status: ItemStatus, out: &mut Vec<u8>) {
+        self.close_message(status, out);
+        self.close_calls(status, out);
+    }
+
+    fn delta(&mut self, d: ChoiceDelta, out: &mut Vec<u8>) {
+        if let Some(text) = d.content.filter(|t| !t.is_empty() || !d.logprobs.is_empty()) {
+            let (item, at) = self.open_part(Part::Text, out);
+            let logprobs = Logprobs::of(&d.logprobs).content;
+            if let Some(OutputContent::OutputText { text: all, logprobs: all_logprobs, .. }) = self.part_mut(item, at) {
+                all.push_str(&text);
+                all_logprobs.extend(logprobs.iter().cloned());
+            }
+            let id = self.item_id(item);
+            let body = json!({"item_id": id, "output_index": item, "content_index": at, "delta": text, "logprobs": logprobs});
+            self.emit(out, "response.output_text.delta", body);
+        }
+        if let Some(text) = d.refusal.filter(|t| !t.is_empty()) {
+            let (item, at) = self.open_part(Part::Refusal, out);
+            if let Some(OutputContent::Refusal { refusal }) = self.part_mut(item, at) {
+                refusal.push_str(&text);
+            }
+            let id = self.item_id(item);
+            self.emit(out, "response.refusal.delta", json!({"item_id": id, "output_index": item, "content_index": at, "delta": text}));
+        }
+        for chunk in d.tool_calls {
+            let item = match self.calls.get(&chunk.index) {
+                Some(item) => *item,
+                None => {
+                    // A call follows the text it comes after: the message is done.
+                    self.close_message(ItemStatus::Completed, out);
+                    let index = self.items.len();
+                    self.items.push(OutputItem::FunctionCall {
+                        id: item_id("fc"),
+                        call_id: chunk.id.clone().unwrap_or_default(),
+                        name: chunk.function.name.clone().unwrap_or_default(),
+                        arguments: String::new(),
+                        status: ItemStatus::InProgress,
+                    });
+                    self.calls.insert(chunk.index, index);
+                    let body = json!({"output_index": index, "item": self.item_json(index)});
+                    self.emit(out, "response.output_item.added", body);
+                    if let Some(args) = chunk.function.arguments.filter(|a| !a.is_empty()) {
+                        self.arguments(index, args, out);
+                    }
+                    continue;
+                }
+            };
+            if let OutputItem::FunctionCall { call_id, name, .. } = &mut self.items[item] {
+                if let Some(id) = chunk.id {
+                    *call_id = id;
+                }
+                if let Some(more) = chunk.function.name {
+                    name.push_str(&more);
+                }
+            }
+            if let Some(args) = chunk.function.arguments.filter(|a| !a.is_empty()) {
+                self.arguments(item, args, out);
+            }
+        }
+    }
+
+    fn arguments(&mut self, item: usize, delta: String, out: &mut Vec<u8>) {
+        if let OutputItem::FunctionCall { arguments, .. } = &mut self.items[item] {
+            arguments.push_str(&delta);
+        }
+        let id = self.item_id(item);
+        self.emit(out, "response.function_call_arguments.delta", json!({"item_id": id, "output_index": item, "delta": delta}));
+    }
+}
+
+impl Framing for ResponsesFraming {
+    fn open(&mut self, _fingerprint: Option<String>) -> Vec<u8> {
+        let mut out = Vec::new();
+        let snapshot = self.snapshot();
+        self.emit(&mut out, "response.created", json!({"response": snapshot}));
+        self.emit(&mut out, "response.in_progress", json!({"response": snapshot}));
+        out
+    }
+
+    fn events(&mut self, events: Vec<BackendEvent>, out: &mut Vec<u8>) {
+        for event in events {
+            match event {
+                BackendEvent::Delta(d) if d.index == 0 => self.delta(d, out),
+                BackendEvent::Finish { index: 0, reason } => {
+                    let status = match outcome(Some(&reason)).0 {
+                        Status::Completed => ItemStatus::Completed,
+                        _ => ItemStatus::Incomplete,
+                    };
+                    self.close_all(status, out);
+                    self.finish = Some(reason);
+                }
+                BackendEvent::Usage(u) => self.usage = Some(u),
+                BackendEvent::Delta(_) | BackendEvent::Finish { .. } => {}
+            }
+        }
+    }
+
+    fn fail(&mut self, error: &ApiError, out: &mut Vec<u8>) {
+        self.close_all(ItemStatus::Incomplete, out);
+        let body = json!({"code": error.code().unwrap_or_else(|| error.kind().to_owned()), "message": error.to_string(), "param": error.param_name()});
+        self.emit(out, "error", body);
+        let items = std::mem::take(&mut self.items);
+        self.response.fail(items, error);
+        let snapshot = self.snapshot();
+        self.emit(out, "response.failed", json!({"response": snapshot}));
+    }
+
+    fn close(&mut self) -> Closing {
+        let mut frames = Vec::new();
+        // A backend that ended without a finish reason ended normally.
+        self.close_all(ItemStatus::Completed, &mut frames);
+        let items = std::mem::take(&mut self.items);
+        self.response.finish(items, self.finish.as_deref(), self.usage, unix_now());
+        let before = self.persist.take().map(|persist| persist(&self.response));
+        let kind = if self.response.status == Status::Completed { "response.completed" } else { "response.incomplete" };
+        let snapshot = self.snapshot();
+        self.emit(&mut frames, kind, json!({"response": snapshot}));
+        Closing { frames, before }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::response::{FunctionChunk, ToolCallChunk};
+    use crate::api::responses::ResponsesRequest;
+
+    fn framing() -> ResponsesFraming {
+        let echo = ResponsesRequest::parse(br#"{"model": "m", "input": "x", "stream": true}"#).unwrap().echo;
+        ResponsesFraming::new(ResponseObject::started("resp_1".into(), 1, "m".into(), echo), None)
+    }
+
+    fn text(s: &str) -> BackendEvent {
+        BackendEvent::Delta(ChoiceDelta { index: 0, content: Some(s.into()), ..Default::default() })
+    }
+
+    fn call(id: Option<&str>, args: &str) -> BackendEvent {
+        let chunk = ToolCallChunk {
+            index: 0,
+            id: id.map(str::to_owned),
+            kind: id.map(|_| "function".to_owned()),
+            function: FunctionChunk { name: id.map(|_| "lookup".to_owned()), arguments: Some(args.into()) },
+        };
+        BackendEvent::Delta(ChoiceDelta { index: 0, tool_calls: vec![chunk], ..Default::default() })
+    }
+
+    /// (event type, data) of every frame, checking the framing on the way.
+    fn parse(bytes: &[u8]) -> Vec<(String, Value)> {
+        let text = String::from_utf8(bytes.to_vec()).unwrap();
+        text.split("\n\n")
+            .filter(|f| !f.is_empty())
+            .map(|frame| {
+                let (event, data) = frame.split_once('\n').unwrap();
+                let kind = event.strip_prefix("event: ").unwrap().to_owned();
+                let data: Value = serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap();
+                assert_eq!(data["type"], kind.as_str());
+                (kind, data)
+            })
+            .collect()
+    }
+
+    fn run(events: Vec<BackendEvent>) -> Vec<(String, Value)> {
+        let mut f = framing();
+        let mut out = f.open(None);
+        f.events(events, &mut out);
+        out.extend_from_slice(&f.close().frames);
+        parse(&out)
+    }
+
+    #[test]
+    fn text_then_a_call_stream_in_order_and_complete() {
+        let usage = Usage { prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 };
+        let frames = run(vec![
+            text("Let me "),
+            text("check."),
+            call(Some("call_1"), "{\"q\":"),
+            call(None, "1}"),
+            BackendEvent::Finish { index: 0, reason: "tool_calls".into() },
+            BackendEvent::Usage(usage),
+        ]);
+        let kinds: Vec<&str> = frames.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "response.created",
+                "response.in_progress",
+                "response.output_item.added",
+                "response.content_part.added",
+                "response.output_text.delta",
+                "response.output_text.delta",
+                "response.output_text.done",
+                "response.content_part.done",
+                "response.output_item.done",
+                "response.output_item.added",
+                "response.function_call_arguments.delta",
+                "response.function_call_arguments.delta",
+                "response.function_call_arguments.done",
+                "response.output_item.done",
+                "response.completed",
+            ]
+        );
+        let seq: Vec<u64> = frames.iter().map(|(_, d)| d["sequence_number"].as_u64().unwrap()).collect();
+        assert!(seq.windows(2).all(|w| w[1] == w[0] + 1));
+        assert_eq!(frames[6].1["text"], "Let me check.");
+        assert_eq!(frames[12].1["arguments"], "{\"q\":1}");
+        let done = &frames[14].1["response"];
+        assert_eq!(done["status"], "completed");
+        assert_eq!(done["output"][1]["call_id"], "call_1");
+        assert_eq!(done["output"][1]["status"], "completed");
+        assert_eq!(done["usage"]["total_tokens"], 7);
+        assert_eq!(frames[2].1["item"]["id"], done["output"][0]["id"]);
+    }
+
+    #[test]
+    fn a_block_ends_incomplete_with_content_filter() {
+        let frames = run(vec![text("The key is "), BackendEvent::Finish { index: 0, reason: "content_filter".into() }]);
+        let (kind, last) = frames.last().unwrap();
+        assert_eq!(kind, "response.incomplete");
+        assert_eq!(last["response"]["status"], "incomplete");
+        assert_eq!(last["response"]["incomplete_details"]["reason"], "content_filter");
+        assert_eq!(last["response"]["output"][0]["status"], "incomplete");
+        assert_eq!(last["response"]["output"][0]["content"][0]["text"], "The key is ");
+    }
+
+    #[test]
+    fn a_backend_failure_sends_error_then_failed() {
+        let mut f = framing();
+        let mut out = f.open(None);
+        f.events(vec![text("partial")], &mut out);
+        f.fail(&ApiError::BadGateway("cut".into()), &mut out);
+        let frames = parse(&out);
+        let n = frames.len();
+        assert_eq!(frames[n - 2].0, "error");
+        assert_eq!(frames[n - 1].0, "response.failed");
+        assert_eq!(frames[n - 1].1["response"]["status"], "failed");
+        assert_eq!(frames[n - 1].1["response"]["output"][0]["status"], "incomplete");
+        assert!(frames[n - 1].1["response"]["error"]["message"].is_string());
+    }
+
+    #[test]
+    fn the_store_is_written_before_completion_goes_out() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let persist: Persist = Box::new(move |r: &ResponseObject| {
+            let _ = tx.send(r.output_text());
+            Box::pin(async {})
+        });
+        let echo = ResponsesRequest::parse(br#"{"model": "m", "input": "x"}"#).unwrap().echo;
+        let mut f = ResponsesFraming::new(ResponseObject::started("resp_1".into(), 1, "m".into(), echo), Some(persist));
+        let mut out = Vec::new();
+        f.events(vec![text("hi"), BackendEvent::Finish { index: 0, reason: "stop".into() }], &mut out);
+        let closing = f.close();
+        assert!(closing.before.is_some());
+        assert_eq!(rx.recv().unwrap(), "hi");
+    }
+}

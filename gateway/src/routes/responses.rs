@@ -1,0 +1,129 @@
+//! `POST /v1/responses` (OpenAI's Responses API), `GET` and `DELETE /v1/responses/{id}`.
+//!
+//! A Responses request is translated to the chat request both backends serve (an upstream
+//! is called through its chat completions API) and takes the chat path from admission on:
+//! limits, protection, the response guard, the audit. What the guard released is written as
+//! Responses events or one `response` object; a block makes the response `incomplete`
+//! (`content_filter`). With `store` (the default) the response and the conversation it ends
+//! are kept under the tenant, so `previous_response_id` continues only the tenant's own
+//! responses, and only with what was released to it.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Extension, Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Map, Value};
+
+use super::chat::{audit_header, caller, event_stream, read_body, start, Started};
+use crate::api::responses::request::is_response_id;
+use crate::api::responses::{ResponseObject, ResponsesRequest, StoredResponse};
+use crate::error::ApiError;
+use crate::relay::{self, Persist, ResponseMeta, ResponsesFraming, Shape};
+use crate::router::RequestId;
+use crate::state::{unix_now, AppState};
+use crate::store::Store;
+
+/// `POST /v1/responses`.
+pub async fn create(
+    State(state): State<Arc<AppState>>,
+    Extension(RequestId(request_id)): Extension<RequestId>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let tenant = caller(&state, &headers)?;
+    let bytes = read_body(&state, &headers, body).await?;
+    let request = ResponsesRequest::parse(&bytes)?;
+    let store = state.protection.store().clone();
+    let history = match &request.previous_response_id {
+        Some(id) => previous_conversation(&store, tenant.as_str(), id).await?,
+        None => Vec::new(),
+    };
+    let mut chat = request.chat_request(&history)?;
+    let Started { finisher, response, mut guard, rate_headers } =
+        start(&state, &tenant, request_id, &mut chat).await.map_err(|e| request.rename(e, history.len()))?;
+    let id = format!("resp_{}", uuid::Uuid::now_v7().simple());
+    let object = ResponseObject::started(id.clone(), unix_now(), request.model.clone(), request.echo.clone());
+    // The client's own turns (before the gateway marked the prompt) and, appended when the
+    // response ends, what it was given.
+    let persist = request.store.then(|| {
+        let conversation = history.into_iter().chain(request.input.iter().cloned()).collect();
+        persister(store, tenant.as_str().to_owned(), state.config.responses.ttl_secs, conversation)
+    });
+    if request.stream {
+        return Ok(event_stream(ResponsesFraming::new(object, persist), response, guard, finisher, rate_headers));
+    }
+    let meta = ResponseMeta { id, created: object.created_at, model: request.model.clone(), include_usage: false, shape: Shape::Chat };
+    let collected = relay::collect(meta, response, &mut guard).await;
+    let (completion, audited) = finisher.whole(&mut guard, collected).await?;
+    let object = object.from_completion(completion, unix_now());
+    if let Some(persist) = persist {
+        persist(&object).await;
+    }
+    let mut response_headers = if audited { audit_header(finisher.record()) } else { HeaderMap::new() };
+    response_headers.extend(rate_headers);
+    Ok((StatusCode::OK, response_headers, Json(object)).into_response())
+}
+
+/// `GET /v1/responses/{id}`: a response the tenant stored.
+pub async fn retrieve(State(state): State<Arc<AppState>>, Path(id): Path<String>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    let tenant = caller(&state, &headers)?;
+    let stored = stored(state.protection.store(), tenant.as_str(), &id).await?.ok_or_else(|| not_found(&id))?;
+    Ok(Json(stored.response))
+}
+
+/// `DELETE /v1/responses/{id}`.
+pub async fn delete(State(state): State<Arc<AppState>>, Path(id): Path<String>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    let tenant = caller(&state, &headers)?;
+    if !is_response_id(&id) {
+        return Err(not_found(&id));
+    }
+    let deleted = state.protection.store().delete_response(tenant.as_str(), &id).await.map_err(unavailable)?;
+    if !deleted {
+        return Err(not_found(&id));
+    }
+    Ok(Json(json!({"id": id, "object": "response", "deleted": true})))
+}
+
+/// The conversation the tenant's stored response `id` ends.
+async fn previous_conversation(store: &Store, tenant: &str, id: &str) -> Result<Vec<Map<String, Value>>, ApiError> {
+    match stored(store, tenant, id).await? {
+        Some(stored) => Ok(stored.conversation),
+        None => Err(ApiError::param("previous_response_id", format!("Previous response with id '{id}' not found."))),
+    }
+}
+
+async fn stored(store: &Store, tenant: &str, id: &str) -> Result<Option<StoredResponse>, ApiError> {
+    if !is_response_id(id) {
+        return Ok(None);
+    }
+    let Some(json) = store.get_response(tenant, id).await.map_err(unavailable)? else { return Ok(None) };
+    serde_json::from_str(&json).map(Some).map_err(|e| ApiError::Internal(format!("a stored response could not be read: {e}")))
+}
+
+/// Keeps the finished response and its conversation under the tenant.
+fn persister(store: Arc<Store>, tenant: String, ttl_secs: u64, conversation: Vec<Map<String, Value>>) -> Persist {
+    Box::new(move |response: &ResponseObject| {
+        let record = StoredResponse::new(response, conversation);
+        let id = response.id.clone();
+        Box::pin(async move {
+            let stored = match serde_json::to_string(&record) {
+                Ok(json) => store.put_response(&tenant, &id, json, ttl_secs).await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            if let Err(error) = stored {
+                tracing::warn!(tenant, response_id = id, error, "the response could not be stored: previous_response_id will not find it");
+            }
+        })
+    })
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::ResourceNotFound(format!("Response with id '{}' not found.", crate::redact::identifier(id)))
+}
+
+fn unavailable(e: crate::store::StoreError) -> ApiError {
+    ApiError::Unavailable(format!("stored responses are unavailable: {e}"))
+}
