@@ -2,7 +2,9 @@
 //! official `openai` Python SDK (`tests/python/agent_api.py`): structured outputs on
 //! twenty Pydantic models, streamed and not, every one parsed; `json_object`; a schema
 //! the engine cannot enforce refused with its parameter; a tool-calling conversation's
-//! second turn. Raw HTTP covers what the SDK validates before sending.
+//! second turn; the Responses API (`tests/python/responses_api.py`): create, streamed
+//! events, `parse`, function-tool loops stateless and through `previous_response_id`.
+//! Raw HTTP covers what the SDK validates before sending.
 
 use std::time::Duration;
 
@@ -29,6 +31,14 @@ async fn agents_get_structured_outputs_and_tool_conversations_through_the_sdk() 
     let stdout = run_python("agent_api.py", &[&gw.url("/v1"), "sk-acme-1", MODEL]).await;
     println!("{stdout}");
     assert!(stdout.lines().filter(|l| l.starts_with("ok")).count() >= 8, "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_get_the_responses_api_through_the_sdk() {
+    let gw = ready_gateway().await;
+    let stdout = run_python("responses_api.py", &[&gw.url("/v1"), "sk-acme-1", MODEL]).await;
+    println!("{stdout}");
+    assert!(stdout.lines().filter(|l| l.starts_with("ok")).count() >= 12, "{stdout}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -200,7 +200,12 @@ impl ResponsesRequest {
     /// stored messages before the input (after `instructions`).
     pub fn rename(&self, e: ApiError, history: usize) -> ApiError {
         match e {
-            ApiError::InvalidParam { param, message } => ApiError::InvalidParam { param: self.param_name(&param, history), message },
+            ApiError::InvalidParam { param, message } => {
+                let renamed = self.param_name(&param, history);
+                // The chat path's messages name their param too.
+                let message = if param.is_empty() { message } else { message.replace(&param, &renamed) };
+                ApiError::InvalidParam { param: renamed, message }
+            }
             other => other,
         }
     }
