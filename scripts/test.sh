@@ -29,6 +29,11 @@ ensure_python() {
         python3 -m venv .venv
         .venv/bin/python -m pip install -q --disable-pip-version-check 'openai>=1.40'
     fi
+    # The OpenAI Agents SDK, for the agent loop over /v1/responses (tests/python/agents_sdk.py).
+    if ! .venv/bin/python -c 'import agents' 2>/dev/null; then
+        log "installing the OpenAI Agents SDK into .venv"
+        .venv/bin/python -m pip install -q --disable-pip-version-check 'openai-agents>=0.24,<0.25'
+    fi
 }
 
 ensure_nvrtc() {

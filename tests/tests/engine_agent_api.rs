@@ -3,7 +3,8 @@
 //! twenty Pydantic models, streamed and not, every one parsed; `json_object`; a schema
 //! the engine cannot enforce refused with its parameter; a tool-calling conversation's
 //! second turn; the Responses API (`tests/python/responses_api.py`): create, streamed
-//! events, `parse`, function-tool loops stateless and through `previous_response_id`.
+//! events, `parse`, function-tool loops stateless and through `previous_response_id`; and
+//! an agent of the OpenAI Agents SDK (`tests/python/agents_sdk.py`) running its tool loop.
 //! Raw HTTP covers what the SDK validates before sending.
 
 use std::time::Duration;
@@ -39,6 +40,14 @@ async fn agents_get_the_responses_api_through_the_sdk() {
     let stdout = run_python("responses_api.py", &[&gw.url("/v1"), "sk-acme-1", MODEL]).await;
     println!("{stdout}");
     assert!(stdout.lines().filter(|l| l.starts_with("ok")).count() >= 12, "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openai_agents_sdk_agent_completes_its_tool_loop() {
+    let gw = ready_gateway().await;
+    let stdout = run_python("agents_sdk.py", &[&gw.url("/v1"), "sk-acme-1", MODEL]).await;
+    println!("{stdout}");
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok")).count(), 3, "{stdout}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
