@@ -287,3 +287,23 @@ async fn a_starting_replica_reads_only_live_entries_in_pages() {
     assert_eq!(idx.owners(1000 + 1199).tenants, ["t2"]);
     delete_keys(SHARED_URL, &p).await;
 }
+
+#[tokio::test]
+async fn stored_responses_are_shared_by_replicas_and_scoped_to_their_tenant() {
+    let (p, d1, d2) = (prefix(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = Store::redis(settings(SHARED_URL, &p, d1.path())).await.unwrap();
+    let b = Store::redis(settings(SHARED_URL, &p, d2.path())).await.unwrap();
+    a.put_response("acme", "resp_1", "{\"k\":1}".into(), 60).await.unwrap();
+    assert_eq!(b.get_response("acme", "resp_1").await.unwrap().as_deref(), Some("{\"k\":1}"), "replica B reads it");
+    assert_eq!(b.get_response("globex", "resp_1").await.unwrap(), None, "another tenant never finds it");
+    assert!(!b.delete_response("globex", "resp_1").await.unwrap());
+    assert!(a.get_response("acme", "resp_1").await.unwrap().is_some(), "nor deletes it");
+    // It expires with its TTL.
+    let client = redis::Client::open(SHARED_URL).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let ttl: i64 = redis::cmd("TTL").arg(format!("{p}response:acme:resp_1")).query_async(&mut c).await.unwrap();
+    assert!((1..=60).contains(&ttl), "{ttl}");
+    assert!(b.delete_response("acme", "resp_1").await.unwrap());
+    assert_eq!(a.get_response("acme", "resp_1").await.unwrap(), None);
+    delete_keys(SHARED_URL, &p).await;
+}
