@@ -26,28 +26,28 @@ async fn complete(gw: &TestGateway, body: Value) -> (u16, Value) {
     (resp.status().as_u16(), resp.json().await.expect("JSON body"))
 }
 
+/// Runs `tests/python/<script>` against a fresh gateway; it exits non-zero on a failed
+/// check, and must pass at least `checks` of them.
+async fn sdk_script(script: &str, checks: usize) {
+    let gw = ready_gateway().await;
+    let stdout = run_python(script, &[&gw.url("/v1"), "sk-acme-1", MODEL]).await;
+    println!("{stdout}");
+    assert!(stdout.lines().filter(|l| l.starts_with("ok")).count() >= checks, "{stdout}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agents_get_structured_outputs_and_tool_conversations_through_the_sdk() {
-    let gw = ready_gateway().await;
-    let stdout = run_python("agent_api.py", &[&gw.url("/v1"), "sk-acme-1", MODEL]).await;
-    println!("{stdout}");
-    assert!(stdout.lines().filter(|l| l.starts_with("ok")).count() >= 8, "{stdout}");
+    sdk_script("agent_api.py", 8).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agents_get_the_responses_api_through_the_sdk() {
-    let gw = ready_gateway().await;
-    let stdout = run_python("responses_api.py", &[&gw.url("/v1"), "sk-acme-1", MODEL]).await;
-    println!("{stdout}");
-    assert!(stdout.lines().filter(|l| l.starts_with("ok")).count() >= 12, "{stdout}");
+    sdk_script("responses_api.py", 13).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_openai_agents_sdk_agent_completes_its_tool_loop() {
-    let gw = ready_gateway().await;
-    let stdout = run_python("agents_sdk.py", &[&gw.url("/v1"), "sk-acme-1", MODEL]).await;
-    println!("{stdout}");
-    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok")).count(), 3, "{stdout}");
+    sdk_script("agents_sdk.py", 3).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
