@@ -115,7 +115,9 @@ async fn a_secret_inside_an_engine_tool_call_is_blocked_before_release() {
     // Without the secret the same call goes through, as a tool call.
     let plain = json!([{"type": "function", "function": {"name": "deploy", "parameters": {"type": "object",
         "properties": {"env": {"enum": ["staging", "production"]}}, "required": ["env"], "additionalProperties": false}}}]);
-    let (status, v) = complete(&gw, json!({"model": MODEL, "messages": [{"role": "user", "content": "Deploy."}], "tools": plain, "tool_choice": "required", "max_tokens": 80})).await;
+    // One call (parallel calls off): sampled freely, a small model may call until the limit.
+    let (status, v) = complete(&gw, json!({"model": MODEL, "messages": [{"role": "user", "content": "Deploy."}], "tools": plain, "tool_choice": "required",
+                                           "parallel_tool_calls": false, "max_tokens": 80})).await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["choices"][0]["finish_reason"], "tool_calls", "{v}");
     let args: Value = serde_json::from_str(v["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].as_str().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {v}"));

@@ -1,5 +1,6 @@
 //! The official `openai` Python SDK against the gateway, unchanged: create, streaming,
-//! models, and the SDK's exception types for 400/401/404. The test command creates the
+//! models, and the SDK's exception types for 400/401/404; its Responses API
+//! (`tests/python/responses_upstream.py`). The test command creates the
 //! virtualenv (`.venv`, or `CROSSGUARD_PYTHON` names the interpreter).
 
 use crossguard_e2e::mock_upstream::MockUpstream;
@@ -11,6 +12,15 @@ async fn official_python_sdk_works_unchanged() {
     let gw = TestGateway::start(&upstream_config(&mock.base_url(), ""), &[("UPSTREAM_KEY", "k")]).await;
     let stdout = run_python("sdk_compat.py", &[&gw.url("/v1"), "sk-acme-1", "mock"]).await;
     assert_eq!(stdout.lines().filter(|l| l.starts_with("ok")).count(), 10, "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_responses_api_works_unchanged_against_an_upstream() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&upstream_config(&mock.base_url(), ""), &[("UPSTREAM_KEY", "k")]).await;
+    let stdout = run_python("responses_upstream.py", &[&gw.url("/v1"), "sk-acme-1", "sk-globex-1", "mock"]).await;
+    println!("{stdout}");
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok")).count(), 7, "{stdout}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
