@@ -113,7 +113,7 @@ async fn a_leak_in_a_responses_stream_is_blocked_and_the_response_is_incomplete(
     let (status, _) = json_of(create(&gw, "sk-acme-1", json!({"model": "mock", "input": acme_text})).await).await;
     assert_eq!(status, 200);
     let k = mock.can(format!("Sure, the token is {SECRET} as requested."));
-    for (script, leak) in [("#splice 0 0 20".to_owned(), "falcon ridge partners"), (format!("#canned {k}"), &SECRET[..12])] {
+    for (script, leak) in [("#splice 0 0 20".to_owned(), "northern shipping unit"), (format!("#canned {k}"), &SECRET[..12])] {
         for stream in [true, false] {
             let resp = create(&gw, "sk-globex-1", json!({"model": "mock", "input": script, "stream": stream})).await;
             assert_eq!(resp.status(), 200);
