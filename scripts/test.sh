@@ -57,10 +57,23 @@ ensure_chromium() {
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
 }
 
+ensure_clippy() {
+    cargo clippy --version >/dev/null 2>&1 && return
+    log "installing clippy"
+    rustup component add clippy >/dev/null 2>&1 || true
+}
+
 ensure_redis
+ensure_clippy
 ensure_python
 ensure_nvrtc
 ensure_chromium
+log "cargo clippy --workspace --all-targets (warnings are errors)"
+if cargo clippy --version >/dev/null 2>&1; then
+    cargo clippy --workspace --all-targets --locked -q -- -D warnings
+else
+    echo "clippy is not installed and could not be: lints NOT checked" >&2
+fi
 log "cargo test --workspace"
 cargo test --workspace --locked
 log "crossguard rules test rules/ (every rule's samples)"

@@ -53,7 +53,7 @@ pub struct ResponsesRequest {
     pub store: bool,
     pub previous_response_id: Option<String>,
     /// This request's `input`, as chat messages (without `instructions`).
-    pub input: Vec<Map<String, Value>>,
+    pub input: Messages,
     /// Where each of `input`'s messages came from (`input[3]`), for error params.
     input_origins: Vec<String>,
     /// What the response object repeats back.
@@ -276,15 +276,18 @@ fn refuse_unsupported(raw: &Map<String, Value>) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Chat messages.
+type Messages = Vec<Map<String, Value>>;
+
 /// `input` as chat messages, with the param path each came from.
-fn parse_input(value: Option<&Value>) -> Result<(Vec<Map<String, Value>>, Vec<String>), ApiError> {
+fn parse_input(value: Option<&Value>) -> Result<(Messages, Vec<String>), ApiError> {
     let items = match value {
         None => return Err(ApiError::param("input", "you must provide an input parameter")),
         Some(Value::String(text)) => return Ok((vec![message("user", Value::String(text.clone()))], vec!["input".to_owned()])),
         Some(Value::Array(items)) => items,
         Some(_) => return Err(type_error("input", "a string or an array of input items")),
     };
-    let mut messages: Vec<Map<String, Value>> = Vec::new();
+    let mut messages: Messages = Vec::new();
     let mut origins = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let at = |k: &str| format!("input[{i}].{k}");
