@@ -21,8 +21,8 @@ pub enum ApiError {
     #[error("{message}")]
     InvalidParam { param: String, message: String },
     /// The prompt (plus room to answer) does not fit the model's context window.
-    #[error("{0}")]
-    ContextLengthExceeded(String),
+    #[error("{message}")]
+    ContextLengthExceeded { message: String, param: String },
     /// Missing, malformed or unknown API key.
     #[error("{0}")]
     Unauthorized(&'static str),
@@ -100,10 +100,15 @@ impl ApiError {
         ApiError::InvalidParam { param: param.into(), message: message.into() }
     }
 
+    /// The prompt does not fit the model's context (`param: "messages"`).
+    pub fn context_length(message: impl Into<String>) -> Self {
+        ApiError::ContextLengthExceeded { message: message.into(), param: "messages".into() }
+    }
+
     /// The HTTP status this error is answered with.
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::MalformedJson(_) | ApiError::InvalidParam { .. } | ApiError::ContextLengthExceeded(_) => {
+            ApiError::MalformedJson(_) | ApiError::InvalidParam { .. } | ApiError::ContextLengthExceeded { .. } => {
                 StatusCode::BAD_REQUEST
             }
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
@@ -133,7 +138,7 @@ impl ApiError {
         match self {
             ApiError::MalformedJson(_)
             | ApiError::InvalidParam { .. }
-            | ApiError::ContextLengthExceeded(_)
+            | ApiError::ContextLengthExceeded { .. }
             | ApiError::ModelNotFound(_)
             | ApiError::AdminDisabled
             | ApiError::ResourceNotFound(_)
@@ -159,7 +164,7 @@ impl ApiError {
         let code = match self {
             ApiError::MalformedJson(_) => "invalid_json",
             ApiError::InvalidParam { .. } => "invalid_value",
-            ApiError::ContextLengthExceeded(_) => "context_length_exceeded",
+            ApiError::ContextLengthExceeded { .. } => "context_length_exceeded",
             ApiError::Unauthorized(_) => "invalid_api_key",
             ApiError::Quarantined => "tenant_quarantined",
             ApiError::StreamStalled { .. } => "stream_stalled",
@@ -188,7 +193,7 @@ impl ApiError {
         match self {
             ApiError::InvalidParam { param, .. } => Some(param),
             ApiError::ModelNotFound(_) => Some("model"),
-            ApiError::ContextLengthExceeded(_) => Some("messages"),
+            ApiError::ContextLengthExceeded { param, .. } => Some(param),
             ApiError::UpstreamRejected { param, .. } => param.as_deref(),
             _ => None,
         }
@@ -216,7 +221,7 @@ impl ApiError {
             ApiError::UpstreamRejected { status, .. } => format!("the upstream rejected the request with HTTP {status}"),
             ApiError::UpstreamFailed { status: Some(status), .. } => format!("the upstream failed with HTTP {status}"),
             ApiError::UpstreamFailed { status: None, .. } => "the upstream reported an error mid-stream".to_owned(),
-            ApiError::ContextLengthExceeded(_)
+            ApiError::ContextLengthExceeded { .. }
             | ApiError::Unauthorized(_)
             | ApiError::Quarantined
             | ApiError::AdminThrottled { .. }

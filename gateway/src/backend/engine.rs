@@ -165,7 +165,7 @@ impl EngineBackend {
         }
         let limit = engine.context_tokens();
         if prompt.len() >= limit {
-            return Err(ApiError::ContextLengthExceeded(format!(
+            return Err(ApiError::context_length(format!(
                 "This model's maximum context length is {limit} tokens; your messages use {}.",
                 prompt.len()
             )));
@@ -367,7 +367,7 @@ fn text_parts(i: usize, parts: &[Value]) -> Result<String, ApiError> {
 pub(super) fn map_engine_error(e: engine::Error) -> ApiError {
     match e {
         engine::Error::Template { reason } => ApiError::param("messages", format!("the model's chat template cannot render these messages: {reason}")),
-        engine::Error::ContextOverflow { prompt_tokens, limit } => ApiError::ContextLengthExceeded(format!(
+        engine::Error::ContextOverflow { prompt_tokens, limit } => ApiError::context_length(format!(
             "This model's maximum context length is {limit} tokens; your messages use {prompt_tokens}."
         )),
         engine::Error::InvalidRequest { reason } => ApiError::param("messages", reason),

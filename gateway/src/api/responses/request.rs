@@ -206,6 +206,9 @@ impl ResponsesRequest {
                 let message = if param.is_empty() { message } else { message.replace(&param, &renamed) };
                 ApiError::InvalidParam { param: renamed, message }
             }
+            ApiError::ContextLengthExceeded { message, param } => {
+                ApiError::ContextLengthExceeded { message: message.replace("your messages use", "your input uses"), param: self.param_name(&param, history) }
+            }
             other => other,
         }
     }
@@ -709,5 +712,7 @@ mod tests {
         assert_eq!(e("messages[0].content").as_deref(), Some("instructions.content"));
         assert_eq!(e("messages[2]").as_deref(), Some("previous_response_id"));
         assert_eq!(e("messages[4].content[0]").as_deref(), Some("input[1].content[0]"));
+        let long = r.rename(ApiError::context_length("your messages use 9000 tokens"), 2);
+        assert_eq!((long.param_name(), long.to_string().as_str()), (Some("input"), "your input uses 9000 tokens"));
     }
 }
