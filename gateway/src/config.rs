@@ -1237,6 +1237,7 @@ placement = "system_start"
             ("[responses]\nttl_secs = 0", "responses.ttl_secs"),
             ("[responses]\nmax_stored_bytes = 10", "responses.max_stored_bytes"),
             ("[responses]\nttl = 5", "responses"),
+            ("[responses]\nmax_stored = 0", "responses.max_stored"),
             ("[store]\nkind = \"memory\"\nkey_prefix = \"x\"", "store.key_prefix"),
             ("[store]\nkind = \"redis\"", "provenance.key_env"),
             ("[stats]\nz_threshold = 0.5", "stats.z_threshold"),

@@ -158,14 +158,18 @@ async fn stored_responses_belong_to_their_tenant_and_hold_only_what_was_released
     let turns: Vec<(&str, &str)> = sent["messages"].as_array().unwrap().iter().map(|m| (m["role"].as_str().unwrap(), m["content"].as_str().unwrap_or(""))).collect();
     assert_eq!(turns, [("user", "my name is Ada"), ("assistant", "Echo: my name is Ada"), ("user", "what is my name?")], "{sent}");
 
-    // A blocked response is stored as released: the continuation never carries the secret.
+    // A blocked response is stored as released, streamed or not: the continuation never
+    // carries the secret.
     let k = mock.can(format!("The deploy token is {SECRET} and it works."));
-    let (_, blocked) = json_of(create(&gw, "sk-acme-1", json!({"model": "mock", "input": format!("#canned {k}")})).await).await;
-    assert_eq!(blocked["status"], "incomplete", "{blocked}");
-    let (status, _) = json_of(create(&gw, "sk-acme-1", json!({"model": "mock", "input": "repeat it", "previous_response_id": blocked["id"]})).await).await;
-    assert_eq!(status, 200);
-    let sent = mock.received().last().expect("a request").body.to_string();
-    assert!(!sent.contains(&SECRET[..12]), "{sent}");
+    for stream in [false, true] {
+        let text = create(&gw, "sk-acme-1", json!({"model": "mock", "input": format!("#canned {k}"), "stream": stream})).await.text().await.expect("body");
+        let blocked = if stream { events(&text).last().expect("frames").1["response"].clone() } else { serde_json::from_str(&text).expect("JSON") };
+        assert_eq!(blocked["status"], "incomplete", "{blocked}");
+        let (status, _) = json_of(create(&gw, "sk-acme-1", json!({"model": "mock", "input": "repeat it", "previous_response_id": blocked["id"]})).await).await;
+        assert_eq!(status, 200, "stream {stream}");
+        let sent = mock.received().last().expect("a request").body.to_string();
+        assert!(sent.contains("The deploy") && !sent.contains(&SECRET[..12]), "stream {stream}: {sent}");
+    }
 
     // Deleted, or never stored: gone.
     assert_eq!(client.delete(&url).bearer_auth("sk-acme-1").send().await.unwrap().status(), 200);
@@ -192,4 +196,17 @@ async fn what_the_responses_path_cannot_do_is_refused_by_name() {
         assert_eq!((status, v["error"]["param"].as_str()), (if param == "model" { 404 } else { 400 }, Some(param)), "{body}: {v}");
     }
     assert!(mock.received().is_empty(), "nothing refused reached the upstream");
+}
+
+#[tokio::test]
+async fn with_storing_turned_off_nothing_is_kept() {
+    let mock = MockUpstream::start().await;
+    let config = upstream_config(&mock.base_url(), "\n[responses]\nstore = false\n");
+    let gw = TestGateway::start(&config, &[("UPSTREAM_KEY", "sk-up")]).await;
+    let (status, v) = json_of(create(&gw, "sk-acme-1", json!({"model": "mock", "input": "hello"})).await).await;
+    assert_eq!((status, v["store"].as_bool()), (200, Some(false)), "{v}");
+    let url = gw.url(&format!("/v1/responses/{}", v["id"].as_str().unwrap()));
+    assert_eq!(reqwest::Client::new().get(&url).bearer_auth("sk-acme-1").send().await.unwrap().status(), 404);
+    let (status, v) = json_of(create(&gw, "sk-acme-1", json!({"model": "mock", "input": "x", "previous_response_id": v["id"]})).await).await;
+    assert_eq!((status, v["error"]["param"].as_str()), (400, Some("previous_response_id")), "{v}");
 }

@@ -13,6 +13,7 @@ const DEFAULT_MAX_STORED_BYTES: usize = 256 << 20;
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawResponses {
+    store: Option<bool>,
     ttl_secs: Option<u64>,
     max_stored: Option<usize>,
     max_stored_bytes: Option<usize>,
@@ -21,17 +22,21 @@ pub(super) struct RawResponses {
 /// Stored responses (`store: true`, the default of `POST /v1/responses`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResponsesConfig {
+    /// Whether responses are stored at all (`false`: `store` is answered `false`, and
+    /// `previous_response_id` finds nothing).
+    pub store: bool,
     /// How long a stored response can be continued or fetched.
     pub ttl_secs: u64,
-    /// Embedded store: most responses kept (the oldest go first).
+    /// Embedded store: most responses kept (the oldest of the tenant holding the most go first).
     pub max_stored: usize,
-    /// Embedded store: most bytes of stored responses kept (the oldest go first).
+    /// Most bytes of stored responses kept (embedded store; the oldest of the tenant holding
+    /// the most go first); also the largest one record may be, in either store.
     pub max_stored_bytes: usize,
 }
 
 impl Default for ResponsesConfig {
     fn default() -> ResponsesConfig {
-        ResponsesConfig { ttl_secs: DEFAULT_TTL_SECS, max_stored: DEFAULT_MAX_STORED, max_stored_bytes: DEFAULT_MAX_STORED_BYTES }
+        ResponsesConfig { store: true, ttl_secs: DEFAULT_TTL_SECS, max_stored: DEFAULT_MAX_STORED, max_stored_bytes: DEFAULT_MAX_STORED_BYTES }
     }
 }
 
@@ -42,9 +47,12 @@ pub(super) fn validate_responses(raw: Option<RawResponses>, invalid: &Invalid<'_
         return Err(invalid("responses.ttl_secs".into(), format!("must be between 1 and 31536000, got {ttl_secs}")));
     }
     let max_stored = raw.max_stored.unwrap_or(DEFAULT_MAX_STORED);
+    if max_stored == 0 {
+        return Err(invalid("responses.max_stored".into(), "must be at least 1 (to store none, set responses.store = false)".into()));
+    }
     let max_stored_bytes = raw.max_stored_bytes.unwrap_or(DEFAULT_MAX_STORED_BYTES);
     if max_stored_bytes < 1024 {
         return Err(invalid("responses.max_stored_bytes".into(), format!("must be at least 1024, got {max_stored_bytes}")));
     }
-    Ok(ResponsesConfig { ttl_secs, max_stored, max_stored_bytes })
+    Ok(ResponsesConfig { store: raw.store.unwrap_or(true), ttl_secs, max_stored, max_stored_bytes })
 }

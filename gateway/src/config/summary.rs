@@ -104,7 +104,7 @@ impl Display for Summary<'_> {
             s.action.as_str()
         );
         let r = &c.responses;
-        let _ = writeln!(out, "[responses] ttl_secs = {}, max_stored = {}, max_stored_bytes = {}", r.ttl_secs, r.max_stored, r.max_stored_bytes);
+        let _ = writeln!(out, "[responses] store = {}, ttl_secs = {}, max_stored = {}, max_stored_bytes = {}", r.store, r.ttl_secs, r.max_stored, r.max_stored_bytes);
         let _ = write!(out, "[canary] placement = {:?}", c.canary.placement);
         f.write_str(&out)
     }

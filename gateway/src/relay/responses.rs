@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 
 use super::{Closing, Framing};
 use crate::api::response::Logprobs;
-use crate::api::responses::object::{item_id, outcome, ItemStatus, OutputContent, OutputItem, ResponseObject, Status};
+use crate::api::responses::object::{item_id, outcome, ItemStatus, OutputContent, OutputItem, ResponseError, ResponseObject, Status};
 use crate::api::Usage;
 use crate::backend::{BackendEvent, ChoiceDelta};
 use crate::error::ApiError;
@@ -96,7 +96,7 @@ impl ResponsesFraming {
         serde_json::to_value(&self.items[index]).unwrap_or(Value::Null)
     }
 
-    fn item_id(&self, index: usize) -> String {
+    fn id_of(&self, index: usize) -> String {
         match &self.items[index] {
             OutputItem::Message { id, .. } | OutputItem::FunctionCall { id, .. } => id.clone(),
         }
@@ -136,7 +136,7 @@ impl ResponsesFraming {
             OutputItem::FunctionCall { .. } => 0,
         };
         self.message = Some(OpenMessage { item, part: Some((at, kind)) });
-        let id = self.item_id(item);
+        let id = self.id_of(item);
         self.emit(out, "response.content_part.added", json!({"item_id": id, "output_index": item, "content_index": at, "part": part}));
         (item, at)
     }
@@ -151,7 +151,7 @@ impl ResponsesFraming {
     fn close_part(&mut self, out: &mut Vec<u8>) {
         let Some(OpenMessage { item, part: Some((at, _)) }) = self.message else { return };
         self.message = Some(OpenMessage { item, part: None });
-        let id = self.item_id(item);
+        let id = self.id_of(item);
         let Some(part) = self.part_mut(item, at).cloned() else { return };
         match &part {
             OutputContent::OutputText { text, logprobs, .. } => {
@@ -178,7 +178,7 @@ impl ResponsesFraming {
 
     fn close_calls(&mut self, status: ItemStatus, out: &mut Vec<u8>) {
         for (_, item) in std::mem::take(&mut self.calls) {
-            let id = self.item_id(item);
+            let id = self.id_of(item);
             if let OutputItem::FunctionCall { status: s, name, arguments, .. } = &mut self.items[item] {
                 *s = status;
                 let body = json!({"item_id": id, "output_index": item, "name": name.clone(), "arguments": arguments.clone()});
@@ -195,14 +195,16 @@ impl ResponsesFraming {
     }
 
     fn delta(&mut self, d: ChoiceDelta, out: &mut Vec<u8>) {
-        if let Some(text) = d.content.filter(|t| !t.is_empty() || !d.logprobs.is_empty()) {
+        // Logprobs may come without text (a token that ends inside a character).
+        if d.content.as_ref().is_some_and(|t| !t.is_empty()) || !d.logprobs.is_empty() {
+            let text = d.content.unwrap_or_default();
             let (item, at) = self.open_part(Part::Text, out);
             let logprobs = Logprobs::of(&d.logprobs).content;
             if let Some(OutputContent::OutputText { text: all, logprobs: all_logprobs, .. }) = self.part_mut(item, at) {
                 all.push_str(&text);
                 all_logprobs.extend(logprobs.iter().cloned());
             }
-            let id = self.item_id(item);
+            let id = self.id_of(item);
             let body = json!({"item_id": id, "output_index": item, "content_index": at, "delta": text, "logprobs": logprobs});
             self.emit(out, "response.output_text.delta", body);
         }
@@ -211,7 +213,7 @@ impl ResponsesFraming {
             if let Some(OutputContent::Refusal { refusal }) = self.part_mut(item, at) {
                 refusal.push_str(&text);
             }
-            let id = self.item_id(item);
+            let id = self.id_of(item);
             self.emit(out, "response.refusal.delta", json!({"item_id": id, "output_index": item, "content_index": at, "delta": text}));
         }
         for chunk in d.tool_calls {
@@ -221,9 +223,11 @@ impl ResponsesFraming {
                     // A call follows the text it comes after: the message is done.
                     self.close_message(ItemStatus::Completed, out);
                     let index = self.items.len();
+                    // The call's identity is fixed once announced (the SDKs check it): an
+                    // upstream that names no id gets one here, and later ids are ignored.
                     self.items.push(OutputItem::FunctionCall {
                         id: item_id("fc"),
-                        call_id: chunk.id.clone().unwrap_or_default(),
+                        call_id: chunk.id.clone().filter(|id| !id.is_empty()).unwrap_or_else(|| item_id("call")),
                         name: chunk.function.name.clone().unwrap_or_default(),
                         arguments: String::new(),
                         status: ItemStatus::InProgress,
@@ -237,10 +241,7 @@ impl ResponsesFraming {
                     continue;
                 }
             };
-            if let OutputItem::FunctionCall { call_id, name, .. } = &mut self.items[item] {
-                if let Some(id) = chunk.id {
-                    *call_id = id;
-                }
+            if let OutputItem::FunctionCall { name, .. } = &mut self.items[item] {
                 if let Some(more) = chunk.function.name {
                     name.push_str(&more);
                 }
@@ -255,7 +256,7 @@ impl ResponsesFraming {
         if let OutputItem::FunctionCall { arguments, .. } = &mut self.items[item] {
             arguments.push_str(&delta);
         }
-        let id = self.item_id(item);
+        let id = self.id_of(item);
         self.emit(out, "response.function_call_arguments.delta", json!({"item_id": id, "output_index": item, "delta": delta}));
     }
 }
@@ -289,7 +290,8 @@ impl Framing for ResponsesFraming {
 
     fn fail(&mut self, error: &ApiError, out: &mut Vec<u8>) {
         self.close_all(ItemStatus::Incomplete, out);
-        let body = json!({"code": error.code().unwrap_or_else(|| error.kind().to_owned()), "message": error.to_string(), "param": error.param_name()});
+        let ResponseError { code, message } = ResponseError::of(error);
+        let body = json!({"code": code, "message": message, "param": error.param_name()});
         self.emit(out, "error", body);
         let items = std::mem::take(&mut self.items);
         self.response.fail(items, error);
@@ -401,6 +403,27 @@ mod tests {
         assert_eq!(done["output"][1]["status"], "completed");
         assert_eq!(done["usage"]["total_tokens"], 7);
         assert_eq!(frames[2].1["item"]["id"], done["output"][0]["id"]);
+    }
+
+    #[test]
+    fn a_call_keeps_the_identity_it_was_announced_with() {
+        let frames = run(vec![call(None, "{\"q\":"), call(Some("late_id"), "1}"), BackendEvent::Finish { index: 0, reason: "tool_calls".into() }]);
+        let added = frames.iter().find(|(k, _)| k == "response.output_item.added").map(|(_, d)| d["item"]["call_id"].clone()).unwrap();
+        assert!(added.as_str().is_some_and(|id| id.starts_with("call_")), "{added}");
+        let done = &frames.last().unwrap().1["response"]["output"][0];
+        assert_eq!((&done["call_id"], done["arguments"].as_str()), (&added, Some("{\"q\":1}")));
+    }
+
+    #[test]
+    fn logprobs_without_text_still_go_out() {
+        let lp = |s: &str| crate::backend::TokenLogprob { token: s.into(), logprob: -0.1, top_logprobs: Vec::new() };
+        let frames = run(vec![
+            BackendEvent::Delta(ChoiceDelta { index: 0, logprobs: vec![lp("\u{fffd}")], ..Default::default() }),
+            BackendEvent::Delta(ChoiceDelta { index: 0, content: Some("é".into()), logprobs: vec![lp("é")], ..Default::default() }),
+            BackendEvent::Finish { index: 0, reason: "stop".into() },
+        ]);
+        let done = &frames.last().unwrap().1["response"]["output"][0]["content"][0];
+        assert_eq!((done["text"].as_str(), done["logprobs"].as_array().map(Vec::len)), (Some("é"), Some(2)));
     }
 
     #[test]

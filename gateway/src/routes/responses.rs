@@ -35,7 +35,15 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let tenant = caller(&state, &headers)?;
     let bytes = read_body(&state, &headers, body).await?;
-    let request = ResponsesRequest::parse(&bytes)?;
+    let mut request = ResponsesRequest::parse(&bytes)?;
+    let settings = &state.config.responses;
+    if !settings.store {
+        if request.previous_response_id.is_some() {
+            return Err(ApiError::param("previous_response_id", "stored responses are turned off on this gateway ([responses] store = false)"));
+        }
+        request.store = false;
+        request.echo.store = false;
+    }
     let store = state.protection.store().clone();
     let history = match &request.previous_response_id {
         Some(id) => previous_conversation(&store, tenant.as_str(), id).await?,
@@ -50,7 +58,7 @@ pub async fn create(
     // response ends, what it was given.
     let persist = request.store.then(|| {
         let conversation = history.into_iter().chain(request.input.iter().cloned()).collect();
-        persister(store, tenant.as_str().to_owned(), state.config.responses.ttl_secs, conversation)
+        persister(store, tenant.as_str().to_owned(), settings.ttl_secs, settings.max_stored_bytes, conversation)
     });
     if request.stream {
         return Ok(event_stream(ResponsesFraming::new(object, persist), response, guard, finisher, rate_headers));
@@ -67,16 +75,17 @@ pub async fn create(
     Ok((StatusCode::OK, response_headers, Json(object)).into_response())
 }
 
-/// `GET /v1/responses/{id}`: a response the tenant stored.
+/// `GET /v1/responses/{id}`: a response the tenant stored. (Authentication only: a
+/// quarantined tenant may still read and delete what it was already given.)
 pub async fn retrieve(State(state): State<Arc<AppState>>, Path(id): Path<String>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
-    let tenant = caller(&state, &headers)?;
+    let tenant = state.auth.authenticate(&headers)?;
     let stored = stored(state.protection.store(), tenant.as_str(), &id).await?.ok_or_else(|| not_found(&id))?;
     Ok(Json(stored.response))
 }
 
 /// `DELETE /v1/responses/{id}`.
 pub async fn delete(State(state): State<Arc<AppState>>, Path(id): Path<String>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
-    let tenant = caller(&state, &headers)?;
+    let tenant = state.auth.authenticate(&headers)?;
     if !is_response_id(&id) {
         return Err(not_found(&id));
     }
@@ -100,16 +109,22 @@ async fn stored(store: &Store, tenant: &str, id: &str) -> Result<Option<StoredRe
         return Ok(None);
     }
     let Some(json) = store.get_response(tenant, id).await.map_err(unavailable)? else { return Ok(None) };
-    serde_json::from_str(&json).map(Some).map_err(|e| ApiError::Internal(format!("a stored response could not be read: {e}")))
+    serde_json::from_str(&json).map(Some).map_err(|e| {
+        // serde's message may quote the record: the log gets its position only.
+        tracing::error!(tenant, response_id = id, line = e.line(), column = e.column(), "a stored response could not be read");
+        ApiError::Internal("a stored response could not be read".into())
+    })
 }
 
-/// Keeps the finished response and its conversation under the tenant.
-fn persister(store: Arc<Store>, tenant: String, ttl_secs: u64, conversation: Vec<Map<String, Value>>) -> Persist {
+/// Keeps the finished response and its conversation under the tenant; a record over
+/// `max_bytes` is not kept (a conversation continued that long ends there).
+fn persister(store: Arc<Store>, tenant: String, ttl_secs: u64, max_bytes: usize, conversation: Vec<Map<String, Value>>) -> Persist {
     Box::new(move |response: &ResponseObject| {
         let record = StoredResponse::new(response, conversation);
         let id = response.id.clone();
         Box::pin(async move {
             let stored = match serde_json::to_string(&record) {
+                Ok(json) if json.len() > max_bytes => Err(format!("the record is {} bytes, over [responses] max_stored_bytes = {max_bytes}", json.len())),
                 Ok(json) => store.put_response(&tenant, &id, json, ttl_secs).await.map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),
             };
@@ -124,6 +139,9 @@ fn not_found(id: &str) -> ApiError {
     ApiError::ResourceNotFound(format!("Response with id '{}' not found.", crate::redact::identifier(id)))
 }
 
+/// The store failed: the client gets a fixed message (a store's error can name hosts), the
+/// log the detail.
 fn unavailable(e: crate::store::StoreError) -> ApiError {
-    ApiError::Unavailable(format!("stored responses are unavailable: {e}"))
+    tracing::warn!(error = %e, "stored responses are unavailable");
+    ApiError::Unavailable("Stored responses are unavailable right now; retry shortly.".into())
 }

@@ -128,6 +128,7 @@ impl MemoryStore {
 
     pub fn put_response(&self, tenant: &str, id: &str, json: String, ttl_secs: u64) {
         let expires_at_ms = now_ms().saturating_add(ttl_secs.saturating_mul(1000));
+        // The caller keeps records within the byte bound; one over it is simply not kept.
         self.responses.lock().unwrap_or_else(|p| p.into_inner()).put(tenant, id, json, expires_at_ms);
     }
 

@@ -191,7 +191,8 @@ impl ResponseObject {
         for call in choice.message.tool_calls {
             output.push(OutputItem::FunctionCall {
                 id: item_id("fc"),
-                call_id: call.id,
+                // An upstream that names no id: one here, as the stream does.
+                call_id: if call.id.is_empty() { item_id("call") } else { call.id },
                 name: call.function.name,
                 arguments: call.function.arguments,
                 status: item_status,
@@ -239,6 +240,9 @@ impl ResponseObject {
                         }
                     }
                 }
+                // A call cut off (by a block or the token limit) has no result to come:
+                // continuing from it would send a call without its answer.
+                OutputItem::FunctionCall { status, .. } if *status != ItemStatus::Completed => {}
                 OutputItem::FunctionCall { call_id, name, arguments, .. } => {
                     calls.push(json!({"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}));
                 }

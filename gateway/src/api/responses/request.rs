@@ -79,6 +79,7 @@ pub struct Echo {
     pub top_p: Option<f64>,
     pub truncation: &'static str,
     pub user: Option<String>,
+    pub safety_identifier: Option<String>,
 }
 
 impl ResponsesRequest {
@@ -114,18 +115,16 @@ impl ResponsesRequest {
         let include = parse_include(get("include"))?;
         let top_logprobs = get("top_logprobs").map(|v| v.as_u64().filter(|k| *k <= 20).ok_or_else(|| range("top_logprobs", "an integer between 0 and 20"))).transpose()?;
         let max_output_tokens = get("max_output_tokens").map(|v| v.as_u64().filter(|n| *n >= 1).ok_or_else(|| range("max_output_tokens", "an integer of at least 1"))).transpose()?;
-        let user = match string(get("safety_identifier"), "safety_identifier")? {
-            Some(id) => Some(id),
-            None => string(get("user"), "user")?,
-        };
+        let safety_identifier = string(get("safety_identifier"), "safety_identifier")?;
+        let user = string(get("user"), "user")?;
         let parallel_tool_calls = boolean(get("parallel_tool_calls"), "parallel_tool_calls")?.unwrap_or(true);
         let temperature = get("temperature").map(|v| v.as_f64().ok_or_else(|| range("temperature", "a number"))).transpose()?;
         let top_p = get("top_p").map(|v| v.as_f64().ok_or_else(|| range("top_p", "a number"))).transpose()?;
         for key in ["service_tier", "prompt_cache_key"] {
             string(get(key), key)?;
         }
-        if get("max_tool_calls").is_some_and(|v| v.as_u64().is_none()) {
-            return Err(range("max_tool_calls", "a non-negative integer"));
+        if get("max_tool_calls").is_some() {
+            return Err(ApiError::param("max_tool_calls", "max_tool_calls is not supported: use tool_choice and parallel_tool_calls"));
         }
 
         // The chat body, `messages` excepted (they depend on the stored conversation).
@@ -158,8 +157,9 @@ impl ResponsesRequest {
         if let Some(format) = response_format {
             chat.insert("response_format".into(), format);
         }
-        if let Some(user) = &user {
-            chat.insert("user".into(), Value::String(user.clone()));
+        // The chat API's one end-user field.
+        if let Some(id) = safety_identifier.as_ref().or(user.as_ref()) {
+            chat.insert("user".into(), Value::String(id.clone()));
         }
         let echo = Echo {
             instructions,
@@ -176,12 +176,13 @@ impl ResponsesRequest {
             top_p,
             truncation: "disabled",
             user,
+            safety_identifier,
         };
         Ok(ResponsesRequest { model, stream, store, previous_response_id, input, input_origins, echo, chat })
     }
 
-    /// The chat request to serve: `history` (the stored conversation this one continues),
-    /// then `instructions` as the first system turn, then this request's input. A chat
+    /// The chat request to serve: `instructions` as the first system turn, then `history`
+    /// (the stored conversation this one continues), then this request's input. A chat
     /// validation error is reported with the Responses API's param name.
     pub fn chat_request(&self, history: &[Map<String, Value>]) -> Result<ChatRequest, ApiError> {
         let mut messages: Vec<Value> = Vec::with_capacity(history.len() + self.input.len() + 1);
@@ -218,9 +219,11 @@ impl ResponsesRequest {
             let (index, tail) = rest.split_once(']').unwrap_or((rest, ""));
             let first_input = history + usize::from(self.echo.instructions.is_some());
             return match index.parse::<usize>() {
-                Ok(0) if self.echo.instructions.is_some() => format!("instructions{tail}"),
+                Ok(0) if self.echo.instructions.is_some() => "instructions".to_owned(),
                 Ok(i) if i < first_input => "previous_response_id".to_owned(),
                 Ok(i) => match self.input_origins.get(i - first_input) {
+                    // A string input is the whole message.
+                    Some(origin) if origin == "input" => "input".to_owned(),
                     Some(origin) => format!("{origin}{tail}"),
                     None => "input".to_owned(),
                 },
@@ -695,6 +698,8 @@ mod tests {
             (with("reasoning", json!({"effort": "high"})), "reasoning"),
             (with("conversation", json!("conv_1")), "conversation"),
             (with("frequency_penalty", json!(1)), "frequency_penalty"),
+            (with("max_tool_calls", json!(3)), "max_tool_calls"),
+            (with("input", json!([{"role": "user", "content": [{"type": "input_text"}]}])), "input[0].content[0].text"),
             (with("previous_response_id", json!("../x")), "previous_response_id"),
             (with("metadata", json!({"k": 1})), "metadata.k"),
             (with("stream_options", json!({})), "stream_options"),
@@ -709,7 +714,7 @@ mod tests {
     fn chat_params_of_history_and_instructions_map_back() {
         let r = parse(json!({"model": "m", "input": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}], "instructions": "i"})).unwrap();
         let e = |p: &str| r.rename(ApiError::param(p, "x"), 2).param_name().map(str::to_owned);
-        assert_eq!(e("messages[0].content").as_deref(), Some("instructions.content"));
+        assert_eq!(e("messages[0].content").as_deref(), Some("instructions"));
         assert_eq!(e("messages[2]").as_deref(), Some("previous_response_id"));
         assert_eq!(e("messages[4].content[0]").as_deref(), Some("input[1].content[0]"));
         let long = r.rename(ApiError::context_length("your messages use 9000 tokens"), 2);
