@@ -24,7 +24,7 @@ use crate::error::ApiError;
 use crate::response_guard::ResponseGuard;
 
 pub use chunks::{ChunkFraming, ResponseMeta, Shape};
-pub use responses::{Persist, ResponsesFraming};
+pub use responses::{whole_response, Persist, ResponsesFraming};
 
 /// A batch of frames stops growing past this many bytes.
 const COALESCE_BYTES: usize = 16 * 1024;

@@ -19,10 +19,10 @@ use futures::future::BoxFuture;
 use serde_json::{json, Value};
 
 use super::{Closing, Framing};
-use crate::api::response::Logprobs;
+use crate::api::response::{ChatCompletion, FunctionChunk, Logprobs, Message, ToolCallChunk};
 use crate::api::responses::object::{item_id, outcome, ItemStatus, OutputContent, OutputItem, ResponseError, ResponseObject, Status};
 use crate::api::Usage;
-use crate::backend::{BackendEvent, ChoiceDelta};
+use crate::backend::{BackendEvent, ChoiceDelta, TokenLogprob};
 use crate::error::ApiError;
 use crate::state::unix_now;
 
@@ -50,8 +50,10 @@ pub struct ResponsesFraming {
     sequence: u64,
     items: Vec<OutputItem>,
     message: Option<OpenMessage>,
-    /// Tool-call index -> its item in `items`, while the call is open.
+    /// Tool-call index -> its item in `items`.
     calls: BTreeMap<u32, usize>,
+    /// The call being written (one item at a time, as OpenAI streams them).
+    open_call: Option<usize>,
     finish: Option<String>,
     usage: Option<Usage>,
     persist: Option<Persist>,
@@ -66,6 +68,7 @@ impl ResponsesFraming {
             items: Vec::new(),
             message: None,
             calls: BTreeMap::new(),
+            open_call: None,
             finish: None,
             usage: None,
             persist,
@@ -176,22 +179,21 @@ impl ResponsesFraming {
         self.emit(out, "response.output_item.done", body);
     }
 
-    fn close_calls(&mut self, status: ItemStatus, out: &mut Vec<u8>) {
-        for (_, item) in std::mem::take(&mut self.calls) {
-            let id = self.id_of(item);
-            if let OutputItem::FunctionCall { status: s, name, arguments, .. } = &mut self.items[item] {
-                *s = status;
-                let body = json!({"item_id": id, "output_index": item, "name": name.clone(), "arguments": arguments.clone()});
-                self.emit(out, "response.function_call_arguments.done", body);
-            }
-            let body = json!({"output_index": item, "item": self.item_json(item)});
-            self.emit(out, "response.output_item.done", body);
+    fn close_call(&mut self, status: ItemStatus, out: &mut Vec<u8>) {
+        let Some(item) = self.open_call.take() else { return };
+        let id = self.id_of(item);
+        if let OutputItem::FunctionCall { status: s, name, arguments, .. } = &mut self.items[item] {
+            *s = status;
+            let body = json!({"item_id": id, "output_index": item, "name": name.clone(), "arguments": arguments.clone()});
+            self.emit(out, "response.function_call_arguments.done", body);
         }
+        let body = json!({"output_index": item, "item": self.item_json(item)});
+        self.emit(out, "response.output_item.done", body);
     }
 
     fn close_all(&mut self, status: ItemStatus, out: &mut Vec<u8>) {
         self.close_message(status, out);
-        self.close_calls(status, out);
+        self.close_call(status, out);
     }
 
     fn delta(&mut self, d: ChoiceDelta, out: &mut Vec<u8>) {
@@ -220,8 +222,9 @@ impl ResponsesFraming {
             let item = match self.calls.get(&chunk.index) {
                 Some(item) => *item,
                 None => {
-                    // A call follows the text it comes after: the message is done.
+                    // A call follows the text or the call before it: those are done.
                     self.close_message(ItemStatus::Completed, out);
+                    self.close_call(ItemStatus::Completed, out);
                     let index = self.items.len();
                     // The call's identity is fixed once announced (the SDKs check it): an
                     // upstream that names no id gets one here, and later ids are ignored.
@@ -233,6 +236,7 @@ impl ResponsesFraming {
                         status: ItemStatus::InProgress,
                     });
                     self.calls.insert(chunk.index, index);
+                    self.open_call = Some(index);
                     let body = json!({"output_index": index, "item": self.item_json(index)});
                     self.emit(out, "response.output_item.added", body);
                     if let Some(args) = chunk.function.arguments.filter(|a| !a.is_empty()) {
@@ -241,9 +245,16 @@ impl ResponsesFraming {
                     continue;
                 }
             };
-            if let OutputItem::FunctionCall { name, .. } = &mut self.items[item] {
+            let open = self.open_call == Some(item);
+            if let OutputItem::FunctionCall { name, arguments, .. } = &mut self.items[item] {
                 if let Some(more) = chunk.function.name {
                     name.push_str(&more);
+                }
+                // A fragment of a call already done (an upstream interleaving its calls)
+                // joins the final object only: its events have been sent.
+                if !open {
+                    arguments.push_str(&chunk.function.arguments.unwrap_or_default());
+                    continue;
                 }
             }
             if let Some(args) = chunk.function.arguments.filter(|a| !a.is_empty()) {
@@ -313,10 +324,43 @@ impl Framing for ResponsesFraming {
     }
 }
 
+/// The whole response for a completion the guard released: its events through the framing
+/// a stream takes (frames discarded), so whole and streamed responses are built alike.
+pub fn whole_response(started: ResponseObject, completion: ChatCompletion) -> ResponseObject {
+    let mut framing = ResponsesFraming::new(started, None);
+    let mut discarded = Vec::new();
+    framing.events(completion_events(completion), &mut discarded);
+    let _ = framing.close();
+    framing.response
+}
+
+/// The events a completion's first choice is made of (the Responses API has one choice).
+fn completion_events(completion: ChatCompletion) -> Vec<BackendEvent> {
+    let mut events = Vec::new();
+    if let Some(choice) = completion.choices.into_iter().next() {
+        let logprobs = choice.logprobs.map(|l| l.content.into_iter().map(TokenLogprob::from).collect()).unwrap_or_default();
+        let Message { content, refusal, tool_calls, .. } = choice.message;
+        events.push(BackendEvent::Delta(ChoiceDelta { index: 0, content, refusal, logprobs, ..Default::default() }));
+        for (i, call) in tool_calls.into_iter().enumerate() {
+            let chunk = ToolCallChunk {
+                index: i as u32,
+                id: Some(call.id),
+                kind: Some(call.kind),
+                function: FunctionChunk { name: Some(call.function.name), arguments: Some(call.function.arguments) },
+            };
+            events.push(BackendEvent::Delta(ChoiceDelta { index: 0, tool_calls: vec![chunk], ..Default::default() }));
+        }
+        if let Some(reason) = choice.finish_reason {
+            events.push(BackendEvent::Finish { index: 0, reason });
+        }
+    }
+    events.extend(completion.usage.map(BackendEvent::Usage));
+    events
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::response::{FunctionChunk, ToolCallChunk};
     use crate::api::responses::ResponsesRequest;
 
     fn framing() -> ResponsesFraming {
@@ -424,6 +468,55 @@ mod tests {
         ]);
         let done = &frames.last().unwrap().1["response"]["output"][0]["content"][0];
         assert_eq!((done["text"].as_str(), done["logprobs"].as_array().map(Vec::len)), (Some("é"), Some(2)));
+    }
+
+    #[test]
+    fn a_whole_completion_is_built_as_its_stream_would_be() {
+        use crate::api::response::{Choice, FunctionCall, Message, ToolCall};
+        let completion = |content: Option<&str>, finish: &str| ChatCompletion {
+            id: "c".into(),
+            object: "chat.completion",
+            created: 1,
+            model: "m".into(),
+            choices: vec![Choice {
+                index: 0,
+                message: Message {
+                    role: "assistant".into(),
+                    content: content.map(str::to_owned),
+                    refusal: None,
+                    tool_calls: vec![ToolCall { id: "call_1".into(), kind: "function".into(), function: FunctionCall { name: "f".into(), arguments: "{}".into() } }],
+                },
+                logprobs: None,
+                finish_reason: Some(finish.into()),
+            }],
+            usage: Some(Usage { prompt_tokens: 5, completion_tokens: 2, total_tokens: 7 }),
+            system_fingerprint: None,
+        };
+        let started = || framing().response;
+        let v = serde_json::to_value(whole_response(started(), completion(Some("Hi"), "tool_calls"))).unwrap();
+        assert_eq!((v["status"].as_str(), v["usage"]["input_tokens"].as_u64()), (Some("completed"), Some(5)));
+        assert_eq!((v["output"][0]["content"][0]["text"].as_str(), v["output"][1]["call_id"].as_str()), (Some("Hi"), Some("call_1")));
+        let v = serde_json::to_value(whole_response(started(), completion(Some("The key is "), "content_filter"))).unwrap();
+        assert_eq!((v["status"].as_str(), v["incomplete_details"]["reason"].as_str()), (Some("incomplete"), Some("content_filter")));
+        assert_eq!(v["output"][0]["status"], "completed", "the message was done when the call began");
+        assert_eq!(v["output"][1]["status"], "incomplete");
+    }
+
+    #[test]
+    fn calls_are_written_one_item_at_a_time() {
+        let second = |args: &str| {
+            let chunk = ToolCallChunk { index: 1, id: Some("call_2".into()), kind: None, function: FunctionChunk { name: Some("g".into()), arguments: Some(args.into()) } };
+            BackendEvent::Delta(ChoiceDelta { index: 0, tool_calls: vec![chunk], ..Default::default() })
+        };
+        let frames = run(vec![call(Some("call_1"), "{}"), second("{"), call(None, " "), second("}"), BackendEvent::Finish { index: 0, reason: "tool_calls".into() }]);
+        let items: Vec<(&str, u64)> = frames
+            .iter()
+            .filter(|(k, _)| k.starts_with("response.output_item."))
+            .map(|(k, d)| (k.as_str(), d["output_index"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(items, [("response.output_item.added", 0), ("response.output_item.done", 0), ("response.output_item.added", 1), ("response.output_item.done", 1)]);
+        let done = &frames.last().unwrap().1["response"]["output"];
+        assert_eq!((done[0]["arguments"].as_str(), done[1]["arguments"].as_str()), (Some("{} "), Some("{}")), "a late fragment joins the final object");
     }
 
     #[test]

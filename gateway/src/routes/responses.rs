@@ -66,7 +66,7 @@ pub async fn create(
     let meta = ResponseMeta { id, created: object.created_at, model: request.model.clone(), include_usage: false, shape: Shape::Chat };
     let collected = relay::collect(meta, response, &mut guard).await;
     let (completion, audited) = finisher.whole(&mut guard, collected).await?;
-    let object = object.from_completion(completion, unix_now());
+    let object = relay::whole_response(object, completion);
     if let Some(persist) = persist {
         persist(&object).await;
     }

@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use super::request::Echo;
-use crate::api::response::{ChatCompletion, LogprobContent};
+use crate::api::response::LogprobContent;
 use crate::api::Usage;
 use crate::error::ApiError;
 
@@ -166,42 +166,6 @@ impl ResponseObject {
         self.completed_at = (status == Status::Completed).then_some(now);
     }
 
-    /// The whole response from a completion the guard released (choice 0: the Responses API
-    /// has one).
-    pub fn from_completion(mut self, completion: ChatCompletion, now: u64) -> ResponseObject {
-        let Some(choice) = completion.choices.into_iter().next() else {
-            self.finish(Vec::new(), None, completion.usage, now);
-            return self;
-        };
-        let (status, _) = outcome(choice.finish_reason.as_deref());
-        let item_status = if status == Status::Completed { ItemStatus::Completed } else { ItemStatus::Incomplete };
-        let mut output = Vec::new();
-        let mut content = Vec::new();
-        let text = choice.message.content.filter(|t| !t.is_empty());
-        if let Some(text) = text {
-            let logprobs = choice.logprobs.map(|l| l.content).unwrap_or_default();
-            content.push(OutputContent::OutputText { text, annotations: Vec::new(), logprobs });
-        }
-        if let Some(refusal) = choice.message.refusal.filter(|t| !t.is_empty()) {
-            content.push(OutputContent::Refusal { refusal });
-        }
-        if !content.is_empty() {
-            output.push(OutputItem::Message { id: item_id("msg"), status: item_status, role: "assistant", content });
-        }
-        for call in choice.message.tool_calls {
-            output.push(OutputItem::FunctionCall {
-                id: item_id("fc"),
-                // An upstream that names no id: one here, as the stream does.
-                call_id: if call.id.is_empty() { item_id("call") } else { call.id },
-                name: call.function.name,
-                arguments: call.function.arguments,
-                status: item_status,
-            });
-        }
-        self.finish(output, choice.finish_reason.as_deref(), completion.usage, now);
-        self
-    }
-
     /// The response ended by a backend failure, with what was released before it.
     pub fn fail(&mut self, output: Vec<OutputItem>, error: &ApiError) {
         self.status = Status::Failed;
@@ -281,62 +245,28 @@ impl StoredResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::response::{Choice, FunctionCall, Message, ToolCall};
 
-    fn echo() -> Echo {
-        let r = super::super::request::ResponsesRequest::parse(br#"{"model": "m", "input": "x"}"#).unwrap();
-        r.echo
+    fn started() -> ResponseObject {
+        let echo = super::super::request::ResponsesRequest::parse(br#"{"model": "m", "input": "x"}"#).unwrap().echo;
+        ResponseObject::started("resp_1".into(), 1, "m".into(), echo)
     }
 
-    fn completion(content: Option<&str>, calls: &[(&str, &str)], finish: &str) -> ChatCompletion {
-        ChatCompletion {
-            id: "c".into(),
-            object: "chat.completion",
-            created: 1,
-            model: "m".into(),
-            choices: vec![Choice {
-                index: 0,
-                message: Message {
-                    role: "assistant".into(),
-                    content: content.map(str::to_owned),
-                    refusal: None,
-                    tool_calls: calls
-                        .iter()
-                        .map(|(id, args)| ToolCall { id: (*id).into(), kind: "function".into(), function: FunctionCall { name: "f".into(), arguments: (*args).into() } })
-                        .collect(),
-                },
-                logprobs: None,
-                finish_reason: Some(finish.into()),
-            }],
-            usage: Some(Usage { prompt_tokens: 5, completion_tokens: 2, total_tokens: 7 }),
-            system_fingerprint: None,
-        }
+    fn call(call_id: &str, status: ItemStatus) -> OutputItem {
+        OutputItem::FunctionCall { id: item_id("fc"), call_id: call_id.into(), name: "f".into(), arguments: "{}".into(), status }
     }
 
     #[test]
-    fn a_completion_becomes_message_and_call_items() {
-        let r = ResponseObject::started("resp_1".into(), 1, "m".into(), echo()).from_completion(completion(Some("Hi"), &[("call_1", "{}")], "tool_calls"), 2);
-        let v = serde_json::to_value(&r).unwrap();
-        assert_eq!(v["status"], "completed");
-        assert_eq!(v["output"][0]["type"], "message");
-        assert_eq!(v["output"][0]["content"][0]["type"], "output_text");
-        assert_eq!(v["output"][1]["call_id"], "call_1");
-        assert_eq!(v["usage"]["input_tokens"], 5);
-        assert_eq!(v["text"]["format"]["type"], "text");
-        assert_eq!(r.output_text(), "Hi");
+    fn the_stored_turn_holds_the_text_and_the_finished_calls_only() {
+        let mut r = started();
+        let text = OutputContent::OutputText { text: "Hi".into(), annotations: Vec::new(), logprobs: Vec::new() };
+        let message = OutputItem::Message { id: item_id("msg"), status: ItemStatus::Completed, role: "assistant", content: vec![text] };
+        r.finish(vec![message, call("call_1", ItemStatus::Completed), call("call_2", ItemStatus::Incomplete)], Some("length"), None, 2);
+        assert_eq!((r.status, r.incomplete_details.as_ref().map(|i| i.reason)), (Status::Incomplete, Some("max_output_tokens")));
         let turn = r.assistant_turn();
-        assert_eq!((turn["content"].as_str(), turn["tool_calls"][0]["id"].as_str()), (Some("Hi"), Some("call_1")));
-    }
-
-    #[test]
-    fn a_block_is_an_incomplete_response_with_the_released_text() {
-        let r = ResponseObject::started("resp_1".into(), 1, "m".into(), echo()).from_completion(completion(Some("The key is "), &[], "content_filter"), 2);
+        assert_eq!(turn["content"], "Hi");
+        assert_eq!(turn["tool_calls"].as_array().map(Vec::len), Some(1), "the cut-off call is left out: {turn:?}");
         let v = serde_json::to_value(&r).unwrap();
-        assert_eq!(v["status"], "incomplete");
-        assert_eq!(v["incomplete_details"]["reason"], "content_filter");
-        assert_eq!(v["output"][0]["status"], "incomplete");
+        assert_eq!((v["object"].as_str(), v["text"]["format"]["type"].as_str()), (Some("response"), Some("text")));
         assert!(v["completed_at"].is_null());
-        let r = ResponseObject::started("resp_2".into(), 1, "m".into(), echo()).from_completion(completion(None, &[], "content_filter"), 2);
-        assert!(r.output.is_empty());
     }
 }
