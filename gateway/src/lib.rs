@@ -4,7 +4,10 @@
 //! The request path: [`router`] (request id, metrics, logging) -> [`routes`] (auth via
 //! [`auth`], validation via [`api`]) -> a [`backend`] producing normalised events ->
 //! [`response_guard`] (the firewall: what of each choice may reach the client, and what the
-//! response's end records) -> [`relay`] writing SSE chunks or one JSON object. Around it, [`protection`] fingerprints prompts and responses into the
+//! response's end records) -> [`relay`] writing SSE (chat or legacy text chunks, or the
+//! Responses API's events) or one JSON object. A `/v1/responses` request is translated to a
+//! chat request first ([`api::responses`]), so every API shares that path from admission on.
+//! Around it, [`protection`] fingerprints prompts and responses into the
 //! [`provenance`] index, feeds the tenants' [`stats`], and writes [`audit`] records to the
 //! [`store`]; [`routes::admin`] reads them back. Configuration is [`config`]; errors that
 //! reach a client are [`error::ApiError`]s, always in OpenAI's envelope.
