@@ -210,3 +210,20 @@ async fn with_storing_turned_off_nothing_is_kept() {
     let (status, v) = json_of(create(&gw, "sk-acme-1", json!({"model": "mock", "input": "x", "previous_response_id": v["id"]})).await).await;
     assert_eq!((status, v["error"]["param"].as_str()), (400, Some("previous_response_id")), "{v}");
 }
+
+#[tokio::test]
+async fn a_response_over_the_record_bound_is_not_stored_and_is_counted() {
+    let mock = MockUpstream::start().await;
+    let config = upstream_config(&mock.base_url(), "\n[responses]\nmax_stored_bytes = 2048\n");
+    let gw = TestGateway::start(&config, &[("UPSTREAM_KEY", "sk-up")]).await;
+    let long = "word ".repeat(600);
+    let (status, v) = json_of(create(&gw, "sk-acme-1", json!({"model": "mock", "input": long})).await).await;
+    assert_eq!(status, 200, "{v}");
+    let url = gw.url(&format!("/v1/responses/{}", v["id"].as_str().unwrap()));
+    assert_eq!(reqwest::Client::new().get(&url).bearer_auth("sk-acme-1").send().await.unwrap().status(), 404);
+    let (_, short) = json_of(create(&gw, "sk-acme-1", json!({"model": "mock", "input": "short"})).await).await;
+    let url = gw.url(&format!("/v1/responses/{}", short["id"].as_str().unwrap()));
+    assert_eq!(reqwest::Client::new().get(&url).bearer_auth("sk-acme-1").send().await.unwrap().status(), 200);
+    let metrics = reqwest::get(gw.url("/metrics")).await.expect("metrics").text().await.expect("text");
+    assert!(metrics.contains("crossguard_protection_events_total{tenant=\"acme\",event=\"response_not_stored\"} 1"), "{metrics}");
+}

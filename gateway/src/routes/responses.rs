@@ -58,7 +58,7 @@ pub async fn create(
     // response ends, what it was given.
     let persist = request.store.then(|| {
         let conversation = history.into_iter().chain(request.input.iter().cloned()).collect();
-        persister(store, tenant.as_str().to_owned(), settings.ttl_secs, settings.max_stored_bytes, conversation)
+        persister(state.clone(), tenant.as_str().to_owned(), conversation)
     });
     if request.stream {
         return Ok(event_stream(ResponsesFraming::new(object, persist), response, guard, finisher, rate_headers));
@@ -117,18 +117,23 @@ async fn stored(store: &Store, tenant: &str, id: &str) -> Result<Option<StoredRe
 }
 
 /// Keeps the finished response and its conversation under the tenant; a record over
-/// `max_bytes` is not kept (a conversation continued that long ends there).
-fn persister(store: Arc<Store>, tenant: String, ttl_secs: u64, max_bytes: usize, conversation: Vec<Map<String, Value>>) -> Persist {
+/// `[responses] max_stored_bytes` is not kept (a conversation continued that long ends
+/// there). A response not kept is logged and counted (`crossguard_protection_events_total`,
+/// `event="response_not_stored"`).
+fn persister(state: Arc<AppState>, tenant: String, conversation: Vec<Map<String, Value>>) -> Persist {
     Box::new(move |response: &ResponseObject| {
         let record = StoredResponse::new(response, conversation);
         let id = response.id.clone();
         Box::pin(async move {
+            let (store, settings) = (state.protection.store(), &state.config.responses);
+            let (ttl_secs, max_bytes) = (settings.ttl_secs, settings.max_stored_bytes);
             let stored = match serde_json::to_string(&record) {
                 Ok(json) if json.len() > max_bytes => Err(format!("the record is {} bytes, over [responses] max_stored_bytes = {max_bytes}", json.len())),
                 Ok(json) => store.put_response(&tenant, &id, json, ttl_secs).await.map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),
             };
             if let Err(error) = stored {
+                state.metrics.observe_protection_event(&tenant, "response_not_stored");
                 tracing::warn!(tenant, response_id = id, error, "the response could not be stored: previous_response_id will not find it");
             }
         })
