@@ -14,8 +14,15 @@ is true too (peers label a value once, however often it is written). Any other f
 a false positive.
 
 Printed: every miss and false positive, recall per expected kind and precision per
-crossguard rule (weakest first), then the totals: recall,
-precision, false positives per MB and the share of clean texts flagged. Exits 1 below the
+crossguard rule (weakest first), recall and precision per source, then the totals: recall,
+precision, false positives per MB and the share of clean texts flagged.
+
+Each source's line also counts its misses whose value is placeholder-shaped: a run of four
+counting characters (`1234`, `abcd`, `9876`, `a1b2c3`), one character four times in a row,
+or a placeholder word (example, sample, dummy, fake, your, xxxx). Peers' samples hold
+many such values (`abcdef1234567890abcdef1234567890`), which the rules leave alone on
+purpose: a language model writes them in honest answers all the time. The count only
+says how much of the gap is that decision; the score counts them as misses all the same. Exits 1 below the
 --min-recall / --min-precision floors, so CI catches a rules change that loses ground.
 The held-back split prints its totals only, unless --list is given: it is for measuring,
 never for tuning.
@@ -23,6 +30,7 @@ never for tuning.
 import argparse
 import collections
 import json
+import re
 import pathlib
 import sys
 import tempfile
@@ -41,6 +49,23 @@ def load(split):
         return [json.loads(line) for line in f if line.strip()]
 
 
+PLACEHOLDER_WORDS = re.compile(r"(?i)example|sample|dummy|fake|your|xxxx|([A-Za-z0-9])\1\1\1")
+COUNTING = ("0123456789", "abcdefghijklmnopqrstuvwxyz")
+
+
+def placeholder_shaped(value):
+    """Whether a value looks made up: see the module doc."""
+    if PLACEHOLDER_WORDS.search(value):
+        return True
+    low = value.lower()
+    for run in COUNTING:
+        for seq in (run, run[::-1]):
+            if any(seq[i:i + 4] in low for i in range(len(seq) - 3)):
+                return True
+    digits_letters = re.sub(r"[^a-z0-9]", "", low)
+    return bool(re.search(r"a1b2c3|1a2b3c", digits_letters))
+
+
 class Score:
     """Counts for one split, with per-kind and per-rule breakdowns."""
 
@@ -53,6 +78,7 @@ class Score:
         self.clean = 0
         self.clean_flagged = 0
         self.lines = []
+        self.placeholder_misses = 0
 
     def record(self, r, findings):
         self.bytes += len(r["text"].encode())
@@ -66,6 +92,7 @@ class Score:
             hit = bool(findings) if "start" not in s else any(overlap(f, s) for f in findings)
             if not hit:
                 self.missed[kind] += 1
+                self.placeholder_misses += placeholder_shaped(s.get("value") or r["text"])
                 where = (s["start"], s["end"]) if "start" in s else (0, min(len(r["text"].encode()), 120))
                 self.lines.append(f"miss  {r['id']} [{s['kind']}]: {context(r['text'], *where)}")
         for f in findings:
@@ -110,11 +137,13 @@ def main():
     recs = load(a.split)
     with tempfile.TemporaryDirectory(prefix="cg-peers-") as tmp:
         found = scan(a.crossguard, a.rules, recs, pathlib.Path(tmp))
-    score = Score()
+    score, by_source = Score(), collections.defaultdict(Score)
     for r in recs:
         score.record(r, found.get(r["id"], []))
+        by_source[r["id"].split(":")[0]].record(r, found.get(r["id"], []))
     if a.split == "held-back" and not a.list:
-        report_totals(a, score, recs)  # no breakdown: it would say what to tune
+        report_sources(by_source)  # totals only: a listing would say what to tune
+        report_totals(a, score, recs)
         return
     for line in score.lines:
         print(line)
@@ -127,7 +156,17 @@ def main():
     for k in rules[:a.weakest]:
         if score.false_by_rule[k]:
             print(f"  {k}: {score.by_rule[k] - score.false_by_rule[k]}/{score.by_rule[k]}")
+    report_sources(by_source)
     report_totals(a, score, recs)
+
+
+def report_sources(by_source):
+    print("per source:")
+    for name, sc in sorted(by_source.items()):
+        t = sc.totals()
+        print(f"  {name}: recall {t['recall']:.3f} ({t['expected'] - t['missed']}/{t['expected']}), "
+              f"precision {t['precision']:.3f} ({t['findings'] - t['false']}/{t['findings']}); "
+              f"{sc.placeholder_misses} of {t['missed']} misses placeholder-shaped")
 
 
 def report_totals(a, score, recs):

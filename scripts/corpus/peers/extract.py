@@ -18,7 +18,14 @@ added: firewall/tests/peers/tuning.jsonl and held-back.jsonl (about half each).
     python3 scripts/corpus/peers/extract.py \
         --credsweeper /work/.mirror/Samsung+CredSweeper/repo \
         --noseyparker /work/.mirror/praetorian-inc+noseyparker/repo \
-        --gitleaks /work/.mirror/gitleaks+gitleaks/repo --out firewall/tests/peers
+        --gitleaks /work/.mirror/gitleaks+gitleaks/repo \
+        --kingfisher /work/.mirror/mongodb+kingfisher/repo \
+        --secretlint /work/.mirror/secretlint+secretlint/repo \
+        --ripsecrets /work/.mirror/sirwart+ripsecrets/repo --out firewall/tests/peers
+
+Sources are read in that order and a text already taken is not taken again (Kingfisher's
+rules began as Nosey Parker's, examples included), so adding a source never moves or
+relabels a record of an earlier one.
 """
 
 import argparse
@@ -34,6 +41,9 @@ LICENCES = {
     "Samsung/CredSweeper": "MIT",
     "praetorian-inc/noseyparker": "Apache-2.0",
     "gitleaks/gitleaks": "MIT",
+    "mongodb/kingfisher": "Apache-2.0",
+    "secretlint/secretlint": "MIT",
+    "sirwart/ripsecrets": "MIT",
 }
 
 # CredSweeper rules whose findings are not credentials (identifiers, hosts, salts).
@@ -155,7 +165,7 @@ def dedup(secrets):
 # --- Nosey Parker: each rule's examples and negative examples -------------------------------
 
 def noseyparker(repo):
-    import yaml  # PyYAML: only this source needs it
+    import yaml  # PyYAML: only the YAML sources need it
 
     for path in repo.files("crates/noseyparker/data/default/builtin/rules"):
         if not path.endswith((".yml", ".yaml")):
@@ -283,6 +293,106 @@ def gitleaks(repo):
                        "source": repo.source(path)}
 
 
+# --- Kingfisher: each rule's examples and negative examples, like Nosey Parker -------------
+# Kingfisher marks few rules with categories, so identifiers are told by the rule: hidden
+# rules (`visible: false`, the ids and hosts other rules depend on), the `identifier`
+# category, and names that say they are an id, a user, a host or a public key.
+
+KINGFISHER_IDENTIFIER = re.compile(
+    r"\b(ID|Identifier|Username|User|Domain|Host|Email|Org Name|Account Name|Instance URL|"
+    r"JFrog URL|Search URL|Public Key)$|\bRecipient\b|public key", re.I)
+
+
+def kingfisher(repo):
+    import yaml  # PyYAML: only the YAML sources need it
+
+    for path in repo.files("data/rules"):
+        if not path.endswith((".yml", ".yaml")):
+            continue
+        doc = yaml.safe_load(repo.read(path)) or {}
+        for rule in doc.get("rules", []):
+            is_secret = rule.get("visible", True) is not False \
+                and "identifier" not in (rule.get("categories") or []) \
+                and not KINGFISHER_IDENTIFIER.search(rule.get("name", "").strip())
+            for i, example in enumerate(rule.get("examples") or []):
+                if is_secret and isinstance(example, str) and example.strip():
+                    yield {"id": f"kingfisher:{rule['id']}:example:{i}", "text": example,
+                           "secrets": [{"kind": rule["id"]}], "source": repo.source(path)}
+            for i, example in enumerate(rule.get("negative_examples") or []):
+                if isinstance(example, str) and example.strip():
+                    yield {"id": f"kingfisher:{rule['id']}:negative:{i}", "text": example,
+                           "secrets": [], "source": repo.source(path)}
+
+
+# --- secretlint: each rule's snapshot tests (an input and the findings it must give) -------
+# Snapshots with their own `.secretlintrc.json` run the rule with changed options, and some
+# rules are about paths or comments rather than secrets: both are skipped. A snapshot's
+# findings carry UTF-16 ranges into the input (JavaScript strings).
+
+SECRETLINT_SKIPPED_RULES = {
+    "secretlint-rule-preset-recommend", "secretlint-rule-preset-canary",  # copies of the rules'
+    "secretlint-rule-pattern", "secretlint-rule-filter-comments", "secretlint-rule-example",
+    "secretlint-rule-no-homedir", "secretlint-rule-no-dotenv",
+}
+SECRETLINT_NOT_SECRETS = {"AWSAccountID", "AWSAccessKeyID", "AzureADTenantID", "AzureClientID"}
+
+
+def secretlint(repo):
+    snapshots = {}
+    for path in repo.files("packages/@secretlint"):
+        m = re.fullmatch(r"packages/@secretlint/(secretlint-rule-[^/]+)/test/snapshots/([^/]+)/(.+)", path)
+        if m and m.group(1) not in SECRETLINT_SKIPPED_RULES:
+            snapshots.setdefault((m.group(1), m.group(2)), set()).add(m.group(3))
+    for (rule, case), names in sorted(snapshots.items()):
+        if ".secretlintrc.json" in names or "output.json" not in names:
+            continue
+        base = f"packages/@secretlint/{rule}/test/snapshots/{case}"
+        output = json.loads(repo.read(f"{base}/output.json"))
+        text = output.get("sourceContent")
+        if not isinstance(text, str) or not text.strip() or "\0" in text:
+            continue  # binary inputs (PKCS#12 files) have no text content
+        secrets = []
+        for message in output.get("messages", []):
+            if message.get("messageId") in SECRETLINT_NOT_SECRETS:
+                continue
+            start, end = (utf16_to_byte(text, x) for x in message["range"])
+            secrets.append({"kind": f"{rule.removeprefix('secretlint-rule-')}:{message.get('messageId')}",
+                            "start": start, "end": end,
+                            "value": text.encode()[start:end].decode(errors="replace")})
+        if not secrets and any(m.get("messageId") in SECRETLINT_NOT_SECRETS
+                               for m in output.get("messages", [])):
+            continue  # an identifier's test: neither a secret nor a clean text
+        yield {"id": f"secretlint:{rule}:{case}", "text": text, "secrets": dedup(secrets),
+               "source": repo.source(f"{base}/output.json")}
+
+
+def utf16_to_byte(text, offset):
+    """A JavaScript string offset (UTF-16 code units) as a UTF-8 byte offset."""
+    prefix = text.encode("utf-16-le")[:2 * offset].decode("utf-16-le", errors="ignore")
+    return len(prefix.encode())
+
+
+# --- ripsecrets: files of one secret per line or per file, and a file with none ------------
+# Lines of the clean file that its own ignore list or an allowlist pragma exempts hold
+# secrets it chose to ignore: they are neither secrets nor clean texts here.
+
+def ripsecrets(repo):
+    ignored = [line.strip() for line in repo.read(".secretsignore").decode().splitlines()
+               if line.strip() and not line.startswith("[")]
+    for path in repo.files("test/one_per_line"):
+        for i, line in enumerate(repo.read(path).decode().splitlines()):
+            if line.strip():
+                yield {"id": f"ripsecrets:{path}:{i + 1}", "text": line,
+                       "secrets": [{"kind": path.rsplit("/", 1)[1]}], "source": repo.source(path)}
+    for path in repo.files("test/one_per_file"):
+        yield {"id": f"ripsecrets:{path}", "text": repo.read(path).decode(),
+               "secrets": [{"kind": path.rsplit("/", 1)[1]}], "source": repo.source(path)}
+    for i, line in enumerate(repo.read("test/none").decode().splitlines()):
+        if line.strip() and "allowlist secret" not in line and not any(x in line for x in ignored):
+            yield {"id": f"ripsecrets:test/none:{i + 1}", "text": line, "secrets": [],
+                   "source": repo.source("test/none")}
+
+
 # --- split --------------------------------------------------------------------------------
 
 def split_of(record):
@@ -296,6 +406,9 @@ def main():
     ap.add_argument("--credsweeper", type=pathlib.Path)
     ap.add_argument("--noseyparker", type=pathlib.Path)
     ap.add_argument("--gitleaks", type=pathlib.Path)
+    ap.add_argument("--kingfisher", type=pathlib.Path)
+    ap.add_argument("--secretlint", type=pathlib.Path)
+    ap.add_argument("--ripsecrets", type=pathlib.Path)
     ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("firewall/tests/peers"))
     a = ap.parse_args()
     records = []
@@ -305,6 +418,12 @@ def main():
         records += noseyparker(Repo(a.noseyparker, "praetorian-inc/noseyparker"))
     if a.gitleaks:
         records += gitleaks(Repo(a.gitleaks, "gitleaks/gitleaks"))
+    if a.kingfisher:
+        records += kingfisher(Repo(a.kingfisher, "mongodb/kingfisher"))
+    if a.secretlint:
+        records += secretlint(Repo(a.secretlint, "secretlint/secretlint"))
+    if a.ripsecrets:
+        records += ripsecrets(Repo(a.ripsecrets, "sirwart/ripsecrets"))
     seen, splits = set(), {"tuning": [], "held-back": []}
     for r in records:
         if r["text"] in seen:  # the same text twice would sit in one split only anyway
