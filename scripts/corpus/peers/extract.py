@@ -165,23 +165,31 @@ def dedup(secrets):
 # --- Nosey Parker: each rule's examples and negative examples -------------------------------
 
 def noseyparker(repo):
+    # Identifiers (public keys, client ids, host names) are not secrets.
+    yield from rule_examples(repo, "noseyparker", "crates/noseyparker/data/default/builtin/rules",
+                             lambda rule: "secret" in (rule.get("categories") or []))
+
+
+def rule_examples(repo, source, folder, is_secret):
+    """Records from YAML rule files with `examples` and `negative_examples` (Nosey Parker's
+    format, which Kingfisher kept): an example of a rule `is_secret` holds one secret of
+    its kind, a negative example is a clean text."""
     import yaml  # PyYAML: only the YAML sources need it
 
-    for path in repo.files("crates/noseyparker/data/default/builtin/rules"):
+    for path in repo.files(folder):
         if not path.endswith((".yml", ".yaml")):
             continue
         doc = yaml.safe_load(repo.read(path)) or {}
         for rule in doc.get("rules", []):
-            # Identifiers (public keys, client ids, host names) are not secrets.
-            is_secret = "secret" in (rule.get("categories") or [])
+            secret = is_secret(rule)
             for i, example in enumerate(rule.get("examples") or []):
-                if not is_secret:
-                    continue
-                yield {"id": f"noseyparker:{rule['id']}:example:{i}", "text": example,
-                       "secrets": [{"kind": rule["id"]}], "source": repo.source(path)}
+                if secret and isinstance(example, str) and example.strip():
+                    yield {"id": f"{source}:{rule['id']}:example:{i}", "text": example,
+                           "secrets": [{"kind": rule["id"]}], "source": repo.source(path)}
             for i, example in enumerate(rule.get("negative_examples") or []):
-                yield {"id": f"noseyparker:{rule['id']}:negative:{i}", "text": example,
-                       "secrets": [], "source": repo.source(path)}
+                if isinstance(example, str) and example.strip():
+                    yield {"id": f"{source}:{rule['id']}:negative:{i}", "text": example,
+                           "secrets": [], "source": repo.source(path)}
 
 
 # --- gitleaks: literal true and false positives in its rule definitions --------------------
@@ -304,24 +312,10 @@ KINGFISHER_IDENTIFIER = re.compile(
 
 
 def kingfisher(repo):
-    import yaml  # PyYAML: only the YAML sources need it
-
-    for path in repo.files("data/rules"):
-        if not path.endswith((".yml", ".yaml")):
-            continue
-        doc = yaml.safe_load(repo.read(path)) or {}
-        for rule in doc.get("rules", []):
-            is_secret = rule.get("visible", True) is not False \
-                and "identifier" not in (rule.get("categories") or []) \
-                and not KINGFISHER_IDENTIFIER.search(rule.get("name", "").strip())
-            for i, example in enumerate(rule.get("examples") or []):
-                if is_secret and isinstance(example, str) and example.strip():
-                    yield {"id": f"kingfisher:{rule['id']}:example:{i}", "text": example,
-                           "secrets": [{"kind": rule["id"]}], "source": repo.source(path)}
-            for i, example in enumerate(rule.get("negative_examples") or []):
-                if isinstance(example, str) and example.strip():
-                    yield {"id": f"kingfisher:{rule['id']}:negative:{i}", "text": example,
-                           "secrets": [], "source": repo.source(path)}
+    yield from rule_examples(repo, "kingfisher", "data/rules", lambda rule:
+                             rule.get("visible", True) is not False
+                             and "identifier" not in (rule.get("categories") or [])
+                             and not KINGFISHER_IDENTIFIER.search(rule.get("name", "").strip()))
 
 
 # --- secretlint: each rule's snapshot tests (an input and the findings it must give) -------
