@@ -272,6 +272,17 @@ impl RulesFold {
         self.emit(d, self.run_ascii, out);
     }
 
+    /// Raw `start..end`, all ASCII text, read with nothing pending: what [`RulesFold::char`]
+    /// does to each of its characters in turn, at once. ASCII reads as itself, a letter or
+    /// digit opens an ASCII run and anything else ends the run, so only the last character
+    /// (`last`) leaves a trace in the run state.
+    fn ascii_stretch(&mut self, start: usize, end: usize, last: u8, out: &mut impl FnMut(Piece<'_>)) {
+        debug_assert!(self.pending.is_empty());
+        self.run_open = last.is_ascii_alphanumeric();
+        self.run_ascii = self.run_open;
+        self.extend_same(start, end, out);
+    }
+
     fn hold(&mut self, d: Decoded, plain_same: bool, out: &mut impl FnMut(Piece<'_>)) {
         if self.pending.is_empty() {
             self.pending_plain_same = true;
@@ -381,12 +392,30 @@ impl Canon {
                 }
             }
             None => {
-                for (i, c) in text.char_indices() {
+                // Char by char where a character may fold or decide a pending run; a stretch
+                // of ASCII with nothing pending goes in one step (one em dash makes a whole
+                // text take this branch, and most of it is still ASCII).
+                let bytes = text.as_bytes();
+                let mut i = 0;
+                while let Some(&b) = bytes.get(i) {
+                    if b.is_ascii() && rules.pending.is_empty() {
+                        let j = bytes[i..].iter().position(|b| !b.is_ascii()).map_or(bytes.len(), |k| i + k);
+                        if want_words {
+                            for (k, &c) in bytes[i..j].iter().enumerate() {
+                                words(Decoded { c: char::from(c), start: at + i + k, end: at + i + k + 1, kind: Kind::Text });
+                            }
+                        }
+                        rules.ascii_stretch(at + i, at + j, bytes[j - 1], out);
+                        i = j;
+                        continue;
+                    }
+                    let Some(c) = text.get(i..).and_then(|rest| rest.chars().next()) else { break };
                     let d = Decoded { c, start: at + i, end: at + i + c.len_utf8(), kind: Kind::Text };
                     if want_words {
                         words(d);
                     }
                     rules.char(d, out);
+                    i += c.len_utf8();
                 }
             }
             Some(json) => json.feed(text, at, &mut |d| {
@@ -639,6 +668,41 @@ mod tests {
         for cp in 0x400..0x500 {
             let c = char::from_u32(cp).unwrap_or('x');
             with_entry(c, |e| assert_eq!(e.plain, Fold::Same, "U+{cp:04X}"));
+        }
+    }
+
+    /// Feeds `text` whole (ASCII stretches go in one step) and rebuilds view and units.
+    fn whole(text: &str) -> (String, Vec<(usize, usize, String)>) {
+        let mut canon = Canon::default();
+        let (mut out, mut units) = (String::new(), Vec::new());
+        let mut take = |p: Piece<'_>| match p {
+            Piece::Same { start, end } => out.push_str(&text[start..end]),
+            Piece::Changed { start, end, view } => {
+                units.push((start, end, view.to_string()));
+                out.push_str(view);
+            }
+        };
+        canon.feed(text, 0, false, &mut |_| {}, &mut take);
+        canon.finish(false, &mut |_| {}, &mut take);
+        (out, units)
+    }
+
+    /// ASCII stretches taken in one step leave the view, its changed units and the run
+    /// state exactly as character by character does: every three-fragment text of
+    /// look-alike runs, invisible characters, full-width forms, own-script words, dashes
+    /// and ASCII around them.
+    #[test]
+    fn ascii_stretches_fold_as_character_by_character() {
+        let fragments = [
+            "pass", " ", "раѕѕ", "word", "\u{200B}", "рос", "ＡＢ", "\u{2014}", "=x9", "ѕ", "\n", "Привет", "_key",
+        ];
+        for a in fragments {
+            for b in fragments {
+                for c in fragments {
+                    let text = format!("{a}{b}{c}");
+                    assert_eq!(whole(&text), streamed(&text, false), "{text:?}");
+                }
+            }
         }
     }
 
