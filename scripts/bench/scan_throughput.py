@@ -6,6 +6,9 @@ by side.
         --rules base=/tmp/rules-base --rules head=rules [--simd avx2] [--rounds 5] \\
         (--text FILE | --jsonl FILE)...
 
+`--crossguard` may be given several times as NAME=BINARY (two builds side by side); every
+binary runs with every rule folder, labelled BINARY-NAME/RULES-NAME.
+
 Each round runs every rule folder once on every input, in turn, so a noisy host's drift
 falls on all of them alike; printed per rules and input: every run's CPU seconds (user +
 system of the child, start-up and rule loading included), the median, and MB per CPU-s at
@@ -39,7 +42,7 @@ def text_mb(path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--crossguard", required=True)
+    ap.add_argument("--crossguard", action="append", required=True, help="BINARY or NAME=BINARY; repeatable")
     ap.add_argument("--rules", action="append", required=True, help="NAME=FOLDER; repeatable")
     ap.add_argument("--text", action="append", default=[], help="a text file to scan whole; repeatable")
     ap.add_argument("--jsonl", action="append", default=[], help="a JSONL corpus; repeatable")
@@ -50,17 +53,19 @@ def main():
     if a.simd:
         env["CROSSGUARD_FIREWALL_SIMD"] = a.simd
     rules = [r.split("=", 1) for r in a.rules]
+    binaries = [b.split("=", 1) if "=" in b else ["", b] for b in a.crossguard]
+    configs = [(f"{bn}/{rn}" if bn else rn, binary, folder) for bn, binary in binaries for rn, folder in rules]
     inputs = [(f, [f]) for f in a.text] + [(f, ["--input-jsonl", f]) for f in a.jsonl]
     if not inputs:
         raise SystemExit("give at least one --text or --jsonl input")
-    runs = {(name, f): [] for name, _ in rules for f, _ in inputs}
+    runs = {(name, f): [] for name, _, _ in configs for f, _ in inputs}
     for _ in range(a.rounds):
         for f, args in inputs:
-            for name, folder in rules:
-                runs[(name, f)].append(cpu_seconds([a.crossguard, "scan", "--rules", folder, *args], env))
+            for name, binary, folder in configs:
+                runs[(name, f)].append(cpu_seconds([binary, "scan", "--rules", folder, *args], env))
     for f, args in inputs:
         mb = text_mb(f) if args[0] == "--input-jsonl" else os.path.getsize(f) / 1e6
-        for name, _ in rules:
+        for name, _, _ in configs:
             xs = runs[(name, f)]
             med = statistics.median(xs)
             print(f"{name:>10} {os.path.basename(f)} ({mb:.1f} MB): CPU-s {', '.join(f'{x:.2f}' for x in xs)}; "
