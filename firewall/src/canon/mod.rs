@@ -595,9 +595,8 @@ mod tests {
         out
     }
 
-    /// Streams `text` one char at a time through a canon and rebuilds the view.
-    fn streamed(text: &str, json: bool) -> (String, Vec<(usize, usize, String)>) {
-        let mut canon = if json { Canon::json() } else { Canon::default() };
+    /// Rebuilds the view and its changed units from `canon` fed by `feed`, then finished.
+    fn rebuilt(text: &str, mut canon: Canon, feed: impl FnOnce(&mut Canon, &mut dyn FnMut(Piece<'_>))) -> (String, Vec<(usize, usize, String)>) {
         let (mut out, mut units) = (String::new(), Vec::new());
         let mut take = |p: Piece<'_>| match p {
             Piece::Same { start, end } => out.push_str(&text[start..end]),
@@ -606,11 +605,19 @@ mod tests {
                 out.push_str(view);
             }
         };
-        for (i, c) in text.char_indices() {
-            canon.feed(&text[i..i + c.len_utf8()], i, false, &mut |_| {}, &mut take);
-        }
+        feed(&mut canon, &mut take);
         canon.finish(false, &mut |_| {}, &mut take);
         (out, units)
+    }
+
+    /// Streams `text` one char at a time through a canon and rebuilds the view.
+    fn streamed(text: &str, json: bool) -> (String, Vec<(usize, usize, String)>) {
+        let canon = if json { Canon::json() } else { Canon::default() };
+        rebuilt(text, canon, |canon, mut take| {
+            for (i, c) in text.char_indices() {
+                canon.feed(&text[i..i + c.len_utf8()], i, false, &mut |_| {}, &mut take);
+            }
+        })
     }
 
     #[test]
@@ -673,18 +680,7 @@ mod tests {
 
     /// Feeds `text` whole (ASCII stretches go in one step) and rebuilds view and units.
     fn whole(text: &str) -> (String, Vec<(usize, usize, String)>) {
-        let mut canon = Canon::default();
-        let (mut out, mut units) = (String::new(), Vec::new());
-        let mut take = |p: Piece<'_>| match p {
-            Piece::Same { start, end } => out.push_str(&text[start..end]),
-            Piece::Changed { start, end, view } => {
-                units.push((start, end, view.to_string()));
-                out.push_str(view);
-            }
-        };
-        canon.feed(text, 0, false, &mut |_| {}, &mut take);
-        canon.finish(false, &mut |_| {}, &mut take);
-        (out, units)
+        rebuilt(text, Canon::default(), |canon, mut take| canon.feed(text, 0, false, &mut |_| {}, &mut take))
     }
 
     /// ASCII stretches taken in one step leave the view, its changed units and the run

@@ -395,29 +395,28 @@ def split_of(record):
     return "tuning" if digest[0] % 2 == 0 else "held-back"
 
 
+# Read in this order: a text already taken is not taken again, so a source added later
+# never moves or relabels a record of an earlier one.
+SOURCES = [
+    ("credsweeper", "Samsung/CredSweeper", credsweeper),
+    ("noseyparker", "praetorian-inc/noseyparker", noseyparker),
+    ("gitleaks", "gitleaks/gitleaks", gitleaks),
+    ("kingfisher", "mongodb/kingfisher", kingfisher),
+    ("secretlint", "secretlint/secretlint", secretlint),
+    ("ripsecrets", "sirwart/ripsecrets", ripsecrets),
+]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--credsweeper", type=pathlib.Path)
-    ap.add_argument("--noseyparker", type=pathlib.Path)
-    ap.add_argument("--gitleaks", type=pathlib.Path)
-    ap.add_argument("--kingfisher", type=pathlib.Path)
-    ap.add_argument("--secretlint", type=pathlib.Path)
-    ap.add_argument("--ripsecrets", type=pathlib.Path)
+    for flag, _, _ in SOURCES:
+        ap.add_argument(f"--{flag}", type=pathlib.Path)
     ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("firewall/tests/peers"))
     a = ap.parse_args()
     records = []
-    if a.credsweeper:
-        records += credsweeper(Repo(a.credsweeper, "Samsung/CredSweeper"))
-    if a.noseyparker:
-        records += noseyparker(Repo(a.noseyparker, "praetorian-inc/noseyparker"))
-    if a.gitleaks:
-        records += gitleaks(Repo(a.gitleaks, "gitleaks/gitleaks"))
-    if a.kingfisher:
-        records += kingfisher(Repo(a.kingfisher, "mongodb/kingfisher"))
-    if a.secretlint:
-        records += secretlint(Repo(a.secretlint, "secretlint/secretlint"))
-    if a.ripsecrets:
-        records += ripsecrets(Repo(a.ripsecrets, "sirwart/ripsecrets"))
+    for flag, name, extract in SOURCES:
+        if getattr(a, flag):
+            records += extract(Repo(getattr(a, flag), name))
     seen, splits = set(), {"tuning": [], "held-back": []}
     for r in records:
         if r["text"] in seen:  # the same text twice would sit in one split only anyway
