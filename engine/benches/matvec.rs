@@ -10,7 +10,13 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use engine::backend::cpu::quant::quantize_row;
 use engine::backend::cpu::{Activations, Cpu, Format, Kernels, Matrix};
 
+/// Columns of a matrix (the default model's width), rounded up to whole superblocks for
+/// the K-quants.
 const COLS: usize = 576;
+
+fn cols(format: Format) -> usize {
+    COLS.next_multiple_of(format.block_elems())
+}
 const MATRIX_BYTES: usize = 64 << 20;
 const FAMILIES: [Kernels; 2] = [Kernels::Avx512, Kernels::Avx2];
 
@@ -20,22 +26,25 @@ fn values(n: usize, seed: f32) -> Vec<f32> {
 
 /// `rows` copies of one quantized row (or as many as fill `MATRIX_BYTES` when `None`).
 fn matrix(format: Format, rows: Option<usize>) -> Option<Matrix> {
-    let row = quantize_row(format, &values(COLS, 0.5));
+    let row = quantize_row(format, &values(cols(format), 0.5));
     let rows = rows.unwrap_or(MATRIX_BYTES / row.len());
-    Matrix::new("bench", format, rows, COLS, row.repeat(rows)).map_err(|e| eprintln!("skipped {format:?}: {e}")).ok()
+    Matrix::new("bench", format, rows, cols(format), row.repeat(rows)).map_err(|e| eprintln!("skipped {format:?}: {e}")).ok()
 }
 
 fn matvec(c: &mut Criterion) {
     let mut group = c.benchmark_group("matvec");
     group.sample_size(20);
-    for format in [Format::Q4_0, Format::Q4_1, Format::Q5_0, Format::Q5_1, Format::Q8_0, Format::F16] {
+    let formats = [Format::Q4_0, Format::Q4_1, Format::Q5_0, Format::Q5_1, Format::Q8_0, Format::F16];
+    let k_quants = [Format::Q2_K, Format::Q3_K, Format::Q4_K, Format::Q5_K, Format::Q6_K];
+    for format in formats.into_iter().chain(k_quants) {
         let Some(w) = matrix(format, None) else { continue };
+        let cols = cols(format);
         group.throughput(Throughput::Bytes(w.bytes() as u64));
         for kernels in FAMILIES {
             for threads in [1, 2] {
                 let Some(cpu) = Cpu::with_kernels(threads, kernels) else { continue };
                 let mut a = Activations::default();
-                a.set(&values(COLS, 1.0), COLS);
+                a.set(&values(cols, 1.0), cols);
                 let mut out = vec![0.0; w.rows];
                 let id = BenchmarkId::new(format!("{format:?}/{}", cpu.kernels()), threads);
                 group.bench_with_input(id, &threads, |b, _| b.iter(|| cpu.matmul(&[&w], &a, &mut out)));

@@ -117,6 +117,12 @@ fn format_of(t: &Tensor<'_>) -> Result<Format> {
         GgmlType::Q5_0 => Format::Q5_0,
         GgmlType::Q5_1 => Format::Q5_1,
         GgmlType::Q8_0 => Format::Q8_0,
+        GgmlType::BF16 => Format::BF16,
+        GgmlType::Q2_K => Format::Q2_K,
+        GgmlType::Q3_K => Format::Q3_K,
+        GgmlType::Q4_K => Format::Q4_K,
+        GgmlType::Q5_K => Format::Q5_K,
+        GgmlType::Q6_K => Format::Q6_K,
         other => return Err(Error::UnsupportedTensorType { tensor: t.name.to_owned(), ty: other.to_string() }),
     })
 }

@@ -4,11 +4,13 @@
 //! Without VNNI the integer products take two instructions: `maddubs` (unsigned levels
 //! times signed activation bytes, pairs summed to i16) and `madd` with ones (to i32).
 //! Nibble levels (up to 15) let a whole record's products share one i16 sum, levels up
-//! to 31 two steps; Q8_0's 8-bit levels would overflow it, so that format moves the
+//! to 63 two steps; Q8_0's 8-bit levels would overflow it, so that format moves the
 //! weights' sign onto the activations instead and multiplies |w| (the zero point then
 //! cancels). Up to two tokens, both halves of a group are summed in one pass over its
 //! records, with a software prefetch ahead (decode streams the weights from DRAM once);
 //! more tokens take a half per pass (prefill, compute-bound), for want of registers.
+//! Records with a scale per 16 elements (`Scheme::halves`) keep the integer sums of their
+//! two halves apart; the others are compiled without that split.
 //!
 //! Invariants: reached only through [`kernel`] and `SimdKernel::call`, which check the CPU's
 //! features; results equal `packed::dot_group_scalar` up to float summation order.
@@ -57,21 +59,28 @@ unsafe fn dispatch<const STREAMED: bool>(s: Scheme, g: *const u8, blocks: usize,
         // Up to two tokens keep both halves' sums in registers and stream the group once
         // (decode); more take one half per pass.
         macro_rules! by_n {
-            ($kind:expr, $min:expr) => {
+            ($kind:expr, $min:expr, $halves:expr, $exact:expr) => {
                 match n {
-                    1 => tile::<{ $kind }, $min, 1, 2, STREAMED>(g, blocks, s, [a[0]], out),
-                    2 => tile::<{ $kind }, $min, 2, 2, STREAMED>(g, blocks, s, [a[0], a[1]], out),
-                    3 => tile::<{ $kind }, $min, 3, 1, STREAMED>(g, blocks, s, [a[0], a[1], a[2]], out),
-                    _ => tile::<{ $kind }, $min, 4, 1, STREAMED>(g, blocks, s, a, out),
+                    1 => tile::<{ $kind }, $min, $halves, $exact, 1, 2, STREAMED>(g, blocks, s, [a[0]], out),
+                    2 => tile::<{ $kind }, $min, $halves, $exact, 2, 2, STREAMED>(g, blocks, s, [a[0], a[1]], out),
+                    3 => tile::<{ $kind }, $min, $halves, $exact, 3, 1, STREAMED>(g, blocks, s, [a[0], a[1], a[2]], out),
+                    _ => tile::<{ $kind }, $min, $halves, $exact, 4, 1, STREAMED>(g, blocks, s, a, out),
                 }
             };
         }
-        match (s.nibbles, s.min, s.zero) {
-            (true, true, _) => by_n!(NIBBLES, true),
-            (true, false, _) => by_n!(NIBBLES, false),
-            (false, true, _) => by_n!(BYTES, true),
-            (false, false, 128) => by_n!(SIGNED, false),
-            (false, false, _) => by_n!(BYTES, false),
+        // The legacy formats, then the K-quants (Q4_K, Q5_K; Q2_K, Q3_K, Q6_K).
+        match (s.nibbles, s.min, s.zero, s.halves, s.exact_min) {
+            (true, true, _, false, false) => by_n!(NIBBLES, true, false, false),
+            (true, false, _, false, _) => by_n!(NIBBLES, false, false, false),
+            (false, true, _, false, false) => by_n!(BYTES, true, false, false),
+            (false, false, 128, false, _) => by_n!(SIGNED, false, false, false),
+            (false, false, _, false, _) => by_n!(BYTES, false, false, false),
+            (true, true, _, false, true) => by_n!(NIBBLES, true, false, true),
+            (false, true, _, false, true) => by_n!(BYTES, true, false, true),
+            (true, true, _, true, _) => by_n!(NIBBLES, true, true, true),
+            (true, false, _, true, _) => by_n!(NIBBLES, false, true, true),
+            (false, true, _, true, _) => by_n!(BYTES, true, true, true),
+            (false, false, _, true, _) => by_n!(BYTES, false, true, true),
         }
     }
 }
@@ -95,10 +104,11 @@ unsafe fn levels(r: *const u8, step: usize, h: usize) -> __m256i {
 }
 
 /// One group against `N` activation rows, `H` halves (of 8 rows) per pass over the
-/// records; see `SimdKernel::call` (and [`kernel`] for `STREAMED`).
+/// records; `HALVES`: two sets of scales per record, `EXACT`: minimums times `d * isum`
+/// (see `Scheme`); see `SimdKernel::call` (and [`kernel`] for `STREAMED`).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile<const KIND: u8, const MIN: bool, const N: usize, const H: usize, const STREAMED: bool>(
+unsafe fn tile<const KIND: u8, const MIN: bool, const HALVES: bool, const EXACT: bool, const N: usize, const H: usize, const STREAMED: bool>(
     g: *const u8,
     blocks: usize,
     s: Scheme,
@@ -108,6 +118,9 @@ unsafe fn tile<const KIND: u8, const MIN: bool, const N: usize, const H: usize, 
     let (rec, lb) = (s.record_bytes(), s.levels_bytes());
     // The signed path multiplies w itself, so no zero point is left to subtract.
     let zero = if KIND == SIGNED { 0 } else { s.zero };
+    // Sets of scales per record, and the set of each quarter of a record's elements.
+    let sets = if HALVES { 2 } else { 1 };
+    let set_of_quarter = |k: usize| if HALVES { k / 2 } else { 0 };
     let (low, ones, flip) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi16(1), _mm256_set1_epi8(-128));
     for pass in 0..2 / H {
         let mut res = [[_mm256_setzero_ps(); H]; N];
@@ -129,36 +142,43 @@ unsafe fn tile<const KIND: u8, const MIN: bool, const N: usize, const H: usize, 
                     }
                 }
                 let q: [*const Q8Block; N] = std::array::from_fn(|n| a[n].add(i));
-                let mut acc = [[_mm256_setzero_si256(); H]; N];
+                // Integer sums per token, half of the rows and set of scales.
+                let mut acc = [[[_mm256_setzero_si256(); 2]; H]; N];
                 for (hh, h) in (pass * H..pass * H + H).enumerate() {
                     match KIND {
                         NIBBLES => {
                             // Levels <= 15 times |activation| <= 128, two products per
                             // i16 and eight i16 sums per record: at most 30,720, so the
-                            // whole record sums in i16 before one widening `madd`.
-                            let mut p = [_mm256_setzero_si256(); N];
+                            // whole record (or each half) sums in i16 before one
+                            // widening `madd`. A step holds elements 8 * step..8 * step + 8.
+                            let mut p = [[_mm256_setzero_si256(); 2]; N];
                             for step in 0..4 {
+                                let e = set_of_quarter(step);
                                 let x = levels(r, step, h);
                                 let lo = _mm256_and_si256(x, low);
                                 let hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), low);
                                 for n in 0..N {
-                                    p[n] = _mm256_add_epi16(p[n], _mm256_maddubs_epi16(lo, quad(q[n], 2 * step)));
-                                    p[n] = _mm256_add_epi16(p[n], _mm256_maddubs_epi16(hi, quad(q[n], 2 * step + 1)));
+                                    p[n][e] = _mm256_add_epi16(p[n][e], _mm256_maddubs_epi16(lo, quad(q[n], 2 * step)));
+                                    p[n][e] = _mm256_add_epi16(p[n][e], _mm256_maddubs_epi16(hi, quad(q[n], 2 * step + 1)));
                                 }
                             }
                             for n in 0..N {
-                                acc[n][hh] = _mm256_madd_epi16(p[n], ones);
+                                for e in 0..sets {
+                                    acc[n][hh][e] = _mm256_madd_epi16(p[n][e], ones);
+                                }
                             }
                         }
                         BYTES => {
+                            // A pair of steps holds elements 8 * pair..8 * pair + 8.
                             for pair in 0..4 {
+                                let e = set_of_quarter(pair);
                                 let (x0, x1) = (levels(r, 2 * pair, h), levels(r, 2 * pair + 1, h));
                                 for n in 0..N {
                                     let p = _mm256_add_epi16(
                                         _mm256_maddubs_epi16(x0, quad(q[n], 2 * pair)),
                                         _mm256_maddubs_epi16(x1, quad(q[n], 2 * pair + 1)),
                                     );
-                                    acc[n][hh] = _mm256_add_epi32(acc[n][hh], _mm256_madd_epi16(p, ones));
+                                    acc[n][hh][e] = _mm256_add_epi32(acc[n][hh][e], _mm256_madd_epi16(p, ones));
                                 }
                             }
                         }
@@ -168,21 +188,27 @@ unsafe fn tile<const KIND: u8, const MIN: bool, const N: usize, const H: usize, 
                                 let wabs = _mm256_abs_epi8(w);
                                 for n in 0..N {
                                     let p = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(quad(q[n], step), w));
-                                    acc[n][hh] = _mm256_add_epi32(acc[n][hh], _mm256_madd_epi16(p, ones));
+                                    acc[n][hh][0] = _mm256_add_epi32(acc[n][hh][0], _mm256_madd_epi16(p, ones));
                                 }
                             }
                         }
                     }
                 }
                 for (hh, h) in (pass * H..pass * H + H).enumerate() {
-                    let d = _mm256_cvtph_ps(_mm_loadu_si128(r.add(lb + 16 * h) as *const __m128i));
-                    let m = if MIN { _mm256_cvtph_ps(_mm_loadu_si128(r.add(lb + 2 * GROUP + 16 * h) as *const __m128i)) } else { d };
-                    for n in 0..N {
-                        let qb = &*q[n];
-                        let sum = if zero != 0 { _mm256_sub_epi32(acc[n][hh], _mm256_set1_epi32(zero * qb.isum)) } else { acc[n][hh] };
-                        res[n][hh] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, _mm256_set1_ps(qb.d)), res[n][hh]);
-                        if MIN {
-                            res[n][hh] = _mm256_fmadd_ps(m, _mm256_set1_ps(qb.s), res[n][hh]);
+                    #[allow(clippy::needless_range_loop)] // `e` also places the set's scales
+                    for e in 0..sets {
+                        let at = lb + 2 * GROUP * e + 16 * h;
+                        let d = _mm256_cvtph_ps(_mm_loadu_si128(r.add(at) as *const __m128i));
+                        let m = if MIN { _mm256_cvtph_ps(_mm_loadu_si128(r.add(at + 2 * GROUP * sets) as *const __m128i)) } else { d };
+                        for n in 0..N {
+                            let qb = &*q[n];
+                            let isum = if HALVES { qb.isum_of(16 * e..16 * e + 16) } else { qb.isum };
+                            let sum = if zero != 0 { _mm256_sub_epi32(acc[n][hh][e], _mm256_set1_epi32(zero * isum)) } else { acc[n][hh][e] };
+                            res[n][hh] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, _mm256_set1_ps(qb.d)), res[n][hh]);
+                            if MIN {
+                                let total = if EXACT { qb.d * isum as f32 } else { qb.s };
+                                res[n][hh] = _mm256_fmadd_ps(m, _mm256_set1_ps(total), res[n][hh]);
+                            }
                         }
                     }
                 }
@@ -232,6 +258,7 @@ mod tests {
         for b in &mut acts {
             b.qs = std::array::from_fn(|j| if j % 3 == 0 { -127 } else { 127 });
             b.isum = b.qs.iter().map(|v| i32::from(*v)).sum();
+            b.isum_lo = b.qs[..16].iter().map(|v| i32::from(*v)).sum();
         }
         let (mut want, mut out) = ([0.0f32; GROUP], [[0.0f32; GROUP]; 1]);
         dot_group_scalar(p.scheme, p.group(0), &acts, &mut want);

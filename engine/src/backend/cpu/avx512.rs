@@ -49,8 +49,9 @@ pub fn kernel(streamed: bool) -> Option<SimdKernel> {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vnni") {
         let raw = if streamed { dispatch::<true> } else { dispatch::<false> };
-        // SAFETY: the features `dispatch` is compiled for were just detected.
-        return Some(unsafe { SimdKernel::new(raw) });
+        // SAFETY: the features `dispatch` is compiled for were just detected. Records with
+        // two sets of scales (Q2_K, Q3_K, Q6_K) take the AVX2 kernel.
+        return Some(unsafe { SimdKernel::new(raw) }.with_halves_from(super::avx2::kernel(streamed)));
     }
     let _ = streamed;
     None
@@ -62,20 +63,23 @@ unsafe fn dispatch<const STREAMED: bool>(s: Scheme, g: *const u8, blocks: usize,
     // SAFETY (whole body): forwarded from `SimdKernel::call`'s checked contract.
     unsafe {
         macro_rules! by_n {
-            ($nib:expr, $min:expr) => {
+            ($nib:expr, $min:expr, $exact:expr) => {
                 match n {
-                    1 => tile::<$nib, $min, 1, STREAMED>(g, blocks, s.zero, [a[0]], out),
-                    2 => tile::<$nib, $min, 2, STREAMED>(g, blocks, s.zero, [a[0], a[1]], out),
-                    3 => tile::<$nib, $min, 3, STREAMED>(g, blocks, s.zero, [a[0], a[1], a[2]], out),
-                    _ => tile::<$nib, $min, 4, STREAMED>(g, blocks, s.zero, a, out),
+                    1 => tile::<$nib, $min, $exact, 1, STREAMED>(g, blocks, s.zero, [a[0]], out),
+                    2 => tile::<$nib, $min, $exact, 2, STREAMED>(g, blocks, s.zero, [a[0], a[1]], out),
+                    3 => tile::<$nib, $min, $exact, 3, STREAMED>(g, blocks, s.zero, [a[0], a[1], a[2]], out),
+                    _ => tile::<$nib, $min, $exact, 4, STREAMED>(g, blocks, s.zero, a, out),
                 }
             };
         }
-        match (s.nibbles, s.min) {
-            (true, true) => by_n!(true, true),
-            (true, false) => by_n!(true, false),
-            (false, true) => by_n!(false, true),
-            (false, false) => by_n!(false, false),
+        // One set of scales per record (`SimdKernel::call_rows` sends no other here).
+        match (s.nibbles, s.min, s.exact_min) {
+            (true, true, false) => by_n!(true, true, false),
+            (true, true, true) => by_n!(true, true, true),
+            (true, false, _) => by_n!(true, false, false),
+            (false, true, false) => by_n!(false, true, false),
+            (false, true, true) => by_n!(false, true, true),
+            (false, false, _) => by_n!(false, false, false),
         }
     }
 }
@@ -89,18 +93,18 @@ unsafe fn quad(q: *const Q8Block, k: usize) -> __m512i {
     unsafe { _mm512_set1_epi32(std::ptr::read_unaligned((*q).qs.as_ptr().add(4 * k) as *const i32)) }
 }
 
-/// One group of [`GROUP`] rows against `N` activation rows; see `SimdKernel::call` (and
-/// [`kernel`] for `STREAMED`).
+/// One group of [`GROUP`] rows against `N` activation rows, `EXACT`: minimums times
+/// `d * isum` (see `Scheme`); see `SimdKernel::call` (and [`kernel`] for `STREAMED`).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn tile<const NIB: bool, const MIN: bool, const N: usize, const STREAMED: bool>(
+unsafe fn tile<const NIB: bool, const MIN: bool, const EXACT: bool, const N: usize, const STREAMED: bool>(
     g: *const u8,
     blocks: usize,
     zero: i32,
     a: [*const Q8Block; N],
     out: *mut [f32; GROUP],
 ) {
-    let scheme = Scheme { nibbles: NIB, zero, min: MIN };
+    let scheme = Scheme { nibbles: NIB, zero, min: MIN, halves: false, exact_min: EXACT };
     let (rec, lb) = (scheme.record_bytes(), scheme.levels_bytes());
     let low = _mm512_set1_epi8(0x0f);
     let mut res = [_mm512_setzero_ps(); N];
@@ -159,7 +163,8 @@ unsafe fn tile<const NIB: bool, const MIN: bool, const N: usize, const STREAMED:
                 let sum = if zero != 0 { _mm512_sub_epi32(acc[n], _mm512_set1_epi32(zero * qb.isum)) } else { acc[n] };
                 res[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(d, _mm512_set1_ps(qb.d)), res[n]);
                 if MIN {
-                    res[n] = _mm512_fmadd_ps(m, _mm512_set1_ps(qb.s), res[n]);
+                    let total = if EXACT { qb.d * qb.isum as f32 } else { qb.s };
+                    res[n] = _mm512_fmadd_ps(m, _mm512_set1_ps(total), res[n]);
                 }
             }
         }

@@ -519,15 +519,19 @@ unsafe fn quantize_q8_avx2(x: &[f32], out: &mut [Q8Block]) {
                 let r = _mm256_and_ps(r, _mm256_cmp_ps::<_CMP_ORD_Q>(r, r));
                 _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi))
             });
-            let sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
-            let mut sums = [0i32; LANES];
-            _mm256_storeu_si256(sums.as_mut_ptr().cast(), sum);
-            let isum: i32 = sums.iter().sum();
+            // Elements 0..16 are vectors 0 and 1.
+            let (lo, hi) = (_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+            let mut sums = [[0i32; LANES]; 2];
+            _mm256_storeu_si256(sums[0].as_mut_ptr().cast(), lo);
+            _mm256_storeu_si256(sums[1].as_mut_ptr().cast(), hi);
+            let isum_lo: i32 = sums[0].iter().sum();
+            let isum = isum_lo + sums[1].iter().sum::<i32>();
             let bytes = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
             _mm256_storeu_si256(block.qs.as_mut_ptr().cast(), _mm256_permutevar8x32_epi32(bytes, order));
             block.d = quant::round_f16(d);
             block.s = quant::round_f16(d * isum as f32);
             block.isum = isum;
+            block.isum_lo = isum_lo;
         }
     }
 }

@@ -15,18 +15,28 @@
 //! levels  nibble formats (Q4_0, Q4_1): [4 steps][16 rows][4 bytes]; byte j of a row in
 //!         step s holds element 8s+j in its low nibble and 8s+4+j in its high nibble.
 //!         byte formats (Q5_0, Q5_1, Q8_0): [8 steps][16 rows][4 bytes], elements 4s..4s+4.
-//! d       [16] f16 scales
-//! m       [16] f16 minimums (Q4_1, Q5_1 only)
+//! d       [sets][16] f16 scales
+//! m       [sets][16] f16 minimums (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K only)
 //! ```
 //! Levels are unsigned: weight = d * (level - zero) + m, with zero 8 (Q4_0), 16 (Q5_0),
-//! 128 (Q8_0, stored as w + 128) or 0. The nibble formats take exactly the bytes of the
-//! ggml file; Q5 formats spend a byte per level (+45 %), a price paid by no default model.
+//! 128 (Q8_0, stored as w + 128), 4 (Q3_K), 32 (Q6_K) or 0. A record has one set of scales
+//! for its 32 elements, or two (`halves`: elements 0..16, 16..32) for the K-quants whose
+//! sub-blocks are 16 long (Q2_K, Q3_K, Q6_K). The nibble formats take exactly the bytes of
+//! the ggml file; 5- and 6-bit formats spend a byte per level (Q5: +45 %, Q6_K: +37 %),
+//! Q2_K and Q3_K a nibble.
+//!
+//! K-quant scales are stored as their products with the superblock's scale (`d * sc`,
+//! `dmin * m`) rounded to f16: the kernels then treat every format alike, at a relative
+//! error of at most 2^-11 per sub-block scale (a load refuses scales past the f16 range).
+//! Their minimums multiply the exact integer sum of the activations (`exact_min`), as
+//! llama.cpp's q8_K products do, where Q4_1 and Q5_1 take q8_1's f16 sum.
 //!
 //! Invariants: `data` holds `groups * blocks` records; rows past `rows` in the last
 //! group are zero (d = 0, m = 0), so they contribute 0 to every product.
 
 use half::f16;
 
+use super::kquant::{self, QK_K};
 use super::quant::{Format, Q8Block, QK};
 use super::weight_arena::Region;
 
@@ -42,19 +52,38 @@ pub struct Scheme {
     pub zero: i32,
     /// Whether records carry per-row minimums.
     pub min: bool,
+    /// Whether records carry two sets of scales (and minimums), for elements 0..16 and 16..32.
+    pub halves: bool,
+    /// Whether minimums multiply `d * Σ q` exactly (the K-quants) rather than q8_1's `s`.
+    pub exact_min: bool,
 }
 
 impl Scheme {
     /// The scheme of a quantized format; `None` for the float formats.
     pub fn of(format: Format) -> Option<Scheme> {
-        let s = |nibbles, zero, min| Some(Scheme { nibbles, zero, min });
+        let legacy = |nibbles, zero, min| Some(Scheme { nibbles, zero, min, halves: false, exact_min: false });
+        let k = |nibbles, zero, min, halves| Some(Scheme { nibbles, zero, min, halves, exact_min: true });
         match format {
-            Format::Q4_0 => s(true, 8, false),
-            Format::Q4_1 => s(true, 0, true),
-            Format::Q5_0 => s(false, 16, false),
-            Format::Q5_1 => s(false, 0, true),
-            Format::Q8_0 => s(false, 128, false),
-            Format::F32 | Format::F16 => None,
+            Format::Q4_0 => legacy(true, 8, false),
+            Format::Q4_1 => legacy(true, 0, true),
+            Format::Q5_0 => legacy(false, 16, false),
+            Format::Q5_1 => legacy(false, 0, true),
+            Format::Q8_0 => legacy(false, 128, false),
+            Format::Q2_K => k(true, 0, true, true),
+            Format::Q3_K => k(true, 4, false, true),
+            Format::Q4_K => k(true, 0, true, false),
+            Format::Q5_K => k(false, 0, true, false),
+            Format::Q6_K => k(false, 32, false, true),
+            Format::F32 | Format::F16 | Format::BF16 => None,
+        }
+    }
+
+    /// Sets of scales per record: 2 with `halves`, else 1.
+    pub const fn sets(self) -> usize {
+        if self.halves {
+            2
+        } else {
+            1
         }
     }
 
@@ -69,7 +98,17 @@ impl Scheme {
 
     /// Bytes of one record: levels, scales, and minimums if any.
     pub const fn record_bytes(self) -> usize {
-        self.levels_bytes() + GROUP * 2 * if self.min { 2 } else { 1 }
+        self.levels_bytes() + GROUP * 2 * self.sets() * if self.min { 2 } else { 1 }
+    }
+
+    /// Offset in a record of row `lane`'s f16 scale for set `set`.
+    const fn d_at(self, set: usize, lane: usize) -> usize {
+        self.levels_bytes() + 2 * (GROUP * set + lane)
+    }
+
+    /// Offset in a record of row `lane`'s f16 minimum for set `set`.
+    const fn m_at(self, set: usize, lane: usize) -> usize {
+        self.d_at(self.sets() + set, lane)
     }
 }
 
@@ -102,18 +141,48 @@ impl Records {
     }
 }
 
-/// One ggml block decoded: levels, and the raw f16 bits of d and m.
+/// 32 elements of a ggml row decoded: levels, and d and m per set of scales (per 16
+/// elements; the two are equal when the format has one scale per 32).
 struct Block {
     levels: [u8; QK],
-    d: u16,
-    m: u16,
+    d: [f32; 2],
+    m: [f32; 2],
 }
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
 }
 
-/// Decodes one ggml block (`b` is exactly one block of `format`).
+/// Calls `each` with the 32-element blocks of one ggml block (`b` is exactly one block
+/// of `format`): one for the legacy formats, eight for a K-quant superblock.
+fn decode_each(format: Format, b: &[u8], mut each: impl FnMut(Block)) {
+    if !kquant::is_k(format) {
+        return each(decode(format, b));
+    }
+    let zero = Scheme::of(format).map_or(0, |s| s.zero);
+    let sb = kquant::decode(format, b);
+    for j in 0..QK_K / QK {
+        let levels = std::array::from_fn(|e| (i32::from(sb.q[QK * j + e]) + zero) as u8);
+        let (d, m) = ([sb.scale[2 * j], sb.scale[2 * j + 1]], [-sb.min[2 * j], -sb.min[2 * j + 1]]);
+        each(Block { levels, d, m });
+    }
+}
+
+/// Whether a K-quant block's scale products fit the f16 scales of a record (always for
+/// the other formats): the largest 6-bit (Q6_K: 8-bit) factor times the block's scales.
+pub(crate) fn scales_fit(format: Format, b: &[u8]) -> bool {
+    let f16_abs = |at: usize| f16::from_bits(u16_at(b, at)).to_f32().abs();
+    let (scales, largest) = match format {
+        Format::Q2_K => (vec![f16_abs(80), f16_abs(82)], 15.0),
+        Format::Q3_K => (vec![f16_abs(108)], 32.0),
+        Format::Q4_K | Format::Q5_K => (vec![f16_abs(0), f16_abs(2)], 63.0),
+        Format::Q6_K => (vec![f16_abs(208)], 128.0),
+        _ => return true,
+    };
+    scales.iter().all(|d| d * largest <= f32::from(f16::MAX))
+}
+
+/// Decodes one legacy ggml block (`b` is exactly one block of `format`).
 fn decode(format: Format, b: &[u8]) -> Block {
     let mut levels = [0u8; QK];
     let nibble = |qs: &[u8], j: usize| if j < 16 { qs[j] & 0x0f } else { qs[j - 16] >> 4 };
@@ -129,8 +198,9 @@ fn decode(format: Format, b: &[u8]) -> Block {
             _ => b[2 + j] ^ 0x80,
         };
     }
-    let m = if matches!(format, Format::Q4_1 | Format::Q5_1) { u16_at(b, 2) } else { 0 };
-    Block { levels, d: u16_at(b, 0), m }
+    let f16_at = |at: usize| f16::from_bits(u16_at(b, at)).to_f32();
+    let m = if matches!(format, Format::Q4_1 | Format::Q5_1) { f16_at(2) } else { 0.0 };
+    Block { levels, d: [f16_at(0); 2], m: [m; 2] }
 }
 
 impl Packed {
@@ -156,19 +226,24 @@ impl Packed {
         }
         let blocks = cols / QK;
         let (bb, rec) = (format.block_bytes(), scheme.record_bytes());
-        for (r, row) in ggml.chunks_exact(blocks * bb).enumerate().take(rows) {
+        let row_bytes = format.row_bytes(cols)?;
+        for (r, row) in ggml.chunks_exact(row_bytes).enumerate().take(rows) {
             let (g, lane) = (r / GROUP, r % GROUP);
-            for (i, block) in row.chunks_exact(bb).enumerate() {
-                let b = decode(format, block);
-                let at = (g * blocks + i) * rec;
-                let record = &mut out[at..at + rec];
-                write_levels(scheme, lane, &b.levels, record);
-                let lb = scheme.levels_bytes();
-                record[lb + 2 * lane..lb + 2 * lane + 2].copy_from_slice(&b.d.to_le_bytes());
-                if scheme.min {
-                    let mb = lb + 2 * GROUP;
-                    record[mb + 2 * lane..mb + 2 * lane + 2].copy_from_slice(&b.m.to_le_bytes());
-                }
+            let mut i = 0;
+            for block in row.chunks_exact(bb) {
+                decode_each(format, block, |b| {
+                    let at = (g * blocks + i) * rec;
+                    let record = &mut out[at..at + rec];
+                    write_levels(scheme, lane, &b.levels, record);
+                    for set in 0..scheme.sets() {
+                        let put = |record: &mut [u8], at: usize, v: f32| record[at..at + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
+                        put(record, scheme.d_at(set, lane), b.d[set]);
+                        if scheme.min {
+                            put(record, scheme.m_at(set, lane), b.m[set]);
+                        }
+                    }
+                    i += 1;
+                });
             }
         }
         Some(())
@@ -216,8 +291,8 @@ impl Packed {
         let group = self.group(r / GROUP);
         let lane = r % GROUP;
         for (record, o) in group.chunks_exact(rec).zip(out.chunks_exact_mut(QK)) {
-            let (d, m) = scales(s, record, lane);
             for (j, v) in o.iter_mut().enumerate() {
+                let (d, m) = scales(s, record, lane, set_of(s, j));
                 *v = d * (i32::from(level(s, record, lane, j)) - s.zero) as f32 + m;
             }
         }
@@ -255,11 +330,19 @@ fn level(s: Scheme, record: &[u8], lane: usize, j: usize) -> u8 {
     }
 }
 
-/// (d, m) of row `lane` in a record, as f32.
-fn scales(s: Scheme, record: &[u8], lane: usize) -> (f32, f32) {
-    let lb = s.levels_bytes();
-    let d = f16::from_bits(u16_at(record, lb + 2 * lane)).to_f32();
-    let m = if s.min { f16::from_bits(u16_at(record, lb + 2 * GROUP + 2 * lane)).to_f32() } else { 0.0 };
+/// The set of scales element `j` of a record uses.
+fn set_of(s: Scheme, j: usize) -> usize {
+    if s.halves {
+        j / 16
+    } else {
+        0
+    }
+}
+
+/// (d, m) of row `lane` in a record for set `set`, as f32.
+fn scales(s: Scheme, record: &[u8], lane: usize, set: usize) -> (f32, f32) {
+    let d = f16::from_bits(u16_at(record, s.d_at(set, lane))).to_f32();
+    let m = if s.min { f16::from_bits(u16_at(record, s.m_at(set, lane))).to_f32() } else { 0.0 };
     (d, m)
 }
 
@@ -271,8 +354,12 @@ pub const MAX_TILE: usize = 4;
 pub type RawKernel = unsafe fn(Scheme, *const u8, usize, [*const Q8Block; MAX_TILE], usize, *mut [f32; GROUP]);
 
 /// A SIMD kernel this CPU runs: holding one is the proof that its features were found.
+/// It may take records with two sets of scales (`halves`) through a second body.
 #[derive(Clone, Copy)]
-pub struct SimdKernel(RawKernel);
+pub struct SimdKernel {
+    whole: RawKernel,
+    halves: Option<RawKernel>,
+}
 
 impl std::fmt::Debug for SimdKernel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -285,7 +372,13 @@ impl SimdKernel {
     /// The CPU must have every feature `raw` is compiled for.
     #[allow(unsafe_code)]
     pub unsafe fn new(raw: RawKernel) -> SimdKernel {
-        SimdKernel(raw)
+        SimdKernel { whole: raw, halves: Some(raw) }
+    }
+
+    /// This kernel for records with one set of scales, and `other` for those with two
+    /// (`None`: the portable kernel takes them).
+    pub fn with_halves_from(self, other: Option<SimdKernel>) -> SimdKernel {
+        SimdKernel { whole: self.whole, halves: other.and_then(|k| k.halves) }
     }
 
     /// `out[n][lane] = row lane of the group · acts[n]`, if the lengths agree: `group`
@@ -303,11 +396,12 @@ impl SimdKernel {
         if group.len() != blocks * rec || rows.blocks < blocks || out.len() < rows.n {
             return false;
         }
+        let Some(raw) = (if s.halves { self.halves } else { Some(self.whole) }) else { return false };
         // SAFETY: `new`'s contract says the CPU runs the kernel; the lengths were checked
         // here and in `ActRows::new`, which is the rest of its contract.
         #[allow(unsafe_code)]
         unsafe {
-            (self.0)(s, group.as_ptr(), blocks, rows.ptrs, rows.n, out.as_mut_ptr())
+            raw(s, group.as_ptr(), blocks, rows.ptrs, rows.n, out.as_mut_ptr())
         };
         true
     }
@@ -351,9 +445,14 @@ pub fn dot_group_scalar(s: Scheme, group: &[u8], acts: &[Q8Block], out: &mut [f3
     *out = [0.0; GROUP];
     for (record, q) in group.chunks_exact(s.record_bytes()).zip(acts) {
         for (lane, o) in out.iter_mut().enumerate() {
-            let dot: i32 = (0..QK).map(|j| i32::from(level(s, record, lane, j)) * i32::from(q.qs[j])).sum();
-            let (d, m) = scales(s, record, lane);
-            *o += d * q.d * (dot - s.zero * q.isum) as f32 + m * q.s;
+            for set in 0..s.sets() {
+                let elems = if s.halves { 16 * set..16 * set + 16 } else { 0..QK };
+                let dot: i32 = elems.clone().map(|j| i32::from(level(s, record, lane, j)) * i32::from(q.qs[j])).sum();
+                let isum = q.isum_of(elems);
+                let (d, m) = scales(s, record, lane, set);
+                let sum = if s.exact_min { q.d * isum as f32 } else { q.s };
+                *o += d * q.d * (dot - s.zero * isum) as f32 + m * sum;
+            }
         }
     }
 }
@@ -365,7 +464,23 @@ pub(crate) mod tests {
 
     pub(crate) type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-    pub(crate) const QUANTS: [Format; 5] = [Format::Q4_0, Format::Q4_1, Format::Q5_0, Format::Q5_1, Format::Q8_0];
+    pub(crate) const QUANTS: [Format; 10] =
+        [Format::Q4_0, Format::Q4_1, Format::Q5_0, Format::Q5_1, Format::Q8_0, Format::Q2_K, Format::Q3_K, Format::Q4_K, Format::Q5_K, Format::Q6_K];
+
+    /// `cols` rounded up to whole blocks of `format` (superblocks for the K-quants).
+    pub(crate) fn cols_for(format: Format, cols: usize) -> usize {
+        cols.next_multiple_of(format.block_elems())
+    }
+
+    /// How far a packed K-quant row may be from the ggml row, element by element: its
+    /// scales are rounded to f16 (half an ulp: 2^-11 of each term), the others are exact.
+    pub(crate) fn scale_rounding(format: Format, terms: f32) -> f32 {
+        if kquant::is_k(format) {
+            terms * (1.0 / 2048.0) + 1e-6
+        } else {
+            0.0
+        }
+    }
 
     /// `rows` ggml rows of `format` with distinct values per row.
     pub(crate) fn ggml_rows(format: Format, rows: usize, cols: usize) -> Vec<u8> {
@@ -386,9 +501,10 @@ pub(crate) mod tests {
     /// the portable kernel. Nothing to do on a CPU without the kernel's features (`None`).
     pub(crate) fn agrees_with_the_portable_kernel(kernel: Option<SimdKernel>) -> TestResult {
         let Some(kernel) = kernel else { return Ok(()) };
-        let (rows, cols, tile) = (40, 576, MAX_TILE);
-        let acts: Vec<Vec<Q8Block>> = (0..tile).map(|n| activations(cols, n as f32 * 1.9)).collect();
+        let (rows, tile) = (40, MAX_TILE);
         for f in QUANTS {
+            let cols = cols_for(f, 576);
+            let acts: Vec<Vec<Q8Block>> = (0..tile).map(|n| activations(cols, n as f32 * 1.9)).collect();
             let p = packed(f, rows, cols)?;
             for g in 0..p.groups() {
                 for width in 1..=tile {
@@ -432,8 +548,9 @@ pub(crate) mod tests {
 
     #[test]
     fn packed_rows_read_back_as_the_ggml_rows() -> TestResult {
-        let (rows, cols) = (37, 96);
+        let rows = 37;
         for f in QUANTS {
+            let cols = cols_for(f, 96);
             let ggml = ggml_rows(f, rows, cols);
             let p = packed(f, rows, cols)?;
             assert_eq!(p.groups(), 3);
@@ -442,7 +559,12 @@ pub(crate) mod tests {
                 let (mut want, mut got) = (vec![0.0; cols], vec![0.0; cols]);
                 dequantize_row(f, &ggml[r * bytes..(r + 1) * bytes], &mut want);
                 p.dequantize_row(r, &mut got);
-                assert_eq!(want, got, "{f:?} row {r}");
+                // Each value is a scaled level and a minimum, neither larger than the row's
+                // largest value twice over.
+                let bound = scale_rounding(f, 4.0 * want.iter().fold(0.0f32, |m, v| m.max(v.abs())));
+                for (j, (w, g)) in want.iter().zip(&got).enumerate() {
+                    assert!((w - g).abs() <= bound, "{f:?} row {r} element {j}: {w} vs {g}");
+                }
             }
         }
         Ok(())
@@ -450,9 +572,10 @@ pub(crate) mod tests {
 
     #[test]
     fn portable_kernel_matches_the_ggml_reference_and_pads_with_zeros() -> TestResult {
-        let (rows, cols) = (21, 128);
-        let acts = activations(cols, 0.4);
+        let rows = 21;
         for f in QUANTS {
+            let cols = cols_for(f, 128);
+            let acts = activations(cols, 0.4);
             let ggml = ggml_rows(f, rows, cols);
             let p = packed(f, rows, cols)?;
             let bytes = f.row_bytes(cols).ok_or("row bytes")?;
@@ -461,12 +584,25 @@ pub(crate) mod tests {
                 dot_group_scalar(p.scheme, p.group(g), &acts, &mut out);
                 for (lane, got) in out.iter().enumerate() {
                     let r = g * GROUP + lane;
-                    let want = if r < rows { dot_q8_scalar(f, &ggml[r * bytes..(r + 1) * bytes], &acts) } else { 0.0 };
-                    assert!((want - got).abs() <= 1e-4 * want.abs().max(1.0), "{f:?} row {r}: {want} vs {got}");
+                    let row = ggml.get(r * bytes..(r + 1) * bytes).unwrap_or(&[]);
+                    let want = if r < rows { dot_q8_scalar(f, row, &acts) } else { 0.0 };
+                    let bound = 1e-4 * want.abs().max(1.0) + scale_rounding(f, magnitude(f, row, &acts));
+                    assert!((want - got).abs() <= bound, "{f:?} row {r}: {want} vs {got}");
                 }
             }
         }
         Ok(())
+    }
+
+    /// An upper bound of Σ (|scale * level| + |min|) |a| over a ggml row and its
+    /// activations (each term at most twice the row's largest value): what rounding each
+    /// scale moves a product by, once multiplied by the rounding.
+    pub(crate) fn magnitude(format: Format, row: &[u8], acts: &[Q8Block]) -> f32 {
+        let mut w = vec![0.0; acts.len() * QK];
+        dequantize_row(format, row, &mut w);
+        let largest = w.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let x: f32 = acts.iter().flat_map(|q| q.qs.map(|v| f32::from(v).abs() * q.d)).sum();
+        3.0 * largest * x
     }
 
     #[test]

@@ -7,34 +7,67 @@
 //!
 //! Invariants: a weight row is `cols / block_elems` whole blocks laid out back to back
 //! exactly as in the GGUF file (little-endian); `cols` is a multiple of 32 for every
-//! quantized format. Activations for the integer path are quantized once per row with the
+//! quantized format, of 256 for the K-quants (whose superblocks `kquant.rs` decodes). Activations for the integer path are quantized once per row with the
 //! same rule as llama.cpp (`d = amax / 127`, `q = round(x / d)`, `d` stored at f16
 //! precision), so the products match the reference implementation's rounding.
 
 use half::f16;
 
-/// Elements per quantized block (all formats here share llama.cpp's QK = 32).
+use super::kquant::{self, QK_K};
+
+/// Elements per quantized block of the legacy formats, and per activation block (llama.cpp's
+/// QK = 32); the K-quants' superblocks hold eight.
 pub const QK: usize = 32;
 
 /// A weight storage format the CPU kernels can multiply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(non_camel_case_types)] // ggml's own names, so they match every other tool
 pub enum Format {
     F32,
     F16,
+    BF16,
     Q4_0,
     Q4_1,
     Q5_0,
     Q5_1,
     Q8_0,
+    Q2_K,
+    Q3_K,
+    Q4_K,
+    Q5_K,
+    Q6_K,
 }
 
 impl Format {
+    /// Every format, floats first.
+    pub const ALL: [Format; 13] = [
+        Format::F32,
+        Format::F16,
+        Format::BF16,
+        Format::Q4_0,
+        Format::Q4_1,
+        Format::Q5_0,
+        Format::Q5_1,
+        Format::Q8_0,
+        Format::Q2_K,
+        Format::Q3_K,
+        Format::Q4_K,
+        Format::Q5_K,
+        Format::Q6_K,
+    ];
+
     /// Elements per block (1 for the float formats).
     pub fn block_elems(self) -> usize {
         match self {
-            Format::F32 | Format::F16 => 1,
+            Format::F32 | Format::F16 | Format::BF16 => 1,
+            f if kquant::is_k(f) => QK_K,
             _ => QK,
         }
+    }
+
+    /// Whether values are stored as floats, one by one.
+    pub fn is_float(self) -> bool {
+        matches!(self, Format::F32 | Format::F16 | Format::BF16)
     }
 
     /// Bytes per block. A `match` rather than the GGUF reader's table because kernels ask
@@ -42,12 +75,17 @@ impl Format {
     pub fn block_bytes(self) -> usize {
         match self {
             Format::F32 => 4,
-            Format::F16 => 2,
+            Format::F16 | Format::BF16 => 2,
             Format::Q4_0 => 18,
             Format::Q4_1 => 20,
             Format::Q5_0 => 22,
             Format::Q5_1 => 24,
             Format::Q8_0 => 34,
+            Format::Q2_K => 84,
+            Format::Q3_K => 110,
+            Format::Q4_K => 144,
+            Format::Q5_K => 176,
+            Format::Q6_K => 210,
         }
     }
 
@@ -59,7 +97,7 @@ impl Format {
 
     /// Whether products with this format use the 8-bit activation blocks.
     pub fn uses_q8(self) -> bool {
-        !matches!(self, Format::F32 | Format::F16)
+        !self.is_float()
     }
 }
 
@@ -67,7 +105,8 @@ impl Format {
 ///
 /// `d` and `s` are rounded to f16 precision, as the reference stores them; `isum` is the
 /// exact integer sum of `qs`, which lets the offset formats (Q4_0, Q5_0) subtract their
-/// zero point in integer arithmetic.
+/// zero point in integer arithmetic, and `isum_lo` that of its first 16, for the formats
+/// with a scale per 16 elements.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 #[repr(C, align(8))]
 pub struct Q8Block {
@@ -76,6 +115,21 @@ pub struct Q8Block {
     pub s: f32,
     pub isum: i32,
     pub qs: [i8; QK],
+    /// `Σ qs[..16]`
+    pub isum_lo: i32,
+}
+
+impl Q8Block {
+    /// The exact sum of `qs[elems]`, for the whole block or either half of it.
+    #[inline]
+    pub fn isum_of(&self, elems: std::ops::Range<usize>) -> i32 {
+        match (elems.start, elems.end) {
+            (0, QK) => self.isum,
+            (0, 16) => self.isum_lo,
+            (16, QK) => self.isum - self.isum_lo,
+            _ => self.qs.get(elems).map_or(0, |q| q.iter().map(|v| i32::from(*v)).sum()),
+        }
+    }
 }
 
 #[inline]
@@ -106,9 +160,12 @@ pub(crate) fn quantize_q8_portable(x: &[f32], out: &mut [Q8Block]) {
         // `127 / amax` rather than `1 / d`: the reference's rounding of `x * id`.
         let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
         let mut isum = 0i32;
-        for (q, v) in block.qs.iter_mut().zip(chunk) {
+        for (j, (q, v)) in block.qs.iter_mut().zip(chunk).enumerate() {
             *q = round_ties_even_small(v * id) as i8;
             isum += i32::from(*q);
+            if j == 15 {
+                block.isum_lo = isum;
+            }
         }
         block.d = round_f16(d);
         block.s = round_f16(d * isum as f32);
@@ -153,6 +210,9 @@ fn qh_at(b: &[u8], at: usize) -> u32 {
 /// Scalar dot product of one quantized weight row with one quantized activation row.
 /// `row` holds `a.len()` blocks of `format` (which must use the q8 path).
 pub fn dot_q8_scalar(format: Format, row: &[u8], a: &[Q8Block]) -> f32 {
+    if kquant::is_k(format) {
+        return dot_k_scalar(format, row, a);
+    }
     let bb = format.block_bytes();
     let mut acc = 0.0f32;
     for (b, q) in row.chunks_exact(bb).zip(a) {
@@ -173,8 +233,27 @@ pub fn dot_q8_scalar(format: Format, row: &[u8], a: &[Q8Block]) -> f32 {
                 f16_at(b, 0) * q.d * sum as f32 + f16_at(b, 2) * q.s
             }
             Format::Q8_0 => f16_at(b, 0) * q.d * dot(&|j| i32::from(b[2 + j] as i8)) as f32,
-            Format::F32 | Format::F16 => 0.0,
+            _ => 0.0,
         };
+    }
+    acc
+}
+
+/// [`dot_q8_scalar`] for a K-quant row: per 16 elements, the integer dot of levels and
+/// activation bytes times scale and step, less the minimum times the exact sum of the
+/// activations (as llama.cpp's q8_K products take their block sums).
+fn dot_k_scalar(format: Format, row: &[u8], a: &[Q8Block]) -> f32 {
+    let mut acc = 0.0f32;
+    for (b, acts) in row.chunks_exact(format.block_bytes()).zip(a.chunks(QK_K / QK)) {
+        let sb = kquant::decode(format, b);
+        for (j, q) in acts.iter().enumerate() {
+            for h in 0..2 {
+                let (at, sub) = (16 * h, 2 * j + h);
+                let dot: i32 = (0..16).map(|e| i32::from(sb.q[QK * j + at + e]) * i32::from(q.qs[at + e])).sum();
+                let sum: i32 = q.qs[at..at + 16].iter().map(|v| i32::from(*v)).sum();
+                acc += sb.scale[sub] * q.d * dot as f32 - sb.min[sub] * q.d * sum as f32;
+            }
+        }
     }
     acc
 }
@@ -188,8 +267,15 @@ pub fn dot_float_scalar(format: Format, row: &[u8], x: &[f32]) -> f32 {
             .map(|(b, v)| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * v)
             .sum(),
         Format::F16 => row.chunks_exact(2).zip(x).map(|(b, v)| f16_at(b, 0) * v).sum(),
+        Format::BF16 => row.chunks_exact(2).zip(x).map(|(b, v)| bf16_at(b, 0) * v).sum(),
         _ => 0.0,
     }
+}
+
+/// The bfloat16 at `at`: the top half of an f32.
+#[inline]
+fn bf16_at(bytes: &[u8], at: usize) -> f32 {
+    f32::from_bits(u32::from(u16::from_le_bytes([bytes[at], bytes[at + 1]])) << 16)
 }
 
 /// Dequantizes one row of `format` into `out` (`out.len()` elements).
@@ -207,6 +293,13 @@ pub fn dequantize_row(format: Format, row: &[u8], out: &mut [f32]) {
             }
             return;
         }
+        Format::BF16 => {
+            for (b, o) in row.chunks_exact(2).zip(out.iter_mut()) {
+                *o = bf16_at(b, 0);
+            }
+            return;
+        }
+        f if kquant::is_k(f) => return kquant::dequantize(f, row, out),
         _ => {}
     }
     let bb = format.block_bytes();
@@ -224,7 +317,7 @@ pub fn dequantize_row(format: Format, row: &[u8], out: &mut [f32]) {
                     f16_at(b, 0) * q as f32 + f16_at(b, 2)
                 }
                 Format::Q8_0 => f16_at(b, 0) * f32::from(b[2 + j] as i8),
-                Format::F32 | Format::F16 => 0.0,
+                _ => 0.0,
             };
         }
     }
@@ -237,6 +330,9 @@ pub fn quantize_row(format: Format, x: &[f32]) -> Vec<u8> {
     match format {
         Format::F32 => x.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
         Format::F16 => x.iter().for_each(|v| out.extend_from_slice(&f16::from_f32(*v).to_le_bytes())),
+        // Truncation (not rounding) is enough for test rows.
+        Format::BF16 => x.iter().for_each(|v| out.extend_from_slice(&((v.to_bits() >> 16) as u16).to_le_bytes())),
+        f if kquant::is_k(f) => x.chunks_exact(QK_K).for_each(|c| kquant::quantize(f, c, &mut out)),
         _ => x.chunks_exact(QK).for_each(|c| quantize_block(format, c, &mut out)),
     }
     out
@@ -285,17 +381,10 @@ pub(crate) mod tests {
     #[test]
     fn layouts_agree_with_the_gguf_reader() {
         use crate::gguf::GgmlType;
-        let pairs = [
-            (Format::F32, GgmlType::F32),
-            (Format::F16, GgmlType::F16),
-            (Format::Q4_0, GgmlType::Q4_0),
-            (Format::Q4_1, GgmlType::Q4_1),
-            (Format::Q5_0, GgmlType::Q5_0),
-            (Format::Q5_1, GgmlType::Q5_1),
-            (Format::Q8_0, GgmlType::Q8_0),
-        ];
-        for (format, ty) in pairs {
-            assert_eq!((format.block_elems(), format.block_bytes()), (ty.block_elems(), ty.block_bytes()), "{format:?}");
+        for format in Format::ALL {
+            let ty = (0..64).filter_map(GgmlType::from_id).find(|t| format!("{t:?}") == format!("{format:?}"));
+            let layout = ty.map(|t| (t.block_elems(), t.block_bytes()));
+            assert_eq!(Some((format.block_elems(), format.block_bytes())), layout, "{format:?}");
         }
     }
 
