@@ -289,6 +289,19 @@ impl Engine {
         Ok(scratch.logits)
     }
 
+    /// Teacher forcing: feeds `tokens` one at a time from an empty context (the decode
+    /// path) and calls `on_row` with the logits after each (`[vocab]`): what fidelity
+    /// measurements compare with another engine's on the same tokens.
+    pub fn teacher_forced(&self, tokens: &[u32], on_row: &mut dyn FnMut(&[f32])) -> Result<()> {
+        let mut kv = SequenceKv::uncached(&self.pool, Owner::local(), tokens.len());
+        let mut scratch = Scratch::default();
+        for token in tokens {
+            self.forward(std::slice::from_ref(token), &mut kv, &mut scratch, RowNeed::Logits)?;
+            on_row(&scratch.logits);
+        }
+        Ok(())
+    }
+
     /// Generates tokens for `request` as the single local tenant ([`Owner::local`]; for
     /// tests, benchmarks and embedding without tenants), calling `on_token` per token.
     pub fn generate(&self, request: &GenerateRequest, on_token: &mut dyn FnMut(&TokenEvent) -> ControlFlow<()>) -> Result<Generation> {

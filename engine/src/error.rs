@@ -91,6 +91,9 @@ pub enum Error {
     /// A tensor is stored in a format the CUDA kernels do not multiply.
     #[error("tensor {tensor}: format {format} is not supported by the CUDA backend (Q4_1 and Q8_0 are)")]
     CudaFormat { tensor: String, format: String },
+    /// A model needs a part of the forward pass the CUDA backend does not have.
+    #[error("the CUDA backend does not run {what} (plain Llama models only); use device = \"cpu\"")]
+    CudaArchitecture { what: String },
 }
 
 /// The engine's result type.

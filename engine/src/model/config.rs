@@ -1,18 +1,63 @@
-//! Hyper-parameters of a Llama-architecture model, read from GGUF metadata.
+//! Hyper-parameters of a Llama-family model, read from GGUF metadata.
 //!
-//! Owns the mapping from `{arch}.*` keys to [`LlamaConfig`] and the checks that the
-//! numbers fit together (heads divide the embedding, KV heads divide heads), so the
-//! forward pass can index without re-checking.
+//! Owns the mapping from `general.architecture` to an [`Arch`] and from `{arch}.*` keys to
+//! [`LlamaConfig`], and the checks that the numbers fit together (KV heads divide heads,
+//! RoPE fits a head), so the forward pass can index without re-checking.
 
 use crate::error::{Error, Result};
 use crate::gguf::Metadata;
 
-/// Architectures whose GGUF layout and forward pass are llama.cpp's LLM_ARCH_LLAMA.
-const LLAMA_LIKE: [&str; 1] = ["llama"];
+/// The architectures the forward pass implements, by llama.cpp's `general.architecture`
+/// names. They share the Llama block (RMSNorm, grouped-query attention with RoPE, SwiGLU);
+/// what differs is listed on each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arch {
+    /// Llama 1-3 and Mistral-style models: RoPE on adjacent pairs (the converter permutes
+    /// Q/K rows for it), optional `rope_freqs` (Llama 3's long-context factors) and
+    /// optional projection biases.
+    Llama,
+    /// Qwen 2 and 2.5: Q/K/V biases, RoPE on the two halves of a head (NeoX style).
+    Qwen2,
+    /// Qwen 3: no biases, an RMSNorm over each Q and K head before RoPE (NeoX style).
+    Qwen3,
+}
+
+impl Arch {
+    /// Every supported architecture, as GGUF names them.
+    pub const SUPPORTED: [(&'static str, Arch); 3] = [("llama", Arch::Llama), ("qwen2", Arch::Qwen2), ("qwen3", Arch::Qwen3)];
+
+    /// The architecture GGUF calls `name`.
+    pub fn from_name(name: &str) -> Option<Arch> {
+        Self::SUPPORTED.iter().find(|(n, _)| *n == name).map(|(_, a)| *a)
+    }
+
+    /// The GGUF name.
+    pub fn name(self) -> &'static str {
+        Self::SUPPORTED.iter().find(|(_, a)| *a == self).map_or("llama", |(n, _)| n)
+    }
+
+    /// How RoPE pairs a head's dimensions.
+    pub fn rope_pairs(self) -> RopePairs {
+        match self {
+            Arch::Llama => RopePairs::Adjacent,
+            Arch::Qwen2 | Arch::Qwen3 => RopePairs::Halves,
+        }
+    }
+}
+
+/// Which dimensions of a head RoPE rotates together (llama.cpp's rope types).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopePairs {
+    /// `(2i, 2i + 1)`: LLAMA_ROPE_TYPE_NORM.
+    Adjacent,
+    /// `(i, i + dims / 2)`: LLAMA_ROPE_TYPE_NEOX.
+    Halves,
+}
 
 /// Shape and numeric constants of the model.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LlamaConfig {
+    pub arch: Arch,
     pub n_embd: usize,
     pub n_layer: usize,
     pub n_head: usize,
@@ -25,6 +70,9 @@ pub struct LlamaConfig {
     pub rope_base: f32,
     /// Leading dimensions of each head that RoPE rotates.
     pub rope_dims: usize,
+    /// Positions are multiplied by this before rotation (`rope.scaling.type = "linear"`:
+    /// `1 / rope.scaling.factor`; 1 otherwise).
+    pub rope_freq_scale: f32,
     pub rms_eps: f32,
 }
 
@@ -32,27 +80,45 @@ impl LlamaConfig {
     /// Reads the configuration; `vocab_fallback` is used when `{arch}.vocab_size` is absent
     /// (older files: the length of `tokenizer.ggml.tokens`).
     pub fn from_metadata(meta: &Metadata, vocab_fallback: usize) -> Result<LlamaConfig> {
-        let arch = meta.architecture()?;
-        if !LLAMA_LIKE.contains(&arch) {
-            return Err(Error::Metadata { key: "general.architecture".into(), reason: format!("{arch:?} is not supported (llama only)") });
-        }
-        let u = |k: &str| meta.u32(&format!("{arch}.{k}")).map(|v| v as usize);
+        let name = meta.architecture()?;
+        let Some(arch) = Arch::from_name(name) else {
+            let supported: Vec<&str> = Arch::SUPPORTED.iter().map(|(n, _)| *n).collect();
+            return Err(Error::Metadata { key: "general.architecture".into(), reason: format!("{name:?} is not supported (supported: {})", supported.join(", ")) });
+        };
+        let u = |k: &str| meta.u32(&format!("{name}.{k}")).map(|v| v as usize);
         let n_embd = u("embedding_length")?;
         let n_head = u("attention.head_count")?;
         let n_head_kv = u("attention.head_count_kv").unwrap_or(n_head);
-        let bad = |key: &str, reason: String| Error::Metadata { key: format!("{arch}.{key}"), reason };
-        if n_head == 0 || n_embd % n_head != 0 {
-            return Err(bad("attention.head_count", format!("{n_head} heads do not divide {n_embd}")));
+        let bad = |key: &str, reason: String| Error::Metadata { key: format!("{name}.{key}"), reason };
+        if n_head == 0 {
+            return Err(bad("attention.head_count", "no heads".into()));
         }
         if n_head_kv == 0 || n_head % n_head_kv != 0 {
             return Err(bad("attention.head_count_kv", format!("{n_head_kv} KV heads do not divide {n_head} heads")));
         }
-        let head_dim = n_embd / n_head;
+        // Heads may be wider than n_embd / n_head (Qwen 3): then the file says how wide.
+        let head_dim = match u("attention.key_length") {
+            Ok(d) => d,
+            Err(_) if n_embd % n_head == 0 => n_embd / n_head,
+            Err(_) => return Err(bad("attention.head_count", format!("{n_head} heads do not divide {n_embd}"))),
+        };
+        if head_dim == 0 || u("attention.value_length").is_ok_and(|v| v != head_dim) {
+            return Err(bad("attention.value_length", format!("values must be as wide as keys ({head_dim})")));
+        }
         let rope_dims = u("rope.dimension_count").unwrap_or(head_dim);
         if rope_dims > head_dim || rope_dims % 2 != 0 {
             return Err(bad("rope.dimension_count", format!("{rope_dims} for head size {head_dim}")));
         }
+        let rope_freq_scale = match meta.get(&format!("{name}.rope.scaling.type")).map(|_| meta.str(&format!("{name}.rope.scaling.type"))).transpose()? {
+            None | Some("none") => 1.0,
+            Some("linear") => match meta.f32(&format!("{name}.rope.scaling.factor")) {
+                Ok(f) if f > 0.0 => 1.0 / f,
+                _ => return Err(bad("rope.scaling.factor", "linear scaling needs a positive factor".into())),
+            },
+            Some(other) => return Err(bad("rope.scaling.type", format!("{other:?} is not supported (none, linear)"))),
+        };
         Ok(LlamaConfig {
+            arch,
             n_embd,
             n_layer: u("block_count")?,
             n_head,
@@ -61,9 +127,10 @@ impl LlamaConfig {
             n_ff: u("feed_forward_length")?,
             vocab: u("vocab_size").unwrap_or(vocab_fallback),
             context_length: u("context_length")?,
-            rope_base: meta.f32(&format!("{arch}.rope.freq_base")).unwrap_or(10_000.0),
+            rope_base: meta.f32(&format!("{name}.rope.freq_base")).unwrap_or(10_000.0),
             rope_dims,
-            rms_eps: meta.f32(&format!("{arch}.attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
+            rope_freq_scale,
+            rms_eps: meta.f32(&format!("{name}.attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
         })
     }
 

@@ -1,9 +1,10 @@
-//! The Llama forward pass over a batch of consecutive tokens of one or more sequences.
+//! The Llama-family forward pass over a batch of consecutive tokens of one or more
+//! sequences.
 //!
-//! Owns the order of operations of a layer — RMSNorm, Q/K/V projections, RoPE, grouped-
-//! query attention over the KV cache, output projection, RMSNorm, SwiGLU feed-forward,
-//! residual adds — following llama.cpp's LLM_ARCH_LLAMA graph, so that greedy decoding
-//! agrees with it token for token. Prefill runs the whole prompt as one batch (matrix-
+//! Owns the order of operations of a layer — RMSNorm, Q/K/V projections (and their biases),
+//! per-head Q/K RMSNorm (Qwen 3), RoPE, grouped-query attention over the KV cache, output
+//! projection, RMSNorm, SwiGLU feed-forward, residual adds — following llama.cpp's graphs
+//! for each [`Arch`](super::Arch), so that greedy decoding agrees with it token for token. Prefill runs the whole prompt as one batch (matrix-
 //! matrix products); decode is the same code with one token.
 //!
 //! Two paths share everything but the matrix products: `Path::fast` (quantized
@@ -17,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::kv::{HeadBlock, LayerKv, SequenceKv};
 use crate::sample::{GreedyRow, RowNeed};
 
-use super::{Layer, Llama};
+use super::{Layer, Llama, RopePairs};
 
 /// Query positions per attention task: enough tasks to balance, few enough to be cheap.
 const ATTENTION_TOKEN_STEP: usize = 16;
@@ -219,6 +220,17 @@ impl Llama {
         norm_rows(&s.x, &l.attn_norm, c.rms_eps, c.n_embd, &mut s.xn);
         path.project(&[&l.wq, &l.wk, &l.wv], &s.xn, c.n_embd, &mut s.acts, &mut s.qkv)?;
         let (qd, kd) = (c.q_dim(), c.kv_dim());
+        if l.bq.is_some() || l.bk.is_some() || l.bv.is_some() {
+            for row in s.qkv.chunks_exact_mut(qd + 2 * kd) {
+                let (q, rest) = row.split_at_mut(qd);
+                let (k, v) = rest.split_at_mut(kd);
+                for (x, b) in [(q, &l.bq), (k, &l.bk), (v, &l.bv)] {
+                    if let Some(b) = b {
+                        x.iter_mut().zip(b).for_each(|(x, b)| *x += b);
+                    }
+                }
+            }
+        }
         s.attn.resize(n * qd, 0.0);
         for (seg, &at) in segments.iter_mut().zip(first) {
             if seg.error.is_some() {
@@ -227,30 +239,46 @@ impl Llama {
             let rows = at..at + seg.tokens.len();
             let qkv = &mut s.qkv[rows.start * (qd + 2 * kd)..rows.end * (qd + 2 * kd)];
             let attn = &mut s.attn[rows.start * qd..rows.end * qd];
-            if let Err(e) = self.attend_segment(path.cpu, li, seg.kv, qkv, &mut s.rope, &mut s.scores, attn) {
+            if let Err(e) = self.attend_segment(path.cpu, li, l, seg.kv, qkv, &mut s.rope, &mut s.scores, attn) {
                 // Fail closed: this sequence's rows carry nothing read from the cache.
                 attn.fill(0.0);
                 seg.error = Some(e);
             }
         }
         path.project(&[&l.wo], &s.attn, qd, &mut s.acts, &mut s.proj)?;
+        if let Some(bo) = &l.bo {
+            for row in s.proj.chunks_exact_mut(c.n_embd) {
+                row.iter_mut().zip(bo).for_each(|(x, b)| *x += b);
+            }
+        }
         s.x.iter_mut().zip(&s.proj).for_each(|(x, p)| *x += p);
         Ok(())
     }
 
-    /// RoPE, the cache write and checked attention of one segment's rows
+    /// Per-head norms, RoPE, the cache write and checked attention of one segment's rows
     /// (`qkv`: `[tokens, q_dim + 2 * kv_dim]`, `out`: `[tokens, q_dim]`).
     #[allow(clippy::too_many_arguments)]
-    fn attend_segment(&self, cpu: &Cpu, li: usize, kv: &mut SequenceKv<'_>, qkv: &mut [f32], rope: &mut Vec<(f32, f32)>, scores: &mut Vec<f32>, out: &mut [f32]) -> Result<()> {
+    fn attend_segment(&self, cpu: &Cpu, li: usize, l: &Layer, kv: &mut SequenceKv<'_>, qkv: &mut [f32], rope: &mut Vec<(f32, f32)>, scores: &mut Vec<f32>, out: &mut [f32]) -> Result<()> {
         let c = &self.config;
         let (qd, kd) = (c.q_dim(), c.kv_dim());
         let start = kv.len();
+        let mut head = vec![0.0f32; c.head_dim];
         for (t, row) in qkv.chunks_exact_mut(qd + 2 * kd).enumerate() {
-            ops::rope_table(start + t, c.rope_dims, c.rope_base, rope);
+            ops::rope_table(start + t, c.rope_dims, c.rope_base, c.rope_freq_scale, self.rope_freqs.as_deref(), rope);
             let (q, rest) = row.split_at_mut(qd);
             let (k, v) = rest.split_at_mut(kd);
-            rope_heads(q, c.head_dim, rope);
-            rope_heads(k, c.head_dim, rope);
+            for (x, norm) in [(&mut *q, &l.q_norm), (&mut *k, &l.k_norm)] {
+                if let Some(w) = norm {
+                    for h in x.chunks_exact_mut(c.head_dim) {
+                        head.copy_from_slice(h);
+                        ops::rms_norm(&head, w, c.rms_eps, h);
+                    }
+                }
+                match c.arch.rope_pairs() {
+                    RopePairs::Adjacent => rope_heads(x, c.head_dim, rope),
+                    RopePairs::Halves => ops::rope_halves(x, c.head_dim, rope),
+                }
+            }
             kv.write(li, start + t, k, v)?;
         }
         // Owner and bounds are checked here, once per block of this layer.

@@ -1,5 +1,5 @@
-//! A Llama-architecture model: its weights, and the forward pass over a sequence's paged
-//! KV cache (`crate::kv`).
+//! A Llama-family model (see [`Arch`]): its weights, and the forward pass over a
+//! sequence's paged KV cache (`crate::kv`).
 //!
 //! Owns the tensors of the model, copied out of the GGUF file into owned buffers at load
 //! (so the model outlives the file mapping and can be shared across threads), and their
@@ -11,7 +11,7 @@
 pub mod config;
 mod forward;
 
-pub use config::LlamaConfig;
+pub use config::{Arch, LlamaConfig, RopePairs};
 pub use forward::{Path, Scratch, Segment};
 
 use crate::backend::cpu::{Format, Matrix, MatrixSource};
@@ -29,6 +29,15 @@ pub(crate) struct Layer {
     pub wv: Matrix,
     /// `[n_embd, q_dim]`
     pub wo: Matrix,
+    /// Projection biases where the model has them (Qwen 2; some Llama variants):
+    /// `[q_dim]`, `[kv_dim]`, `[kv_dim]`, `[n_embd]`.
+    pub bq: Option<Vec<f32>>,
+    pub bk: Option<Vec<f32>>,
+    pub bv: Option<Vec<f32>>,
+    pub bo: Option<Vec<f32>>,
+    /// RMSNorm weights over each query and key head before RoPE (Qwen 3): `[head_dim]`.
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
     /// `[n_embd]`
     pub ffn_norm: Vec<f32>,
     /// `[n_ff, n_embd]` each
@@ -49,6 +58,8 @@ pub struct Llama {
     pub(crate) norm: Vec<f32>,
     /// `[vocab, n_embd]`; `None` when the head is tied to `embed`.
     pub(crate) output: Option<Matrix>,
+    /// `[rope_dims / 2]` divisors of the rotation frequencies (Llama 3's `rope_freqs`).
+    pub(crate) rope_freqs: Option<Vec<f32>>,
 }
 
 impl Llama {
@@ -72,12 +83,23 @@ impl Llama {
         let mut take = || matrices.next().ok_or_else(|| Error::Shape { tensor: "model".into(), reason: "fewer matrices loaded than named".into() });
         let layers = (0..c.n_layer)
             .map(|i| {
+                let optional = |name: &str, len: usize| optional_vector(file, &format!("blk.{i}.{name}"), len);
+                let head_norm = |name: &str| match c.arch {
+                    Arch::Qwen3 => vector(file, &format!("blk.{i}.{name}"), c.head_dim).map(Some),
+                    Arch::Llama | Arch::Qwen2 => Ok(None),
+                };
                 Ok(Layer {
                     attn_norm: vector(file, &format!("blk.{i}.attn_norm.weight"), c.n_embd)?,
                     wq: take()?,
                     wk: take()?,
                     wv: take()?,
                     wo: take()?,
+                    bq: optional("attn_q.bias", c.q_dim())?,
+                    bk: optional("attn_k.bias", c.kv_dim())?,
+                    bv: optional("attn_v.bias", c.kv_dim())?,
+                    bo: optional("attn_output.bias", c.n_embd)?,
+                    q_norm: head_norm("attn_q_norm.weight")?,
+                    k_norm: head_norm("attn_k_norm.weight")?,
                     ffn_norm: vector(file, &format!("blk.{i}.ffn_norm.weight"), c.n_embd)?,
                     gate: take()?,
                     up: take()?,
@@ -86,7 +108,25 @@ impl Llama {
             })
             .collect::<Result<Vec<_>>>()?;
         let output = if tied { None } else { Some(take()?) };
-        Ok(Llama { embed: take()?, norm: vector(file, "output_norm.weight", c.n_embd)?, layers, output, config })
+        let rope_freqs = optional_vector(file, "rope_freqs.weight", c.rope_dims / 2)?;
+        Ok(Llama { embed: take()?, norm: vector(file, "output_norm.weight", c.n_embd)?, layers, output, rope_freqs, config })
+    }
+
+    /// What this model needs beyond the plain Llama block (another architecture, biases,
+    /// frequency factors, scaled positions), if anything: for backends that lack it.
+    pub fn beyond_plain_llama(&self) -> Option<String> {
+        let c = &self.config;
+        let l = self.layers.first();
+        let biased = l.is_some_and(|l| l.bq.is_some() || l.bk.is_some() || l.bv.is_some() || l.bo.is_some());
+        if c.arch != Arch::Llama {
+            Some(format!("the {} architecture", c.arch.name()))
+        } else if biased {
+            Some("projection biases".into())
+        } else if self.rope_freqs.is_some() || c.rope_freq_scale != 1.0 {
+            Some("scaled RoPE frequencies".into())
+        } else {
+            None
+        }
     }
 
     /// Bytes of the weight mapping the kernels back with huge pages (see
@@ -136,6 +176,15 @@ fn source<'f>(file: &'f GgufFile, name: &str, rows: usize, cols: usize) -> Resul
         return Err(Error::Shape { tensor: name.to_owned(), reason: format!("dims {dims:?}, expected [{cols}, {rows}]") });
     }
     Ok(MatrixSource { name: name.to_owned(), format: format_of(&t)?, rows, cols, ggml: t.data })
+}
+
+/// [`vector`], or `None` when the file has no tensor `name`.
+fn optional_vector(file: &GgufFile, name: &str, len: usize) -> Result<Option<Vec<f32>>> {
+    match file.tensor(name) {
+        Ok(_) => vector(file, name, len).map(Some),
+        Err(Error::MissingTensor { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// A 1-D tensor of `len` values as f32 (norm weights).

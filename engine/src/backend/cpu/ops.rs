@@ -19,13 +19,16 @@ pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
 }
 
 /// Rotation angles for one position: `[dims / 2]` pairs of (cos, sin), with
-/// `theta_i = pos * base^(-2i / dims)` built by repeated multiplication like the reference.
-pub fn rope_table(pos: usize, dims: usize, base: f32, out: &mut Vec<(f32, f32)>) {
+/// `theta_i = freq_scale * pos * base^(-2i / dims) / factors[i]` (no factors: 1), the
+/// power built by repeated multiplication and the rest applied in the reference's order.
+pub fn rope_table(pos: usize, dims: usize, base: f32, freq_scale: f32, factors: Option<&[f32]>, out: &mut Vec<(f32, f32)>) {
     out.clear();
     let step = base.powf(-2.0 / dims as f32);
     let mut theta = pos as f32;
-    for _ in 0..dims / 2 {
-        out.push((theta.cos(), theta.sin()));
+    for i in 0..dims / 2 {
+        let factor = factors.and_then(|f| f.get(i)).copied().unwrap_or(1.0);
+        let t = freq_scale * (theta / factor);
+        out.push((t.cos(), t.sin()));
         theta *= step;
     }
 }
@@ -39,6 +42,21 @@ pub fn rope(x: &mut [f32], head_dim: usize, table: &[(f32, f32)]) {
             let (a, b) = (pair[0], pair[1]);
             pair[0] = a * c - b * s;
             pair[1] = a * s + b * c;
+        }
+    }
+}
+
+/// Rotates the pairs `(x[i], x[i + dims / 2])` of the leading `dims = 2 * table.len()`
+/// dimensions of every head in `x` (`[heads, head_dim]`): the NeoX-style RoPE of llama.cpp's
+/// LLAMA_ROPE_TYPE_NEOX (Qwen, Gemma).
+pub fn rope_halves(x: &mut [f32], head_dim: usize, table: &[(f32, f32)]) {
+    let half = table.len();
+    for head in x.chunks_exact_mut(head_dim) {
+        let (lo, hi) = head[..2 * half].split_at_mut(half);
+        for ((a, b), (c, s)) in lo.iter_mut().zip(hi.iter_mut()).zip(table) {
+            let (x0, x1) = (*a, *b);
+            *a = x0 * c - x1 * s;
+            *b = x0 * s + x1 * c;
         }
     }
 }
@@ -129,11 +147,11 @@ mod tests {
     #[test]
     fn rope_at_position_zero_is_identity_and_preserves_norm() {
         let mut t = Vec::new();
-        rope_table(0, 8, 10000.0, &mut t);
+        rope_table(0, 8, 10000.0, 1.0, None, &mut t);
         let mut x = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
         rope(&mut x, 8, &t);
         assert_eq!(x, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
-        rope_table(17, 8, 10000.0, &mut t);
+        rope_table(17, 8, 10000.0, 1.0, None, &mut t);
         let before: f32 = x.iter().map(|v| v * v).sum();
         rope(&mut x, 8, &t);
         let after: f32 = x.iter().map(|v| v * v).sum();

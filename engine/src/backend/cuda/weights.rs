@@ -51,6 +51,9 @@ impl DeviceWeights {
     /// Uploads `model` (loaded from `file`) with RoPE angles for positions `0..max_pos`.
     pub fn upload(cuda: &Arc<Cuda>, file: &GgufFile, model: &Llama, max_pos: usize) -> Result<DeviceWeights> {
         let c = &model.config;
+        if let Some(what) = model.beyond_plain_llama() {
+            return Err(Error::CudaArchitecture { what });
+        }
         let m = |w: &Matrix| matrix(cuda, file, w);
         let stacked = |ws: &[&Matrix]| stack(cuda, file, ws);
         let v = |x: &[f32]| cuda.stream().clone_htod(x).map_err(cuda_error("weight upload"));
@@ -71,7 +74,7 @@ impl DeviceWeights {
         let mut table = Vec::with_capacity(max_pos * c.rope_dims);
         let mut angles = Vec::new();
         for pos in 0..max_pos {
-            ops::rope_table(pos, c.rope_dims, c.rope_base, &mut angles);
+            ops::rope_table(pos, c.rope_dims, c.rope_base, 1.0, None, &mut angles);
             table.extend(angles.iter().flat_map(|(cos, sin)| [*cos, *sin]));
         }
         Ok(DeviceWeights {
