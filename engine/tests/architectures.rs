@@ -42,7 +42,7 @@ fn argmax(row: &[f32]) -> usize {
 fn every_architecture_follows_llama_cpp_token_by_token() {
     let cases = cases();
     let models = cases["models"].as_object().unwrap_or_else(|| panic!("no models"));
-    assert_eq!(models.len(), 3, "llama3, qwen2, qwen3");
+    assert_eq!(models.len(), 4, "llama3, qwen2, qwen3, gemma3");
     for (name, case) in models {
         let engine = Engine::load(&fixtures().join(format!("{name}.gguf")), EngineOptions { threads: 1, ctx_tokens: 64, ..EngineOptions::default() })
             .unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -96,5 +96,5 @@ fn an_unknown_architecture_is_refused_with_the_supported_ones_named() {
     let path = dir.path().join("qwen9.gguf");
     std::fs::write(&path, bytes).unwrap_or_else(|e| panic!("{e}"));
     let err = Engine::load(&path, EngineOptions { threads: 1, ctx_tokens: 64, ..EngineOptions::default() }).err().map(|e| e.to_string()).unwrap_or_default();
-    assert!(err.contains("\"qwen9\"") && err.contains("llama, qwen2, qwen3"), "{err}");
+    assert!(err.contains("\"qwen9\"") && err.contains("llama, qwen2, qwen3, gemma3"), "{err}");
 }

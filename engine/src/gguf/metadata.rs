@@ -175,6 +175,19 @@ impl Metadata {
         items.iter().map(|v| integer(key, v)).collect()
     }
 
+    /// An array of floats (f32, or f64 narrowed).
+    pub fn f32_array(&self, key: &str) -> Result<Vec<f32>> {
+        self.array(key)?
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                MetaValue::F32(x) => Ok(*x),
+                MetaValue::F64(x) => Ok(*x as f32),
+                other => Err(error(key, &format!("element {i} is {}, not a float", other.type_name()))),
+            })
+            .collect()
+    }
+
     /// `general.architecture`.
     pub fn architecture(&self) -> Result<&str> {
         self.str("general.architecture")

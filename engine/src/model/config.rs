@@ -20,11 +20,15 @@ pub enum Arch {
     Qwen2,
     /// Qwen 3: no biases, an RMSNorm over each Q and K head before RoPE (NeoX style).
     Qwen3,
+    /// Gemma 3: embeddings scaled by sqrt(n_embd), per-head Q/K RMSNorm, RMSNorm after
+    /// attention and after the feed-forward too, a GELU-gated feed-forward, NeoX RoPE, and
+    /// sliding-window layers (all but every sixth) with their own RoPE base.
+    Gemma3,
 }
 
 impl Arch {
     /// Every supported architecture, as GGUF names them.
-    pub const SUPPORTED: [(&'static str, Arch); 3] = [("llama", Arch::Llama), ("qwen2", Arch::Qwen2), ("qwen3", Arch::Qwen3)];
+    pub const SUPPORTED: [(&'static str, Arch); 4] = [("llama", Arch::Llama), ("qwen2", Arch::Qwen2), ("qwen3", Arch::Qwen3), ("gemma3", Arch::Gemma3)];
 
     /// The architecture GGUF calls `name`.
     pub fn from_name(name: &str) -> Option<Arch> {
@@ -40,9 +44,31 @@ impl Arch {
     pub fn rope_pairs(self) -> RopePairs {
         match self {
             Arch::Llama => RopePairs::Adjacent,
-            Arch::Qwen2 | Arch::Qwen3 => RopePairs::Halves,
+            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma3 => RopePairs::Halves,
         }
     }
+
+    /// The feed-forward's gate activation.
+    pub fn gate(self) -> Gate {
+        match self {
+            Arch::Gemma3 => Gate::GeluTanh,
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => Gate::Silu,
+        }
+    }
+
+    /// Whether Q and K heads are RMS-normalised before RoPE.
+    pub fn norms_heads(self) -> bool {
+        matches!(self, Arch::Qwen3 | Arch::Gemma3)
+    }
+}
+
+/// The activation of the feed-forward's gate (`act(gate) * up`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// SwiGLU.
+    Silu,
+    /// GeGLU with the tanh approximation of GELU.
+    GeluTanh,
 }
 
 /// Which dimensions of a head RoPE rotates together (llama.cpp's rope types).
@@ -71,8 +97,15 @@ pub struct LlamaConfig {
     /// Leading dimensions of each head that RoPE rotates.
     pub rope_dims: usize,
     /// Positions are multiplied by this before rotation (`rope.scaling.type = "linear"`:
-    /// `1 / rope.scaling.factor`; 1 otherwise).
+    /// `1 / rope.scaling.factor`; 1 otherwise). Sliding-window layers take neither.
     pub rope_freq_scale: f32,
+    /// Sliding-window attention: how many positions (the query's own included) its layers
+    /// see, and which layers they are (`[n_layer]`); `None` when every layer sees all.
+    pub window: Option<(usize, Vec<bool>)>,
+    /// The RoPE base of sliding-window layers (`rope.freq_base_swa`, else 10,000).
+    pub rope_base_local: f32,
+    /// `logits = cap * tanh(logits / cap)` when set (`final_logit_softcapping`).
+    pub logit_softcap: Option<f32>,
     pub rms_eps: f32,
 }
 
@@ -117,10 +150,19 @@ impl LlamaConfig {
             },
             Some(other) => return Err(bad("rope.scaling.type", format!("{other:?} is not supported (none, linear)"))),
         };
+        let n_layer = u("block_count")?;
+        // Gemma 3's layers alternate: every `pattern`-th sees the whole context.
+        let window = match (arch, u("attention.sliding_window")) {
+            (Arch::Gemma3, Ok(w)) if w > 0 => {
+                let pattern = u("attention.sliding_window_pattern").unwrap_or(6).max(1);
+                Some((w, (0..n_layer).map(|il| il % pattern < pattern - 1).collect()))
+            }
+            _ => None,
+        };
         Ok(LlamaConfig {
             arch,
             n_embd,
-            n_layer: u("block_count")?,
+            n_layer,
             n_head,
             n_head_kv,
             head_dim,
@@ -130,8 +172,30 @@ impl LlamaConfig {
             rope_base: meta.f32(&format!("{name}.rope.freq_base")).unwrap_or(10_000.0),
             rope_dims,
             rope_freq_scale,
+            window,
+            rope_base_local: meta.f32(&format!("{name}.rope.freq_base_swa")).unwrap_or(10_000.0),
+            logit_softcap: meta.f32(&format!("{name}.final_logit_softcapping")).ok().filter(|c| *c > 0.0),
             rms_eps: meta.f32(&format!("{name}.attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
         })
+    }
+
+    /// Whether layer `il` attends through the sliding window.
+    pub fn is_local(&self, il: usize) -> bool {
+        self.window.as_ref().is_some_and(|(_, local)| local.get(il).copied().unwrap_or(false))
+    }
+
+    /// RoPE base and position scale of layer `il`.
+    pub fn rope_of(&self, il: usize) -> (f32, f32) {
+        if self.is_local(il) {
+            (self.rope_base_local, 1.0)
+        } else {
+            (self.rope_base, self.rope_freq_scale)
+        }
+    }
+
+    /// How many positions back layer `il` sees (the query's own included); `None`: all.
+    pub fn window_of(&self, il: usize) -> Option<usize> {
+        self.window.as_ref().filter(|_| self.is_local(il)).map(|(w, _)| *w)
     }
 
     /// Width of one token's keys (or values): `n_head_kv * head_dim`.

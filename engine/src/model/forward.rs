@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::kv::{HeadBlock, LayerKv, SequenceKv};
 use crate::sample::{GreedyRow, RowNeed};
 
-use super::{Layer, Llama, RopePairs};
+use super::{Arch, Gate, Layer, Llama, RopePairs};
 
 /// Query positions per attention task: enough tasks to balance, few enough to be cheap.
 const ATTENTION_TOKEN_STEP: usize = 16;
@@ -176,6 +176,10 @@ impl Llama {
         let live = segments.iter().filter(|seg| seg.error.is_none());
         for (t, row) in live.flat_map(|seg| seg.tokens).zip(s.x.chunks_exact_mut(c.n_embd)) {
             self.embed.dequantize_row(*t as usize, row);
+            if c.arch == Arch::Gemma3 {
+                let scale = (c.n_embd as f32).sqrt();
+                row.iter_mut().for_each(|v| *v *= scale);
+            }
         }
         for (i, layer) in self.layers.iter().enumerate() {
             self.attention_block(path, i, layer, segments, &first, s)?;
@@ -191,6 +195,9 @@ impl Llama {
             }
         }
         path.project(&[self.head()], &last, c.n_embd, &mut s.acts, &mut s.logits)?;
+        if let Some(cap) = c.logit_softcap {
+            s.logits.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
+        }
         for (seg, logits) in segments.iter().zip(s.logits.chunks_exact_mut(c.vocab)) {
             if seg.error.is_some() {
                 logits.fill(0.0);
@@ -251,6 +258,9 @@ impl Llama {
                 row.iter_mut().zip(bo).for_each(|(x, b)| *x += b);
             }
         }
+        if let Some(w) = &l.post_attn_norm {
+            norm_in_place(&mut s.proj, w, c.rms_eps, c.n_embd);
+        }
         s.x.iter_mut().zip(&s.proj).for_each(|(x, p)| *x += p);
         Ok(())
     }
@@ -262,17 +272,14 @@ impl Llama {
         let c = &self.config;
         let (qd, kd) = (c.q_dim(), c.kv_dim());
         let start = kv.len();
-        let mut head = vec![0.0f32; c.head_dim];
         for (t, row) in qkv.chunks_exact_mut(qd + 2 * kd).enumerate() {
-            ops::rope_table(start + t, c.rope_dims, c.rope_base, c.rope_freq_scale, self.rope_freqs.as_deref(), rope);
+            let (base, scale) = c.rope_of(li);
+            ops::rope_table(start + t, c.rope_dims, base, scale, self.rope_freqs.as_deref(), rope);
             let (q, rest) = row.split_at_mut(qd);
             let (k, v) = rest.split_at_mut(kd);
             for (x, norm) in [(&mut *q, &l.q_norm), (&mut *k, &l.k_norm)] {
                 if let Some(w) = norm {
-                    for h in x.chunks_exact_mut(c.head_dim) {
-                        head.copy_from_slice(h);
-                        ops::rms_norm(&head, w, c.rms_eps, h);
-                    }
+                    norm_in_place(x, w, c.rms_eps, c.head_dim);
                 }
                 match c.arch.rope_pairs() {
                     RopePairs::Adjacent => rope_heads(x, c.head_dim, rope),
@@ -283,34 +290,39 @@ impl Llama {
         }
         // Owner and bounds are checked here, once per block of this layer.
         let view = kv.layer(li, start + out.len() / qd)?;
-        self.attend(cpu, start, &view, qkv, scores, out);
+        self.attend(cpu, start, &view, c.window_of(li), qkv, scores, out);
         Ok(())
     }
 
-    /// `x += W_down · (silu(W_gate · n(x)) * (W_up · n(x)))`.
+    /// `x += n'(W_down · (act(W_gate · n(x)) * (W_up · n(x))))`: SiLU or GELU by the
+    /// architecture's [`Gate`], `n'` only where the model has a post-feed-forward norm.
     fn ffn_block(&self, path: Path<'_>, l: &Layer, s: &mut Scratch) -> Result<()> {
         let c = &self.config;
         let n = s.x.len() / c.n_embd;
         norm_rows(&s.x, &l.ffn_norm, c.rms_eps, c.n_embd, &mut s.xn);
         s.proj.resize(n * c.n_embd, 0.0);
-        let quantized = !path.reference && l.down.takes_quantized();
+        let swiglu = c.arch.gate() == Gate::Silu;
+        let quantized = !path.reference && l.down.takes_quantized() && swiglu;
+        let mut fused = false;
         if quantized && n > 1 && l.gate.takes_quantized() && l.up.takes_quantized() {
             // A batch's products, SwiGLU and its quantization in one parallel job (one
             // token measured slower so: each task reads two streams of weights).
             s.acts.set_quantized(&path.cpu.pool, &s.xn, c.n_embd);
-            if path.cpu.matmul_swiglu(&l.gate, &l.up, &s.acts, &mut s.hidden)? {
+            fused = path.cpu.matmul_swiglu(&l.gate, &l.up, &s.acts, &mut s.hidden)?;
+            if fused {
                 path.cpu.matmul(&[&l.down], &s.hidden, &mut s.proj)?;
-                s.x.iter_mut().zip(&s.proj).for_each(|(x, p)| *x += p);
-                return Ok(());
             }
         }
-        path.project(&[&l.gate, &l.up], &s.xn, c.n_embd, &mut s.acts, &mut s.gu)?;
-        if quantized && c.n_ff.is_multiple_of(32) {
+        if fused {
+            // The down product is done.
+        } else if quantized && c.n_ff.is_multiple_of(32) {
+            path.project(&[&l.gate, &l.up], &s.xn, c.n_embd, &mut s.acts, &mut s.gu)?;
             // The hidden activations are read only quantized: SwiGLU goes straight into
             // the down product's blocks, with no f32 pass in between.
             s.acts.set_swiglu(&path.cpu.pool, &s.gu, c.n_ff);
             path.cpu.matmul(&[&l.down], &s.acts, &mut s.proj)?;
         } else {
+            path.project(&[&l.gate, &l.up], &s.xn, c.n_embd, &mut s.acts, &mut s.gu)?;
             s.h.resize(n * c.n_ff, 0.0);
             let gu = &s.gu;
             let ff = c.n_ff;
@@ -318,10 +330,18 @@ impl Llama {
                 for t in rows {
                     let out = tile.row(t);
                     out.copy_from_slice(&gu[t * 2 * ff..t * 2 * ff + ff]);
-                    ops::swiglu(out, &gu[t * 2 * ff + ff..(t + 1) * 2 * ff]);
+                    let up = &gu[t * 2 * ff + ff..(t + 1) * 2 * ff];
+                    if swiglu {
+                        ops::swiglu(out, up);
+                    } else {
+                        ops::geglu(out, up);
+                    }
                 }
             });
             path.project(&[&l.down], &s.h, c.n_ff, &mut s.acts, &mut s.proj)?;
+        }
+        if let Some(w) = &l.post_ffn_norm {
+            norm_in_place(&mut s.proj, w, c.rms_eps, c.n_embd);
         }
         s.x.iter_mut().zip(&s.proj).for_each(|(x, p)| *x += p);
         Ok(())
@@ -332,12 +352,13 @@ impl Llama {
     /// share a KV head read its keys and values together. `out` is `[tokens, q_dim]`.
     /// Block by block: scores against the head's f16 keys, softmax, then the probability-
     /// weighted f16 values, all read through the checked view.
-    fn attend(&self, cpu: &Cpu, start: usize, kv: &LayerKv<'_>, qkv: &[f32], scores: &mut Vec<f32>, out: &mut [f32]) {
+    #[allow(clippy::too_many_arguments)]
+    fn attend(&self, cpu: &Cpu, start: usize, kv: &LayerKv<'_>, window: Option<usize>, qkv: &[f32], scores: &mut Vec<f32>, out: &mut [f32]) {
         let c = &self.config;
         let (hd, qd, kd) = (c.head_dim, c.q_dim(), c.kv_dim());
         // One thread gains nothing from the split.
         if out.len() == qd && cpu.pool.threads() > 1 {
-            return self.attend_one(cpu, start, kv, &qkv[..qd], scores, out);
+            return self.attend_one(cpu, start, kv, window, &qkv[..qd], scores, out);
         }
         let (group, bt) = (c.n_head / c.n_head_kv, kv.block_tokens());
         let scale = 1.0 / (hd as f32).sqrt();
@@ -371,6 +392,7 @@ impl Llama {
                     }
                 }
                 for probs in scores.chunks_mut(row_len) {
+                    outside_window(window, visible, probs);
                     attention::softmax_f16(&mut probs[..visible]);
                 }
                 let o = tile.row(t);
@@ -395,7 +417,8 @@ impl Llama {
     /// head takes the softmax and the value sums. (Splitting the value sums by dimensions
     /// too was measured slower: the two halves of a value row share cache-line pairs.)
     /// `scores` is scratch, reused across layers and steps.
-    fn attend_one(&self, cpu: &Cpu, start: usize, kv: &LayerKv<'_>, query: &[f32], scores: &mut Vec<f32>, out: &mut [f32]) {
+    #[allow(clippy::too_many_arguments)]
+    fn attend_one(&self, cpu: &Cpu, start: usize, kv: &LayerKv<'_>, window: Option<usize>, query: &[f32], scores: &mut Vec<f32>, out: &mut [f32]) {
         let c = &self.config;
         let (hd, group, bt) = (c.head_dim, c.n_head / c.n_head_kv, kv.block_tokens());
         let scale = 1.0 / (hd as f32).sqrt();
@@ -439,6 +462,7 @@ impl Llama {
                 probs.clear();
                 probs.extend_from_slice(&scores[kvh * group * row_len..(kvh + 1) * group * row_len]);
                 for p in probs.chunks_exact_mut(row_len) {
+                    outside_window(window, visible, p);
                     attention::softmax_f16(&mut p[..visible]);
                 }
                 let o = tile.row(0);
@@ -454,6 +478,24 @@ impl Llama {
                 }
             });
         });
+    }
+}
+
+/// Leaves out of the softmax the positions a sliding window of `window` positions ending
+/// at the query (the `visible`-th position) does not see.
+fn outside_window(window: Option<usize>, visible: usize, scores: &mut [f32]) {
+    if let Some(w) = window {
+        let first = visible.saturating_sub(w).min(scores.len());
+        scores[..first].fill(f32::NEG_INFINITY);
+    }
+}
+
+/// RMSNorm of every `[width]` row of `x` into `out`, in place when `out` is `None`.
+fn norm_in_place(x: &mut [f32], weight: &[f32], eps: f32, width: usize) {
+    let mut row = vec![0.0f32; width];
+    for r in x.chunks_exact_mut(width) {
+        row.copy_from_slice(r);
+        ops::rms_norm(&row, weight, eps, r);
     }
 }
 

@@ -11,7 +11,7 @@
 pub mod config;
 mod forward;
 
-pub use config::{Arch, LlamaConfig, RopePairs};
+pub use config::{Arch, Gate, LlamaConfig, RopePairs};
 pub use forward::{Path, Scratch, Segment};
 
 use crate::backend::cpu::{Format, Matrix, MatrixSource};
@@ -35,9 +35,14 @@ pub(crate) struct Layer {
     pub bk: Option<Vec<f32>>,
     pub bv: Option<Vec<f32>>,
     pub bo: Option<Vec<f32>>,
-    /// RMSNorm weights over each query and key head before RoPE (Qwen 3): `[head_dim]`.
+    /// RMSNorm weights over each query and key head before RoPE (Qwen 3, Gemma 3):
+    /// `[head_dim]`.
     pub q_norm: Option<Vec<f32>>,
     pub k_norm: Option<Vec<f32>>,
+    /// RMSNorm weights of the attention's and the feed-forward's outputs before their
+    /// residual adds (Gemma 3): `[n_embd]`.
+    pub post_attn_norm: Option<Vec<f32>>,
+    pub post_ffn_norm: Option<Vec<f32>>,
     /// `[n_embd]`
     pub ffn_norm: Vec<f32>,
     /// `[n_ff, n_embd]` each
@@ -84,9 +89,13 @@ impl Llama {
         let layers = (0..c.n_layer)
             .map(|i| {
                 let optional = |name: &str, len: usize| optional_vector(file, &format!("blk.{i}.{name}"), len);
-                let head_norm = |name: &str| match c.arch {
-                    Arch::Qwen3 => vector(file, &format!("blk.{i}.{name}"), c.head_dim).map(Some),
-                    Arch::Llama | Arch::Qwen2 => Ok(None),
+                let head_norm = |name: &str| match c.arch.norms_heads() {
+                    true => vector(file, &format!("blk.{i}.{name}"), c.head_dim).map(Some),
+                    false => Ok(None),
+                };
+                let post_norm = |name: &str| match c.arch {
+                    Arch::Gemma3 => vector(file, &format!("blk.{i}.{name}"), c.n_embd).map(Some),
+                    Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => Ok(None),
                 };
                 Ok(Layer {
                     attn_norm: vector(file, &format!("blk.{i}.attn_norm.weight"), c.n_embd)?,
@@ -100,6 +109,8 @@ impl Llama {
                     bo: optional("attn_output.bias", c.n_embd)?,
                     q_norm: head_norm("attn_q_norm.weight")?,
                     k_norm: head_norm("attn_k_norm.weight")?,
+                    post_attn_norm: post_norm("post_attention_norm.weight")?,
+                    post_ffn_norm: post_norm("post_ffw_norm.weight")?,
                     ffn_norm: vector(file, &format!("blk.{i}.ffn_norm.weight"), c.n_embd)?,
                     gate: take()?,
                     up: take()?,
@@ -122,7 +133,7 @@ impl Llama {
             Some(format!("the {} architecture", c.arch.name()))
         } else if biased {
             Some("projection biases".into())
-        } else if self.rope_freqs.is_some() || c.rope_freq_scale != 1.0 {
+        } else if self.rope_freqs.is_some() || c.rope_freq_scale != 1.0 || c.logit_softcap.is_some() {
             Some("scaled RoPE frequencies".into())
         } else {
             None

@@ -75,12 +75,43 @@ fn template_error(e: &minijinja::Error) -> Error {
     Error::Template { reason }
 }
 
+/// The turn format of Gemma models (their vocabulary's `<start_of_turn>`), for files that
+/// carry no template: a system message opens the first user turn, as Gemma's own template
+/// does.
+const GEMMA_TURNS: &str = r#"{{ bos_token }}
+{%- if messages and messages[0]['role'] == 'system' -%}
+{%- set first = messages[0]['content'] + '\n\n' -%}{%- set turns = messages[1:] -%}
+{%- else -%}{%- set first = '' -%}{%- set turns = messages -%}{%- endif -%}
+{%- for m in turns -%}
+{{ '<start_of_turn>' + ('model' if m['role'] == 'assistant' else 'user') + '\n' + (first if loop.first else '') + ((m['content'] or '') | trim) + '<end_of_turn>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"#;
+
+/// ChatML, for files without a template whose vocabulary is not Gemma's.
+const CHATML: &str = r#"{%- for m in messages -%}
+{{ '<|im_start|>' + m['role'] + '\n' + (m['content'] or '') + '<|im_end|>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\n' }}{%- endif -%}"#;
+
 impl ChatTemplate {
-    /// The template in `tokenizer.chat_template`, with BOS/EOS texts from the vocabulary.
+    /// The template in `tokenizer.chat_template`, with BOS/EOS texts from the vocabulary;
+    /// a file without one gets Gemma's turns if its vocabulary has them, else ChatML
+    /// (llama.cpp's fallback), and a warning.
     pub fn from_gguf(file: &GgufFile) -> Result<ChatTemplate> {
         let m = file.metadata();
-        let source = m.str("tokenizer.chat_template")?;
         let tokens = m.string_array("tokenizer.ggml.tokens")?;
+        let source = match m.get("tokenizer.chat_template") {
+            Some(_) => m.str("tokenizer.chat_template")?,
+            None => {
+                let gemma = tokens.contains(&"<start_of_turn>");
+                tracing::warn!(fallback = if gemma { "gemma turns" } else { "chatml" }, "the model file has no chat template (tokenizer.chat_template)");
+                if gemma {
+                    GEMMA_TURNS
+                } else {
+                    CHATML
+                }
+            }
+        };
         let token_text = |key: &str| -> Result<String> {
             if m.get(key).is_none() {
                 return Ok(String::new());
@@ -199,6 +230,24 @@ mod tests {
                 .unwrap();
             assert_eq!(got, case.rendered, "{}", case.name);
         }
+    }
+
+    #[test]
+    fn the_fallback_templates_render_gemma_turns_and_chatml() {
+        let messages = [
+            ChatMessage::new("system", "Be brief."),
+            ChatMessage::new("user", " Hi "),
+            ChatMessage::new("assistant", "Hello."),
+            ChatMessage::new("user", "Bye"),
+        ];
+        let gemma = ChatTemplate::new(GEMMA_TURNS, "<bos>", "<eos>").unwrap().render(&messages, None, true).unwrap();
+        assert_eq!(
+            gemma,
+            "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n\
+             <start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n"
+        );
+        let chatml = ChatTemplate::new(CHATML, "", "").unwrap().render(&messages[1..2], None, true).unwrap();
+        assert_eq!(chatml, "<|im_start|>user\n Hi <|im_end|>\n<|im_start|>assistant\n");
     }
 
     #[test]

@@ -80,6 +80,30 @@ pub(crate) fn swiglu_portable(gate: &mut [f32], up: &[f32]) {
 /// e)` for `x >= 0`, `x * e / (1 + e)` below. The AVX2 twin does these operations in this
 /// order.
 #[inline]
+/// `gate[i] = gelu(gate[i]) * up[i]` with the tanh form of GELU, as the reference
+/// computes it: the input rounded to f16 and the result read at f16 precision (its table
+/// of every f16), 0 at or below -10 and the identity at or above 10.
+pub fn geglu(gate: &mut [f32], up: &[f32]) {
+    for (g, u) in gate.iter_mut().zip(up) {
+        let x = *g;
+        let y = if x <= -10.0 {
+            0.0
+        } else if x >= 10.0 {
+            x
+        } else {
+            round_f16(gelu_tanh(round_f16(x)))
+        };
+        *g = y * u;
+    }
+}
+
+/// `0.5 x (1 + tanh(sqrt(2 / pi) x (1 + 0.044715 x^2)))`, in the reference's f32 order.
+fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    const COEF_A: f32 = 0.044_715;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + COEF_A * x * x)).tanh())
+}
+
 pub(crate) fn silu(x: f32) -> f32 {
     let e = super::attention::exp_nonpositive(-x.abs());
     let s = if x >= 0.0 { 1.0 } else { e };

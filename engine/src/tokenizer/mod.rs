@@ -1,11 +1,12 @@
-//! The model's tokenizer, built from the GGUF vocabulary with the `tokenizers` crate.
+//! The model's tokenizer, built from the GGUF vocabulary.
 //!
-//! Supports GPT-2 style byte-level BPE (`tokenizer.ggml.model = "gpt2"`): the BPE model
-//! comes from `tokenizer.ggml.tokens` and `tokenizer.ggml.merges`, the pre-tokenizer
-//! matches llama.cpp's regexes for `tokenizer.ggml.pre`, and control tokens
-//! (`tokenizer.ggml.token_type` 3) become special added tokens. Encoding with
-//! `parse_special = false` treats control-token text as plain text, like llama.cpp's
-//! `special = false`; user-defined tokens (type 4) are always matched, as there.
+//! GPT-2 style byte-level BPE (`tokenizer.ggml.model = "gpt2"`) runs on the `tokenizers`
+//! crate: the BPE model comes from `tokenizer.ggml.tokens` and `tokenizer.ggml.merges`, the
+//! pre-tokenizer matches llama.cpp's regexes for `tokenizer.ggml.pre`, and control tokens
+//! (`tokenizer.ggml.token_type` 3) become special added tokens. SentencePiece vocabularies
+//! (`"llama"`: Gemma) are encoded by `spm.rs`, llama.cpp's algorithm on the token scores.
+//! Encoding with `parse_special = false` treats control-token text as plain text, like
+//! llama.cpp's `special = false`; user-defined tokens (type 4) are always matched, as there.
 //!
 //! Decoding drops control tokens (llama.cpp's default); [`Tokenizer::token_bytes`] still
 //! gives their text. [`StreamDecoder`] releases text only once its UTF-8 is complete, so a
@@ -24,9 +25,12 @@ use tokenizers::{AddedToken, SplitDelimiterBehavior};
 use crate::gguf::GgufFile;
 use crate::{Error, Result};
 
+mod spm;
+
 /// `tokenizer.ggml.token_type` values (llama.cpp's `llama_token_type`).
 const TOKEN_TYPE_CONTROL: i32 = 3;
 const TOKEN_TYPE_USER_DEFINED: i32 = 4;
+const TOKEN_TYPE_BYTE: i32 = 6;
 
 /// Texts llama.cpp treats as end-of-generation whenever they are tokens of the vocabulary.
 const END_OF_GENERATION_TEXTS: [&str; 9] = [
@@ -46,12 +50,9 @@ const LLAMA3_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|
 /// llama.cpp's Qwen 2 pre-tokenizer regex.
 const QWEN2_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
-/// A byte-level BPE tokenizer for one model.
+/// A model's tokenizer: byte-level BPE or SentencePiece.
 pub struct Tokenizer {
-    /// Matches control-token text as control tokens.
-    special: tokenizers::Tokenizer,
-    /// The same, but control-token text is encoded as plain text.
-    plain: tokenizers::Tokenizer,
+    encoder: Encoder,
     /// Raw bytes of every token, concatenated: token `i` is `bytes[ends[i-1]..ends[i]]`.
     bytes: Vec<u8>,
     /// [vocab] end offset of each token in `bytes`.
@@ -74,6 +75,17 @@ impl std::fmt::Debug for Tokenizer {
     }
 }
 
+/// How text becomes ids.
+enum Encoder {
+    Bpe {
+        /// Matches control-token text as control tokens.
+        special: Box<tokenizers::Tokenizer>,
+        /// The same, but control-token text is encoded as plain text.
+        plain: Box<tokenizers::Tokenizer>,
+    },
+    Spm(Box<spm::Spm>),
+}
+
 fn err(reason: impl Into<String>) -> Error {
     Error::Tokenizer {
         reason: reason.into(),
@@ -85,9 +97,9 @@ impl Tokenizer {
     pub fn from_gguf(file: &GgufFile) -> Result<Tokenizer> {
         let m = file.metadata();
         let model = m.str("tokenizer.ggml.model")?;
-        if model != "gpt2" {
+        if model != "gpt2" && model != "llama" {
             return Err(err(format!(
-                "tokenizer model {model:?} is not supported (only \"gpt2\" byte-level BPE)"
+                "tokenizer model {model:?} is not supported (\"gpt2\" byte-level BPE and \"llama\" SentencePiece are)"
             )));
         }
         let tokens = m.string_array("tokenizer.ggml.tokens")?;
@@ -102,29 +114,41 @@ impl Tokenizer {
                 tokens.len()
             )));
         }
-        let pre = match m.get("tokenizer.ggml.pre") {
-            Some(_) => m.str("tokenizer.ggml.pre")?,
-            None => "gpt-2",
+        let flag = |key: &str, default: bool| -> Result<bool> {
+            match m.get(key) {
+                Some(_) => m.bool(key),
+                None => Ok(default),
+            }
         };
-        let special = build_hf(
-            &tokens,
-            &m.string_array("tokenizer.ggml.merges")?,
-            &types,
-            pre,
-        )?;
-        let mut plain = special.clone();
-        plain.set_encode_special_tokens(true);
+        let (encoder, (bytes, ends)) = if model == "llama" {
+            let scores = m.f32_array("tokenizer.ggml.scores")?;
+            if scores.len() != tokens.len() {
+                return Err(err(format!("{} token scores for {} tokens", scores.len(), tokens.len())));
+            }
+            let unknown = match m.get("tokenizer.ggml.unknown_token_id") {
+                Some(_) => Some(m.u32("tokenizer.ggml.unknown_token_id")?).filter(|id| (*id as usize) < tokens.len()),
+                None => None,
+            };
+            let space_prefix = flag("tokenizer.ggml.add_space_prefix", true)?;
+            let spm = spm::Spm::new(&tokens, &scores, &types, space_prefix, unknown);
+            (Encoder::Spm(Box::new(spm)), spm_byte_table(&tokens, &types))
+        } else {
+            let pre = match m.get("tokenizer.ggml.pre") {
+                Some(_) => m.str("tokenizer.ggml.pre")?,
+                None => "gpt-2",
+            };
+            let special = build_hf(&tokens, &m.string_array("tokenizer.ggml.merges")?, &types, pre)?;
+            let mut plain = special.clone();
+            plain.set_encode_special_tokens(true);
+            (Encoder::Bpe { special: Box::new(special), plain: Box::new(plain) }, token_byte_table(&tokens, &types))
+        };
 
         let control: Vec<bool> = types.iter().map(|&t| t == TOKEN_TYPE_CONTROL).collect();
-        let (bytes, ends) = token_byte_table(&tokens, &types);
         let (bos_id, eos_ids) = special_ids(file, &tokens)?;
-        let add_bos = match m.get("tokenizer.ggml.add_bos_token") {
-            Some(_) => m.bool("tokenizer.ggml.add_bos_token")?,
-            None => false,
-        };
+        // SentencePiece vocabularies start with BOS unless they say otherwise.
+        let add_bos = flag("tokenizer.ggml.add_bos_token", model == "llama")?;
         Ok(Tokenizer {
-            special,
-            plain,
+            encoder,
             bytes,
             ends,
             control,
@@ -137,10 +161,10 @@ impl Tokenizer {
     /// Token ids of `text`, without BOS. With `parse_special`, control-token text (such
     /// as `<|im_start|>`) becomes the control token; without, it is ordinary text.
     pub fn encode(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
-        let tk = if parse_special {
-            &self.special
-        } else {
-            &self.plain
+        let tk = match &self.encoder {
+            Encoder::Spm(spm) => return Ok(spm.encode(text, parse_special)),
+            Encoder::Bpe { special, .. } if parse_special => special,
+            Encoder::Bpe { plain, .. } => plain,
         };
         let encoding = tk
             .encode_fast(text, false)
@@ -151,9 +175,13 @@ impl Tokenizer {
     /// The text of `ids`, control tokens dropped; invalid UTF-8 becomes U+FFFD.
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
         self.check_ids(ids)?;
-        self.special
-            .decode(ids, true)
-            .map_err(|e| err(format!("decoding failed: {e}")))
+        match &self.encoder {
+            Encoder::Bpe { special, .. } => special.decode(ids, true).map_err(|e| err(format!("decoding failed: {e}"))),
+            Encoder::Spm(_) => {
+                let bytes: Vec<u8> = ids.iter().filter(|id| !self.is_control(**id)).flat_map(|id| self.token_slice(*id).iter().copied()).collect();
+                Ok(String::from_utf8_lossy(&bytes).into_owned())
+            }
+        }
     }
 
     fn check_ids(&self, ids: &[u32]) -> Result<()> {
@@ -357,6 +385,17 @@ fn token_byte_table(tokens: &[&str], types: &[i32]) -> (Vec<u8>, Vec<usize>) {
                 _ => bytes.extend_from_slice(ch.encode_utf8(&mut [0; 4]).as_bytes()),
             }
         }
+        ends.push(bytes.len());
+    }
+    (bytes, ends)
+}
+
+/// [`token_byte_table`] for a SentencePiece vocabulary (see `spm::token_bytes`).
+fn spm_byte_table(tokens: &[&str], types: &[i32]) -> (Vec<u8>, Vec<usize>) {
+    let mut bytes = Vec::with_capacity(tokens.iter().map(|t| t.len()).sum());
+    let mut ends = Vec::with_capacity(tokens.len());
+    for (text, &ty) in tokens.iter().zip(types) {
+        spm::token_bytes(text, ty == TOKEN_TYPE_BYTE, &mut bytes);
         ends.push(bytes.len());
     }
     (bytes, ends)
