@@ -1,7 +1,9 @@
 //! crossguard's in-process inference engine.
 //!
-//! It loads a Llama-architecture GGUF, tokenizes and renders chats with the model's own
-//! vocabulary and template, and generates tokens on the CPU or, through the CUDA backend
+//! It loads a GGUF of the Llama family (`model::Arch`: Llama 1-3, Qwen 2/2.5/3, Gemma 3) in
+//! float, legacy or K-quant formats (`backend::cpu::quant`, `kquant`), tokenizes (byte-level
+//! BPE or SentencePiece) and renders chats with the model's own vocabulary and template,
+//! and generates tokens on the CPU or, through the CUDA backend
 //! (`backend::cuda`, kernels compiled at run time), on a GPU,
 //! reporting for every token its log-probability, the predictive entropy and whose KV
 //! memory it attended to (the paged, owner-checked cache in `kv`). Output can be held to a

@@ -13,8 +13,9 @@
 //! - `graphs.rs`: decode steps captured as CUDA graphs and replayed as one launch;
 //! - `stats.rs`: what sampling reports (log Z, entropy, argmax, top-k), on the GPU.
 //!
-//! Only Q4_1 and Q8_0 weights are supported (the default model's); other formats are a
-//! load error naming the tensor. What is deliberately simple is listed in `forward.rs`.
+//! Only Q4_1 and Q8_0 weights of plain Llama models are supported (the default model's);
+//! other formats are a load error naming the tensor, other architectures (and biases,
+//! scaled RoPE) one naming what is missing (`Llama::beyond_plain_llama`). What is deliberately simple is listed in `forward.rs`.
 
 mod compile;
 mod device;
