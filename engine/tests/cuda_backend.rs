@@ -42,7 +42,7 @@ fn gpu_tests(test: &str) -> bool {
 fn engines() -> Result<&'static (Engine, Engine), String> {
     static PAIR: OnceLock<Result<(Engine, Engine), String>> = OnceLock::new();
     PAIR.get_or_init(|| {
-        let load = |device| isolation_cases::load(device, FaultConfig::default()).map_err(|e| format!("load on {device}: {e}"));
+        let load = |device| isolation_cases::load(device, isolation_cases::Model::Default, FaultConfig::default()).map_err(|e| format!("load on {device}: {e}"));
         Ok((load(Device::Cpu)?, load(Device::Cuda)?))
     })
     .as_ref()
@@ -181,7 +181,7 @@ fn gpu_every_token_attends_only_its_own_tenant() -> TestResult {
     if !gpu_tests("gpu_every_token_attends_only_its_own_tenant") {
         return Ok(());
     }
-    isolation_cases::every_token_attends_only_its_own_tenant(Device::Cuda)
+    isolation_cases::every_token_attends_only_its_own_tenant(Device::Cuda, isolation_cases::Model::Default)
 }
 
 #[test]
@@ -189,7 +189,7 @@ fn gpu_a_tenants_repeated_prefix_is_reused_with_identical_greedy_output() -> Tes
     if !gpu_tests("gpu_a_tenants_repeated_prefix_is_reused") {
         return Ok(());
     }
-    isolation_cases::a_tenants_repeated_prefix_is_reused_with_identical_greedy_output(Device::Cuda)
+    isolation_cases::a_tenants_repeated_prefix_is_reused_with_identical_greedy_output(Device::Cuda, isolation_cases::Model::Default)
 }
 
 #[test]
@@ -197,7 +197,7 @@ fn gpu_stale_kv_is_caught_by_the_owner_check_in_the_kernel() -> TestResult {
     if !gpu_tests("gpu_stale_kv_is_caught") {
         return Ok(());
     }
-    isolation_cases::stale_kv_is_caught_by_the_owner_check(Device::Cuda)
+    isolation_cases::stale_kv_is_caught_by_the_owner_check(Device::Cuda, isolation_cases::Model::Default)
 }
 
 #[test]
@@ -205,7 +205,7 @@ fn gpu_without_the_owner_check_stale_kv_leaks_and_every_token_names_the_foreign_
     if !gpu_tests("gpu_without_the_owner_check") {
         return Ok(());
     }
-    isolation_cases::without_the_owner_check_stale_kv_leaks_and_every_token_names_the_foreign_tenant(Device::Cuda)
+    isolation_cases::without_the_owner_check_stale_kv_leaks_and_every_token_names_the_foreign_tenant(Device::Cuda, isolation_cases::Model::Default)
 }
 
 #[test]
@@ -214,14 +214,14 @@ fn without_a_gpu_cuda_is_a_clear_load_error_and_auto_falls_back_to_the_cpu() -> 
         eprintln!("without_a_gpu: skipped: this machine has a CUDA driver");
         return Ok(());
     }
-    match isolation_cases::load(Device::Cuda, FaultConfig::default()) {
+    match isolation_cases::load(Device::Cuda, isolation_cases::Model::Default, FaultConfig::default()) {
         Err(e) => match e.downcast_ref::<Error>() {
             Some(Error::CudaUnavailable { reason }) => assert!(reason.contains("libcuda"), "{reason}"),
             _ => panic!("expected CudaUnavailable, got {e}"),
         },
         Ok(_) => panic!("device = cuda loaded without a CUDA driver"),
     }
-    let auto = isolation_cases::load(Device::Auto, FaultConfig::default())?;
+    let auto = isolation_cases::load(Device::Auto, isolation_cases::Model::Default, FaultConfig::default())?;
     assert_eq!(auto.gpu(), None);
     Ok(())
 }

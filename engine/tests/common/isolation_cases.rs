@@ -1,7 +1,9 @@
 //! The KV isolation test bodies, shared by the CPU suite (`isolation.rs`) and its CUDA
 //! twin (`cuda_backend.rs`): per-token provenance, per-tenant prefix reuse, and the
 //! production bug (`stale_kv`) re-created — caught by the owner check when it is on, and
-//! visible in the tokens' provenance when it is off. Each body takes the device to run on.
+//! visible in the tokens' provenance when it is off. Each body takes the device to run on
+//! and the model: the default one, or one of the tiny models of every architecture and
+//! K-quant mix in `tests/fixtures/arch/` (KV ownership and zero-fill must not depend on it).
 
 use std::ops::ControlFlow;
 use std::path::PathBuf;
@@ -15,14 +17,40 @@ use engine::Error;
 
 pub type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-fn model_path() -> Result<&'static PathBuf, String> {
+/// The model a case runs on.
+#[derive(Debug, Clone, Copy)]
+pub enum Model {
+    /// The default model (fetched on first use).
+    Default,
+    /// `tests/fixtures/arch/<name>.gguf`.
+    Fixture(&'static str),
+}
+
+/// Every model the CPU suite runs each case on.
+#[allow(dead_code)] // the CUDA twin runs the default model only
+pub const EVERY_MODEL: [Model; 7] = [
+    Model::Default,
+    Model::Fixture("llama3"),
+    Model::Fixture("qwen2"),
+    Model::Fixture("qwen3"),
+    Model::Fixture("gemma3"),
+    Model::Fixture("llama-q4_k_m"),
+    Model::Fixture("llama-q6_k"),
+];
+
+fn default_model_path() -> Result<&'static PathBuf, String> {
     static PATH: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     PATH.get_or_init(|| engine::fetch::ensure_default_model(&engine::fetch::default_cache_dir()).map_err(|e| e.to_string())).as_ref().map_err(Clone::clone)
 }
 
-pub fn load(device: Device, fault: FaultConfig) -> Result<Engine, Box<dyn std::error::Error>> {
+pub fn load(device: Device, model: Model, fault: FaultConfig) -> Result<Engine, Box<dyn std::error::Error>> {
     let kv = KvOptions { fault, ..KvOptions::default() };
-    Ok(Engine::load_with(model_path()?, EngineOptions { threads: 2, ctx_tokens: 512, device, ..EngineOptions::default() }, kv)?)
+    // The tiny models were made for 256 positions.
+    let (path, ctx_tokens) = match model {
+        Model::Default => (default_model_path()?.clone(), 512),
+        Model::Fixture(name) => (PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/arch/{name}.gguf")), 256),
+    };
+    Ok(Engine::load_with(&path, EngineOptions { threads: 2, ctx_tokens, device, ..EngineOptions::default() }, kv)?)
 }
 
 /// A chat prompt (several full KV blocks: tenants' prompts share the chat template).
@@ -49,16 +77,16 @@ fn owners(e: &TokenEvent) -> Vec<&str> {
     e.owners.iter().map(|t| t.as_str()).collect()
 }
 
-pub fn every_token_attends_only_its_own_tenant(device: Device) -> TestResult {
-    let engine = load(device, FaultConfig::default())?;
+pub fn every_token_attends_only_its_own_tenant(device: Device, model: Model) -> TestResult {
+    let engine = load(device, model, FaultConfig::default())?;
     let events = run(&engine, "alice", &prompt(&engine, "Name three colours.")?, 6)?;
     assert!(!events.is_empty());
     assert!(events.iter().all(|e| owners(e) == ["alice"]), "{:?}", events.iter().map(owners).collect::<Vec<_>>());
     Ok(())
 }
 
-pub fn a_tenants_repeated_prefix_is_reused_with_identical_greedy_output(device: Device) -> TestResult {
-    let engine = load(device, FaultConfig::default())?;
+pub fn a_tenants_repeated_prefix_is_reused_with_identical_greedy_output(device: Device, model: Model) -> TestResult {
+    let engine = load(device, model, FaultConfig::default())?;
     let p = prompt(&engine, "Write a haiku about the sea and the wind over the harbour.")?;
     assert!(p.len() > 2 * engine.kv_stats().block_tokens);
     let first = run(&engine, "carol", &p, 8)?;
@@ -75,8 +103,8 @@ pub fn a_tenants_repeated_prefix_is_reused_with_identical_greedy_output(device: 
     Ok(())
 }
 
-pub fn stale_kv_is_caught_by_the_owner_check(device: Device) -> TestResult {
-    let engine = load(device, FaultConfig { stale_kv: 1.0, ..FaultConfig::default() })?;
+pub fn stale_kv_is_caught_by_the_owner_check(device: Device, model: Model) -> TestResult {
+    let engine = load(device, model, FaultConfig { stale_kv: 1.0, ..FaultConfig::default() })?;
     run(&engine, "alice", &prompt(&engine, "My password is hunter2, remember it.")?, 4)?;
     let refused = run(&engine, "bob", &prompt(&engine, "What is my password?")?, 4);
     assert!(matches!(refused, Err(Error::Isolation { .. })), "{refused:?}");
@@ -86,8 +114,8 @@ pub fn stale_kv_is_caught_by_the_owner_check(device: Device) -> TestResult {
     Ok(())
 }
 
-pub fn without_the_owner_check_stale_kv_leaks_and_every_token_names_the_foreign_tenant(device: Device) -> TestResult {
-    let engine = load(device, FaultConfig { stale_kv: 1.0, skip_owner_check: true, ..FaultConfig::default() })?;
+pub fn without_the_owner_check_stale_kv_leaks_and_every_token_names_the_foreign_tenant(device: Device, model: Model) -> TestResult {
+    let engine = load(device, model, FaultConfig { stale_kv: 1.0, skip_owner_check: true, ..FaultConfig::default() })?;
     run(&engine, "alice", &prompt(&engine, "My password is hunter2, remember it.")?, 4)?;
     let leaked = run(&engine, "bob", &prompt(&engine, "What is my password?")?, 4)?;
     assert!(!leaked.is_empty());
