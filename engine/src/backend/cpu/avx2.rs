@@ -4,7 +4,8 @@
 //! Without VNNI the integer products take two instructions: `maddubs` (unsigned levels
 //! times signed activation bytes, pairs summed to i16) and `madd` with ones (to i32).
 //! Nibble levels (up to 15) let a whole record's products share one i16 sum, levels up
-//! to 63 two steps; Q8_0's 8-bit levels would overflow it, so that format moves the
+//! to 63 two steps (5-bit levels are rebuilt from their nibble and their bit plane, a
+//! shuffle and two compares a step); Q8_0's 8-bit levels would overflow it, so that format moves the
 //! weights' sign onto the activations instead and multiplies |w| (the zero point then
 //! cancels). Up to two tokens, both halves of a group are summed in one pass over its
 //! records, with a software prefetch ahead (decode streams the weights from DRAM once);
@@ -21,6 +22,8 @@ use std::arch::x86_64::*;
 
 #[cfg(target_arch = "x86_64")]
 use super::packed::{Scheme, GROUP, MAX_TILE};
+#[cfg(target_arch = "x86_64")]
+use super::quant::QK;
 use super::packed::SimdKernel;
 #[cfg(target_arch = "x86_64")]
 use super::quant::Q8Block;
@@ -43,9 +46,12 @@ pub fn kernel(streamed: bool) -> Option<SimdKernel> {
 #[cfg(target_arch = "x86_64")]
 const PREFETCH_BYTES: usize = 1024;
 
-/// Level kinds: two per byte; one per byte up to 31; Q8_0's signed bytes stored + 128.
+/// Level kinds: two per byte; one per byte up to 63; Q8_0's signed bytes stored + 128;
+/// nibbles with a plane of fifth bits.
 #[cfg(target_arch = "x86_64")]
 const NIBBLES: u8 = 0;
+#[cfg(target_arch = "x86_64")]
+const NIBBLES5: u8 = 3;
 #[cfg(target_arch = "x86_64")]
 const BYTES: u8 = 1;
 #[cfg(target_arch = "x86_64")]
@@ -68,8 +74,13 @@ unsafe fn dispatch<const STREAMED: bool>(s: Scheme, g: *const u8, blocks: usize,
                 }
             };
         }
-        // The legacy formats, then the K-quants (Q4_K, Q5_K; Q2_K, Q3_K, Q6_K).
+        // The 5-bit formats, the legacy formats, then the K-quants (Q4_K; Q2_K, Q3_K, Q6_K).
         match (s.nibbles, s.min, s.zero, s.halves, s.exact_min) {
+            _ if s.high_bit => match (s.min, s.exact_min) {
+                (true, true) => by_n!(NIBBLES5, true, false, true),
+                (true, false) => by_n!(NIBBLES5, true, false, false),
+                (false, _) => by_n!(NIBBLES5, false, false, false),
+            },
             (true, true, _, false, false) => by_n!(NIBBLES, true, false, false),
             (true, false, _, false, _) => by_n!(NIBBLES, false, false, false),
             (false, true, _, false, false) => by_n!(BYTES, true, false, false),
@@ -92,6 +103,17 @@ unsafe fn dispatch<const STREAMED: bool>(s: Scheme, g: *const u8, blocks: usize,
 unsafe fn quad(q: *const Q8Block, k: usize) -> __m256i {
     // SAFETY: `q` points at a valid block and `k < 8`, so the 4 bytes lie inside `qs`.
     unsafe { _mm256_set1_epi32(std::ptr::read_unaligned((*q).qs.as_ptr().add(4 * k) as *const i32)) }
+}
+
+/// The shuffle that copies byte `step` of each 32-bit word to all four of its bytes.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn spread_byte(step: usize) -> __m256i {
+    // In each 128-bit lane, byte i takes byte 4 * (i / 4) + step of the lane.
+    let bytes: [i8; 32] = std::array::from_fn(|i| (4 * ((i % 16) / 4) + step) as i8);
+    // SAFETY: 32 bytes are read from a 32-byte array.
+    unsafe { _mm256_loadu_si256(bytes.as_ptr() as *const __m256i) }
 }
 
 /// 32 bytes of levels: rows `8h..8h + 8` of step `step` of the record at `r`.
@@ -122,6 +144,9 @@ unsafe fn tile<const KIND: u8, const MIN: bool, const HALVES: bool, const EXACT:
     let sets = if HALVES { 2 } else { 1 };
     let set_of_quarter = |k: usize| if HALVES { k / 2 } else { 0 };
     let (low, ones, flip) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi16(1), _mm256_set1_epi8(-128));
+    // Byte j of a row's 4 holds the elements whose fifth bits are bits j and 4 + j.
+    let (low_bits, high_bits, sixteen) = (_mm256_set1_epi32(0x0804_0201), _mm256_set1_epi32(0x8040_2010_u32 as i32), _mm256_set1_epi8(16));
+    let spreads = [spread_byte(0), spread_byte(1), spread_byte(2), spread_byte(3)];
     for pass in 0..2 / H {
         let mut res = [[_mm256_setzero_ps(); H]; N];
         for i in 0..blocks {
@@ -165,6 +190,30 @@ unsafe fn tile<const KIND: u8, const MIN: bool, const HALVES: bool, const EXACT:
                             for n in 0..N {
                                 for e in 0..sets {
                                     acc[n][hh][e] = _mm256_madd_epi16(p[n][e], ones);
+                                }
+                            }
+                        }
+                        NIBBLES5 => {
+                            // Each level's fifth bit: byte `step` of the row's word, spread
+                            // over the row's 4 bytes and tested against the byte's bit.
+                            let bits = _mm256_loadu_si256(r.add(GROUP * QK / 2 + 32 * h) as *const __m256i);
+                            let mut p = [_mm256_setzero_si256(); N];
+                            for (step, spread) in spreads.iter().enumerate() {
+                                let x = levels(r, step, h);
+                                let spread = _mm256_shuffle_epi8(bits, *spread);
+                                let fifth = |mask: __m256i| _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask), sixteen);
+                                let lo = _mm256_or_si256(_mm256_and_si256(x, low), fifth(low_bits));
+                                let hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(x, 4), low), fifth(high_bits));
+                                for n in 0..N {
+                                    p[n] = _mm256_add_epi16(p[n], _mm256_maddubs_epi16(lo, quad(q[n], 2 * step)));
+                                    p[n] = _mm256_add_epi16(p[n], _mm256_maddubs_epi16(hi, quad(q[n], 2 * step + 1)));
+                                }
+                                // Levels <= 31: two steps' products fit an i16 sum.
+                                if step % 2 == 1 {
+                                    for n in 0..N {
+                                        acc[n][hh][0] = _mm256_add_epi32(acc[n][hh][0], _mm256_madd_epi16(p[n], ones));
+                                        p[n] = _mm256_setzero_si256();
+                                    }
                                 }
                             }
                         }

@@ -49,9 +49,10 @@ pub fn kernel(streamed: bool) -> Option<SimdKernel> {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vnni") {
         let raw = if streamed { dispatch::<true> } else { dispatch::<false> };
-        // SAFETY: the features `dispatch` is compiled for were just detected. Records with
-        // two sets of scales (Q2_K, Q3_K, Q6_K) take the AVX2 kernel.
-        return Some(unsafe { SimdKernel::new(raw) }.with_halves_from(super::avx2::kernel(streamed)));
+        // SAFETY: the features `dispatch` is compiled for were just detected. The extended
+        // layouts (two sets of scales: Q2_K, Q3_K, Q6_K; fifth-bit planes: Q5_0, Q5_1,
+        // Q5_K) take the AVX2 kernel.
+        return Some(unsafe { SimdKernel::new(raw) }.with_extended_from(super::avx2::kernel(streamed)));
     }
     let _ = streamed;
     None
@@ -104,7 +105,7 @@ unsafe fn tile<const NIB: bool, const MIN: bool, const EXACT: bool, const N: usi
     a: [*const Q8Block; N],
     out: *mut [f32; GROUP],
 ) {
-    let scheme = Scheme { nibbles: NIB, zero, min: MIN, halves: false, exact_min: EXACT };
+    let scheme = Scheme { nibbles: NIB, high_bit: false, zero, min: MIN, halves: false, exact_min: EXACT };
     let (rec, lb) = (scheme.record_bytes(), scheme.levels_bytes());
     let low = _mm512_set1_epi8(0x0f);
     let mut res = [_mm512_setzero_ps(); N];

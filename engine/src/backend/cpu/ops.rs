@@ -84,6 +84,7 @@ pub(crate) fn swiglu_portable(gate: &mut [f32], up: &[f32]) {
 /// computes it: the input rounded to f16 and the result read at f16 precision (its table
 /// of every f16), 0 at or below -10 and the identity at or above 10.
 pub fn geglu(gate: &mut [f32], up: &[f32]) {
+    let table = gelu_table();
     for (g, u) in gate.iter_mut().zip(up) {
         let x = *g;
         let y = if x <= -10.0 {
@@ -91,10 +92,17 @@ pub fn geglu(gate: &mut [f32], up: &[f32]) {
         } else if x >= 10.0 {
             x
         } else {
-            round_f16(gelu_tanh(round_f16(x)))
+            f16::from_bits(table[usize::from(f16::from_f32(x).to_bits())]).to_f32()
         };
         *g = y * u;
     }
+}
+
+/// GELU of every f16 value, at f16 precision (indexed by the f16's bits): a lookup where
+/// a prompt's feed-forward would take millions of `tanh`s.
+fn gelu_table() -> &'static [u16] {
+    static TABLE: std::sync::OnceLock<Vec<u16>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| (0..=u16::MAX).map(|bits| f16::from_f32(gelu_tanh(f16::from_bits(bits).to_f32())).to_bits()).collect())
 }
 
 /// `0.5 x (1 + tanh(sqrt(2 / pi) x (1 + 0.044715 x^2)))`, in the reference's f32 order.
@@ -135,6 +143,21 @@ pub fn round_to_f16(x: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn geglu_reads_gelu_at_f16_precision_and_clamps_past_ten() {
+        let gelu = |x: f64| 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh());
+        for i in -2400..2400 {
+            let x = i as f32 * 0.005 + 0.0013;
+            let mut g = [x, -12.0, 12.0];
+            geglu(&mut g, &[2.0, 3.0, 0.5]);
+            let h = f64::from(round_f16(x));
+            // The table holds GELU of the f16 input at f16 precision (half an ulp: 2^-11).
+            let want = gelu(h) * 2.0;
+            assert!((f64::from(g[0]) - want).abs() <= want.abs() * 1e-3 + 1e-6, "{x}: {} vs {want}", g[0]);
+            assert_eq!([g[1], g[2]], [0.0, 6.0]);
+        }
+    }
 
     #[test]
     fn silu_matches_f64_and_its_twins_agree() {

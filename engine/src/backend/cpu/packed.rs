@@ -12,18 +12,21 @@
 //!
 //! Layout of one group, block column after block column, each a contiguous *record*:
 //! ```text
-//! levels  nibble formats (Q4_0, Q4_1): [4 steps][16 rows][4 bytes]; byte j of a row in
-//!         step s holds element 8s+j in its low nibble and 8s+4+j in its high nibble.
-//!         byte formats (Q5_0, Q5_1, Q8_0): [8 steps][16 rows][4 bytes], elements 4s..4s+4.
+//! levels  nibble formats (Q4_0, Q4_1, Q2_K, Q3_K, Q4_K): [4 steps][16 rows][4 bytes];
+//!         byte j of a row in step s holds element 8s+j in its low nibble and 8s+4+j in
+//!         its high nibble.
+//!         5-bit formats (Q5_0, Q5_1, Q5_K): the same nibbles, then [16 rows][4 bytes] of
+//!         fifth bits, bit e of a row's word for element e.
+//!         byte formats (Q6_K, Q8_0): [8 steps][16 rows][4 bytes], elements 4s..4s+4.
 //! d       [sets][16] f16 scales
 //! m       [sets][16] f16 minimums (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K only)
 //! ```
 //! Levels are unsigned: weight = d * (level - zero) + m, with zero 8 (Q4_0), 16 (Q5_0),
 //! 128 (Q8_0, stored as w + 128), 4 (Q3_K), 32 (Q6_K) or 0. A record has one set of scales
 //! for its 32 elements, or two (`halves`: elements 0..16, 16..32) for the K-quants whose
-//! sub-blocks are 16 long (Q2_K, Q3_K, Q6_K). The nibble formats take exactly the bytes of
-//! the ggml file; 5- and 6-bit formats spend a byte per level (Q5: +45 %, Q6_K: +37 %),
-//! Q2_K and Q3_K a nibble.
+//! sub-blocks are 16 long (Q2_K, Q3_K, Q6_K). The 4- and 5-bit formats take the bytes of
+//! the ggml file (Q4_K and Q5_K 11 % and 9 % more: f16 scale products); Q6_K spends a
+//! byte per level (+37 %), Q2_K and Q3_K a nibble.
 //!
 //! K-quant scales are stored as their products with the superblock's scale (`d * sc`,
 //! `dmin * m`) rounded to f16: the kernels then treat every format alike, at a relative
@@ -48,6 +51,8 @@ pub const GROUP: usize = 16;
 pub struct Scheme {
     /// Two levels per byte (4-bit formats) or one.
     pub nibbles: bool,
+    /// A fifth bit per level in a plane after the nibbles (5-bit formats; with `nibbles`).
+    pub high_bit: bool,
     /// Subtracted from every level.
     pub zero: i32,
     /// Whether records carry per-row minimums.
@@ -61,21 +66,28 @@ pub struct Scheme {
 impl Scheme {
     /// The scheme of a quantized format; `None` for the float formats.
     pub fn of(format: Format) -> Option<Scheme> {
-        let legacy = |nibbles, zero, min| Some(Scheme { nibbles, zero, min, halves: false, exact_min: false });
-        let k = |nibbles, zero, min, halves| Some(Scheme { nibbles, zero, min, halves, exact_min: true });
-        match format {
-            Format::Q4_0 => legacy(true, 8, false),
-            Format::Q4_1 => legacy(true, 0, true),
-            Format::Q5_0 => legacy(false, 16, false),
-            Format::Q5_1 => legacy(false, 0, true),
-            Format::Q8_0 => legacy(false, 128, false),
-            Format::Q2_K => k(true, 0, true, true),
-            Format::Q3_K => k(true, 4, false, true),
-            Format::Q4_K => k(true, 0, true, false),
-            Format::Q5_K => k(false, 0, true, false),
-            Format::Q6_K => k(false, 32, false, true),
-            Format::F32 | Format::F16 | Format::BF16 => None,
-        }
+        let plain = Scheme { nibbles: true, high_bit: false, zero: 0, min: false, halves: false, exact_min: false };
+        let (nibbles, bytes, five) = (plain, Scheme { nibbles: false, ..plain }, Scheme { high_bit: true, ..plain });
+        let k = Scheme { exact_min: true, ..plain };
+        Some(match format {
+            Format::Q4_0 => Scheme { zero: 8, ..nibbles },
+            Format::Q4_1 => Scheme { min: true, ..nibbles },
+            Format::Q5_0 => Scheme { zero: 16, ..five },
+            Format::Q5_1 => Scheme { min: true, ..five },
+            Format::Q8_0 => Scheme { zero: 128, ..bytes },
+            Format::Q2_K => Scheme { min: true, halves: true, ..k },
+            Format::Q3_K => Scheme { zero: 4, halves: true, ..k },
+            Format::Q4_K => Scheme { min: true, ..k },
+            Format::Q5_K => Scheme { min: true, high_bit: true, ..k },
+            Format::Q6_K => Scheme { nibbles: false, zero: 32, halves: true, ..k },
+            Format::F32 | Format::F16 | Format::BF16 => return None,
+        })
+    }
+
+    /// Whether the layout is one that only the AVX2 and portable kernels read (two sets
+    /// of scales, or a plane of fifth bits).
+    pub const fn extended(self) -> bool {
+        self.halves || self.high_bit
     }
 
     /// Sets of scales per record: 2 with `halves`, else 1.
@@ -87,12 +99,12 @@ impl Scheme {
         }
     }
 
-    /// Bytes of the levels of one record.
+    /// Bytes of the levels of one record (with the plane of fifth bits, if any).
     pub const fn levels_bytes(self) -> usize {
-        if self.nibbles {
-            GROUP * QK / 2
-        } else {
-            GROUP * QK
+        match (self.nibbles, self.high_bit) {
+            (true, true) => GROUP * QK / 2 + GROUP * 4,
+            (true, false) => GROUP * QK / 2,
+            (false, _) => GROUP * QK,
         }
     }
 
@@ -305,8 +317,13 @@ fn write_levels(s: Scheme, lane: usize, levels: &[u8; QK], record: &mut [u8]) {
         for step in 0..4 {
             for j in 0..4 {
                 let e = 8 * step + j;
-                record[step * 64 + lane * 4 + j] = levels[e] | (levels[e + 4] << 4);
+                record[step * 64 + lane * 4 + j] = (levels[e] & 0x0f) | ((levels[e + 4] & 0x0f) << 4);
             }
+        }
+        if s.high_bit {
+            let bits = levels.iter().enumerate().fold(0u32, |h, (e, l)| h | (u32::from((l >> 4) & 1) << e));
+            let at = GROUP * QK / 2 + 4 * lane;
+            record[at..at + 4].copy_from_slice(&bits.to_le_bytes());
         }
     } else {
         for step in 0..8 {
@@ -320,11 +337,13 @@ fn level(s: Scheme, record: &[u8], lane: usize, j: usize) -> u8 {
     if s.nibbles {
         let (step, k) = (j / 8, j % 8);
         let byte = record[step * 64 + lane * 4 + k % 4];
-        if k < 4 {
-            byte & 0x0f
-        } else {
-            byte >> 4
+        let nibble = if k < 4 { byte & 0x0f } else { byte >> 4 };
+        if !s.high_bit {
+            return nibble;
         }
+        let at = GROUP * QK / 2 + 4 * lane;
+        let bits = u32::from_le_bytes([record[at], record[at + 1], record[at + 2], record[at + 3]]);
+        nibble | ((((bits >> j) & 1) as u8) << 4)
     } else {
         record[(j / 4) * 64 + lane * 4 + j % 4]
     }
@@ -354,11 +373,11 @@ pub const MAX_TILE: usize = 4;
 pub type RawKernel = unsafe fn(Scheme, *const u8, usize, [*const Q8Block; MAX_TILE], usize, *mut [f32; GROUP]);
 
 /// A SIMD kernel this CPU runs: holding one is the proof that its features were found.
-/// It may take records with two sets of scales (`halves`) through a second body.
+/// It may take the extended layouts (`Scheme::extended`) through a second body.
 #[derive(Clone, Copy)]
 pub struct SimdKernel {
     whole: RawKernel,
-    halves: Option<RawKernel>,
+    extended: Option<RawKernel>,
 }
 
 impl std::fmt::Debug for SimdKernel {
@@ -372,13 +391,13 @@ impl SimdKernel {
     /// The CPU must have every feature `raw` is compiled for.
     #[allow(unsafe_code)]
     pub unsafe fn new(raw: RawKernel) -> SimdKernel {
-        SimdKernel { whole: raw, halves: Some(raw) }
+        SimdKernel { whole: raw, extended: Some(raw) }
     }
 
-    /// This kernel for records with one set of scales, and `other` for those with two
-    /// (`None`: the portable kernel takes them).
-    pub fn with_halves_from(self, other: Option<SimdKernel>) -> SimdKernel {
-        SimdKernel { whole: self.whole, halves: other.and_then(|k| k.halves) }
+    /// This kernel for the plain layouts, and `other` for the extended ones (`None`: the
+    /// portable kernel takes them).
+    pub fn with_extended_from(self, other: Option<SimdKernel>) -> SimdKernel {
+        SimdKernel { whole: self.whole, extended: other.and_then(|k| k.extended) }
     }
 
     /// `out[n][lane] = row lane of the group · acts[n]`, if the lengths agree: `group`
@@ -396,7 +415,7 @@ impl SimdKernel {
         if group.len() != blocks * rec || rows.blocks < blocks || out.len() < rows.n {
             return false;
         }
-        let Some(raw) = (if s.halves { self.halves } else { Some(self.whole) }) else { return false };
+        let Some(raw) = (if s.extended() { self.extended } else { Some(self.whole) }) else { return false };
         // SAFETY: `new`'s contract says the CPU runs the kernel; the lengths were checked
         // here and in `ActRows::new`, which is the rest of its contract.
         #[allow(unsafe_code)]
