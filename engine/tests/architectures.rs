@@ -60,7 +60,7 @@ fn argmax(row: &[f32]) -> usize {
 fn every_architecture_follows_llama_cpp_token_by_token() {
     let cases = cases();
     let models = cases["models"].as_object().unwrap_or_else(|| panic!("no models"));
-    assert_eq!(models.len(), 9, "llama3, qwen2, qwen3, gemma3 and five K-quant mixes");
+    assert_eq!(models.len(), 10, "llama3, llama2, qwen2, qwen3, gemma3 and five K-quant mixes");
     for (name, case) in models {
         let bounds = if name.starts_with("llama-q") { &K_QUANT_MIXES } else { &SAME_ARITHMETIC };
         let engine = Engine::load(&fixtures().join(format!("{name}.gguf")), EngineOptions { threads: 1, ctx_tokens: 64, ..EngineOptions::default() })
