@@ -361,10 +361,15 @@ impl Engine {
 }
 
 /// The model on the GPU as `device` asks: none for the CPU, an error for `cuda` without a
-/// usable GPU, and for `auto` the GPU when there is one, else none (said once).
+/// usable GPU (or for a model the CUDA backend cannot run), and for `auto` the GPU when
+/// there is one that runs the model, else none (said once).
 fn gpu_model(options: &EngineOptions, file: &GgufFile, model: &Llama, pool: &KvPool, max_pos: usize) -> Result<Option<Box<GpuModel>>> {
     let device = options.device;
     if device == Device::Cpu {
+        return Ok(None);
+    }
+    if let (Device::Auto, Some(what)) = (device, crate::backend::cuda::lacks(model)) {
+        tracing::info!(%what, "device = auto: the CUDA backend does not run this model, running on the CPU");
         return Ok(None);
     }
     let cuda = match (device, Cuda::open(0)) {

@@ -20,7 +20,10 @@
 
 use std::path::PathBuf;
 
+use engine::backend::Device;
 use engine::engine::{Engine, EngineOptions};
+use engine::gguf::GgufFile;
+use engine::model::{Llama, LlamaConfig};
 use serde_json::Value;
 
 /// How close a file's logits must be to llama.cpp's: the largest |ours - llama.cpp| at a
@@ -105,6 +108,22 @@ fn every_architecture_tokenizes_as_llama_cpp() {
             let got = engine.tokenizer().encode(text, false).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(got, ids(want), "{name}: {text:?}");
         }
+    }
+}
+
+#[test]
+fn device_auto_runs_what_the_cuda_backend_lacks_on_the_cpu_and_names_it() {
+    let expected = [("gemma3", "the gemma3 architecture"), ("qwen2", "the qwen2 architecture"), ("llama3", "scaled RoPE frequencies"), ("llama-q4_k_m", " weights (blk.0.")];
+    for (name, lack) in expected {
+        let path = fixtures().join(format!("{name}.gguf"));
+        let file = GgufFile::open(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let vocab = file.metadata().string_array("tokenizer.ggml.tokens").map(|t| t.len()).unwrap_or(0);
+        let config = LlamaConfig::from_metadata(file.metadata(), vocab).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let model = Llama::from_gguf(&file, config).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let what = engine::backend::cuda::lacks(&model).unwrap_or_default();
+        assert!(what.contains(lack), "{name}: {what:?}");
+        let engine = Engine::load(&path, EngineOptions { threads: 1, ctx_tokens: 64, device: Device::Auto, ..EngineOptions::default() }).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(engine.gpu(), None, "{name}");
     }
 }
 

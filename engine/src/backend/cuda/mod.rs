@@ -30,3 +30,4 @@ pub use compile::{compile_family, Compiled, DEFAULT_ARCH};
 pub use device::{driver_present, nvrtc_present, Cuda};
 pub(crate) use forward::GpuModel;
 pub use stats::RowStats;
+pub use weights::lacks;

@@ -47,6 +47,18 @@ pub(crate) struct DeviceWeights {
     pub rope: CudaSlice<f32>,
 }
 
+/// What of `model` the CUDA backend cannot run, if anything: a part of the forward pass
+/// it lacks (see `Llama::beyond_plain_llama`), or a weight format other than the two its
+/// kernels multiply.
+pub fn lacks(model: &Llama) -> Option<String> {
+    if let Some(what) = model.beyond_plain_llama() {
+        return Some(what);
+    }
+    let layers = model.layers.iter().flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down]);
+    let mut matrices = layers.chain([&model.embed]).chain(model.output.as_ref());
+    matrices.find(|m| !matches!(m.format, Format::Q4_1 | Format::Q8_0)).map(|m| format!("{:?} weights ({})", m.format, m.name))
+}
+
 impl DeviceWeights {
     /// Uploads `model` (loaded from `file`) with RoPE angles for positions `0..max_pos`.
     pub fn upload(cuda: &Arc<Cuda>, file: &GgufFile, model: &Llama, max_pos: usize) -> Result<DeviceWeights> {
