@@ -5,7 +5,9 @@
 //! nibble formats: low and high nibbles), with 4 activation bytes broadcast from memory,
 //! so batched prefill unpacks each weight step once for all tokens of the tile and decode
 //! runs the same code with one. Per block, the integer sums become f32 with one
-//! multiply-add per token against the 16 rows' scales.
+//! multiply-add per token against the 16 rows' scales. It reads the plain layouts; the
+//! extended ones (`Scheme::extended`: two sets of scales, fifth-bit planes) are sent to the
+//! AVX2 body, which every AVX-512 host also runs.
 //!
 //! Invariants: reached only through [`kernel`], which checks that the CPU has the features, and
 //! `SimdKernel::call`, which checks the lengths. With AVX-512F/BW and VNNI; results equal `packed::dot_group_scalar` up to float
