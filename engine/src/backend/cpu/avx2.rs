@@ -4,8 +4,8 @@
 //! Without VNNI the integer products take two instructions: `maddubs` (unsigned levels
 //! times signed activation bytes, pairs summed to i16) and `madd` with ones (to i32).
 //! Nibble levels (up to 15) let a whole record's products share one i16 sum, levels up
-//! to 63 two steps (5-bit levels are rebuilt from their nibble and their bit plane, a
-//! shuffle and two compares a step); Q8_0's 8-bit levels would overflow it, so that format moves the
+//! to 63 two steps (5- and 6-bit levels are rebuilt from their nibble and their bit
+//! planes, a shuffle and two compares a step and plane); Q8_0's 8-bit levels would overflow it, so that format moves the
 //! weights' sign onto the activations instead and multiplies |w| (the zero point then
 //! cancels). Up to two tokens, both halves of a group are summed in one pass over its
 //! records, with a software prefetch ahead (decode streams the weights from DRAM once);
@@ -53,6 +53,8 @@ const NIBBLES: u8 = 0;
 #[cfg(target_arch = "x86_64")]
 const NIBBLES5: u8 = 3;
 #[cfg(target_arch = "x86_64")]
+const NIBBLES6: u8 = 4;
+#[cfg(target_arch = "x86_64")]
 const BYTES: u8 = 1;
 #[cfg(target_arch = "x86_64")]
 const SIGNED: u8 = 2;
@@ -74,12 +76,15 @@ unsafe fn dispatch<const STREAMED: bool>(s: Scheme, g: *const u8, blocks: usize,
                 }
             };
         }
-        // The 5-bit formats, the legacy formats, then the K-quants (Q4_K; Q2_K, Q3_K, Q6_K).
+        // The formats with bit planes (Q5_0, Q5_1, Q5_K; Q6_K), the other legacy formats,
+        // then the other K-quants (Q4_K; Q2_K, Q3_K).
         match (s.nibbles, s.min, s.zero, s.halves, s.exact_min) {
-            _ if s.high_bit => match (s.min, s.exact_min) {
-                (true, true) => by_n!(NIBBLES5, true, false, true),
-                (true, false) => by_n!(NIBBLES5, true, false, false),
-                (false, _) => by_n!(NIBBLES5, false, false, false),
+            _ if s.planes > 0 => match (s.planes, s.min, s.exact_min) {
+                (1, true, true) => by_n!(NIBBLES5, true, false, true),
+                (1, true, false) => by_n!(NIBBLES5, true, false, false),
+                (1, false, _) => by_n!(NIBBLES5, false, false, false),
+                // Q6_K, the only format with two planes: no minimums, two sets of scales.
+                _ => by_n!(NIBBLES6, false, true, true),
             },
             (true, true, _, false, false) => by_n!(NIBBLES, true, false, false),
             (true, false, _, false, _) => by_n!(NIBBLES, false, false, false),
@@ -145,7 +150,8 @@ unsafe fn tile<const KIND: u8, const MIN: bool, const HALVES: bool, const EXACT:
     let set_of_quarter = |k: usize| if HALVES { k / 2 } else { 0 };
     let (low, ones, flip) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi16(1), _mm256_set1_epi8(-128));
     // Byte j of a row's 4 holds the elements whose fifth bits are bits j and 4 + j.
-    let (low_bits, high_bits, sixteen) = (_mm256_set1_epi32(0x0804_0201), _mm256_set1_epi32(0x8040_2010_u32 as i32), _mm256_set1_epi8(16));
+    let (low_bits, high_bits) = (_mm256_set1_epi32(0x0804_0201), _mm256_set1_epi32(0x8040_2010_u32 as i32));
+    let (sixteen, thirty_two) = (_mm256_set1_epi8(16), _mm256_set1_epi8(32));
     let spreads = [spread_byte(0), spread_byte(1), spread_byte(2), spread_byte(3)];
     for pass in 0..2 / H {
         let mut res = [[_mm256_setzero_ps(); H]; N];
@@ -193,25 +199,31 @@ unsafe fn tile<const KIND: u8, const MIN: bool, const HALVES: bool, const EXACT:
                                 }
                             }
                         }
-                        NIBBLES5 => {
-                            // Each level's fifth bit: byte `step` of the row's word, spread
-                            // over the row's 4 bytes and tested against the byte's bit.
-                            let bits = _mm256_loadu_si256(r.add(GROUP * QK / 2 + 32 * h) as *const __m256i);
+                        NIBBLES5 | NIBBLES6 => {
+                            // A level's bit 4 + k: byte `step` of the row's word in plane k,
+                            // spread over the row's 4 bytes and tested against the byte's bit.
+                            let planes = if KIND == NIBBLES6 { 2 } else { 1 };
+                            let plane = |k: usize| _mm256_loadu_si256(r.add(GROUP * QK / 2 + GROUP * 4 * k + 32 * h) as *const __m256i);
+                            let bits = [plane(0), if planes == 2 { plane(1) } else { _mm256_setzero_si256() }];
                             let mut p = [_mm256_setzero_si256(); N];
                             for (step, spread) in spreads.iter().enumerate() {
                                 let x = levels(r, step, h);
-                                let spread = _mm256_shuffle_epi8(bits, *spread);
-                                let fifth = |mask: __m256i| _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask), sixteen);
-                                let lo = _mm256_or_si256(_mm256_and_si256(x, low), fifth(low_bits));
-                                let hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(x, 4), low), fifth(high_bits));
+                                let (mut lo, mut hi) = (_mm256_and_si256(x, low), _mm256_and_si256(_mm256_srli_epi16(x, 4), low));
+                                for (k, value) in [sixteen, thirty_two].iter().enumerate().take(planes) {
+                                    let spread = _mm256_shuffle_epi8(bits[k], *spread);
+                                    let bit = |mask: __m256i| _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask), *value);
+                                    lo = _mm256_or_si256(lo, bit(low_bits));
+                                    hi = _mm256_or_si256(hi, bit(high_bits));
+                                }
                                 for n in 0..N {
                                     p[n] = _mm256_add_epi16(p[n], _mm256_maddubs_epi16(lo, quad(q[n], 2 * step)));
                                     p[n] = _mm256_add_epi16(p[n], _mm256_maddubs_epi16(hi, quad(q[n], 2 * step + 1)));
                                 }
-                                // Levels <= 31: two steps' products fit an i16 sum.
-                                if step % 2 == 1 {
+                                // Levels <= 31: two steps' products fit an i16 sum; <= 63: one.
+                                if KIND == NIBBLES6 || step % 2 == 1 {
+                                    let e = set_of_quarter(step);
                                     for n in 0..N {
-                                        acc[n][hh][0] = _mm256_add_epi32(acc[n][hh][0], _mm256_madd_epi16(p[n], ones));
+                                        acc[n][hh][e] = _mm256_add_epi32(acc[n][hh][e], _mm256_madd_epi16(p[n], ones));
                                         p[n] = _mm256_setzero_si256();
                                     }
                                 }

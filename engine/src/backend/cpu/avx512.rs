@@ -107,7 +107,7 @@ unsafe fn tile<const NIB: bool, const MIN: bool, const EXACT: bool, const N: usi
     a: [*const Q8Block; N],
     out: *mut [f32; GROUP],
 ) {
-    let scheme = Scheme { nibbles: NIB, high_bit: false, zero, min: MIN, halves: false, exact_min: EXACT };
+    let scheme = Scheme { nibbles: NIB, planes: 0, zero, min: MIN, halves: false, exact_min: EXACT };
     let (rec, lb) = (scheme.record_bytes(), scheme.levels_bytes());
     let low = _mm512_set1_epi8(0x0f);
     let mut res = [_mm512_setzero_ps(); N];

@@ -15,18 +15,19 @@
 //! levels  nibble formats (Q4_0, Q4_1, Q2_K, Q3_K, Q4_K): [4 steps][16 rows][4 bytes];
 //!         byte j of a row in step s holds element 8s+j in its low nibble and 8s+4+j in
 //!         its high nibble.
-//!         5-bit formats (Q5_0, Q5_1, Q5_K): the same nibbles, then [16 rows][4 bytes] of
-//!         fifth bits, bit e of a row's word for element e.
-//!         byte formats (Q6_K, Q8_0): [8 steps][16 rows][4 bytes], elements 4s..4s+4.
+//!         5- and 6-bit formats (Q5_0, Q5_1, Q5_K; Q6_K): the same nibbles, then one or two
+//!         planes of [16 rows][4 bytes]: bit e of a row's word in plane p is bit 4 + p of
+//!         element e's level.
+//!         byte format (Q8_0): [8 steps][16 rows][4 bytes], elements 4s..4s+4.
 //! d       [sets][16] f16 scales
 //! m       [sets][16] f16 minimums (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K only)
 //! ```
 //! Levels are unsigned: weight = d * (level - zero) + m, with zero 8 (Q4_0), 16 (Q5_0),
 //! 128 (Q8_0, stored as w + 128), 4 (Q3_K), 32 (Q6_K) or 0. A record has one set of scales
 //! for its 32 elements, or two (`halves`: elements 0..16, 16..32) for the K-quants whose
-//! sub-blocks are 16 long (Q2_K, Q3_K, Q6_K). The 4- and 5-bit formats take the bytes of
-//! the ggml file (Q4_K and Q5_K 11 % and 9 % more: f16 scale products); Q6_K spends a
-//! byte per level (+37 %), Q2_K and Q3_K a nibble.
+//! sub-blocks are 16 long (Q2_K, Q3_K, Q6_K). The 4-, 5- and 6-bit formats take the bytes
+//! of the ggml file (Q4_K, Q5_K and Q6_K 11 %, 9 % and 7 % more: f16 scale products);
+//! Q2_K and Q3_K spend a nibble per level.
 //!
 //! K-quant scales are stored as their products with the superblock's scale (`d * sc`,
 //! `dmin * m`) rounded to f16: the kernels then treat every format alike, at a relative
@@ -51,8 +52,9 @@ pub const GROUP: usize = 16;
 pub struct Scheme {
     /// Two levels per byte (4-bit formats) or one.
     pub nibbles: bool,
-    /// A fifth bit per level in a plane after the nibbles (5-bit formats; with `nibbles`).
-    pub high_bit: bool,
+    /// Planes of fifth (and sixth) bits after the nibbles: 1 for the 5-bit formats, 2 for
+    /// Q6_K, 0 otherwise (with `nibbles` only).
+    pub planes: usize,
     /// Subtracted from every level.
     pub zero: i32,
     /// Whether records carry per-row minimums.
@@ -66,8 +68,8 @@ pub struct Scheme {
 impl Scheme {
     /// The scheme of a quantized format; `None` for the float formats.
     pub fn of(format: Format) -> Option<Scheme> {
-        let plain = Scheme { nibbles: true, high_bit: false, zero: 0, min: false, halves: false, exact_min: false };
-        let (nibbles, bytes, five) = (plain, Scheme { nibbles: false, ..plain }, Scheme { high_bit: true, ..plain });
+        let plain = Scheme { nibbles: true, planes: 0, zero: 0, min: false, halves: false, exact_min: false };
+        let (nibbles, bytes, five) = (plain, Scheme { nibbles: false, ..plain }, Scheme { planes: 1, ..plain });
         let k = Scheme { exact_min: true, ..plain };
         Some(match format {
             Format::Q4_0 => Scheme { zero: 8, ..nibbles },
@@ -78,16 +80,16 @@ impl Scheme {
             Format::Q2_K => Scheme { min: true, halves: true, ..k },
             Format::Q3_K => Scheme { zero: 4, halves: true, ..k },
             Format::Q4_K => Scheme { min: true, ..k },
-            Format::Q5_K => Scheme { min: true, high_bit: true, ..k },
-            Format::Q6_K => Scheme { nibbles: false, zero: 32, halves: true, ..k },
+            Format::Q5_K => Scheme { min: true, planes: 1, ..k },
+            Format::Q6_K => Scheme { planes: 2, zero: 32, halves: true, ..k },
             Format::F32 | Format::F16 | Format::BF16 => return None,
         })
     }
 
     /// Whether the layout is one that only the AVX2 and portable kernels read (two sets
-    /// of scales, or a plane of fifth bits).
+    /// of scales, or planes of high bits).
     pub const fn extended(self) -> bool {
-        self.halves || self.high_bit
+        self.halves || self.planes > 0
     }
 
     /// Sets of scales per record: 2 with `halves`, else 1.
@@ -101,10 +103,10 @@ impl Scheme {
 
     /// Bytes of the levels of one record (with the plane of fifth bits, if any).
     pub const fn levels_bytes(self) -> usize {
-        match (self.nibbles, self.high_bit) {
-            (true, true) => GROUP * QK / 2 + GROUP * 4,
-            (true, false) => GROUP * QK / 2,
-            (false, _) => GROUP * QK,
+        if self.nibbles {
+            GROUP * QK / 2 + GROUP * 4 * self.planes
+        } else {
+            GROUP * QK
         }
     }
 
@@ -320,9 +322,9 @@ fn write_levels(s: Scheme, lane: usize, levels: &[u8; QK], record: &mut [u8]) {
                 record[step * 64 + lane * 4 + j] = (levels[e] & 0x0f) | ((levels[e + 4] & 0x0f) << 4);
             }
         }
-        if s.high_bit {
-            let bits = levels.iter().enumerate().fold(0u32, |h, (e, l)| h | (u32::from((l >> 4) & 1) << e));
-            let at = GROUP * QK / 2 + 4 * lane;
+        for plane in 0..s.planes {
+            let bits = levels.iter().enumerate().fold(0u32, |h, (e, l)| h | (u32::from((l >> (4 + plane)) & 1) << e));
+            let at = plane_at(plane, lane);
             record[at..at + 4].copy_from_slice(&bits.to_le_bytes());
         }
     } else {
@@ -332,18 +334,22 @@ fn write_levels(s: Scheme, lane: usize, levels: &[u8; QK], record: &mut [u8]) {
     }
 }
 
+/// Offset in a record of row `lane`'s word of plane `plane` (bit 4 + plane of its levels).
+const fn plane_at(plane: usize, lane: usize) -> usize {
+    GROUP * QK / 2 + GROUP * 4 * plane + 4 * lane
+}
+
 /// Level of element `j` of row `lane` in a record.
 fn level(s: Scheme, record: &[u8], lane: usize, j: usize) -> u8 {
     if s.nibbles {
         let (step, k) = (j / 8, j % 8);
         let byte = record[step * 64 + lane * 4 + k % 4];
         let nibble = if k < 4 { byte & 0x0f } else { byte >> 4 };
-        if !s.high_bit {
-            return nibble;
-        }
-        let at = GROUP * QK / 2 + 4 * lane;
-        let bits = u32::from_le_bytes([record[at], record[at + 1], record[at + 2], record[at + 3]]);
-        nibble | ((((bits >> j) & 1) as u8) << 4)
+        (0..s.planes).fold(nibble, |level, plane| {
+            let at = plane_at(plane, lane);
+            let bits = u32::from_le_bytes([record[at], record[at + 1], record[at + 2], record[at + 3]]);
+            level | ((((bits >> j) & 1) as u8) << (4 + plane))
+        })
     } else {
         record[(j / 4) * 64 + lane * 4 + j % 4]
     }
