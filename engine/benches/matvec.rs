@@ -6,7 +6,8 @@
 //! machine's measured bandwidth (~11.8 GB/s on one thread, ~21.6 GB/s on two).
 //! Run: `cargo bench -p crossguard-engine --bench matvec`.
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput};
 use engine::backend::cpu::quant::quantize_row;
 use engine::backend::cpu::{Activations, Cpu, Format, Kernels, Matrix};
 
@@ -31,6 +32,21 @@ fn matrix(format: Format, rows: Option<usize>) -> Option<Matrix> {
     Matrix::new("bench", format, rows, cols(format), row.repeat(rows)).map_err(|e| eprintln!("skipped {format:?}: {e}")).ok()
 }
 
+/// `w` times `tokens` activation rows, with each SIMD family this CPU runs, on 1 and 2 threads.
+fn every_family(group: &mut BenchmarkGroup<'_, WallTime>, format: Format, w: &Matrix, tokens: usize) {
+    let cols = cols(format);
+    for kernels in FAMILIES {
+        for threads in [1, 2] {
+            let Some(cpu) = Cpu::with_kernels(threads, kernels) else { continue };
+            let mut a = Activations::default();
+            a.set(&values(cols * tokens, 1.0), cols);
+            let mut out = vec![0.0; w.rows * tokens];
+            let id = BenchmarkId::new(format!("{format:?}/{}", cpu.kernels()), threads);
+            group.bench_with_input(id, &threads, |b, _| b.iter(|| cpu.matmul(&[w], &a, &mut out)));
+        }
+    }
+}
+
 fn matvec(c: &mut Criterion) {
     let mut group = c.benchmark_group("matvec");
     group.sample_size(20);
@@ -38,18 +54,8 @@ fn matvec(c: &mut Criterion) {
     let k_quants = [Format::Q2_K, Format::Q3_K, Format::Q4_K, Format::Q5_K, Format::Q6_K];
     for format in formats.into_iter().chain(k_quants) {
         let Some(w) = matrix(format, None) else { continue };
-        let cols = cols(format);
         group.throughput(Throughput::Bytes(w.bytes() as u64));
-        for kernels in FAMILIES {
-            for threads in [1, 2] {
-                let Some(cpu) = Cpu::with_kernels(threads, kernels) else { continue };
-                let mut a = Activations::default();
-                a.set(&values(cols, 1.0), cols);
-                let mut out = vec![0.0; w.rows];
-                let id = BenchmarkId::new(format!("{format:?}/{}", cpu.kernels()), threads);
-                group.bench_with_input(id, &threads, |b, _| b.iter(|| cpu.matmul(&[&w], &a, &mut out)));
-            }
-        }
+        every_family(&mut group, format, &w, 1);
     }
     group.finish();
 }
@@ -59,18 +65,13 @@ fn matmul(c: &mut Criterion) {
     group.sample_size(10);
     let tokens = 64;
     // A layer-sized matrix (fits in cache): prefill is compute-bound, so report MAC/s.
+    // One format per layout the kernels read: nibbles, nibbles with one or two planes of
+    // high bits, two sets of scales.
     let rows = 1536;
-    let Some(w) = matrix(Format::Q4_1, Some(rows)) else { return };
-    group.throughput(Throughput::Elements((rows * COLS * tokens) as u64));
-    for kernels in FAMILIES {
-        for threads in [1, 2] {
-            let Some(cpu) = Cpu::with_kernels(threads, kernels) else { continue };
-            let mut a = Activations::default();
-            a.set(&values(COLS * tokens, 1.0), COLS);
-            let mut out = vec![0.0; rows * tokens];
-            let id = BenchmarkId::new(format!("Q4_1/{}", cpu.kernels()), threads);
-            group.bench_with_input(id, &threads, |b, _| b.iter(|| cpu.matmul(&[&w], &a, &mut out)));
-        }
+    for format in [Format::Q4_1, Format::Q4_K, Format::Q5_K, Format::Q3_K, Format::Q6_K] {
+        let Some(w) = matrix(format, Some(rows)) else { continue };
+        group.throughput(Throughput::Elements((rows * cols(format) * tokens) as u64));
+        every_family(&mut group, format, &w, tokens);
     }
     group.finish();
 }

@@ -4,14 +4,16 @@
 //! Each 64-byte load of levels feeds `vpdpbusd` once per activation row (twice for the
 //! nibble formats: low and high nibbles), with 4 activation bytes broadcast from memory,
 //! so batched prefill unpacks each weight step once for all tokens of the tile and decode
-//! runs the same code with one. Per block, the integer sums become f32 with one
-//! multiply-add per token against the 16 rows' scales. It reads the plain layouts; the
-//! extended ones (`Scheme::extended`: two sets of scales, fifth-bit planes) are sent to the
-//! AVX2 body, which every AVX-512 host also runs.
+//! runs the same code with one. The 5- and 6-bit formats rebuild their levels from the
+//! nibbles and one or two planes of high bits (a shuffle spreads a plane's byte over the
+//! row's four, a bit test makes a mask, a masked add puts 16 or 32 in). Records with two
+//! sets of scales (`Scheme::halves`) keep the integer sums of their halves apart. Per set
+//! of scales, the integer sums become f32 with one multiply-add per token against the 16
+//! rows' scales.
 //!
-//! Invariants: reached only through [`kernel`], which checks that the CPU has the features, and
-//! `SimdKernel::call`, which checks the lengths. With AVX-512F/BW and VNNI; results equal `packed::dot_group_scalar` up to float
-//! summation order (the integer part is exact).
+//! Invariants: reached only through [`kernel`], which checks that the CPU has the features,
+//! and `SimdKernel::call`, which checks the lengths. With AVX-512F/BW and VNNI; results
+//! equal `packed::dot_group_scalar` up to float summation order (the integer part is exact).
 #![allow(unsafe_code)]
 
 #[cfg(target_arch = "x86_64")]
@@ -21,7 +23,7 @@ use std::arch::x86_64::*;
 use super::packed::{Scheme, GROUP, MAX_TILE};
 use super::packed::SimdKernel;
 #[cfg(target_arch = "x86_64")]
-use super::quant::Q8Block;
+use super::quant::{Q8Block, QK};
 
 /// How far ahead of the record being multiplied the kernel prefetches into L1.
 #[cfg(target_arch = "x86_64")]
@@ -51,10 +53,8 @@ pub fn kernel(streamed: bool) -> Option<SimdKernel> {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vnni") {
         let raw = if streamed { dispatch::<true> } else { dispatch::<false> };
-        // SAFETY: the features `dispatch` is compiled for were just detected. The extended
-        // layouts (two sets of scales: Q2_K, Q3_K, Q6_K; fifth-bit planes: Q5_0, Q5_1,
-        // Q5_K) take the AVX2 kernel.
-        return Some(unsafe { SimdKernel::new(raw) }.with_extended_from(super::avx2::kernel(streamed)));
+        // SAFETY: the features `dispatch` is compiled for were just detected.
+        return Some(unsafe { SimdKernel::new(raw) });
     }
     let _ = streamed;
     None
@@ -66,23 +66,34 @@ unsafe fn dispatch<const STREAMED: bool>(s: Scheme, g: *const u8, blocks: usize,
     // SAFETY (whole body): forwarded from `SimdKernel::call`'s checked contract.
     unsafe {
         macro_rules! by_n {
-            ($nib:expr, $min:expr, $exact:expr) => {
+            ($nib:expr, $planes:expr, $halves:expr, $min:expr, $exact:expr) => {
                 match n {
-                    1 => tile::<$nib, $min, $exact, 1, STREAMED>(g, blocks, s.zero, [a[0]], out),
-                    2 => tile::<$nib, $min, $exact, 2, STREAMED>(g, blocks, s.zero, [a[0], a[1]], out),
-                    3 => tile::<$nib, $min, $exact, 3, STREAMED>(g, blocks, s.zero, [a[0], a[1], a[2]], out),
-                    _ => tile::<$nib, $min, $exact, 4, STREAMED>(g, blocks, s.zero, a, out),
+                    1 => tile::<$nib, $planes, $halves, $min, $exact, 1, STREAMED>(g, blocks, s.zero, [a[0]], out),
+                    2 => tile::<$nib, $planes, $halves, $min, $exact, 2, STREAMED>(g, blocks, s.zero, [a[0], a[1]], out),
+                    3 => tile::<$nib, $planes, $halves, $min, $exact, 3, STREAMED>(g, blocks, s.zero, [a[0], a[1], a[2]], out),
+                    _ => tile::<$nib, $planes, $halves, $min, $exact, 4, STREAMED>(g, blocks, s.zero, a, out),
                 }
             };
         }
-        // One set of scales per record (`SimdKernel::call_rows` sends no other here).
-        match (s.nibbles, s.min, s.exact_min) {
-            (true, true, false) => by_n!(true, true, false),
-            (true, true, true) => by_n!(true, true, true),
-            (true, false, _) => by_n!(true, false, false),
-            (false, true, false) => by_n!(false, true, false),
-            (false, true, true) => by_n!(false, true, true),
-            (false, false, _) => by_n!(false, false, false),
+        // The layouts of `Scheme::of`, by (nibbles, planes, halves) and then minimums.
+        match (s.nibbles, s.planes, s.halves, s.min, s.exact_min) {
+            // Q4_0, Q4_1, Q4_K
+            (true, 0, false, false, _) => by_n!(true, 0, false, false, false),
+            (true, 0, false, true, false) => by_n!(true, 0, false, true, false),
+            (true, 0, false, true, true) => by_n!(true, 0, false, true, true),
+            // Q3_K, Q2_K
+            (true, 0, true, false, _) => by_n!(true, 0, true, false, false),
+            (true, 0, true, true, _) => by_n!(true, 0, true, true, true),
+            // Q5_0, Q5_1, Q5_K
+            (true, 1, _, false, _) => by_n!(true, 1, false, false, false),
+            (true, 1, _, true, false) => by_n!(true, 1, false, true, false),
+            (true, 1, _, true, true) => by_n!(true, 1, false, true, true),
+            // Q6_K, the only format with two planes: no minimums, two sets of scales.
+            (true, _, _, _, _) => by_n!(true, 2, true, false, false),
+            // Q8_0 (and byte levels with minimums, which no format has today)
+            (false, _, _, false, _) => by_n!(false, 0, false, false, false),
+            (false, _, _, true, false) => by_n!(false, 0, false, true, false),
+            (false, _, _, true, true) => by_n!(false, 0, false, true, true),
         }
     }
 }
@@ -96,20 +107,40 @@ unsafe fn quad(q: *const Q8Block, k: usize) -> __m512i {
     unsafe { _mm512_set1_epi32(std::ptr::read_unaligned((*q).qs.as_ptr().add(4 * k) as *const i32)) }
 }
 
-/// One group of [`GROUP`] rows against `N` activation rows, `EXACT`: minimums times
+/// The shuffle that copies byte `step` of each 32-bit word to all four of its bytes.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+fn spread_byte(step: usize) -> __m512i {
+    // In each 128-bit lane, byte i takes byte 4 * (i / 4) + step of the lane.
+    let bytes: [i8; 64] = std::array::from_fn(|i| (4 * ((i % 16) / 4) + step) as i8);
+    // SAFETY: 64 bytes are read from a 64-byte array.
+    unsafe { _mm512_loadu_si512(bytes.as_ptr() as *const _) }
+}
+
+/// One group of [`GROUP`] rows against `N` activation rows: `PLANES` planes of high bits
+/// after the nibbles, `HALVES`: two sets of scales per record, `EXACT`: minimums times
 /// `d * isum` (see `Scheme`); see `SimdKernel::call` (and [`kernel`] for `STREAMED`).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn tile<const NIB: bool, const MIN: bool, const EXACT: bool, const N: usize, const STREAMED: bool>(
+unsafe fn tile<const NIB: bool, const PLANES: usize, const HALVES: bool, const MIN: bool, const EXACT: bool, const N: usize, const STREAMED: bool>(
     g: *const u8,
     blocks: usize,
     zero: i32,
     a: [*const Q8Block; N],
     out: *mut [f32; GROUP],
 ) {
-    let scheme = Scheme { nibbles: NIB, planes: 0, zero, min: MIN, halves: false, exact_min: EXACT };
-    let (rec, lb) = (scheme.record_bytes(), scheme.levels_bytes());
+    let scheme = Scheme { nibbles: NIB, planes: PLANES, zero, min: MIN, halves: HALVES, exact_min: EXACT };
+    let (rec, lb, sets) = (scheme.record_bytes(), scheme.levels_bytes(), scheme.sets());
+    // The set of scales of a step of nibbles (elements 8 * step..8 * step + 8) or of a pair
+    // of byte steps.
+    let set_of = |k: usize| if HALVES { k / 2 } else { 0 };
     let low = _mm512_set1_epi8(0x0f);
+    // Byte j of a row's word holds the elements whose high bits are bits j and 4 + j of
+    // the plane's byte `step`; a plane adds 16 (fifth bits) or 32 (sixth).
+    let (low_bits, high_bits) = (_mm512_set1_epi32(0x0804_0201), _mm512_set1_epi32(0x8040_2010_u32 as i32));
+    let values = [_mm512_set1_epi8(16), _mm512_set1_epi8(32)];
+    let spreads = [spread_byte(0), spread_byte(1), spread_byte(2), spread_byte(3)];
     let mut res = [_mm512_setzero_ps(); N];
     for i in 0..blocks {
         // SAFETY: record `i < blocks` lies inside the group and every activation row
@@ -133,41 +164,51 @@ unsafe fn tile<const NIB: bool, const MIN: bool, const EXACT: bool, const N: usi
                 }
             }
             let q: [*const Q8Block; N] = std::array::from_fn(|n| a[n].add(i));
-            // Two accumulators per token halve the chain of dependent `vpdpbusd`s.
-            let mut acc = [_mm512_setzero_si512(); N];
-            let mut acc2 = [_mm512_setzero_si512(); N];
+            // Two accumulators per token and set halve the chain of dependent `vpdpbusd`s.
+            let mut acc = [[_mm512_setzero_si512(); 2]; N];
+            let mut acc2 = [[_mm512_setzero_si512(); 2]; N];
             if NIB {
-                for step in 0..4 {
+                let planes: [__m512i; PLANES] = std::array::from_fn(|k| _mm512_loadu_si512(r.add(GROUP * QK / 2 + 64 * k) as *const _));
+                for (step, spread) in spreads.iter().enumerate() {
                     let x = _mm512_loadu_si512(r.add(64 * step) as *const _);
-                    let lo = _mm512_and_si512(x, low);
-                    let hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), low);
+                    let mut lo = _mm512_and_si512(x, low);
+                    let mut hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), low);
+                    for (plane, value) in planes.iter().zip(values) {
+                        let bits = _mm512_shuffle_epi8(*plane, *spread);
+                        lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(bits, low_bits), lo, value);
+                        hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(bits, high_bits), hi, value);
+                    }
+                    let e = set_of(step);
                     for n in 0..N {
-                        acc[n] = _mm512_dpbusd_epi32(acc[n], lo, quad(q[n], 2 * step));
-                        acc2[n] = _mm512_dpbusd_epi32(acc2[n], hi, quad(q[n], 2 * step + 1));
+                        acc[n][e] = _mm512_dpbusd_epi32(acc[n][e], lo, quad(q[n], 2 * step));
+                        acc2[n][e] = _mm512_dpbusd_epi32(acc2[n][e], hi, quad(q[n], 2 * step + 1));
                     }
                 }
             } else {
                 for pair in 0..4 {
                     let x0 = _mm512_loadu_si512(r.add(128 * pair) as *const _);
                     let x1 = _mm512_loadu_si512(r.add(128 * pair + 64) as *const _);
+                    let e = set_of(pair);
                     for n in 0..N {
-                        acc[n] = _mm512_dpbusd_epi32(acc[n], x0, quad(q[n], 2 * pair));
-                        acc2[n] = _mm512_dpbusd_epi32(acc2[n], x1, quad(q[n], 2 * pair + 1));
+                        acc[n][e] = _mm512_dpbusd_epi32(acc[n][e], x0, quad(q[n], 2 * pair));
+                        acc2[n][e] = _mm512_dpbusd_epi32(acc2[n][e], x1, quad(q[n], 2 * pair + 1));
                     }
                 }
             }
-            for n in 0..N {
-                acc[n] = _mm512_add_epi32(acc[n], acc2[n]);
-            }
-            let d = _mm512_cvtph_ps(_mm256_loadu_si256(r.add(lb) as *const __m256i));
-            let m = if MIN { _mm512_cvtph_ps(_mm256_loadu_si256(r.add(lb + 2 * GROUP) as *const __m256i)) } else { d };
-            for n in 0..N {
-                let qb = &*q[n];
-                let sum = if zero != 0 { _mm512_sub_epi32(acc[n], _mm512_set1_epi32(zero * qb.isum)) } else { acc[n] };
-                res[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(d, _mm512_set1_ps(qb.d)), res[n]);
-                if MIN {
-                    let total = if EXACT { qb.d * qb.isum as f32 } else { qb.s };
-                    res[n] = _mm512_fmadd_ps(m, _mm512_set1_ps(total), res[n]);
+            for e in 0..sets {
+                let at = lb + 2 * GROUP * e;
+                let d = _mm512_cvtph_ps(_mm256_loadu_si256(r.add(at) as *const __m256i));
+                let m = if MIN { _mm512_cvtph_ps(_mm256_loadu_si256(r.add(at + 2 * GROUP * sets) as *const __m256i)) } else { d };
+                for n in 0..N {
+                    let qb = &*q[n];
+                    let isum = if HALVES { qb.isum_of(16 * e..16 * e + 16) } else { qb.isum };
+                    let sum = _mm512_add_epi32(acc[n][e], acc2[n][e]);
+                    let sum = if zero != 0 { _mm512_sub_epi32(sum, _mm512_set1_epi32(zero * isum)) } else { sum };
+                    res[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(d, _mm512_set1_ps(qb.d)), res[n]);
+                    if MIN {
+                        let total = if EXACT { qb.d * isum as f32 } else { qb.s };
+                        res[n] = _mm512_fmadd_ps(m, _mm512_set1_ps(total), res[n]);
+                    }
                 }
             }
         }

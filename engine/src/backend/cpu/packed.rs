@@ -86,12 +86,6 @@ impl Scheme {
         })
     }
 
-    /// Whether the layout is one that only the AVX2 and portable kernels read (two sets
-    /// of scales, or planes of high bits).
-    pub const fn extended(self) -> bool {
-        self.halves || self.planes > 0
-    }
-
     /// Sets of scales per record: 2 with `halves`, else 1.
     pub const fn sets(self) -> usize {
         if self.halves {
@@ -378,12 +372,11 @@ pub const MAX_TILE: usize = 4;
 /// of them are used, output rows). Its contract is what [`SimdKernel::call`] checks.
 pub type RawKernel = unsafe fn(Scheme, *const u8, usize, [*const Q8Block; MAX_TILE], usize, *mut [f32; GROUP]);
 
-/// A SIMD kernel this CPU runs: holding one is the proof that its features were found.
-/// It may take the extended layouts (`Scheme::extended`) through a second body.
+/// A SIMD kernel this CPU runs, for every layout: holding one is the proof that its
+/// features were found.
 #[derive(Clone, Copy)]
 pub struct SimdKernel {
-    whole: RawKernel,
-    extended: Option<RawKernel>,
+    raw: RawKernel,
 }
 
 impl std::fmt::Debug for SimdKernel {
@@ -397,13 +390,7 @@ impl SimdKernel {
     /// The CPU must have every feature `raw` is compiled for.
     #[allow(unsafe_code)]
     pub unsafe fn new(raw: RawKernel) -> SimdKernel {
-        SimdKernel { whole: raw, extended: Some(raw) }
-    }
-
-    /// This kernel for the plain layouts, and `other` for the extended ones (`None`: the
-    /// portable kernel takes them).
-    pub fn with_extended_from(self, other: Option<SimdKernel>) -> SimdKernel {
-        SimdKernel { whole: self.whole, extended: other.and_then(|k| k.extended) }
+        SimdKernel { raw }
     }
 
     /// `out[n][lane] = row lane of the group · acts[n]`, if the lengths agree: `group`
@@ -421,12 +408,11 @@ impl SimdKernel {
         if group.len() != blocks * rec || rows.blocks < blocks || out.len() < rows.n {
             return false;
         }
-        let Some(raw) = (if s.extended() { self.extended } else { Some(self.whole) }) else { return false };
         // SAFETY: `new`'s contract says the CPU runs the kernel; the lengths were checked
         // here and in `ActRows::new`, which is the rest of its contract.
         #[allow(unsafe_code)]
         unsafe {
-            raw(s, group.as_ptr(), blocks, rows.ptrs, rows.n, out.as_mut_ptr())
+            (self.raw)(s, group.as_ptr(), blocks, rows.ptrs, rows.n, out.as_mut_ptr())
         };
         true
     }
