@@ -9,10 +9,14 @@ fn main() {
     let dir = manifest.join("..").join("rules");
     println!("cargo:rerun-if-changed={}", dir.display());
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map(|rd| rd.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "toml")).collect())
+        .map(|rd| {
+            rd.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "toml")).collect()
+        })
         .unwrap_or_default();
     files.sort();
-    let mut src = String::from("/// `(file name, contents)` of every default rule file.\npub(crate) static FILES: &[(&str, &str)] = &[\n");
+    let mut src = String::from(
+        "/// `(file name, contents)` of every default rule file.\npub(crate) static FILES: &[(&str, &str)] = &[\n",
+    );
     for f in &files {
         println!("cargo:rerun-if-changed={}", f.display());
         let name = f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh machine with Rust and Python's pip: it installs and
 # starts what the tests need (Redis, a virtualenv with the `openai` SDK and NVRTC), then
-# runs every Rust test (unit, end-to-end, the real model, every CUDA kernel compiled with
-# NVRTC — no GPU needed), every rule file's samples, the rules' recall and precision on
-# 40 freshly generated corpora and on peer scanners' public samples (floors just under the
-# current scores, so a regression fails), and the gitleaks coverage table. GPU tests:
-# scripts/gpu-check.sh.
+# checks formatting and lints and runs every Rust test (unit, end-to-end, the real model,
+# every CUDA kernel compiled with NVRTC — no GPU needed), every rule file's samples, the
+# rules' recall and precision on 40 freshly generated corpora and on peer scanners' public
+# samples (floors just under the current scores, so a regression fails), and the gitleaks
+# coverage table. GPU tests: scripts/gpu-check.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -63,11 +63,24 @@ ensure_clippy() {
     rustup component add clippy >/dev/null 2>&1 || true
 }
 
+ensure_rustfmt() {
+    cargo fmt --version >/dev/null 2>&1 && return
+    log "installing rustfmt"
+    rustup component add rustfmt >/dev/null 2>&1 || true
+}
+
 ensure_redis
 ensure_clippy
+ensure_rustfmt
 ensure_python
 ensure_nvrtc
 ensure_chromium
+log "cargo fmt --check (rustfmt.toml)"
+if cargo fmt --version >/dev/null 2>&1; then
+    cargo fmt --check
+else
+    echo "rustfmt is not installed and could not be: formatting NOT checked" >&2
+fi
 log "cargo clippy --workspace --all-targets (warnings are errors)"
 if cargo clippy --version >/dev/null 2>&1; then
     cargo clippy --workspace --all-targets --locked -q -- -D warnings

@@ -29,7 +29,9 @@ fn values(n: usize, seed: f32) -> Vec<f32> {
 fn matrix(format: Format, rows: Option<usize>) -> Option<Matrix> {
     let row = quantize_row(format, &values(cols(format), 0.5));
     let rows = rows.unwrap_or(MATRIX_BYTES / row.len());
-    Matrix::new("bench", format, rows, cols(format), row.repeat(rows)).map_err(|e| eprintln!("skipped {format:?}: {e}")).ok()
+    Matrix::new("bench", format, rows, cols(format), row.repeat(rows))
+        .map_err(|e| eprintln!("skipped {format:?}: {e}"))
+        .ok()
 }
 
 /// `w` times `tokens` activation rows, with each SIMD family this CPU runs, on 1 and 2 threads.

@@ -53,7 +53,14 @@ fn run(engine: &Engine, concurrency: usize, decode_tokens: usize) -> Result<Rate
     let mut tokens = 0usize;
     for i in 0..concurrency {
         let prompt = engine.tokenizer().encode(PROMPTS[i % PROMPTS.len()], false)?;
-        let request = GenerateRequest { prompt, max_tokens: decode_tokens, stop: Vec::new(), sampling: sampling.clone(), top_logprobs: 0, grammar: None };
+        let request = GenerateRequest {
+            prompt,
+            max_tokens: decode_tokens,
+            stop: Vec::new(),
+            sampling: sampling.clone(),
+            top_logprobs: 0,
+            grammar: None,
+        };
         // Each tenant its own: the owner check compares tenants on every block read.
         let owner = Owner::new(&format!("tenant-{i}"), &format!("request-{i}"));
         sched.submit(owner, request, Box::new(|_| ControlFlow::Continue(())))?;
@@ -67,11 +74,14 @@ fn run(engine: &Engine, concurrency: usize, decode_tokens: usize) -> Result<Rate
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let model = PathBuf::from(std::env::args().nth(1).ok_or("usage: bench_defences MODEL THREADS [CONCURRENCY] [DECODE_TOKENS] [ROUNDS]")?);
+    let model = PathBuf::from(
+        std::env::args().nth(1).ok_or("usage: bench_defences MODEL THREADS [CONCURRENCY] [DECODE_TOKENS] [ROUNDS]")?,
+    );
     let (threads, concurrency, decode_tokens, rounds) = (arg(2, 2), arg(3, 16), arg(4, 64), arg(5, 5));
     let options = EngineOptions { threads, ctx_tokens: 2048, ..EngineOptions::default() };
     let on = Engine::load_with(&model, options.clone(), KvOptions::default())?;
-    let fault = FaultConfig { skip_zero_fill: true, skip_owner_check: true, skip_bounds_check: true, ..FaultConfig::default() };
+    let fault =
+        FaultConfig { skip_zero_fill: true, skip_owner_check: true, skip_bounds_check: true, ..FaultConfig::default() };
     let off = Engine::load_with(&model, options, KvOptions { fault, ..KvOptions::default() })?;
     run(&on, concurrency.min(2), 4)?; // warm-up
     run(&off, concurrency.min(2), 4)?;
@@ -93,7 +103,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (what, ratios) in [("throughput", &mut wall_ratios), ("tokens per CPU-second", &mut cpu_ratios)] {
         ratios.sort_by(f64::total_cmp);
         let median = ratios[ratios.len() / 2];
-        println!("median {what} with defences / without, over {rounds} rounds: {median:.4} (cost {:.2} %)", (1.0 - median) * 100.0);
+        println!(
+            "median {what} with defences / without, over {rounds} rounds: {median:.4} (cost {:.2} %)",
+            (1.0 - median) * 100.0
+        );
     }
     Ok(())
 }

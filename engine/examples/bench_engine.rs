@@ -36,11 +36,13 @@ fn cpu_seconds() -> f64 {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let model = PathBuf::from(std::env::args().nth(1).ok_or("usage: bench_engine MODEL THREADS [PROMPT] [DECODE] [REPEATS]")?);
+    let model =
+        PathBuf::from(std::env::args().nth(1).ok_or("usage: bench_engine MODEL THREADS [PROMPT] [DECODE] [REPEATS]")?);
     let (threads, prompt_tokens, decode_tokens, repeats) = (arg(2, 1), arg(3, 512), arg(4, 128), arg(5, 3));
     let engine = Engine::load(&model, EngineOptions { threads, ctx_tokens: 2048, ..EngineOptions::default() })?;
     // A natural-text prompt, repeated to length: token ids as the tokenizer makes them.
-    let text = "The quick brown fox jumps over the lazy dog while the engine counts tokens. ".repeat(prompt_tokens / 8 + 1);
+    let text =
+        "The quick brown fox jumps over the lazy dog while the engine counts tokens. ".repeat(prompt_tokens / 8 + 1);
     let mut prompt = engine.tokenizer().encode(&text, false)?;
     prompt.truncate(prompt_tokens);
     // Suppress end tokens so decode always runs the full length.
@@ -50,7 +52,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let (start, cpu_start) = (Instant::now(), cpu_seconds());
         engine.prompt_logits(&prompt, 0, false)?;
         let (prefill_s, prefill_cpu_s) = (start.elapsed().as_secs_f64(), cpu_seconds() - cpu_start);
-        let request = GenerateRequest { prompt: prompt.clone(), max_tokens: decode_tokens + 1, stop: Vec::new(), sampling: sampling.clone(), top_logprobs: 0, grammar: None };
+        let request = GenerateRequest {
+            prompt: prompt.clone(),
+            max_tokens: decode_tokens + 1,
+            stop: Vec::new(),
+            sampling: sampling.clone(),
+            top_logprobs: 0,
+            grammar: None,
+        };
         let start = Instant::now();
         let mut first: Option<(f64, f64)> = None;
         let mut count = 0usize;

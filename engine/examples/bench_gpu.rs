@@ -33,7 +33,13 @@ fn arg(n: usize) -> Option<String> {
     std::env::args().nth(n)
 }
 
-fn load(model: &Path, device: Device, fault: FaultConfig, pool_tokens: usize, cuda_graphs: bool) -> Result<Engine, engine::Error> {
+fn load(
+    model: &Path,
+    device: Device,
+    fault: FaultConfig,
+    pool_tokens: usize,
+    cuda_graphs: bool,
+) -> Result<Engine, engine::Error> {
     let kv = KvOptions { fault, pool_tokens, ..KvOptions::default() };
     Engine::load_with(model, EngineOptions { ctx_tokens: CTX, device, cuda_graphs, ..EngineOptions::default() }, kv)
 }
@@ -50,11 +56,24 @@ fn prompts(engine: &Engine, n: usize, len: usize, round: usize) -> Result<Vec<Ve
 fn request(engine: &Engine, prompt: Vec<u32>, decode: usize) -> GenerateRequest {
     // Suppress end tokens so every request decodes its full length.
     let logit_bias = engine.tokenizer().eos_ids().iter().map(|id| (*id, -100.0)).collect();
-    GenerateRequest { prompt, max_tokens: decode, stop: Vec::new(), sampling: SamplingParams { logit_bias, ..SamplingParams::greedy() }, top_logprobs: 0, grammar: None }
+    GenerateRequest {
+        prompt,
+        max_tokens: decode,
+        stop: Vec::new(),
+        sampling: SamplingParams { logit_bias, ..SamplingParams::greedy() },
+        top_logprobs: 0,
+        grammar: None,
+    }
 }
 
 /// Single stream: time to first token and decode tokens/s of one request.
-fn single_stream(engine: &Engine, label: &str, round: usize, prompt_tokens: usize, decode: usize) -> Result<String, engine::Error> {
+fn single_stream(
+    engine: &Engine,
+    label: &str,
+    round: usize,
+    prompt_tokens: usize,
+    decode: usize,
+) -> Result<String, engine::Error> {
     let prompt = prompts(engine, 1, prompt_tokens, round)?.remove(0);
     let req = request(engine, prompt, decode + 1);
     let start = Instant::now();
@@ -72,17 +91,33 @@ fn single_stream(engine: &Engine, label: &str, round: usize, prompt_tokens: usiz
 }
 
 /// `batch` requests through the scheduler at once: generated tokens per second of wall.
-fn aggregate(engine: &Engine, label: &str, round: usize, batch: usize, prompt_tokens: usize, decode: usize) -> Result<String, engine::Error> {
+fn aggregate(
+    engine: &Engine,
+    label: &str,
+    round: usize,
+    batch: usize,
+    prompt_tokens: usize,
+    decode: usize,
+) -> Result<String, engine::Error> {
     let counter = std::cell::Cell::new(0usize);
-    let config = SchedulerConfig { step_tokens: (batch * 2).max(512), max_running: batch, max_queued: batch, ..SchedulerConfig::default() };
+    let config = SchedulerConfig {
+        step_tokens: (batch * 2).max(512),
+        max_running: batch,
+        max_queued: batch,
+        ..SchedulerConfig::default()
+    };
     let mut sched = Scheduler::new(engine, config);
     let mut generated = 0usize;
     for (i, p) in prompts(engine, batch, prompt_tokens, round)?.into_iter().enumerate() {
         let counter = &counter;
-        sched.submit(Owner::new(&format!("tenant-{}", i % 8), "bench"), request(engine, p, decode), Box::new(move |_| {
-            counter.set(counter.get() + 1);
-            ControlFlow::Continue(())
-        }))?;
+        sched.submit(
+            Owner::new(&format!("tenant-{}", i % 8), "bench"),
+            request(engine, p, decode),
+            Box::new(move |_| {
+                counter.set(counter.get() + 1);
+                ControlFlow::Continue(())
+            }),
+        )?;
     }
     let start = Instant::now();
     let mut steps = 0usize;
@@ -98,19 +133,32 @@ fn aggregate(engine: &Engine, label: &str, round: usize, batch: usize, prompt_to
 
 /// For a profiler (`ncu --profile-from-start off`): one decode step of `batch` sequences
 /// at `prompt_tokens` of context, launch by launch, between profiler start and stop.
-fn profile_one_decode_step(engine: &Engine, batch: usize, prompt_tokens: usize) -> Result<(), Box<dyn std::error::Error>> {
+fn profile_one_decode_step(
+    engine: &Engine,
+    batch: usize,
+    prompt_tokens: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
     let firsts = std::cell::Cell::new(0usize);
-    let config = SchedulerConfig { step_tokens: (batch * 2).max(512), max_running: batch, max_queued: batch, ..SchedulerConfig::default() };
+    let config = SchedulerConfig {
+        step_tokens: (batch * 2).max(512),
+        max_running: batch,
+        max_queued: batch,
+        ..SchedulerConfig::default()
+    };
     let mut sched = Scheduler::new(engine, config);
     for (i, p) in prompts(engine, batch, prompt_tokens, 1_000 + batch)?.into_iter().enumerate() {
         let (firsts, mut seen) = (&firsts, false);
         // Long enough that the first sequences still decode when the last one starts.
-        sched.submit(Owner::new(&format!("tenant-{}", i % 8), "profile"), request(engine, p, 64), Box::new(move |_| {
-            if !std::mem::replace(&mut seen, true) {
-                firsts.set(firsts.get() + 1);
-            }
-            ControlFlow::Continue(())
-        }))?;
+        sched.submit(
+            Owner::new(&format!("tenant-{}", i % 8), "profile"),
+            request(engine, p, 64),
+            Box::new(move |_| {
+                if !std::mem::replace(&mut seen, true) {
+                    firsts.set(firsts.get() + 1);
+                }
+                ControlFlow::Continue(())
+            }),
+        )?;
     }
     // Until every sequence has its first token, i.e. all of them decode from here on.
     while firsts.get() < batch {
@@ -130,7 +178,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let device: Device = arg(2).unwrap_or_else(|| "cuda".into()).parse()?;
     let prompt_tokens = arg(3).and_then(|s| s.parse().ok()).unwrap_or(128);
     let decode = arg(4).and_then(|s| s.parse().ok()).unwrap_or(128);
-    let batches: Vec<usize> = arg(5).unwrap_or_else(|| "1,16,64,256".into()).split(',').filter_map(|s| s.trim().parse().ok()).collect();
+    let batches: Vec<usize> =
+        arg(5).unwrap_or_else(|| "1,16,64,256".into()).split(',').filter_map(|s| s.trim().parse().ok()).collect();
     let largest = batches.iter().copied().max().unwrap_or(1);
     // Room for every sequence of the largest batch: prompt, decode and a spare block each.
     let pool = largest * (prompt_tokens + decode + 32);
@@ -148,7 +197,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     aggregate(&defended, "warm-up", 0, 2, 16, 4)?;
     // The defences' cost: the same runs with zero-fill and the in-kernel checks off; and
     // what CUDA graphs bring: the defended engine launching every kernel itself.
-    let open = FaultConfig { skip_zero_fill: true, skip_owner_check: true, skip_bounds_check: true, ..FaultConfig::default() };
+    let open =
+        FaultConfig { skip_zero_fill: true, skip_owner_check: true, skip_bounds_check: true, ..FaultConfig::default() };
     let undefended = load(&model, device, open, pool, true)?;
     aggregate(&undefended, "warm-up", 0, 2, 16, 4)?;
     let ungraphed = load(&model, device, FaultConfig::default(), pool, false)?;

@@ -32,7 +32,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let model = PathBuf::from(std::env::args().nth(1).ok_or("usage: bench_grammar MODEL THREADS [TOKENS] [ROUNDS]")?);
     let (threads, tokens, rounds) = (arg(2, 1), arg(3, 256), arg(4, 5));
     let engine = Engine::load(&model, EngineOptions { threads, ctx_tokens: 2048, ..EngineOptions::default() })?;
-    let prompt = engine.chat_prompt(&[ChatMessage::new("user", "List many fruits with their colours and prices, as JSON.")], None)?;
+    let prompt = engine
+        .chat_prompt(&[ChatMessage::new("user", "List many fruits with their colours and prices, as JSON.")], None)?;
 
     // Long outputs on purpose, so every round decodes about `tokens` tokens: a list of
     // at least 200 entries, and any JSON object.
@@ -52,16 +53,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let schema_compile_ms = started.elapsed().as_secs_f64() * 1e3;
     println!("{{\"first_compile_ms\":{first_compile_ms:.1},\"schema_compile_ms\":{schema_compile_ms:.1}}}");
 
-    let cases: [(&str, Option<CompiledGrammar>); 3] = [("free", None), ("json_object", Some(object)), ("json_schema", Some(schema))];
+    let cases: [(&str, Option<CompiledGrammar>); 3] =
+        [("free", None), ("json_object", Some(object)), ("json_schema", Some(schema))];
     // Per round and case: (ms per token, tokens generated).
     let mut per_token_ms: Vec<Vec<(f64, usize)>> = vec![Vec::new(); cases.len()];
     let owner = Owner::new("bench", "grammar");
     for round in 0..rounds {
         for (i, (name, grammar)) in cases.iter().enumerate() {
             // Free text cannot end early; a grammar ends where its output is complete.
-            let logit_bias = if grammar.is_none() { engine.tokenizer().eos_ids().iter().map(|id| (*id, -100.0)).collect() } else { Vec::new() };
-            let sampling = SamplingParams { temperature: 0.8, seed: Some(round as u64), logit_bias, ..SamplingParams::default() };
-            let request = GenerateRequest { prompt: prompt.clone(), max_tokens: tokens, stop: Vec::new(), sampling, top_logprobs: 0, grammar: grammar.clone() };
+            let logit_bias = if grammar.is_none() {
+                engine.tokenizer().eos_ids().iter().map(|id| (*id, -100.0)).collect()
+            } else {
+                Vec::new()
+            };
+            let sampling =
+                SamplingParams { temperature: 0.8, seed: Some(round as u64), logit_bias, ..SamplingParams::default() };
+            let request = GenerateRequest {
+                prompt: prompt.clone(),
+                max_tokens: tokens,
+                stop: Vec::new(),
+                sampling,
+                top_logprobs: 0,
+                grammar: grammar.clone(),
+            };
             let mut first: Option<Instant> = None;
             let mut count = 0usize;
             engine.generate_for(&owner, &request, &mut |_| {
@@ -78,7 +92,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Paired by round, and only over rounds that reached the full length: a grammar
     // that ended early decoded over a shorter context, which is cheaper per token.
     for (i, (name, _)) in cases.iter().enumerate() {
-        let paired: Vec<f64> = per_token_ms[i].iter().zip(&per_token_ms[0]).filter(|((_, n), _)| *n == tokens).map(|((ms, _), (free, _))| ms / free - 1.0).collect();
+        let paired: Vec<f64> = per_token_ms[i]
+            .iter()
+            .zip(&per_token_ms[0])
+            .filter(|((_, n), _)| *n == tokens)
+            .map(|((ms, _), (free, _))| ms / free - 1.0)
+            .collect();
         let overhead = if paired.is_empty() { "null".to_owned() } else { format!("{:.3}", median(paired.clone())) };
         let ms = median(per_token_ms[i].iter().map(|(ms, _)| *ms).collect());
         println!("{{\"summary\":\"{name}\",\"median_ms_per_token\":{ms:.3},\"full_length_rounds\":{},\"median_overhead_vs_free\":{overhead}}}", paired.len());

@@ -21,7 +21,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|line| Ok(line?.split_whitespace().map(str::parse).collect::<Result<Vec<u32>, _>>()?))
         .collect::<Result<_, Box<dyn std::error::Error>>>()?;
     let longest = lines.iter().map(Vec::len).max().unwrap_or(0);
-    let engine = Engine::load(&model, EngineOptions { threads, ctx_tokens: longest.max(16), ..EngineOptions::default() })?;
+    let engine =
+        Engine::load(&model, EngineOptions { threads, ctx_tokens: longest.max(16), ..EngineOptions::default() })?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut failed = None;
     for tokens in &lines {

@@ -56,7 +56,12 @@ pub struct EngineOptions {
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        EngineOptions { threads: std::thread::available_parallelism().map_or(1, |n| n.get()), ctx_tokens: 0, device: Device::Cpu, cuda_graphs: true }
+        EngineOptions {
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            ctx_tokens: 0,
+            device: Device::Cpu,
+            cuda_graphs: true,
+        }
     }
 }
 
@@ -164,9 +169,15 @@ impl Engine {
         let template = ChatTemplate::from_gguf(&file)?;
         let config = LlamaConfig::from_metadata(file.metadata(), tokenizer.vocab_size())?;
         let model = Llama::from_gguf(&file, config)?;
-        let trained = if model.config.context_length == 0 { DEFAULT_CONTEXT_TOKENS } else { model.config.context_length };
+        let trained =
+            if model.config.context_length == 0 { DEFAULT_CONTEXT_TOKENS } else { model.config.context_length };
         let ctx = if options.ctx_tokens == 0 { trained } else { options.ctx_tokens.min(trained) };
-        let shape = BlockShape { layers: model.config.n_layer, block_tokens: kv.block_tokens, kv_dim: model.config.kv_dim(), kv_heads: model.config.n_head_kv };
+        let shape = BlockShape {
+            layers: model.config.n_layer,
+            block_tokens: kv.block_tokens,
+            kv_dim: model.config.kv_dim(),
+            kv_heads: model.config.n_head_kv,
+        };
         let pool_tokens = if kv.pool_tokens == 0 { DEFAULT_POOL_CONTEXTS * ctx } else { kv.pool_tokens.max(ctx) };
         let pool = KvPool::new(shape, pool_tokens.div_ceil(kv.block_tokens.max(1)), kv.fault)?;
         let mut cpu = Cpu::new(options.threads.max(1));
@@ -193,7 +204,13 @@ impl Engine {
     /// One sequence's forward step on the engine's device; its isolation error, if any,
     /// stops it. Returns the backend's greedy pick when `need` asked for one and it made
     /// it; otherwise the last row's logits are in `scratch.logits` when `need` wants them.
-    fn forward(&self, tokens: &[u32], kv: &mut SequenceKv<'_>, scratch: &mut Scratch, need: RowNeed) -> Result<Option<GreedyRow>> {
+    fn forward(
+        &self,
+        tokens: &[u32],
+        kv: &mut SequenceKv<'_>,
+        scratch: &mut Scratch,
+        need: RowNeed,
+    ) -> Result<Option<GreedyRow>> {
         let mut segments = [Segment::new(tokens, kv).needing(need)];
         self.forward_batch(&mut segments, scratch)?;
         let [segment] = segments;
@@ -304,20 +321,34 @@ impl Engine {
 
     /// Generates tokens for `request` as the single local tenant ([`Owner::local`]; for
     /// tests, benchmarks and embedding without tenants), calling `on_token` per token.
-    pub fn generate(&self, request: &GenerateRequest, on_token: &mut dyn FnMut(&TokenEvent) -> ControlFlow<()>) -> Result<Generation> {
+    pub fn generate(
+        &self,
+        request: &GenerateRequest,
+        on_token: &mut dyn FnMut(&TokenEvent) -> ControlFlow<()>,
+    ) -> Result<Generation> {
         self.generate_for(&Owner::local(), request, on_token)
     }
 
     /// Generates tokens for `request` in a sequence owned by `owner`, calling `on_token`
     /// once per token. A KV isolation violation stops the request with
     /// [`Error::Isolation`]; its blocks are released (and zero-filled) either way.
-    pub fn generate_for(&self, owner: &Owner, request: &GenerateRequest, on_token: &mut dyn FnMut(&TokenEvent) -> ControlFlow<()>) -> Result<Generation> {
+    pub fn generate_for(
+        &self,
+        owner: &Owner,
+        request: &GenerateRequest,
+        on_token: &mut dyn FnMut(&TokenEvent) -> ControlFlow<()>,
+    ) -> Result<Generation> {
         let budget = self.check(request)?;
         let prompt = &request.prompt;
         if budget == 0 {
             return Ok(Generation { prompt_tokens: prompt.len(), completion_tokens: 0, finish: FinishReason::Length });
         }
-        let mut kv = SequenceKv::for_prompt(&self.pool, owner.clone(), sequence_capacity(prompt.len(), budget, self.pool.shape()), prompt);
+        let mut kv = SequenceKv::for_prompt(
+            &self.pool,
+            owner.clone(),
+            sequence_capacity(prompt.len(), budget, self.pool.shape()),
+            prompt,
+        );
         let mut scratch = Scratch::default();
         let mut decoding = Decoding::new(&self.tokenizer, request, budget);
         let rest = &prompt[kv.cached_prompt_tokens()..];
@@ -347,10 +378,14 @@ impl Engine {
             return Err(Error::InvalidRequest { reason: "the prompt is empty".into() });
         }
         if let Some(bad) = request.prompt.iter().find(|t| **t as usize >= vocab) {
-            return Err(Error::InvalidRequest { reason: format!("token id {bad} is outside the vocabulary of {vocab}") });
+            return Err(Error::InvalidRequest {
+                reason: format!("token id {bad} is outside the vocabulary of {vocab}"),
+            });
         }
         if request.top_logprobs > MAX_TOP_LOGPROBS {
-            return Err(Error::InvalidRequest { reason: format!("top_logprobs is {}, at most {MAX_TOP_LOGPROBS}", request.top_logprobs) });
+            return Err(Error::InvalidRequest {
+                reason: format!("top_logprobs is {}, at most {MAX_TOP_LOGPROBS}", request.top_logprobs),
+            });
         }
         request.sampling.validate(vocab)?;
         if request.prompt.len() >= self.ctx {
@@ -363,7 +398,13 @@ impl Engine {
 /// The model on the GPU as `device` asks: none for the CPU, an error for `cuda` without a
 /// usable GPU (or for a model the CUDA backend cannot run), and for `auto` the GPU when
 /// there is one that runs the model, else none (said once).
-fn gpu_model(options: &EngineOptions, file: &GgufFile, model: &Llama, pool: &KvPool, max_pos: usize) -> Result<Option<Box<GpuModel>>> {
+fn gpu_model(
+    options: &EngineOptions,
+    file: &GgufFile,
+    model: &Llama,
+    pool: &KvPool,
+    max_pos: usize,
+) -> Result<Option<Box<GpuModel>>> {
     let device = options.device;
     if device == Device::Cpu {
         return Ok(None);

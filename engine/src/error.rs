@@ -26,11 +26,7 @@ pub enum Error {
     ModelFetch { reason: String, command: String },
     /// A downloaded file's digest is not the one pinned in the source.
     #[error("{path}: SHA-256 is {actual}, expected {expected}")]
-    ChecksumMismatch {
-        path: PathBuf,
-        expected: String,
-        actual: String,
-    },
+    ChecksumMismatch { path: PathBuf, expected: String, actual: String },
     /// A GGUF file is malformed, truncated or uses something this reader does not support.
     #[error("{origin}: invalid GGUF: {reason}")]
     Gguf { origin: String, reason: String },

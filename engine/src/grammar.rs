@@ -143,8 +143,13 @@ impl Grammars {
 
     /// Compiles `grammar` for `tokenizer`'s vocabulary (the one this was first used with).
     pub(crate) fn compile(&self, tokenizer: &Tokenizer, grammar: &Grammar) -> Result<CompiledGrammar> {
-        let factory = self.factory.get_or_init(|| factory_for(tokenizer)).as_ref().map_err(|reason| Error::Constraint { reason: reason.clone() })?;
-        let parser = factory.create_parser(grammar.to_top_level()).map_err(|e| Error::Grammar { reason: e.to_string() })?;
+        let factory = self
+            .factory
+            .get_or_init(|| factory_for(tokenizer))
+            .as_ref()
+            .map_err(|reason| Error::Constraint { reason: reason.clone() })?;
+        let parser =
+            factory.create_parser(grammar.to_top_level()).map_err(|e| Error::Grammar { reason: e.to_string() })?;
         let start = Matcher::new(Ok(parser));
         if let Some(reason) = start.get_error() {
             return Err(Error::Grammar { reason });

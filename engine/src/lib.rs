@@ -21,10 +21,10 @@ pub mod gguf;
 pub mod grammar;
 pub mod kv;
 pub mod model;
-pub mod template;
-pub mod tokenizer;
-pub mod stop;
 pub mod sample;
 pub mod sched;
+pub mod stop;
+pub mod template;
+pub mod tokenizer;
 
 pub use error::{Error, Result};

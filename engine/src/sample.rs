@@ -42,7 +42,15 @@ pub struct SamplingParams {
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        SamplingParams { temperature: 1.0, top_p: 1.0, top_k: 0, seed: None, presence_penalty: 0.0, frequency_penalty: 0.0, logit_bias: Vec::new() }
+        SamplingParams {
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            seed: None,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            logit_bias: Vec::new(),
+        }
     }
 }
 
@@ -162,7 +170,10 @@ impl Sampler {
         let id = if self.params.temperature <= 0.0 { argmax(&self.work) } else { self.draw() };
         *self.counts.entry(id).or_insert(0) += 1;
         let logprob = logits.get(id as usize).map_or(f32::NEG_INFINITY, |l| l - log_z);
-        let top = top_n_ids(logits, top_n.min(MAX_TOP_LOGPROBS)).into_iter().map(|i| (i, logits[i as usize] - log_z)).collect();
+        let top = top_n_ids(logits, top_n.min(MAX_TOP_LOGPROBS))
+            .into_iter()
+            .map(|i| (i, logits[i as usize] - log_z))
+            .collect();
         Sampled { id, logprob, entropy, top }
     }
 
@@ -190,7 +201,11 @@ impl Sampler {
     fn adjustments(&self) -> impl Iterator<Item = (u32, f32)> + '_ {
         let (presence, frequency) = (self.params.presence_penalty, self.params.frequency_penalty);
         let penalized = presence != 0.0 || frequency != 0.0;
-        let penalties = self.counts.iter().filter(move |_| penalized).map(move |(&id, &n)| (id, -(presence + frequency * n as f32)));
+        let penalties = self
+            .counts
+            .iter()
+            .filter(move |_| penalized)
+            .map(move |(&id, &n)| (id, -(presence + frequency * n as f32)));
         self.params.logit_bias.iter().copied().chain(penalties)
     }
 
@@ -384,7 +399,8 @@ mod tests {
         let mut s = Sampler::new(&SamplingParams { logit_bias: vec![(3, 100.0)], ..SamplingParams::greedy() });
         assert_eq!(s.sample(&l, 0).id, 3);
         // With a strong frequency penalty greedy never repeats a token twice in a row.
-        let mut s = Sampler::new(&SamplingParams { frequency_penalty: 2.0, presence_penalty: 2.0, ..SamplingParams::greedy() });
+        let mut s =
+            Sampler::new(&SamplingParams { frequency_penalty: 2.0, presence_penalty: 2.0, ..SamplingParams::greedy() });
         let ids: Vec<u32> = (0..5).map(|_| s.sample(&l, 0).id).collect();
         assert!(ids.windows(2).all(|w| w[0] != w[1]), "{ids:?}");
     }
@@ -405,7 +421,12 @@ mod tests {
     #[test]
     fn a_greedy_step_reduced_elsewhere_equals_sampling_the_row_here() {
         let l = logits();
-        let params = SamplingParams { logit_bias: vec![(3, 2.5), (71, -100.0), (3, 0.25)], frequency_penalty: 0.7, presence_penalty: 0.3, ..SamplingParams::greedy() };
+        let params = SamplingParams {
+            logit_bias: vec![(3, 2.5), (71, -100.0), (3, 0.25)],
+            frequency_penalty: 0.7,
+            presence_penalty: 0.3,
+            ..SamplingParams::greedy()
+        };
         let (mut here, mut there) = (Sampler::new(&params), Sampler::new(&params));
         for step in 0..12 {
             let need = there.need(4);

@@ -52,7 +52,11 @@ fn cases() -> Value {
 }
 
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().unwrap_or_else(|| panic!("not a list: {v}")).iter().map(|t| t.as_u64().unwrap_or(u64::MAX) as u32).collect()
+    v.as_array()
+        .unwrap_or_else(|| panic!("not a list: {v}"))
+        .iter()
+        .map(|t| t.as_u64().unwrap_or(u64::MAX) as u32)
+        .collect()
 }
 
 fn argmax(row: &[f32]) -> usize {
@@ -66,14 +70,23 @@ fn every_architecture_follows_llama_cpp_token_by_token() {
     assert_eq!(models.len(), 10, "llama3, llama2, qwen2, qwen3, gemma3 and five K-quant mixes");
     for (name, case) in models {
         let bounds = if name.starts_with("llama-q") { &K_QUANT_MIXES } else { &SAME_ARITHMETIC };
-        let engine = Engine::load(&fixtures().join(format!("{name}.gguf")), EngineOptions { threads: 1, ctx_tokens: 64, ..EngineOptions::default() })
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let engine = Engine::load(
+            &fixtures().join(format!("{name}.gguf")),
+            EngineOptions { threads: 1, ctx_tokens: 64, ..EngineOptions::default() },
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
         let tokens = ids(&case["tokens"]);
         let want: Vec<Vec<f32>> = case["logits"]
             .as_array()
             .unwrap_or_else(|| panic!("{name}: no logits"))
             .iter()
-            .map(|row| row.as_array().unwrap_or_else(|| panic!("{name}: bad row")).iter().map(|v| v.as_f64().unwrap_or(f64::NAN) as f32).collect())
+            .map(|row| {
+                row.as_array()
+                    .unwrap_or_else(|| panic!("{name}: bad row"))
+                    .iter()
+                    .map(|v| v.as_f64().unwrap_or(f64::NAN) as f32)
+                    .collect()
+            })
             .collect();
         let mut got: Vec<Vec<f32>> = Vec::new();
         engine.teacher_forced(&tokens, &mut |row| got.push(row.to_vec())).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -84,7 +97,10 @@ fn every_architecture_follows_llama_cpp_token_by_token() {
             let scale = w.iter().fold(0.0f32, |m, v| m.max(v.abs()));
             let diff = g.iter().zip(w).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
             relative.push(diff / scale);
-            assert!(diff <= bounds.worst * scale, "{name} position {pos}: max |ours - llama.cpp| = {diff} (largest logit {scale})");
+            assert!(
+                diff <= bounds.worst * scale,
+                "{name} position {pos}: max |ours - llama.cpp| = {diff} (largest logit {scale})"
+            );
             let mut sorted = w.clone();
             sorted.sort_by(|a, b| b.total_cmp(a));
             if sorted[0] - sorted[1] > bounds.clear_margin {
@@ -102,8 +118,11 @@ fn every_architecture_follows_llama_cpp_token_by_token() {
 fn every_architecture_tokenizes_as_llama_cpp() {
     let cases = cases();
     for (name, case) in cases["models"].as_object().unwrap_or_else(|| panic!("no models")) {
-        let engine = Engine::load(&fixtures().join(format!("{name}.gguf")), EngineOptions { threads: 1, ctx_tokens: 64, ..EngineOptions::default() })
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let engine = Engine::load(
+            &fixtures().join(format!("{name}.gguf")),
+            EngineOptions { threads: 1, ctx_tokens: 64, ..EngineOptions::default() },
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
         for (text, want) in case["tokenized"].as_object().unwrap_or_else(|| panic!("{name}: no texts")) {
             let got = engine.tokenizer().encode(text, false).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(got, ids(want), "{name}: {text:?}");
@@ -113,7 +132,12 @@ fn every_architecture_tokenizes_as_llama_cpp() {
 
 #[test]
 fn device_auto_runs_what_the_cuda_backend_lacks_on_the_cpu_and_names_it() {
-    let expected = [("gemma3", "the gemma3 architecture"), ("qwen2", "the qwen2 architecture"), ("llama3", "scaled RoPE frequencies"), ("llama-q4_k_m", " weights (blk.0.")];
+    let expected = [
+        ("gemma3", "the gemma3 architecture"),
+        ("qwen2", "the qwen2 architecture"),
+        ("llama3", "scaled RoPE frequencies"),
+        ("llama-q4_k_m", " weights (blk.0."),
+    ];
     for (name, lack) in expected {
         let path = fixtures().join(format!("{name}.gguf"));
         let file = GgufFile::open(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -122,7 +146,11 @@ fn device_auto_runs_what_the_cuda_backend_lacks_on_the_cpu_and_names_it() {
         let model = Llama::from_gguf(&file, config).unwrap_or_else(|e| panic!("{name}: {e}"));
         let what = engine::backend::cuda::lacks(&model).unwrap_or_default();
         assert!(what.contains(lack), "{name}: {what:?}");
-        let engine = Engine::load(&path, EngineOptions { threads: 1, ctx_tokens: 64, device: Device::Auto, ..EngineOptions::default() }).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let engine = Engine::load(
+            &path,
+            EngineOptions { threads: 1, ctx_tokens: 64, device: Device::Auto, ..EngineOptions::default() },
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(engine.gpu(), None, "{name}");
     }
 }
@@ -136,6 +164,9 @@ fn an_unknown_architecture_is_refused_with_the_supported_ones_named() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let path = dir.path().join("qwen9.gguf");
     std::fs::write(&path, bytes).unwrap_or_else(|e| panic!("{e}"));
-    let err = Engine::load(&path, EngineOptions { threads: 1, ctx_tokens: 64, ..EngineOptions::default() }).err().map(|e| e.to_string()).unwrap_or_default();
+    let err = Engine::load(&path, EngineOptions { threads: 1, ctx_tokens: 64, ..EngineOptions::default() })
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
     assert!(err.contains("\"qwen9\"") && err.contains("llama, qwen2, qwen3, gemma3"), "{err}");
 }

@@ -19,7 +19,11 @@ const CTX: usize = 256;
 
 fn model_path() -> Result<&'static PathBuf, String> {
     static PATH: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    PATH.get_or_init(|| engine::fetch::ensure_default_model(&engine::fetch::default_cache_dir()).map_err(|e| e.to_string())).as_ref().map_err(Clone::clone)
+    PATH.get_or_init(|| {
+        engine::fetch::ensure_default_model(&engine::fetch::default_cache_dir()).map_err(|e| e.to_string())
+    })
+    .as_ref()
+    .map_err(Clone::clone)
 }
 
 /// An engine with a context of `ctx` tokens whose KV pool holds `pool_tokens`
@@ -46,11 +50,24 @@ fn request(engine: &Engine, text: &str) -> Result<GenerateRequest, Error> {
 }
 
 fn request_of(engine: &Engine, text: &str, max_tokens: usize) -> Result<GenerateRequest, Error> {
-    let messages = [engine::template::ChatMessage { role: "user".into(), content: Some(text.into()), name: None, tool_calls: None, tool_call_id: None }];
+    let messages = [engine::template::ChatMessage {
+        role: "user".into(),
+        content: Some(text.into()),
+        name: None,
+        tool_calls: None,
+        tool_call_id: None,
+    }];
     // End tokens suppressed: every request runs its whole budget.
     let logit_bias = engine.tokenizer().eos_ids().iter().map(|id| (*id, -100.0)).collect();
     let sampling = SamplingParams { logit_bias, ..SamplingParams::greedy() };
-    Ok(GenerateRequest { prompt: engine.chat_prompt(&messages, None)?, max_tokens, stop: Vec::new(), sampling, top_logprobs: 0, grammar: None })
+    Ok(GenerateRequest {
+        prompt: engine.chat_prompt(&messages, None)?,
+        max_tokens,
+        stop: Vec::new(),
+        sampling,
+        top_logprobs: 0,
+        grammar: None,
+    })
 }
 
 fn tenant(i: usize) -> String {
@@ -64,10 +81,14 @@ fn singles(engine: &Engine, max_tokens: usize) -> Result<Vec<Vec<u32>>, Error> {
         .enumerate()
         .map(|(i, text)| {
             let mut ids = Vec::new();
-            engine.generate_for(&Owner::new(&tenant(i), "single"), &request_of(engine, text, max_tokens)?, &mut |e| {
-                ids.push(e.id);
-                ControlFlow::Continue(())
-            })?;
+            engine.generate_for(
+                &Owner::new(&tenant(i), "single"),
+                &request_of(engine, text, max_tokens)?,
+                &mut |e| {
+                    ids.push(e.id);
+                    ControlFlow::Continue(())
+                },
+            )?;
             Ok(ids)
         })
         .collect()
@@ -109,7 +130,11 @@ fn batched_results_equal_single_request_results() -> TestResult {
     let want = singles(engine, 12)?;
     // Small step budgets force chunked prefill next to other sequences' decode steps.
     for step_tokens in [512, 16] {
-        let (got, _) = batched(engine, SchedulerConfig { step_tokens, max_running: 4, max_queued: 8, ..SchedulerConfig::default() }, 12)?;
+        let (got, _) = batched(
+            engine,
+            SchedulerConfig { step_tokens, max_running: 4, max_queued: 8, ..SchedulerConfig::default() },
+            12,
+        )?;
         assert_eq!(got, want, "step_tokens {step_tokens}");
     }
     Ok(())
@@ -121,7 +146,11 @@ fn a_full_pool_preempts_and_recomputes_without_changing_the_output() -> TestResu
     // cannot all be resident at once.
     let engine = load(128, 128)?;
     let want = singles(&engine, 24)?;
-    let (got, preemptions) = batched(&engine, SchedulerConfig { step_tokens: 512, max_running: 4, max_queued: 8, ..SchedulerConfig::default() }, 24)?;
+    let (got, preemptions) = batched(
+        &engine,
+        SchedulerConfig { step_tokens: 512, max_running: 4, max_queued: 8, ..SchedulerConfig::default() },
+        24,
+    )?;
     assert!(preemptions > 0, "the pool was large enough: nothing was preempted");
     assert_eq!(got, want);
     let stats = engine.kv_stats();
@@ -133,7 +162,10 @@ fn a_full_pool_preempts_and_recomputes_without_changing_the_output() -> TestResu
 #[test]
 fn the_queue_is_bounded_and_cancelled_requests_free_their_blocks() -> TestResult {
     let engine = load(CTX, 0)?;
-    let mut sched = Scheduler::new(&engine, SchedulerConfig { step_tokens: 64, max_running: 1, max_queued: 2, ..SchedulerConfig::default() });
+    let mut sched = Scheduler::new(
+        &engine,
+        SchedulerConfig { step_tokens: 64, max_running: 1, max_queued: 2, ..SchedulerConfig::default() },
+    );
     let stop_at_once = |_: &engine::engine::TokenEvent| ControlFlow::Break(());
     sched.submit(Owner::new("a", "1"), request(&engine, TEXTS[0])?, Box::new(stop_at_once))?;
     sched.submit(Owner::new("a", "2"), request(&engine, TEXTS[1])?, Box::new(stop_at_once))?;
@@ -152,7 +184,10 @@ fn the_queue_is_bounded_and_cancelled_requests_free_their_blocks() -> TestResult
 fn admission_serves_the_least_served_tenant_first() -> TestResult {
     let engine = roomy()?;
     let order = RefCell::new(Vec::new());
-    let mut sched = Scheduler::new(engine, SchedulerConfig { step_tokens: 512, max_running: 2, max_queued: 8, ..SchedulerConfig::default() });
+    let mut sched = Scheduler::new(
+        engine,
+        SchedulerConfig { step_tokens: 512, max_running: 2, max_queued: 8, ..SchedulerConfig::default() },
+    );
     for (tenant, request_id) in [("a", "a1"), ("a", "a2"), ("a", "a3"), ("b", "b1")] {
         let order = &order;
         let mut first = true;
@@ -198,7 +233,10 @@ fn a_paused_request_keeps_its_blocks_and_resumes_with_the_same_output() -> TestR
     let engine = load(CTX, 0)?;
     let want = singles(&engine, 16)?;
     let (paused, other) = (RefCell::new(Vec::new()), RefCell::new(Vec::new()));
-    let mut sched = Scheduler::new(&engine, SchedulerConfig { step_tokens: 512, max_running: 4, max_queued: 8, ..SchedulerConfig::default() });
+    let mut sched = Scheduler::new(
+        &engine,
+        SchedulerConfig { step_tokens: 512, max_running: 4, max_queued: 8, ..SchedulerConfig::default() },
+    );
     let id = sched.submit(Owner::new(&tenant(1), "paused"), request_of(&engine, TEXTS[1], 16)?, collect(&paused))?;
     step_until(&mut sched, &paused, 5)?;
     assert!(sched.set_paused(id, true));
@@ -229,7 +267,10 @@ fn a_paused_request_keeps_its_blocks_and_resumes_with_the_same_output() -> TestR
 fn cancelling_frees_a_sequences_blocks_at_once() -> TestResult {
     let engine = load(CTX, 0)?;
     let (a, b) = (RefCell::new(Vec::new()), RefCell::new(Vec::new()));
-    let mut sched = Scheduler::new(&engine, SchedulerConfig { step_tokens: 512, max_running: 4, max_queued: 8, ..SchedulerConfig::default() });
+    let mut sched = Scheduler::new(
+        &engine,
+        SchedulerConfig { step_tokens: 512, max_running: 4, max_queued: 8, ..SchedulerConfig::default() },
+    );
     let a_id = sched.submit(Owner::new("a", "1"), request_of(&engine, TEXTS[1], 64)?, collect(&a))?;
     let b_id = sched.submit(Owner::new("b", "1"), request_of(&engine, TEXTS[3], 64)?, collect(&b))?;
     step_until(&mut sched, &a, 40)?;

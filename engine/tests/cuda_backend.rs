@@ -42,7 +42,10 @@ fn gpu_tests(test: &str) -> bool {
 fn engines() -> Result<&'static (Engine, Engine), String> {
     static PAIR: OnceLock<Result<(Engine, Engine), String>> = OnceLock::new();
     PAIR.get_or_init(|| {
-        let load = |device| isolation_cases::load(device, isolation_cases::Model::Default, FaultConfig::default()).map_err(|e| format!("load on {device}: {e}"));
+        let load = |device| {
+            isolation_cases::load(device, isolation_cases::Model::Default, FaultConfig::default())
+                .map_err(|e| format!("load on {device}: {e}"))
+        };
         Ok((load(Device::Cpu)?, load(Device::Cuda)?))
     })
     .as_ref()
@@ -55,11 +58,21 @@ fn cases() -> Result<Vec<Value>, serde_json::Error> {
 }
 
 fn prompt_ids(case: &Value) -> Vec<u32> {
-    case["prompt_ids"].as_array().map(|a| a.iter().filter_map(|x| x.as_u64()).map(|x| x as u32).collect()).unwrap_or_default()
+    case["prompt_ids"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|x| x.as_u64()).map(|x| x as u32).collect())
+        .unwrap_or_default()
 }
 
 fn greedy(engine: &Engine, prompt: Vec<u32>, max_tokens: usize) -> Result<Vec<TokenEvent>, Error> {
-    let request = GenerateRequest { prompt, max_tokens, stop: Vec::new(), sampling: SamplingParams::greedy(), top_logprobs: 2, grammar: None };
+    let request = GenerateRequest {
+        prompt,
+        max_tokens,
+        stop: Vec::new(),
+        sampling: SamplingParams::greedy(),
+        top_logprobs: 2,
+        grammar: None,
+    };
     let mut events = Vec::new();
     engine.generate(&request, &mut |e| {
         events.push(e.clone());
@@ -79,8 +92,18 @@ fn greedy_tokens_equal_the_cpu_until_the_paths_part_at_a_cpu_near_tie() -> TestR
         let (want, got) = (greedy(cpu, prompt_ids(&case), 32)?, greedy(gpu, prompt_ids(&case), 32)?);
         for (k, (w, g)) in want.iter().zip(&got).enumerate() {
             if w.id != g.id {
-                let margin = w.top_logprobs.first().zip(w.top_logprobs.get(1)).map_or(f32::INFINITY, |(a, b)| a.logprob - b.logprob);
-                assert!(margin < NEAR_TIE, "{}: step {k}: GPU {} vs CPU {} with a CPU margin of {margin}", case["name"], g.id, w.id);
+                let margin = w
+                    .top_logprobs
+                    .first()
+                    .zip(w.top_logprobs.get(1))
+                    .map_or(f32::INFINITY, |(a, b)| a.logprob - b.logprob);
+                assert!(
+                    margin < NEAR_TIE,
+                    "{}: step {k}: GPU {} vs CPU {} with a CPU margin of {margin}",
+                    case["name"],
+                    g.id,
+                    w.id
+                );
                 break;
             }
             assert!(g.owners.iter().map(|t| t.as_str()).eq(["local"]), "provenance {:?}", g.owners);
@@ -108,10 +131,20 @@ fn first_step_logits_agree_with_the_cpu() -> TestResult {
         top.sort_by(|&a, &b| want[b].total_cmp(&want[a]));
         top.truncate(50);
         let worst = |a: &[f32], b: &[f32]| top.iter().map(|&i| (a[i] - b[i]).abs()).fold(0.0f32, f32::max);
-        assert!(worst(&want, &got) <= LOGIT_TOLERANCE, "{}: largest |cpu - gpu| top-50 logit difference {}", case["name"], worst(&want, &got));
+        assert!(
+            worst(&want, &got) <= LOGIT_TOLERANCE,
+            "{}: largest |cpu - gpu| top-50 logit difference {}",
+            case["name"],
+            worst(&want, &got)
+        );
         // Token by token (decode-sized steps) gives the same logits as one prefill batch.
         let stepped = gpu.prompt_logits(&p, 1, false)?;
-        assert!(worst(&stepped, &got) <= LOGIT_TOLERANCE, "{}: prefill vs decode steps differ by {}", case["name"], worst(&stepped, &got));
+        assert!(
+            worst(&stepped, &got) <= LOGIT_TOLERANCE,
+            "{}: prefill vs decode steps differ by {}",
+            case["name"],
+            worst(&stepped, &got)
+        );
     }
     Ok(())
 }
@@ -161,7 +194,8 @@ fn gpu_greedy_picks_apply_each_logit_bias_entry_as_the_host_sampler_does() -> Te
         assert_eq!(want.id, third as u32, "{}: the bias should decide", case["name"]);
         // The same prompt, prefilled the same way (a tenant of its own: no prefix reuse),
         // with the pick and its statistics made on the GPU.
-        let request = GenerateRequest { prompt, max_tokens: 1, stop: Vec::new(), sampling, top_logprobs: 3, grammar: None };
+        let request =
+            GenerateRequest { prompt, max_tokens: 1, stop: Vec::new(), sampling, top_logprobs: 3, grammar: None };
         let mut events = Vec::new();
         gpu.generate_for(&Owner::new(&format!("picks-{n}"), "test"), &request, &mut |e| {
             events.push(e.clone());
@@ -169,8 +203,20 @@ fn gpu_greedy_picks_apply_each_logit_bias_entry_as_the_host_sampler_does() -> Te
         })?;
         let got = events.first().ok_or("no token")?;
         assert_eq!(got.id, want.id, "{}", case["name"]);
-        assert!((got.logprob - want.logprob).abs() < 1e-4, "{}: logprob {} vs {}", case["name"], got.logprob, want.logprob);
-        assert!((got.entropy - want.entropy).abs() < 1e-4, "{}: entropy {} vs {}", case["name"], got.entropy, want.entropy);
+        assert!(
+            (got.logprob - want.logprob).abs() < 1e-4,
+            "{}: logprob {} vs {}",
+            case["name"],
+            got.logprob,
+            want.logprob
+        );
+        assert!(
+            (got.entropy - want.entropy).abs() < 1e-4,
+            "{}: entropy {} vs {}",
+            case["name"],
+            got.entropy,
+            want.entropy
+        );
         assert!(got.top_logprobs.iter().map(|t| t.id).eq(want.top.iter().map(|t| t.0)), "{}: top", case["name"]);
     }
     Ok(())
@@ -189,7 +235,10 @@ fn gpu_a_tenants_repeated_prefix_is_reused_with_identical_greedy_output() -> Tes
     if !gpu_tests("gpu_a_tenants_repeated_prefix_is_reused") {
         return Ok(());
     }
-    isolation_cases::a_tenants_repeated_prefix_is_reused_with_identical_greedy_output(Device::Cuda, isolation_cases::Model::Default)
+    isolation_cases::a_tenants_repeated_prefix_is_reused_with_identical_greedy_output(
+        Device::Cuda,
+        isolation_cases::Model::Default,
+    )
 }
 
 #[test]
@@ -205,7 +254,10 @@ fn gpu_without_the_owner_check_stale_kv_leaks_and_every_token_names_the_foreign_
     if !gpu_tests("gpu_without_the_owner_check") {
         return Ok(());
     }
-    isolation_cases::without_the_owner_check_stale_kv_leaks_and_every_token_names_the_foreign_tenant(Device::Cuda, isolation_cases::Model::Default)
+    isolation_cases::without_the_owner_check_stale_kv_leaks_and_every_token_names_the_foreign_tenant(
+        Device::Cuda,
+        isolation_cases::Model::Default,
+    )
 }
 
 #[test]

@@ -14,7 +14,11 @@ fn nvrtc_or_skip(test: &str) -> bool {
         return true;
     }
     let required = std::env::var_os("CROSSGUARD_REQUIRE_NVRTC").is_some_and(|v| v == "1");
-    assert!(!required, "CROSSGUARD_REQUIRE_NVRTC=1 but libnvrtc.so.12 is not on the library path (LD_LIBRARY_PATH={:?})", std::env::var_os("LD_LIBRARY_PATH"));
+    assert!(
+        !required,
+        "CROSSGUARD_REQUIRE_NVRTC=1 but libnvrtc.so.12 is not on the library path (LD_LIBRARY_PATH={:?})",
+        std::env::var_os("LD_LIBRARY_PATH")
+    );
     eprintln!("{test}: skipped: NVRTC (libnvrtc.so.12) is not on the library path; scripts/test.sh installs it");
     false
 }
@@ -45,7 +49,11 @@ fn a_kernel_that_does_not_compile_is_an_error_with_the_compiler_log() {
     if !nvrtc_or_skip("a_kernel_that_does_not_compile") {
         return;
     }
-    let broken = KernelSource { id: "broken", source: "extern \"C\" __global__ void f(float* x) { x[0] = undeclared_name; }", entry_points: &["f"] };
+    let broken = KernelSource {
+        id: "broken",
+        source: "extern \"C\" __global__ void f(float* x) { x[0] = undeclared_name; }",
+        entry_points: &["f"],
+    };
     match compile_family(&broken, DEFAULT_ARCH) {
         Err(Error::KernelCompile { family, log }) => {
             assert_eq!(family, "broken");

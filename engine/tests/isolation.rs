@@ -11,7 +11,8 @@ use isolation_cases::{TestResult, EVERY_MODEL};
 #[test]
 fn every_token_attends_only_its_own_tenant() -> TestResult {
     for model in EVERY_MODEL {
-        isolation_cases::every_token_attends_only_its_own_tenant(Device::Cpu, model).map_err(|e| format!("{model:?}: {e}"))?;
+        isolation_cases::every_token_attends_only_its_own_tenant(Device::Cpu, model)
+            .map_err(|e| format!("{model:?}: {e}"))?;
     }
     Ok(())
 }
@@ -19,7 +20,8 @@ fn every_token_attends_only_its_own_tenant() -> TestResult {
 #[test]
 fn a_tenants_repeated_prefix_is_reused_with_identical_greedy_output() -> TestResult {
     for model in EVERY_MODEL {
-        isolation_cases::a_tenants_repeated_prefix_is_reused_with_identical_greedy_output(Device::Cpu, model).map_err(|e| format!("{model:?}: {e}"))?;
+        isolation_cases::a_tenants_repeated_prefix_is_reused_with_identical_greedy_output(Device::Cpu, model)
+            .map_err(|e| format!("{model:?}: {e}"))?;
     }
     Ok(())
 }
@@ -27,7 +29,8 @@ fn a_tenants_repeated_prefix_is_reused_with_identical_greedy_output() -> TestRes
 #[test]
 fn stale_kv_is_caught_by_the_owner_check() -> TestResult {
     for model in EVERY_MODEL {
-        isolation_cases::stale_kv_is_caught_by_the_owner_check(Device::Cpu, model).map_err(|e| format!("{model:?}: {e}"))?;
+        isolation_cases::stale_kv_is_caught_by_the_owner_check(Device::Cpu, model)
+            .map_err(|e| format!("{model:?}: {e}"))?;
     }
     Ok(())
 }
@@ -35,7 +38,11 @@ fn stale_kv_is_caught_by_the_owner_check() -> TestResult {
 #[test]
 fn without_the_owner_check_stale_kv_leaks_and_every_token_names_the_foreign_tenant() -> TestResult {
     for model in EVERY_MODEL {
-        isolation_cases::without_the_owner_check_stale_kv_leaks_and_every_token_names_the_foreign_tenant(Device::Cpu, model).map_err(|e| format!("{model:?}: {e}"))?;
+        isolation_cases::without_the_owner_check_stale_kv_leaks_and_every_token_names_the_foreign_tenant(
+            Device::Cpu,
+            model,
+        )
+        .map_err(|e| format!("{model:?}: {e}"))?;
     }
     Ok(())
 }

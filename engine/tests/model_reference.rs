@@ -37,8 +37,10 @@ const NEAR_TIE: f64 = 0.5;
 fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
     ENGINE.get_or_init(|| {
-        let path = engine::fetch::ensure_default_model(&engine::fetch::default_cache_dir()).unwrap_or_else(|e| panic!("default model: {e}"));
-        Engine::load(&path, EngineOptions { threads: 2, ctx_tokens: 2048, ..EngineOptions::default() }).unwrap_or_else(|e| panic!("load: {e}"))
+        let path = engine::fetch::ensure_default_model(&engine::fetch::default_cache_dir())
+            .unwrap_or_else(|e| panic!("default model: {e}"));
+        Engine::load(&path, EngineOptions { threads: 2, ctx_tokens: 2048, ..EngineOptions::default() })
+            .unwrap_or_else(|e| panic!("load: {e}"))
     })
 }
 
@@ -53,7 +55,14 @@ fn ids(v: &Value) -> Vec<u32> {
 }
 
 fn greedy(prompt: Vec<u32>, max_tokens: usize) -> (Vec<u32>, Vec<TokenEvent>, FinishReason) {
-    let request = GenerateRequest { prompt, max_tokens, stop: Vec::new(), sampling: SamplingParams::greedy(), top_logprobs: 3, grammar: None };
+    let request = GenerateRequest {
+        prompt,
+        max_tokens,
+        stop: Vec::new(),
+        sampling: SamplingParams::greedy(),
+        top_logprobs: 3,
+        grammar: None,
+    };
     let mut events = Vec::new();
     let done = engine()
         .generate(&request, &mut |e| {
@@ -72,7 +81,8 @@ fn greedy_continuations_equal_the_reference() {
     let (mut failures, mut compared, mut whole) = (Vec::new(), 0, 0);
     for case in &cases {
         let want = ids(&case["greedy_ids"]);
-        let margins: Vec<f64> = case["greedy_margins"].as_array().into_iter().flatten().filter_map(|m| m.as_f64()).collect();
+        let margins: Vec<f64> =
+            case["greedy_margins"].as_array().into_iter().flatten().filter_map(|m| m.as_f64()).collect();
         let (got, _, _) = greedy(ids(&case["prompt_ids"]), want.len());
         let same = got.iter().zip(&want).take_while(|(a, b)| a == b).count();
         compared += same;
@@ -83,10 +93,16 @@ fn greedy_continuations_equal_the_reference() {
         // Where we part, the reference must have been at a near tie.
         let margin = margins.get(same).copied().unwrap_or(f64::INFINITY);
         if margin >= NEAR_TIE {
-            failures.push(format!("{}: differs at step {same} (reference margin {margin:.3})\n want {want:?}\n got {got:?}", case["name"]));
+            failures.push(format!(
+                "{}: differs at step {same} (reference margin {margin:.3})\n want {want:?}\n got {got:?}",
+                case["name"]
+            ));
         }
     }
-    eprintln!("greedy: {whole}/{} continuations identical in full, {compared} tokens identical before any near tie", cases.len());
+    eprintln!(
+        "greedy: {whole}/{} continuations identical in full, {compared} tokens identical before any near tie",
+        cases.len()
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
@@ -139,8 +155,10 @@ fn batched_prefill_equals_token_by_token_decode() {
 /// same bits, over a context long enough for several score tasks per head.
 #[test]
 fn decode_split_across_threads_gives_the_same_bits_as_one_thread() {
-    let path = engine::fetch::ensure_default_model(&engine::fetch::default_cache_dir()).unwrap_or_else(|e| panic!("default model: {e}"));
-    let alone = Engine::load(&path, EngineOptions { threads: 1, ctx_tokens: 2048, ..EngineOptions::default() }).unwrap_or_else(|e| panic!("load: {e}"));
+    let path = engine::fetch::ensure_default_model(&engine::fetch::default_cache_dir())
+        .unwrap_or_else(|e| panic!("default model: {e}"));
+    let alone = Engine::load(&path, EngineOptions { threads: 1, ctx_tokens: 2048, ..EngineOptions::default() })
+        .unwrap_or_else(|e| panic!("load: {e}"));
     let prompt: Vec<u32> = cases().iter().flat_map(|c| ids(&c["prompt_ids"])).take(300).collect();
     assert!(prompt.len() > 8 * 16, "{} tokens", prompt.len());
     let split = engine().prompt_logits(&prompt, 1, false).unwrap_or_else(|e| panic!("{e}"));
@@ -183,7 +201,14 @@ fn events_carry_statistics_and_limits_hold() {
         assert!(e.top_logprobs.windows(2).all(|w| w[0].logprob >= w[1].logprob));
     }
     // The caller can stop generation at any token.
-    let request = GenerateRequest { prompt, max_tokens: 10, stop: Vec::new(), sampling: SamplingParams::greedy(), top_logprobs: 0, grammar: None };
+    let request = GenerateRequest {
+        prompt,
+        max_tokens: 10,
+        stop: Vec::new(),
+        sampling: SamplingParams::greedy(),
+        top_logprobs: 0,
+        grammar: None,
+    };
     let done = engine().generate(&request, &mut |_| ControlFlow::Break(())).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!((done.completion_tokens, done.finish), (1, FinishReason::Cancelled));
 }
@@ -196,7 +221,14 @@ fn stop_sequences_are_never_emitted() {
     let full: String = events.iter().map(|e| e.text.as_str()).collect();
     // Stop at the second word of the greedy text: everything before it, nothing after.
     let Some(word) = full.split_whitespace().nth(1) else { return };
-    let request = GenerateRequest { prompt, max_tokens: 16, stop: vec![word.to_owned()], sampling: SamplingParams::greedy(), top_logprobs: 0, grammar: None };
+    let request = GenerateRequest {
+        prompt,
+        max_tokens: 16,
+        stop: vec![word.to_owned()],
+        sampling: SamplingParams::greedy(),
+        top_logprobs: 0,
+        grammar: None,
+    };
     let mut text = String::new();
     let done = engine()
         .generate(&request, &mut |e| {
@@ -212,8 +244,16 @@ fn stop_sequences_are_never_emitted() {
 fn seeded_sampling_is_reproducible() {
     let prompt = ids(&cases()[1]["prompt_ids"]);
     let run = |seed| {
-        let sampling = SamplingParams { temperature: 0.9, top_p: 0.95, top_k: 40, seed: Some(seed), ..SamplingParams::default() };
-        let request = GenerateRequest { prompt: prompt.clone(), max_tokens: 12, stop: Vec::new(), sampling, top_logprobs: 0, grammar: None };
+        let sampling =
+            SamplingParams { temperature: 0.9, top_p: 0.95, top_k: 40, seed: Some(seed), ..SamplingParams::default() };
+        let request = GenerateRequest {
+            prompt: prompt.clone(),
+            max_tokens: 12,
+            stop: Vec::new(),
+            sampling,
+            top_logprobs: 0,
+            grammar: None,
+        };
         let mut out = Vec::new();
         engine()
             .generate(&request, &mut |e| {
@@ -230,7 +270,14 @@ fn seeded_sampling_is_reproducible() {
 fn bad_requests_are_typed_errors() {
     let e = engine();
     let mut sink = |_: &TokenEvent| ControlFlow::Continue(());
-    let mut request = GenerateRequest { prompt: vec![], max_tokens: 4, stop: Vec::new(), sampling: SamplingParams::greedy(), top_logprobs: 0, grammar: None };
+    let mut request = GenerateRequest {
+        prompt: vec![],
+        max_tokens: 4,
+        stop: Vec::new(),
+        sampling: SamplingParams::greedy(),
+        top_logprobs: 0,
+        grammar: None,
+    };
     assert!(matches!(e.generate(&request, &mut sink), Err(engine::Error::InvalidRequest { .. })));
     request.prompt = vec![u32::MAX];
     assert!(matches!(e.generate(&request, &mut sink), Err(engine::Error::InvalidRequest { .. })));

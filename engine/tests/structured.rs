@@ -17,8 +17,10 @@ use serde_json::{json, Value};
 fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
     ENGINE.get_or_init(|| {
-        let path = engine::fetch::ensure_default_model(&engine::fetch::default_cache_dir()).unwrap_or_else(|e| panic!("default model: {e}"));
-        Engine::load(&path, EngineOptions { threads: 2, ctx_tokens: 2048, ..EngineOptions::default() }).unwrap_or_else(|e| panic!("load: {e}"))
+        let path = engine::fetch::ensure_default_model(&engine::fetch::default_cache_dir())
+            .unwrap_or_else(|e| panic!("default model: {e}"));
+        Engine::load(&path, EngineOptions { threads: 2, ctx_tokens: 2048, ..EngineOptions::default() })
+            .unwrap_or_else(|e| panic!("load: {e}"))
     })
 }
 
@@ -73,7 +75,12 @@ fn assert_person(text: &str) {
 fn sampled_output_follows_the_schema_at_any_temperature() {
     for (seed, temperature) in [(1, 0.0), (2, 1.0), (3, 1.6), (4, 2.0)] {
         let sampling = SamplingParams { temperature, seed: Some(seed), ..SamplingParams::default() };
-        let (text, finish) = generate(&request("Describe a user of our system as JSON.", &Grammar::JsonSchema(person_schema()), sampling, 200));
+        let (text, finish) = generate(&request(
+            "Describe a user of our system as JSON.",
+            &Grammar::JsonSchema(person_schema()),
+            sampling,
+            200,
+        ));
         assert_eq!(finish, FinishReason::Stop, "T={temperature}: {text}");
         assert_person(&text);
     }
@@ -96,7 +103,9 @@ fn a_logit_bias_cannot_push_a_token_the_grammar_forbids() {
 
 #[test]
 fn the_batching_scheduler_enforces_each_requests_grammar() {
-    let enum_only = Grammar::JsonSchema(json!({"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}}, "required": ["answer"], "additionalProperties": false}));
+    let enum_only = Grammar::JsonSchema(
+        json!({"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}}, "required": ["answer"], "additionalProperties": false}),
+    );
     let mut scheduler = Scheduler::new(engine(), SchedulerConfig::default());
     let texts: Vec<std::sync::Arc<std::sync::Mutex<String>>> = (0..4).map(|_| Default::default()).collect();
     for (i, text) in texts.iter().enumerate() {
@@ -131,12 +140,20 @@ fn choices_sharing_one_compiled_grammar_each_follow_it_on_their_own() {
     // `n` choices of one request start from one compiled grammar: each must carry its own
     // parser state, or one choice's tokens would steer another's mask.
     let compiled = engine().compile_grammar(&Grammar::JsonSchema(person_schema())).unwrap();
-    let prompt = engine().chat_prompt(&[ChatMessage::new("user", "Describe three different users as JSON.")], None).unwrap();
+    let prompt =
+        engine().chat_prompt(&[ChatMessage::new("user", "Describe three different users as JSON.")], None).unwrap();
     let mut scheduler = Scheduler::new(engine(), SchedulerConfig::default());
     let texts: Vec<std::sync::Arc<std::sync::Mutex<String>>> = (0..3).map(|_| Default::default()).collect();
     for (i, text) in texts.iter().enumerate() {
         let sampling = SamplingParams { temperature: 1.2, seed: Some(40 + i as u64), ..SamplingParams::default() };
-        let req = GenerateRequest { prompt: prompt.clone(), max_tokens: 200, stop: Vec::new(), sampling, top_logprobs: 0, grammar: Some(compiled.clone()) };
+        let req = GenerateRequest {
+            prompt: prompt.clone(),
+            max_tokens: 200,
+            stop: Vec::new(),
+            sampling,
+            top_logprobs: 0,
+            grammar: Some(compiled.clone()),
+        };
         let sink_text = text.clone();
         let sink = Box::new(move |ev: &engine::engine::TokenEvent| {
             sink_text.lock().unwrap().push_str(&ev.text);
@@ -158,11 +175,13 @@ fn choices_sharing_one_compiled_grammar_each_follow_it_on_their_own() {
 fn a_schema_the_compiler_cannot_enforce_is_refused_by_name() {
     // Keywords JSON Schema defines but the compiler does not enforce: refused, never
     // silently dropped (unknown keywords are annotations, as the specification says).
-    let unenforced = Grammar::JsonSchema(json!({"type": "object", "properties": {"a": {"type": "array", "uniqueItems": true}}}));
+    let unenforced =
+        Grammar::JsonSchema(json!({"type": "object", "properties": {"a": {"type": "array", "uniqueItems": true}}}));
     let err = engine().compile_grammar(&unenforced).unwrap_err();
     assert!(matches!(err, engine::Error::Grammar { .. }), "{err}");
     assert!(err.to_string().contains("uniqueItems"), "{err}");
-    let annotated = Grammar::JsonSchema(json!({"type": "object", "properties": {"a": {"type": "string", "x-made-up": 3}}}));
+    let annotated =
+        Grammar::JsonSchema(json!({"type": "object", "properties": {"a": {"type": "string", "x-made-up": 3}}}));
     assert!(engine().compile_grammar(&annotated).is_ok());
     let malformed = Grammar::JsonSchema(json!({"type": "no-such-type"}));
     assert!(matches!(engine().compile_grammar(&malformed), Err(engine::Error::Grammar { .. })));

@@ -98,7 +98,8 @@ fn report_holdback(rules: &Arc<Ruleset>, name: &str, text: &str, det: &Arc<Detec
         }
         held.push(s.held_bytes());
     }
-    let (med, p99, max) = (percentile(&mut held, 0.5), percentile(&mut held, 0.99), held.iter().copied().max().unwrap_or(0));
+    let (med, p99, max) =
+        (percentile(&mut held, 0.5), percentile(&mut held, 0.99), held.iter().copied().max().unwrap_or(0));
     eprintln!("holdback {name}: median {med} B, p99 {p99} B, max {max} B over {} pushes ({blocks} blocks)", held.len());
 }
 
@@ -119,7 +120,9 @@ fn bench(c: &mut Criterion) {
     report_holdback(&rules, "prose+ngram", &prose, &detectors(true));
 
     let mut g = c.benchmark_group("one-shot");
-    g.sample_size(10).measurement_time(std::time::Duration::from_secs(4)).warm_up_time(std::time::Duration::from_secs(1));
+    g.sample_size(10)
+        .measurement_time(std::time::Duration::from_secs(4))
+        .warm_up_time(std::time::Duration::from_secs(1));
     for (name, text) in [("prose", &prose), ("code", &code), ("secret-dense", &dense)] {
         g.throughput(Throughput::Bytes(text.len() as u64));
         g.bench_with_input(BenchmarkId::from_parameter(name), text, |b, t| b.iter(|| rules.scan(t)));
@@ -127,7 +130,9 @@ fn bench(c: &mut Criterion) {
     g.finish();
 
     let mut g = c.benchmark_group("stream-push");
-    g.sample_size(10).measurement_time(std::time::Duration::from_secs(4)).warm_up_time(std::time::Duration::from_secs(1));
+    g.sample_size(10)
+        .measurement_time(std::time::Duration::from_secs(4))
+        .warm_up_time(std::time::Duration::from_secs(1));
     let prose_piece = cut(&prose, 64 << 10);
     let dense_piece = cut(&dense, 64 << 10);
     let cases = [

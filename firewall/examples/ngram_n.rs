@@ -28,7 +28,8 @@ fn main() {
     for a in std::env::args().skip(1) {
         collect(Path::new(&a), &mut files);
     }
-    let docs: Vec<String> = files.iter().filter_map(|f| std::fs::read_to_string(f).ok()).filter(|t| t.len() > 500).collect();
+    let docs: Vec<String> =
+        files.iter().filter_map(|f| std::fs::read_to_string(f).ok()).filter(|t| t.len() > 500).collect();
     println!("{} documents, {} bytes", docs.len(), docs.iter().map(String::len).sum::<usize>());
     let key = NgramKey([9; 16]);
     println!("n\tngrams\tshared_any\tshared_rare(<3 docs)");
@@ -43,6 +44,10 @@ fn main() {
         let total: usize = sets.iter().map(HashSet::len).sum();
         let shared = sets.iter().flatten().filter(|h| owners[h] >= 2).count();
         let rare = sets.iter().flatten().filter(|h| (2..3).contains(&owners[h])).count();
-        println!("{n}\t{total}\t{:.4}%\t{:.4}%", 100.0 * shared as f64 / total.max(1) as f64, 100.0 * rare as f64 / total.max(1) as f64);
+        println!(
+            "{n}\t{total}\t{:.4}%\t{:.4}%",
+            100.0 * shared as f64 / total.max(1) as f64,
+            100.0 * rare as f64 / total.max(1) as f64
+        );
     }
 }

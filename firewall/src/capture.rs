@@ -52,7 +52,10 @@ impl SecretSearch {
         if bound == usize::MAX {
             return None;
         }
-        let nfa = NFA::compiler().configure(thompson::Config::new().nfa_size_limit(Some(REGEX_SIZE_LIMIT))).build_from_hir(&relaxed).ok()?;
+        let nfa = NFA::compiler()
+            .configure(thompson::Config::new().nfa_size_limit(Some(REGEX_SIZE_LIMIT)))
+            .build_from_hir(&relaxed)
+            .ok()?;
         let backtracker = BoundedBacktracker::new_from_nfa(nfa).ok()?;
         Some(SecretSearch { backtracker, max_span: bound })
     }
@@ -64,7 +67,12 @@ impl SecretSearch {
     /// The captures of the match `[start, end)` of `text`, which the rule's regex matches
     /// anchored at `start` ending at `end`; None when the span is too long for this search
     /// (the caller then asks the meta regex).
-    pub(crate) fn captures<'s>(&self, text: &str, (start, end): (usize, usize), scratch: &'s mut SecretScratch) -> Option<&'s Captures> {
+    pub(crate) fn captures<'s>(
+        &self,
+        text: &str,
+        (start, end): (usize, usize),
+        scratch: &'s mut SecretScratch,
+    ) -> Option<&'s Captures> {
         if end - start > self.max_span.min(self.backtracker.max_haystack_len()) {
             return None;
         }
@@ -91,7 +99,9 @@ fn relax(hir: &Hir, bound: &mut usize) -> Hir {
             };
             Hir::repetition(Repetition { min: r.min, max, greedy: r.greedy, sub: Box::new(sub) })
         }
-        HirKind::Capture(c) => Hir::capture(Capture { index: c.index, name: c.name.clone(), sub: Box::new(relax(&c.sub, bound)) }),
+        HirKind::Capture(c) => {
+            Hir::capture(Capture { index: c.index, name: c.name.clone(), sub: Box::new(relax(&c.sub, bound)) })
+        }
         HirKind::Concat(parts) => Hir::concat(parts.iter().map(|p| relax(p, bound)).collect()),
         HirKind::Alternation(alts) => Hir::alternation(alts.iter().map(|a| relax(a, bound)).collect()),
     }
@@ -116,7 +126,9 @@ mod tests {
     /// Group spans of the anchored match at `start`, by the meta regex and by the search.
     fn both(pattern: &str, text: &str, start: usize) -> (Groups, Option<Groups>) {
         let (secret, meta) = search(pattern);
-        let groups = |caps: &Captures| (0..caps.group_len()).map(|g| caps.get_group(g).map(|s| (s.start, s.end))).collect::<Vec<_>>();
+        let groups = |caps: &Captures| {
+            (0..caps.group_len()).map(|g| caps.get_group(g).map(|s| (s.start, s.end))).collect::<Vec<_>>()
+        };
         let mut caps = meta.create_captures();
         meta.search_captures(&Input::new(text).span(start..text.len()).anchored(Anchored::Yes), &mut caps);
         let want = groups(&caps);

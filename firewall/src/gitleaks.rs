@@ -48,7 +48,11 @@ pub fn import(text: &str) -> Result<Import, Error> {
         reason: e.message().trim().to_string(),
     })?;
     let mut out = Import { toml: String::new(), converted: 0, skipped: Vec::new(), notes: Vec::new() };
-    let global = root.get("allowlist").and_then(Value::as_table).map(|t| allow_entries(t, None, &mut out.notes)).unwrap_or_default();
+    let global = root
+        .get("allowlist")
+        .and_then(Value::as_table)
+        .map(|t| allow_entries(t, None, &mut out.notes))
+        .unwrap_or_default();
     let mut rules = Vec::new();
     for r in root.get("rules").and_then(Value::as_array).into_iter().flatten() {
         let Some(t) = r.as_table() else { continue };
@@ -83,13 +87,20 @@ struct Allow {
 
 /// The entries of one gitleaks allowlist table; notes what is dropped or changes meaning.
 fn allow_entries(t: &Table, id: Option<&str>, notes: &mut Vec<ImportNote>) -> Allow {
-    let note = |notes: &mut Vec<ImportNote>, m: String| notes.push(ImportNote { rule_id: id.map(str::to_string), message: m });
+    let note =
+        |notes: &mut Vec<ImportNote>, m: String| notes.push(ImportNote { rule_id: id.map(str::to_string), message: m });
     let target = str_of(t, "regexTarget").unwrap_or("secret");
     let mut out = Allow::default();
     let regexes = strings_of(t, "regexes");
     if target == "line" {
         if !regexes.is_empty() {
-            note(notes, format!("{} allowlist regex(es) aimed at the line now test it up to the match's end (allow_line)", regexes.len()));
+            note(
+                notes,
+                format!(
+                    "{} allowlist regex(es) aimed at the line now test it up to the match's end (allow_line)",
+                    regexes.len()
+                ),
+            );
         }
         out.line.extend(regexes);
     } else {
@@ -126,18 +137,25 @@ fn convert(t: &Table, global: &Allow, notes: &mut Vec<ImportNote>) -> Result<Raw
     }
     let mut allow = global.clone();
     let tables = t.get("allowlist").and_then(Value::as_table).into_iter();
-    for a in tables.chain(t.get("allowlists").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_table)) {
+    for a in
+        tables.chain(t.get("allowlists").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_table))
+    {
         let more = allow_entries(a, Some(&id), notes);
         allow.secret.extend(more.secret);
         allow.line.extend(more.line);
     }
     let raw = RawRule {
         id: id.clone(),
-        description: str_of(t, "description").map_or_else(|| format!("imported from gitleaks rule {gl_id}"), str::to_string),
+        description: str_of(t, "description")
+            .map_or_else(|| format!("imported from gitleaks rule {gl_id}"), str::to_string),
         severity: Severity::High,
         action: RuleAction::Block,
         regex: regex.to_string(),
-        secret_group: t.get("secretGroup").and_then(Value::as_integer).filter(|&g| g > 0).map(|g| SecretGroup::Index(g as usize)),
+        secret_group: t
+            .get("secretGroup")
+            .and_then(Value::as_integer)
+            .filter(|&g| g > 0)
+            .map(|g| SecretGroup::Index(g as usize)),
         keywords: strings_of(t, "keywords").iter().map(|k| k.to_ascii_lowercase()).collect(),
         min_entropy: t.get("entropy").and_then(|v| v.as_float().or_else(|| v.as_integer().map(|i| i as f64))),
         allow: allow.secret,
@@ -163,7 +181,8 @@ fn kebab(id: &str) -> String {
     if is_kebab(id) {
         return id.to_string();
     }
-    let mapped: String = id.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect();
+    let mapped: String =
+        id.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect();
     let joined = mapped.split('-').filter(|p| !p.is_empty()).collect::<Vec<_>>().join("-");
     if joined.is_empty() {
         "imported-rule".into()

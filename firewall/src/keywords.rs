@@ -234,8 +234,10 @@ impl KeywordFinder {
     #[inline(always)]
     fn block(&self, bytes: &[u8; BLOCK_BYTES]) -> u32 {
         const FOLD64: u64 = 0x2020_2020_2020_2020;
-        let lo = u64::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7]]) | FOLD64;
-        let hi = u64::from_le_bytes([bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9], bytes[10]]) | FOLD64;
+        let lo = u64::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7]])
+            | FOLD64;
+        let hi = u64::from_le_bytes([bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9], bytes[10]])
+            | FOLD64;
         let mut passed = 0;
         for j in 0..5 {
             passed |= self.passes((lo >> (8 * j)) as Key) << j;
@@ -285,7 +287,10 @@ impl KeywordFinder {
     #[inline(always)]
     fn check(&self, heads: &[Head], first: u64, rest: &[u8], at: usize, found: &mut impl FnMut(usize, usize)) {
         for h in heads {
-            if (first | h.fold) & h.care == h.lower && rest.len() >= h.len as usize && (h.len <= 8 || self.words[h.id as usize].starts(rest)) {
+            if (first | h.fold) & h.care == h.lower
+                && rest.len() >= h.len as usize
+                && (h.len <= 8 || self.words[h.id as usize].starts(rest))
+            {
                 found(h.id as usize, at);
             }
         }
@@ -344,10 +349,12 @@ impl Word {
         }
         let last = self.lower.len() - 1;
         let care = u64::MAX >> (8 * (8 * self.lower.len() - self.len));
-        text.chunks_exact(8).zip(self.lower.iter().zip(self.fold.iter())).enumerate().all(|(i, (t, (&lower, &fold)))| {
-            let t = u64::from_le_bytes([t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]]) | fold;
-            (if i == last { t & care } else { t }) == lower
-        })
+        text.chunks_exact(8).zip(self.lower.iter().zip(self.fold.iter())).enumerate().all(
+            |(i, (t, (&lower, &fold)))| {
+                let t = u64::from_le_bytes([t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]]) | fold;
+                (if i == last { t & care } else { t }) == lower
+            },
+        )
     }
 }
 
@@ -432,7 +439,8 @@ mod x86 {
         *BEST
     }
 
-    static BEST: std::sync::LazyLock<Simd> = std::sync::LazyLock::new(|| capped(widest(), std::env::var("CROSSGUARD_FIREWALL_SIMD").ok().as_deref()));
+    static BEST: std::sync::LazyLock<Simd> =
+        std::sync::LazyLock::new(|| capped(widest(), std::env::var("CROSSGUARD_FIREWALL_SIMD").ok().as_deref()));
 
     /// `cpu`, lowered to what `setting` names; an unknown setting changes nothing.
     pub(super) fn capped(cpu: Simd, setting: Option<&str>) -> Simd {
@@ -444,7 +452,11 @@ mod x86 {
     }
 
     fn widest() -> Simd {
-        if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512dq") && is_x86_feature_detected!("avx512vbmi") {
+        if is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512dq")
+            && is_x86_feature_detected!("avx512vbmi")
+        {
             Simd::Avx512
         } else if is_x86_feature_detected!("avx2") {
             Simd::Avx2
@@ -456,7 +468,13 @@ mod x86 {
     /// Calls `each(at, passed)` for the steps that have a bit set (bit j: position at + j),
     /// with the loop `simd` and then the narrower ones while their loads stay inside
     /// `text`; returns where the portable loop goes on.
-    pub(super) fn scan(simd: Simd, filter: &Filter, pairs: &[Key], text: &[u8], each: &mut impl FnMut(usize, u32)) -> usize {
+    pub(super) fn scan(
+        simd: Simd,
+        filter: &Filter,
+        pairs: &[Key],
+        text: &[u8],
+        each: &mut impl FnMut(usize, u32),
+    ) -> usize {
         // A level above what the CPU has runs the loops it has (tests lower it, never raise it).
         let simd = simd.min(best());
         let mut at = 0;
@@ -475,10 +493,18 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx2")]
-    unsafe fn scan_avx2<const PAIRS: usize>(filter: &Filter, pairs: [Key; PAIRS], text: &[u8], from: usize, each: &mut impl FnMut(usize, u32)) -> usize {
+    unsafe fn scan_avx2<const PAIRS: usize>(
+        filter: &Filter,
+        pairs: [Key; PAIRS],
+        text: &[u8],
+        from: usize,
+        each: &mut impl FnMut(usize, u32),
+    ) -> usize {
         // Lane j (dword) gets bytes j..j+4 of the 16 loaded; the upper half of the
         // register holds a copy of the load, so its indices are the same bytes.
-        let windows = _mm256_setr_epi8(0, 1, 2, 3, 1, 2, 3, 4, 2, 3, 4, 5, 3, 4, 5, 6, 4, 5, 6, 7, 5, 6, 7, 8, 6, 7, 8, 9, 7, 8, 9, 10);
+        let windows = _mm256_setr_epi8(
+            0, 1, 2, 3, 1, 2, 3, 4, 2, 3, 4, 5, 3, 4, 5, 6, 4, 5, 6, 7, 5, 6, 7, 8, 6, 7, 8, 9, 7, 8, 9, 10,
+        );
         let fold = _mm256_set1_epi32(FOLD as i32);
         let low3 = _mm256_set1_epi32(0x00FF_FFFF);
         let low2 = _mm256_set1_epi32(0xFFFF);
@@ -509,7 +535,10 @@ mod x86 {
     unsafe fn probe(filter: &Filter, w: __m256i, low3: __m256i) -> __m256i {
         let key = _mm256_and_si256(w, low3);
         let mixed = _mm256_xor_si256(key, _mm256_srli_epi32::<11>(key));
-        let h = _mm256_srli_epi32::<{ 32 - FILTER_BITS as i32 }>(_mm256_mullo_epi32(mixed, _mm256_set1_epi32(HASH_MULTIPLIER as i32)));
+        let h = _mm256_srli_epi32::<{ 32 - FILTER_BITS as i32 }>(_mm256_mullo_epi32(
+            mixed,
+            _mm256_set1_epi32(HASH_MULTIPLIER as i32),
+        ));
         // SAFETY: see above; the gather reads 4-byte words of `filter` at those indices.
         let words = unsafe { _mm256_i32gather_epi32::<4>(filter.as_ptr().cast(), h) };
         // Bit (fourth byte & 31) to the sign: shift left by 31 - it.
@@ -529,7 +558,13 @@ mod x86 {
     };
 
     #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vbmi")]
-    unsafe fn scan_avx512<const PAIRS: usize>(filter: &Filter, pairs: [Key; PAIRS], text: &[u8], from: usize, each: &mut impl FnMut(usize, u32)) -> usize {
+    unsafe fn scan_avx512<const PAIRS: usize>(
+        filter: &Filter,
+        pairs: [Key; PAIRS],
+        text: &[u8],
+        from: usize,
+        each: &mut impl FnMut(usize, u32),
+    ) -> usize {
         // SAFETY: WINDOWS_16 holds 64 bytes.
         let windows = unsafe { _mm512_loadu_si512(WINDOWS_16.as_ptr().cast()) };
         let fold = _mm512_set1_epi32(FOLD as i32);
@@ -594,8 +629,13 @@ mod tests {
     }
 
     fn with_automaton(words: &[&str], text: &str) -> Vec<(usize, usize)> {
-        let ac = AhoCorasickBuilder::new().ascii_case_insensitive(true).match_kind(MatchKind::Standard).build(words).unwrap();
-        let mut v: Vec<(usize, usize)> = ac.find_overlapping_iter(text).map(|m| (m.pattern().as_usize(), m.start())).collect();
+        let ac = AhoCorasickBuilder::new()
+            .ascii_case_insensitive(true)
+            .match_kind(MatchKind::Standard)
+            .build(words)
+            .unwrap();
+        let mut v: Vec<(usize, usize)> =
+            ac.find_overlapping_iter(text).map(|m| (m.pattern().as_usize(), m.start())).collect();
         v.sort_unstable();
         v
     }
@@ -661,7 +701,10 @@ mod tests {
         let refs: Vec<&str> = words.iter().map(String::as_str).collect();
         let corpus = ["prose", "code", "configs", "logs", "answers"]
             .iter()
-            .map(|f| std::fs::read_to_string(format!("{}/tests/corpus/{f}.jsonl", env!("CARGO_MANIFEST_DIR"))).expect("corpus"))
+            .map(|f| {
+                std::fs::read_to_string(format!("{}/tests/corpus/{f}.jsonl", env!("CARGO_MANIFEST_DIR")))
+                    .expect("corpus")
+            })
             .collect::<String>();
         let found = with_finder(&refs, &corpus);
         assert!(found.len() > 1000, "{} hits", found.len());
@@ -709,4 +752,3 @@ mod tests {
         }
     }
 }
-

@@ -45,8 +45,8 @@ pub mod verdict;
 mod window;
 
 pub use detect::{
-    fingerprints, Baseline, Baselines, Detectors, EntropyConfig, Metric, NgramConfig, NgramKey, NgramOwners, Observations,
-    OwnerSet, ProvenanceConfig, ScanContext, TokenSignals, secret_fingerprints, SecretOwnership,
+    fingerprints, secret_fingerprints, Baseline, Baselines, Detectors, EntropyConfig, Metric, NgramConfig, NgramKey,
+    NgramOwners, Observations, OwnerSet, ProvenanceConfig, ScanContext, SecretOwnership, TokenSignals,
 };
 pub use reload::ReloadableRuleset;
 pub use rule::{Canary, Rule};

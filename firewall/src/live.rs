@@ -26,7 +26,6 @@
 //! A thread that passes through a match state reports `(pattern, start)`, which tells the
 //! scanner which patterns are worth confirming with the real regex.
 
-
 use regex_automata::dfa::{dense, Automaton, StartKind};
 use regex_automata::nfa::thompson::{self, WhichCaptures};
 use regex_automata::util::primitives::StateID;
@@ -45,12 +44,9 @@ pub(crate) fn relax(hir: &Hir) -> Hir {
         HirKind::Empty | HirKind::Literal(_) => hir.clone(),
         HirKind::Class(Class::Unicode(c)) => Hir::class(Class::Unicode(widen(c))),
         HirKind::Class(Class::Bytes(_)) => hir.clone(),
-        HirKind::Repetition(r) => Hir::repetition(Repetition {
-            min: r.min,
-            max: r.max,
-            greedy: r.greedy,
-            sub: Box::new(relax(&r.sub)),
-        }),
+        HirKind::Repetition(r) => {
+            Hir::repetition(Repetition { min: r.min, max: r.max, greedy: r.greedy, sub: Box::new(relax(&r.sub)) })
+        }
         HirKind::Capture(c) => relax(&c.sub),
         HirKind::Concat(v) => Hir::concat(v.iter().map(relax).collect()),
         HirKind::Alternation(v) => Hir::alternation(v.iter().map(relax).collect()),
@@ -63,7 +59,12 @@ const EXACT_CLASS_MAX: u32 = 64;
 /// Whether relaxing keeps `c` as it is: it is ASCII, or its non-ASCII part is small enough
 /// to cost the automaton little.
 pub(crate) fn keeps_exact(c: &ClassUnicode) -> bool {
-    let non_ascii: u32 = c.ranges().iter().filter(|r| r.end() as u32 >= 0x80).map(|r| r.end() as u32 - (r.start() as u32).max(0x80) + 1).sum();
+    let non_ascii: u32 = c
+        .ranges()
+        .iter()
+        .filter(|r| r.end() as u32 >= 0x80)
+        .map(|r| r.end() as u32 - (r.start() as u32).max(0x80) + 1)
+        .sum();
     non_ascii <= EXACT_CLASS_MAX
 }
 
@@ -313,7 +314,8 @@ impl StepSet {
 
     /// Doubles the table (at least 64 slots), re-inserting this step's keys.
     fn grow(&mut self) {
-        let live: Vec<u64> = self.keys.iter().zip(&self.stamps).filter(|(_, &s)| s == self.stamp).map(|(&k, _)| k).collect();
+        let live: Vec<u64> =
+            self.keys.iter().zip(&self.stamps).filter(|(_, &s)| s == self.stamp).map(|(&k, _)| k).collect();
         let size = (self.keys.len() * 2).max(64);
         self.keys = vec![0; size];
         self.stamps = vec![self.stamp.wrapping_sub(1); size];
@@ -479,7 +481,11 @@ mod tests {
     use crate::start::StartFilter;
 
     fn live(patterns: &[&str]) -> Live {
-        let hirs = patterns.iter().filter_map(|p| regex_syntax::parse(p).ok()).map(|h| crate::rule::ascii_twin(&h)).collect::<Vec<_>>();
+        let hirs = patterns
+            .iter()
+            .filter_map(|p| regex_syntax::parse(p).ok())
+            .map(|h| crate::rule::ascii_twin(&h))
+            .collect::<Vec<_>>();
         assert_eq!(hirs.len(), patterns.len());
         let built = Live::build(&hirs).map_err(|e| format!("{e:?}"));
         assert!(built.is_ok(), "{built:?}");
@@ -520,7 +526,10 @@ mod tests {
         assert_eq!(matches("xtoken=abc "), vec![(1, 0)]);
         assert_eq!(matches("a token=abc "), vec![(0, 2), (1, 2)]);
         let at_t = &l.first[usize::from(b't')];
-        assert_eq!(at_t.iter().map(|f| (f.pattern, f.openings.is_anywhere())).collect::<Vec<_>>(), vec![(0, false), (1, true)]);
+        assert_eq!(
+            at_t.iter().map(|f| (f.pattern, f.openings.is_anywhere())).collect::<Vec<_>>(),
+            vec![(0, false), (1, true)]
+        );
     }
 
     #[test]
@@ -572,7 +581,10 @@ mod tests {
             for f in &l.first[usize::from(byte)] {
                 if f.openings.hold(prev, byte) {
                     if let Some(Some(d)) = l.dfas.get(f.pattern as usize) {
-                        keep(Thread { pattern: f.pattern, start: pos, state: d.dfa.next_state(d.start, byte) }, &mut next);
+                        keep(
+                            Thread { pattern: f.pattern, start: pos, state: d.dfa.next_state(d.start, byte) },
+                            &mut next,
+                        );
                     }
                 }
             }
@@ -583,7 +595,9 @@ mod tests {
         }
         let mut end: Vec<(usize, usize)> = live
             .iter()
-            .filter(|t| l.dfas[t.pattern as usize].as_ref().is_some_and(|d| d.dfa.is_match_state(d.dfa.next_eoi_state(t.state))))
+            .filter(|t| {
+                l.dfas[t.pattern as usize].as_ref().is_some_and(|d| d.dfa.is_match_state(d.dfa.next_eoi_state(t.state)))
+            })
             .map(|t| (t.pattern as usize, t.start))
             .collect();
         end.sort_unstable();
@@ -595,9 +609,11 @@ mod tests {
         let rules = crate::Ruleset::builtin().map_err(|e| e.to_string());
         let Ok(rules) = rules else { return assert_eq!(rules.err(), None) };
         let l = rules.engine.live();
-        let samples: Vec<&str> = rules.rules.iter().flat_map(|r| r.must_match.iter().chain(&r.must_not_match)).map(String::as_str).collect();
+        let samples: Vec<&str> =
+            rules.rules.iter().flat_map(|r| r.must_match.iter().chain(&r.must_not_match)).map(String::as_str).collect();
         let prose = "Пароль: hunter2hunter2 — ключ EAAAtoken… the quick brown fox\r\n\tpassword = 's3cr3t!'";
-        let texts = [samples.join("\n"), samples.join(" "), samples.join(""), samples.concat().to_uppercase(), prose.repeat(8)];
+        let texts =
+            [samples.join("\n"), samples.join(" "), samples.join(""), samples.concat().to_uppercase(), prose.repeat(8)];
         for text in &texts {
             for text in text.as_bytes().chunks(60_000) {
                 let (want_steps, want_end) = reference_run(l, text);
@@ -606,7 +622,12 @@ mod tests {
                     let mut hits = Vec::new();
                     t.step(l, byte, pos, &mut |p, s| hits.push((p, s)));
                     hits.sort_unstable();
-                    assert_eq!((t.earliest(), hits), want_steps[pos], "at {pos} of {:?}", String::from_utf8_lossy(&text[pos.saturating_sub(40)..=pos]));
+                    assert_eq!(
+                        (t.earliest(), hits),
+                        want_steps[pos],
+                        "at {pos} of {:?}",
+                        String::from_utf8_lossy(&text[pos.saturating_sub(40)..=pos])
+                    );
                 }
                 let mut end = Vec::new();
                 t.finish(l, &mut |p, s| end.push((p, s)));
@@ -658,7 +679,14 @@ mod tests {
 
     #[test]
     fn start_filter_bytes_from_the_syntax_equal_those_of_the_automaton() {
-        let patterns = [r"\bAKIA[A-Z0-9]{16}", r"(?i)token|x-api-key", r"(?:ab|[0-9])?c+", r"(?i)\w+ключ", "пароль|q~", r"(?:\b|x*)(?-u:[\x00-\x10])?é{2}"];
+        let patterns = [
+            r"\bAKIA[A-Z0-9]{16}",
+            r"(?i)token|x-api-key",
+            r"(?:ab|[0-9])?c+",
+            r"(?i)\w+ключ",
+            "пароль|q~",
+            r"(?:\b|x*)(?-u:[\x00-\x10])?é{2}",
+        ];
         for pattern in patterns {
             let hir = regex_syntax::parse(pattern).map_err(|e| e.to_string());
             let Ok(hir) = hir else { return assert_eq!(hir.err(), None) };

@@ -105,7 +105,8 @@ impl Pass {
             let p = self.pending[k];
             if self.candidates[p].iter().any(|&s| s < safe) {
                 let from = self.next[p].max(self.floor).saturating_sub(self.base);
-                let next = rules.pattern_matches(p, &self.window, self.base, from, safe.saturating_sub(self.base), ctx, out);
+                let next =
+                    rules.pattern_matches(p, &self.window, self.base, from, safe.saturating_sub(self.base), ctx, out);
                 self.next[p] = self.base + next;
                 self.candidates[p].retain(|&s| s >= safe);
             }

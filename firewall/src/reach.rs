@@ -64,7 +64,9 @@ fn reach(hir: &Hir, keywords: &[String], memo: &mut Memo) -> Option<usize> {
         HirKind::Capture(c) => reach(&c.sub, keywords, memo),
         // The first repetition holds the keyword; with `min == 0` there may be none.
         HirKind::Repetition(r) if r.min >= 1 => reach(&r.sub, keywords, memo),
-        HirKind::Alternation(alts) => alts.iter().map(|a| reach(a, keywords, memo)).try_fold(0, |m, r| r.map(|r| m.max(r))),
+        HirKind::Alternation(alts) => {
+            alts.iter().map(|a| reach(a, keywords, memo)).try_fold(0, |m, r| r.map(|r| m.max(r)))
+        }
         _ => None,
     };
     min_some(by_start, by_parts)
@@ -79,7 +81,10 @@ fn min_some(a: Option<usize>, b: Option<usize>) -> Option<usize> {
 
 /// Every string holds a keyword: the latest first-keyword offset among them.
 fn strings_reach(strings: &[String], keywords: &[String]) -> Option<usize> {
-    strings.iter().map(|s| keywords.iter().filter_map(|k| find_bytes(s.as_bytes(), k.as_bytes())).min()).try_fold(0, |m, r| r.map(|r| m.max(r)))
+    strings
+        .iter()
+        .map(|s| keywords.iter().filter_map(|k| find_bytes(s.as_bytes(), k.as_bytes())).min())
+        .try_fold(0, |m, r| r.map(|r| m.max(r)))
 }
 
 /// `haystack.find(needle)` for the short strings here: a plain window compare, where
@@ -171,16 +176,19 @@ fn starts(hir: &Hir, memo: &mut Memo) -> Rc<Starts> {
 fn node_starts(hir: &Hir, memo: &mut Memo) -> Starts {
     match hir.kind() {
         HirKind::Empty | HirKind::Look(_) => Starts::exactly(vec![String::new()]),
-        HirKind::Literal(l) => std::str::from_utf8(&l.0).map_or_else(|_| Starts::unknown(), |t| Starts::exactly(vec![t.to_ascii_lowercase()])),
+        HirKind::Literal(l) => std::str::from_utf8(&l.0)
+            .map_or_else(|_| Starts::unknown(), |t| Starts::exactly(vec![t.to_ascii_lowercase()])),
         HirKind::Class(Class::Unicode(c)) => match bounded(c.iter().flat_map(|r| r.start()..=r.end())) {
-            Some(chars) => Starts::exactly(sorted(chars.into_iter().map(|ch| ch.to_ascii_lowercase().to_string()).collect())),
+            Some(chars) => {
+                Starts::exactly(sorted(chars.into_iter().map(|ch| ch.to_ascii_lowercase().to_string()).collect()))
+            }
             None => Starts::unknown(),
         },
         HirKind::Class(Class::Bytes(c)) => match bounded(c.iter().flat_map(|r| r.start()..=r.end())) {
             // A non-ASCII byte alone is not a string: give up rather than guess.
-            Some(bytes) if bytes.iter().all(u8::is_ascii) => {
-                Starts::exactly(sorted(bytes.into_iter().map(|b| char::from(b.to_ascii_lowercase()).to_string()).collect()))
-            }
+            Some(bytes) if bytes.iter().all(u8::is_ascii) => Starts::exactly(sorted(
+                bytes.into_iter().map(|b| char::from(b.to_ascii_lowercase()).to_string()).collect(),
+            )),
             _ => Starts::unknown(),
         },
         // `starts` passes captures through before asking here.

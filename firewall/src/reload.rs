@@ -58,7 +58,9 @@ mod tests {
     #[test]
     fn failed_reload_keeps_the_old_rules() {
         let Ok(dir) = tempfile::tempdir() else { return };
-        let write = |id: &str, extra: &str| std::fs::write(dir.path().join("r.toml"), format!("{}{extra}", RULE.replace("ID", id)));
+        let write = |id: &str, extra: &str| {
+            std::fs::write(dir.path().join("r.toml"), format!("{}{extra}", RULE.replace("ID", id)))
+        };
         let _ = write("one", "");
         let r = ReloadableRuleset::new(Ruleset::empty());
         assert_eq!(r.generation(), 1);

@@ -189,7 +189,10 @@ fn field(key: &'static str, reason: impl Into<String>) -> FieldError {
 
 /// Rule ids are kebab-case: lowercase ASCII letters and digits joined by single hyphens.
 pub fn is_kebab(id: &str) -> bool {
-    !id.is_empty() && id.split('-').all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()))
+    !id.is_empty()
+        && id
+            .split('-')
+            .all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()))
 }
 
 /// Compiles a regex under the size limit, reporting the regex crate's message on one line.
@@ -268,8 +271,13 @@ impl AllowCache {
 /// so each alternative matches what its pattern matches (flags stay inside it).
 fn allow_groups(patterns: &[String]) -> Option<Vec<MetaRegex>> {
     let hirs = patterns.iter().map(|p| regex_syntax::parse(p).ok()).collect::<Option<Vec<Hir>>>()?;
-    let (anchored, other): (Vec<Hir>, Vec<Hir>) = hirs.into_iter().partition(|h| h.properties().look_set_prefix().contains(Look::Start));
-    [anchored, other].into_iter().filter(|g| !g.is_empty()).map(|g| compile_hir(&Hir::alternation(g), true).ok()).collect()
+    let (anchored, other): (Vec<Hir>, Vec<Hir>) =
+        hirs.into_iter().partition(|h| h.properties().look_set_prefix().contains(Look::Start));
+    [anchored, other]
+        .into_iter()
+        .filter(|g| !g.is_empty())
+        .map(|g| compile_hir(&Hir::alternation(g), true).ok())
+        .collect()
 }
 
 impl RawRule {
@@ -300,7 +308,10 @@ impl RawRule {
             Some(Ok(re)) => Some(Arc::new(re)),
             twin => {
                 let twin_error = twin.and_then(Result::err);
-                let e = compile_regex(&self.regex).err().or(twin_error).unwrap_or_else(|| "the pattern does not parse".into());
+                let e = compile_regex(&self.regex)
+                    .err()
+                    .or(twin_error)
+                    .unwrap_or_else(|| "the pattern does not parse".into());
                 errs.push(field("regex", format!("bad regex: {e}")));
                 None
             }
@@ -310,10 +321,14 @@ impl RawRule {
                 errs.push(field("regex", "regex can match the empty string"));
             }
         }
-        let secret_group = regex.as_ref().and_then(|re| resolve_group(re, self.secret_group.as_ref()).map_err(|e| errs.push(e)).ok());
+        let secret_group =
+            regex.as_ref().and_then(|re| resolve_group(re, self.secret_group.as_ref()).map_err(|e| errs.push(e)).ok());
         if let Some(e) = self.min_entropy {
             if !(0.0..=8.0).contains(&e) {
-                errs.push(field("min_entropy", format!("min_entropy must be within 0..=8 bits per character, got {e}")));
+                errs.push(field(
+                    "min_entropy",
+                    format!("min_entropy must be within 0..=8 bits per character, got {e}"),
+                ));
             }
         }
         let allow = cache.compile_all("allow", &self.allow, &mut errs);
@@ -380,10 +395,16 @@ pub(crate) fn ascii_twin(hir: &Hir) -> Hir {
             Look::WordEndHalfUnicode => Look::WordEndHalfAscii,
             other => *other,
         }),
-        HirKind::Class(regex_syntax::hir::Class::Unicode(c)) => ascii_letter_pair(c).map_or_else(|| hir.clone(), |pair| Hir::class(regex_syntax::hir::Class::Unicode(pair))),
+        HirKind::Class(regex_syntax::hir::Class::Unicode(c)) => {
+            ascii_letter_pair(c).map_or_else(|| hir.clone(), |pair| Hir::class(regex_syntax::hir::Class::Unicode(pair)))
+        }
         HirKind::Empty | HirKind::Literal(_) | HirKind::Class(_) => hir.clone(),
-        HirKind::Repetition(r) => Hir::repetition(regex_syntax::hir::Repetition { sub: Box::new(ascii_twin(&r.sub)), ..r.clone() }),
-        HirKind::Capture(c) => Hir::capture(regex_syntax::hir::Capture { sub: Box::new(ascii_twin(&c.sub)), ..c.clone() }),
+        HirKind::Repetition(r) => {
+            Hir::repetition(regex_syntax::hir::Repetition { sub: Box::new(ascii_twin(&r.sub)), ..r.clone() })
+        }
+        HirKind::Capture(c) => {
+            Hir::capture(regex_syntax::hir::Capture { sub: Box::new(ascii_twin(&c.sub)), ..c.clone() })
+        }
         HirKind::Concat(v) => Hir::concat(v.iter().map(ascii_twin).collect()),
         HirKind::Alternation(v) => Hir::alternation(v.iter().map(ascii_twin).collect()),
     }
@@ -448,7 +469,10 @@ impl RawCanary {
         }
         for s in &self.strings {
             if s.chars().count() < MIN_CANARY_LEN {
-                errs.push(field("strings", format!("canary string of {} chars is shorter than {MIN_CANARY_LEN}", s.chars().count())));
+                errs.push(field(
+                    "strings",
+                    format!("canary string of {} chars is shorter than {MIN_CANARY_LEN}", s.chars().count()),
+                ));
             }
         }
         if errs.is_empty() {
@@ -582,7 +606,16 @@ mod tests {
             ascii.iter().chain(&other).map(|(_, k)| f64::from(*k) / n).map(|p| -p * p.log2()).sum()
         };
         let long: String = (0..60).map(|i| if i % 3 == 0 { 'a' } else { char::from(b'b' + (i % 7) as u8) }).collect();
-        for s in ["", "a", "aaaa", "abcdefgh", "Passw0rd!", "ghp_16C7e42F292c6912E7710c838347Ae178B4a", "ключ-ключ-秘密🔑", long.as_str()] {
+        for s in [
+            "",
+            "a",
+            "aaaa",
+            "abcdefgh",
+            "Passw0rd!",
+            "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
+            "ключ-ключ-秘密🔑",
+            long.as_str(),
+        ] {
             assert_eq!(shannon_entropy(s).to_bits(), plain(s).to_bits(), "{s:?}");
         }
     }

@@ -145,7 +145,12 @@ impl Ruleset {
         for p in paths {
             match std::fs::read_to_string(&p) {
                 Ok(text) => sources.push((p.display().to_string(), text)),
-                Err(e) => errors.push(LoadError { file: p.display().to_string(), line: 0, rule_id: None, reason: format!("cannot read: {e}") }),
+                Err(e) => errors.push(LoadError {
+                    file: p.display().to_string(),
+                    line: 0,
+                    rule_id: None,
+                    reason: format!("cannot read: {e}"),
+                }),
             }
         }
         if !errors.is_empty() {
@@ -246,7 +251,8 @@ impl Ruleset {
 fn duplicate_ids(all: &Parsed) -> Vec<LoadError> {
     let mut errors = Vec::new();
     let mut seen: HashMap<&str, &Origin> = HashMap::new();
-    let ids = all.rules.iter().map(|(r, o)| (r.id.as_str(), o)).chain(all.canaries.iter().map(|(c, o)| (c.id.as_str(), o)));
+    let ids =
+        all.rules.iter().map(|(r, o)| (r.id.as_str(), o)).chain(all.canaries.iter().map(|(c, o)| (c.id.as_str(), o)));
     for (id, o) in ids {
         if let Some(first) = seen.get(id) {
             errors.push(LoadError {
@@ -271,7 +277,9 @@ struct Lines<'t> {
 
 impl<'t> Lines<'t> {
     fn new(text: &'t str) -> Lines<'t> {
-        let starts = std::iter::once(0).chain(text.bytes().enumerate().filter(|&(_, b)| b == b'\n').map(|(i, _)| i + 1)).collect();
+        let starts = std::iter::once(0)
+            .chain(text.bytes().enumerate().filter(|&(_, b)| b == b'\n').map(|(i, _)| i + 1))
+            .collect();
         Lines { text, starts }
     }
 
@@ -299,7 +307,10 @@ impl<'t> Lines<'t> {
     fn samples(&self, span: &std::ops::Range<usize>, key: &str, samples: &[String]) -> Vec<usize> {
         let body = self.text.get(span.clone()).unwrap_or("");
         let fallback = self.key(span, key);
-        samples.iter().map(|s| body.find(s.as_str()).filter(|_| !s.is_empty()).map_or(fallback, |i| self.of(span.start + i))).collect()
+        samples
+            .iter()
+            .map(|s| body.find(s.as_str()).filter(|_| !s.is_empty()).map_or(fallback, |i| self.of(span.start + i)))
+            .collect()
     }
 
     /// The line of the key a deserialisation error names (serde quotes it in backticks:
@@ -345,7 +356,9 @@ fn parse_file(file: &str, text: &str, allow: &mut AllowCache) -> Parsed {
         };
         match parsed.compile_sharing(allow) {
             Ok(rule) => out.rules.push((rule, origin)),
-            Err(errs) => out.errors.extend(errs.into_iter().map(|FieldError { key, reason }| err(lines.key(&span, key), reason))),
+            Err(errs) => {
+                out.errors.extend(errs.into_iter().map(|FieldError { key, reason }| err(lines.key(&span, key), reason)))
+            }
         }
     }
     for table in raw.canary {
@@ -353,11 +366,18 @@ fn parse_file(file: &str, text: &str, allow: &mut AllowCache) -> Parsed {
         let t = table.into_inner();
         let id = t.get("id").and_then(|v| v.as_str()).map(str::to_string);
         let err = |line: usize, reason: String| LoadError { file: file.into(), line, rule_id: id.clone(), reason };
-        let origin = Origin { file: file.into(), line: lines.of(span.start), must_match_lines: vec![], must_not_match_lines: vec![] };
+        let origin = Origin {
+            file: file.into(),
+            line: lines.of(span.start),
+            must_match_lines: vec![],
+            must_not_match_lines: vec![],
+        };
         match toml::Value::Table(t.clone()).try_into::<RawCanary>() {
             Ok(raw) => match raw.compile() {
                 Ok(c) => out.canaries.push((c, origin)),
-                Err(errs) => out.errors.extend(errs.into_iter().map(|FieldError { key, reason }| err(lines.key(&span, key), reason))),
+                Err(errs) => out
+                    .errors
+                    .extend(errs.into_iter().map(|FieldError { key, reason }| err(lines.key(&span, key), reason))),
             },
             Err(e) => out.errors.push(err(lines.field_error(&span, &t, e.message()), e.message().trim().to_string())),
         }

@@ -178,12 +178,25 @@ impl Engine {
             .iter()
             .map(|r| RuleSearch::new(r.regex.clone(), &r.hir, r.scan_group, r.reach, StartFilter::of(&r.hir)))
             .collect();
-        Ok(Engine { patterns, canary, prefilter, keyword_rules, keyword_lens, searches, live_patterns, live, scratch: Mutex::default() })
+        Ok(Engine {
+            patterns,
+            canary,
+            prefilter,
+            keyword_rules,
+            keyword_lens,
+            searches,
+            live_patterns,
+            live,
+            scratch: Mutex::default(),
+        })
     }
 
     fn take_scratch(&self) -> Scratch {
         let kept = self.scratch.lock().unwrap_or_else(PoisonError::into_inner).pop();
-        kept.unwrap_or_else(|| Scratch { captures: self.searches.iter().map(RuleSearch::captures).collect(), ..Scratch::default() })
+        kept.unwrap_or_else(|| Scratch {
+            captures: self.searches.iter().map(RuleSearch::captures).collect(),
+            ..Scratch::default()
+        })
     }
 
     fn give_back(&self, scratch: Scratch) {
@@ -265,7 +278,10 @@ fn build_canaries(canaries: &[Canary]) -> Result<(CanaryMatcher, Hir), String> {
     let mut strings: Vec<&String> = by_string.keys().filter(|s| !s.is_empty()).collect();
     strings.sort_by(|a, b| b.len().cmp(&a.len()).then(a.cmp(b)));
     let pattern = format!("(?i:{})", strings.iter().map(|s| regex::escape(s)).collect::<Vec<_>>().join("|"));
-    let regex = RegexBuilder::new(&pattern).size_limit(CANARY_REGEX_LIMIT).build().map_err(|e| format!("canary strings: {e}"))?;
+    let regex = RegexBuilder::new(&pattern)
+        .size_limit(CANARY_REGEX_LIMIT)
+        .build()
+        .map_err(|e| format!("canary strings: {e}"))?;
     let hir = regex_syntax::parse(&pattern).map_err(|e| format!("canary strings: {e}"))?;
     Ok((CanaryMatcher { regex, by_string }, hir))
 }
@@ -285,7 +301,9 @@ impl Ruleset {
         self.pattern_findings(text, ctx, &mut out);
         self.view_findings(text, ctx, &mut out);
         if let Some(cfg) = &detectors.secrets {
-            detect::secret::attribute(cfg, ctx, &mut out, |f| canon::rules_string(text.get(f.start..f.end).unwrap_or(""), false));
+            detect::secret::attribute(cfg, ctx, &mut out, |f| {
+                canon::rules_string(text.get(f.start..f.end).unwrap_or(""), false)
+            });
         }
         detect::scan_text(text, ctx, detectors, &mut out);
         Finding::sort(&mut out);
@@ -324,7 +342,15 @@ impl Ruleset {
 
     /// Rule `i`'s one-shot findings in `text`, given every hit of its keywords there
     /// (`hits`, any order; sorted here). `regions` and `caps` are scratch.
-    fn rule_one_shot(&self, i: usize, text: &str, hits: &mut [(usize, usize)], regions: &mut Vec<(usize, usize)>, caps: &mut Option<CaptureScratch>, out: &mut Vec<Finding>) {
+    fn rule_one_shot(
+        &self,
+        i: usize,
+        text: &str,
+        hits: &mut [(usize, usize)],
+        regions: &mut Vec<(usize, usize)>,
+        caps: &mut Option<CaptureScratch>,
+        out: &mut Vec<Finding>,
+    ) {
         let (Some(rule), Some(search)) = (self.rules.get(i), self.engine.searches.get(i)) else { return };
         if hits.is_empty() && !rule.keywords.is_empty() {
             return;
@@ -356,7 +382,9 @@ impl Ruleset {
         };
         match &e.prefilter {
             Some(KeywordSearch::Filter(f)) => f.for_each(text.as_bytes(), add),
-            Some(KeywordSearch::Automaton(ac)) => ac.find_overlapping_iter(text).for_each(|m| add(m.pattern().as_usize(), m.start())),
+            Some(KeywordSearch::Automaton(ac)) => {
+                ac.find_overlapping_iter(text).for_each(|m| add(m.pattern().as_usize(), m.start()))
+            }
             None => {}
         }
     }
@@ -382,7 +410,15 @@ impl Ruleset {
         }
     }
 
-    fn canary_matches(&self, hay: &str, base: usize, from: usize, until: usize, ctx: &ScanContext, out: &mut Vec<Finding>) -> usize {
+    fn canary_matches(
+        &self,
+        hay: &str,
+        base: usize,
+        from: usize,
+        until: usize,
+        ctx: &ScanContext,
+        out: &mut Vec<Finding>,
+    ) -> usize {
         let Some(cm) = &self.engine.canary else { return from.max(until) };
         let mut at = from;
         while at <= hay.len() {
@@ -390,9 +426,18 @@ impl Ruleset {
             if m.start() >= until {
                 break;
             }
-            let owners: Vec<&Canary> = cm.by_string.get(&m.as_str().to_lowercase()).into_iter().flatten().filter_map(|&i| self.canaries.get(i)).collect();
-            let foreign: Vec<String> = owners.iter().filter(|c| ctx.is_foreign(&c.owner)).map(|c| c.owner.clone()).collect();
-            if let (Some(first), false) = (owners.iter().find(|c| ctx.is_foreign(&c.owner)), owners.iter().any(|c| !ctx.is_foreign(&c.owner))) {
+            let owners: Vec<&Canary> = cm
+                .by_string
+                .get(&m.as_str().to_lowercase())
+                .into_iter()
+                .flatten()
+                .filter_map(|&i| self.canaries.get(i))
+                .collect();
+            let foreign: Vec<String> =
+                owners.iter().filter(|c| ctx.is_foreign(&c.owner)).map(|c| c.owner.clone()).collect();
+            if let (Some(first), false) =
+                (owners.iter().find(|c| ctx.is_foreign(&c.owner)), owners.iter().any(|c| !ctx.is_foreign(&c.owner)))
+            {
                 out.push(Finding {
                     rule_id: first.id.clone(),
                     start: base + m.start(),
@@ -430,18 +475,36 @@ impl Ruleset {
                 for (k, s) in rule.must_match.iter().enumerate() {
                     if count(s) == 0 {
                         let line = origin.must_match_lines.get(k).copied().unwrap_or(origin.line);
-                        failures.push(SampleFailure { line, index: k + 1, sample: s.clone(), expect_match: true, found: 0 });
+                        failures.push(SampleFailure {
+                            line,
+                            index: k + 1,
+                            sample: s.clone(),
+                            expect_match: true,
+                            found: 0,
+                        });
                     }
                 }
                 for (k, s) in rule.must_not_match.iter().enumerate() {
                     let found = count(s);
                     if found > 0 {
                         let line = origin.must_not_match_lines.get(k).copied().unwrap_or(origin.line);
-                        failures.push(SampleFailure { line, index: k + 1, sample: s.clone(), expect_match: false, found });
+                        failures.push(SampleFailure {
+                            line,
+                            index: k + 1,
+                            sample: s.clone(),
+                            expect_match: false,
+                            found,
+                        });
                     }
                 }
                 let total = rule.must_match.len() + rule.must_not_match.len();
-                RuleSamples { rule_id: rule.id.clone(), file: origin.file.clone(), line: origin.line, passed: total - failures.len(), failures }
+                RuleSamples {
+                    rule_id: rule.id.clone(),
+                    file: origin.file.clone(),
+                    line: origin.line,
+                    passed: total - failures.len(),
+                    failures,
+                }
             })
             .collect();
         SampleReport { rules }
@@ -486,7 +549,13 @@ fn own_keyword_hits(rule: &Rule, text: &str) -> Vec<(usize, usize)> {
             continue;
         }
         let n = word.len();
-        hits.extend(bytes.windows(n).enumerate().filter(|(_, w)| w.eq_ignore_ascii_case(word.as_bytes())).map(|(at, _)| (at, at + n)));
+        hits.extend(
+            bytes
+                .windows(n)
+                .enumerate()
+                .filter(|(_, w)| w.eq_ignore_ascii_case(word.as_bytes()))
+                .map(|(at, _)| (at, at + n)),
+        );
     }
     hits
 }
@@ -510,7 +579,9 @@ enum KeywordCheck<'a> {
 impl KeywordCheck<'_> {
     fn holds(self, rule: &Rule, hay: &str, (ms, me): (usize, usize)) -> bool {
         match self {
-            KeywordCheck::Search => hay.get(ms..me).is_some_and(|whole| rule.keywords.iter().any(|k| contains_ascii_ci(whole, k))),
+            KeywordCheck::Search => {
+                hay.get(ms..me).is_some_and(|whole| rule.keywords.iter().any(|k| contains_ascii_ci(whole, k)))
+            }
             KeywordCheck::Hits(hits) => {
                 let first = hits.partition_point(|&(start, _)| start < ms);
                 hits[first..].iter().take_while(|&&(start, _)| start < me).any(|&(_, end)| end <= me)
@@ -522,12 +593,22 @@ impl KeywordCheck<'_> {
 /// Decides what a match of `rule` at `found` (offsets into `hay`) counts for: nothing
 /// without a keyword inside it; otherwise the walk takes it, and it is a finding unless
 /// `min_entropy` or an `allow` regex rules the secret out.
-fn judge(rule: &Rule, hay: &str, base: usize, ((ms, me), (ss, se)): Found, keywords: KeywordCheck<'_>, out: &mut Vec<Finding>) -> Verdict {
+fn judge(
+    rule: &Rule,
+    hay: &str,
+    base: usize,
+    ((ms, me), (ss, se)): Found,
+    keywords: KeywordCheck<'_>,
+    out: &mut Vec<Finding>,
+) -> Verdict {
     let (Some(_), Some(secret)) = (hay.get(ms..me), hay.get(ss..se)) else { return Verdict::Passed };
     if !rule.keywords.is_empty() && !keywords.holds(rule, hay, (ms, me)) {
         return Verdict::Passed;
     }
-    if rule.min_entropy.is_some_and(|min| shannon_entropy(secret) < min) || rule.is_allowed(secret) || rule.is_line_allowed(hay, ms, me) {
+    if rule.min_entropy.is_some_and(|min| shannon_entropy(secret) < min)
+        || rule.is_allowed(secret)
+        || rule.is_line_allowed(hay, ms, me)
+    {
         return Verdict::Taken;
     }
     out.push(Finding {
@@ -602,7 +683,12 @@ impl SampleReport {
             .into_iter()
             .flat_map(|r| {
                 let (file, id) = (r.file, r.rule_id);
-                r.failures.into_iter().map(move |f| LoadError { file: file.clone(), line: f.line, rule_id: Some(id.clone()), reason: f.reason() })
+                r.failures.into_iter().map(move |f| LoadError {
+                    file: file.clone(),
+                    line: f.line,
+                    rule_id: Some(id.clone()),
+                    reason: f.reason(),
+                })
             })
             .collect()
     }

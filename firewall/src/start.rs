@@ -115,7 +115,8 @@ impl Openings {
     /// (None at the text's start). `Anywhere` settles it without looking.
     #[inline]
     pub(crate) fn hold(self, before: Option<u8>, at: u8) -> bool {
-        self.is_anywhere() || Opening::ALL.iter().enumerate().skip(1).any(|(i, o)| self.0 & (1 << i) != 0 && o.holds(before, at))
+        self.is_anywhere()
+            || Opening::ALL.iter().enumerate().skip(1).any(|(i, o)| self.0 & (1 << i) != 0 && o.holds(before, at))
     }
 }
 
@@ -218,12 +219,10 @@ impl StartFilter {
                 }
             }
             HirKind::Concat(parts) => parts.iter().try_fold(opening, |o, p| self.add(p, o)),
-            HirKind::Alternation(alts) => {
-                alts.iter().fold(None, |empty, a| match (empty, self.add(a, opening)) {
-                    (Some(x), Some(y)) => Some(x.or(y)),
-                    (x, y) => x.or(y),
-                })
-            }
+            HirKind::Alternation(alts) => alts.iter().fold(None, |empty, a| match (empty, self.add(a, opening)) {
+                (Some(x), Some(y)) => Some(x.or(y)),
+                (x, y) => x.or(y),
+            }),
         }
     }
 }
@@ -285,7 +284,10 @@ mod tests {
             for sample in r.must_match.iter().chain(&r.must_not_match) {
                 for text in [sample.clone(), format!("x{sample}"), format!("a;\n\t{sample} z")] {
                     for s in (0..text.len()).filter(|&s| text.is_char_boundary(s)) {
-                        if r.regex.find(regex_automata::Input::new(&text).span(s..text.len())).is_some_and(|m| m.start() == s) {
+                        if r.regex
+                            .find(regex_automata::Input::new(&text).span(s..text.len()))
+                            .is_some_and(|m| m.start() == s)
+                        {
                             assert!(filter.may_start_at(text.as_bytes(), s), "{} at {s} in {text:?}", r.id);
                             admitted += 1;
                         }

@@ -136,7 +136,12 @@ impl StreamScanner {
         }
         let start = self.end();
         let mut extra = Vec::new();
-        if let Some(f) = self.detectors.provenance.as_ref().and_then(|c| provenance::check(c, &self.ctx, &signals.owners, text, start)) {
+        if let Some(f) = self
+            .detectors
+            .provenance
+            .as_ref()
+            .and_then(|c| provenance::check(c, &self.ctx, &signals.owners, text, start))
+        {
             if f.action == Action::Block {
                 self.blocked = true;
                 return Step { release: String::new(), findings: vec![f], action: Action::Block };
@@ -212,7 +217,8 @@ impl StreamScanner {
         if let Some(v) = &mut self.view {
             v.trim();
         }
-        let action = if self.blocked { Action::Block } else { found.iter().map(|f| f.action).max().unwrap_or(Action::Allow) };
+        let action =
+            if self.blocked { Action::Block } else { found.iter().map(|f| f.action).max().unwrap_or(Action::Allow) };
         Step { release, findings: found, action }
     }
 

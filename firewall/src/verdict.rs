@@ -150,7 +150,10 @@ mod tests {
     fn details_serialise_with_their_type() {
         assert_eq!(serde_json::to_string(&Detail::Own).unwrap_or_default(), r#"{"type":"own"}"#);
         let foreign = Detail::Foreign { owners: vec!["globex".into()], shared_by: 1 };
-        assert_eq!(serde_json::to_string(&foreign).unwrap_or_default(), r#"{"type":"foreign","owners":["globex"],"shared_by":1}"#);
+        assert_eq!(
+            serde_json::to_string(&foreign).unwrap_or_default(),
+            r#"{"type":"foreign","owners":["globex"],"shared_by":1}"#
+        );
     }
 
     #[test]

@@ -60,7 +60,13 @@ pub(crate) struct RuleSearch {
 
 impl RuleSearch {
     /// `regex` is the rule's compiled `hir`.
-    pub(crate) fn new(regex: Arc<MetaRegex>, hir: &Hir, group: usize, reach: Option<usize>, starts: StartFilter) -> RuleSearch {
+    pub(crate) fn new(
+        regex: Arc<MetaRegex>,
+        hir: &Hir,
+        group: usize,
+        reach: Option<usize>,
+        starts: StartFilter,
+    ) -> RuleSearch {
         let mut inside = [false; 256];
         add_match_bytes(hir, &mut inside);
         // Only walks with a bounded reach run capture searches here.
@@ -88,13 +94,22 @@ impl RuleSearch {
 
     /// Captures for [`RuleSearch::walk_regions`]; None when the secret is the whole match.
     pub(crate) fn captures(&self) -> Option<CaptureScratch> {
-        (self.group != 0).then(|| CaptureScratch { meta: self.regex.create_captures(), secret: self.secret.as_ref().map(SecretSearch::scratch) })
+        (self.group != 0).then(|| CaptureScratch {
+            meta: self.regex.create_captures(),
+            secret: self.secret.as_ref().map(SecretSearch::scratch),
+        })
     }
 
     /// Walks the start positions of `regions` (sorted, disjoint) in `text`, trying the
     /// regex anchored at each; `take` judges every match found. `caps` comes from
     /// [`RuleSearch::captures`] (kept between walks: creating it allocates).
-    pub(crate) fn walk_regions(&self, text: &str, regions: &[(usize, usize)], caps: &mut Option<CaptureScratch>, mut take: impl FnMut(Found) -> Verdict) {
+    pub(crate) fn walk_regions(
+        &self,
+        text: &str,
+        regions: &[(usize, usize)],
+        caps: &mut Option<CaptureScratch>,
+        mut take: impl FnMut(Found) -> Verdict,
+    ) {
         let bytes = text.as_bytes();
         let mut at = 0;
         for &(first, last) in regions {
@@ -193,7 +208,12 @@ mod tests {
     #[test]
     fn a_region_stops_at_a_byte_no_match_can_hold() {
         let s = search(r"(?m)(?:^|[ \t])[a-z_]{0,40}password[ \t]*=[ \t]*[^\s]{8,}", 64);
-        assert!(s.inside[usize::from(b'_')] && s.inside[usize::from(b' ')] && s.inside[0x80] && !s.inside[usize::from(b'\n')]);
+        assert!(
+            s.inside[usize::from(b'_')]
+                && s.inside[usize::from(b' ')]
+                && s.inside[0x80]
+                && !s.inside[usize::from(b'\n')]
+        );
         let text = b"x = 1\n    db_password = hunter2hunter2";
         let hit = 13;
         assert_eq!(&text[hit..hit + 8], b"password");

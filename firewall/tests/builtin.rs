@@ -32,7 +32,13 @@ fn builtin_loads_with_samples_on_every_rule() {
 #[test]
 fn placeholders_do_not_match() {
     let rules = builtin();
-    for p in ["AKIAIOSFODNN7EXAMPLE", "sk-...", "your-api-key-here", "api_key = \"your-api-key-here\"", "OPENAI_API_KEY=sk-..."] {
+    for p in [
+        "AKIAIOSFODNN7EXAMPLE",
+        "sk-...",
+        "your-api-key-here",
+        "api_key = \"your-api-key-here\"",
+        "OPENAI_API_KEY=sk-...",
+    ] {
         let f = rules.scan(p);
         assert!(f.is_empty(), "{p:?} matched {:?}", f.iter().map(|f| &f.rule_id).collect::<Vec<_>>());
     }

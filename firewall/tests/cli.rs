@@ -31,7 +31,10 @@ fn scan_exit_codes() {
     let clean = dir.path().join("clean.txt");
     let dirty = dir.path().join("dirty.jsonl");
     let _ = std::fs::write(&clean, "nothing here\n");
-    let _ = std::fs::write(&dirty, "{\"id\":7,\"text\":\"k dbk_Q2w3E4r5T6y7U8i9O0pA\"}\n\n{\"id\":\"b\",\"text\":\"clean\"}\n");
+    let _ = std::fs::write(
+        &dirty,
+        "{\"id\":7,\"text\":\"k dbk_Q2w3E4r5T6y7U8i9O0pA\"}\n\n{\"id\":\"b\",\"text\":\"clean\"}\n",
+    );
     let args = |files: Vec<std::path::PathBuf>, jsonl: Option<std::path::PathBuf>| scan::ScanArgs {
         rules: Some(common::fixtures()),
         files,
@@ -48,7 +51,10 @@ fn scan_exit_codes() {
 fn import_gitleaks_exit_codes() {
     let Ok(dir) = tempfile::tempdir() else { return };
     let file = dir.path().join("gitleaks.toml");
-    let _ = std::fs::write(&file, "[[rules]]\nid = \"github-pat\"\nregex = '''ghp_[0-9a-zA-Z]{36}'''\nkeywords = [\"ghp_\"]\n");
+    let _ = std::fs::write(
+        &file,
+        "[[rules]]\nid = \"github-pat\"\nregex = '''ghp_[0-9a-zA-Z]{36}'''\nkeywords = [\"ghp_\"]\n",
+    );
     assert_eq!(rules::import_gitleaks(&file), ExitCode::SUCCESS);
     let _ = std::fs::write(&file, "[[rules]\n");
     assert_eq!(rules::import_gitleaks(&file), ExitCode::from(2));

@@ -86,7 +86,8 @@ fn field<'a>(v: &'a serde_json::Value, key: &str, what: &str) -> Res<&'a serde_j
 fn parse_record(line: &str, where_: &str) -> Res<Record> {
     let v: serde_json::Value = serde_json::from_str(line).map_err(|e| format!("{where_}: {e}"))?;
     let id = field(&v, "id", where_)?.as_str().unwrap_or_default().to_string();
-    let text = field(&v, "text", where_)?.as_str().ok_or_else(|| format!("{where_}: `text` is not a string"))?.to_string();
+    let text =
+        field(&v, "text", where_)?.as_str().ok_or_else(|| format!("{where_}: `text` is not a string"))?.to_string();
     let mut secrets = Vec::new();
     for s in field(&v, "secrets", where_)?.as_array().ok_or_else(|| format!("{where_}: `secrets` is not a list"))? {
         let start = field(s, "start", where_)?.as_u64().ok_or("start is not an integer")? as usize;
@@ -94,7 +95,8 @@ fn parse_record(line: &str, where_: &str) -> Res<Record> {
         if start >= end || end > text.len() || !text.is_char_boundary(start) || !text.is_char_boundary(end) {
             return Err(format!("{where_}: record {id}: bad span {start}..{end}").into());
         }
-        let rule_id = s.get("rule_id").or_else(|| s.get("rule_family")).and_then(|r| r.as_str()).unwrap_or("?").to_string();
+        let rule_id =
+            s.get("rule_id").or_else(|| s.get("rule_family")).and_then(|r| r.as_str()).unwrap_or("?").to_string();
         secrets.push(Planted { start, end, rule_id });
     }
     Ok(Record { id, text, secrets })
@@ -148,7 +150,13 @@ fn evaluate(rules: &Ruleset, corpus: &[Record]) -> Tally {
 }
 
 fn report(t: &Tally, rules: usize) {
-    println!("corpus: {} records, {:.2} MB, {} planted secrets; {} rules", t.records, t.bytes as f64 / 1e6, t.planted, rules);
+    println!(
+        "corpus: {} records, {:.2} MB, {} planted secrets; {} rules",
+        t.records,
+        t.bytes as f64 / 1e6,
+        t.planted,
+        rules
+    );
     println!(
         "recall {:.4} ({}/{})  precision {:.4} ({}/{})  false positives {} = {:.2} per MB",
         t.recall(),
@@ -191,7 +199,10 @@ fn corpus_spans_are_well_formed_and_cover_every_family() -> Res<()> {
         }
     }
     let negatives_only = corpus.iter().filter(|r| r.secrets.is_empty()).count();
-    assert!(negatives_only * 5 >= corpus.len(), "at least a fifth of the records must be secret-free, got {negatives_only}");
+    assert!(
+        negatives_only * 5 >= corpus.len(),
+        "at least a fifth of the records must be secret-free, got {negatives_only}"
+    );
     assert!(families.len() >= 60, "only {} distinct planted secret types", families.len());
     Ok(())
 }

@@ -7,7 +7,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use common::*;
-use firewall::{fingerprints, Action, Detectors, NgramConfig, NgramKey, NgramOwners, OwnerSet, ProvenanceConfig, ScanContext, StreamScanner, TokenSignals};
+use firewall::{
+    fingerprints, Action, Detectors, NgramConfig, NgramKey, NgramOwners, OwnerSet, ProvenanceConfig, ScanContext,
+    StreamScanner, TokenSignals,
+};
 use proptest::prelude::*;
 
 const KEY: NgramKey = NgramKey(*b"fedcba9876543210");
@@ -28,7 +31,12 @@ fn detectors(n: usize) -> Arc<Detectors> {
         idx.0.insert(h, OwnerSet { tenants: vec!["globex".into()], shared_by: 1, model_native: false });
     }
     let ngram = NgramConfig { n, ..NgramConfig::new(KEY, Arc::new(idx)) };
-    Arc::new(Detectors { ngram: Some(ngram), entropy: None, provenance: Some(ProvenanceConfig::default()), secrets: None })
+    Arc::new(Detectors {
+        ngram: Some(ngram),
+        entropy: None,
+        provenance: Some(ProvenanceConfig::default()),
+        secrets: None,
+    })
 }
 
 #[test]
@@ -65,8 +73,22 @@ fn provenance_blocks_before_the_token_is_taken_in() {
 
 fn ngram_text() -> impl Strategy<Value = String> {
     let words = prop::sample::select(vec![
-        "the ", "merger ", "with ", "initech ", "closes ", "on ", "friday ", "at ", "noon ", "sharp ", "Merger, ", "\n", "and ",
-        "FRIDAY! ", "hello ", "dbk_Q2w3E4r5T6y7U8i9O0pA ",
+        "the ",
+        "merger ",
+        "with ",
+        "initech ",
+        "closes ",
+        "on ",
+        "friday ",
+        "at ",
+        "noon ",
+        "sharp ",
+        "Merger, ",
+        "\n",
+        "and ",
+        "FRIDAY! ",
+        "hello ",
+        "dbk_Q2w3E4r5T6y7U8i9O0pA ",
     ]);
     prop::collection::vec(words, 0..30).prop_map(|v| v.concat())
 }

@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use common::*;
 use firewall::{
-    fingerprints, secret_fingerprints, Action, Detail, DetectorKind, Detectors, Finding, NgramConfig, NgramKey, NgramOwners, OwnerSet,
-    Ruleset, ScanContext, SecretOwnership, StreamScanner,
+    fingerprints, secret_fingerprints, Action, Detail, DetectorKind, Detectors, Finding, NgramConfig, NgramKey,
+    NgramOwners, OwnerSet, Ruleset, ScanContext, SecretOwnership, StreamScanner,
 };
 use proptest::prelude::*;
 
@@ -45,7 +45,10 @@ impl Index {
 fn ngram_detectors(n: usize) -> Arc<Detectors> {
     let mut idx = Index::default();
     idx.record(fingerprints(PROSE, &HASH_KEY, n), "globex");
-    Arc::new(Detectors { ngram: Some(NgramConfig { n, ..NgramConfig::new(HASH_KEY, Arc::new(idx)) }), ..Detectors::default() })
+    Arc::new(Detectors {
+        ngram: Some(NgramConfig { n, ..NgramConfig::new(HASH_KEY, Arc::new(idx)) }),
+        ..Detectors::default()
+    })
 }
 
 fn acme() -> ScanContext {
@@ -55,8 +58,28 @@ fn acme() -> ScanContext {
 /// Cyrillic (and Greek) look-alikes of ASCII letters.
 fn homoglyph(c: char) -> Option<char> {
     let pairs = [
-        ('a', 'а'), ('c', 'с'), ('e', 'е'), ('o', 'о'), ('p', 'р'), ('x', 'х'), ('y', 'у'), ('i', 'і'), ('s', 'ѕ'), ('A', 'А'), ('B', 'В'),
-        ('C', 'С'), ('E', 'Е'), ('H', 'Н'), ('K', 'К'), ('M', 'М'), ('O', 'О'), ('P', 'Р'), ('T', 'Т'), ('X', 'Х'), ('I', 'І'), ('N', 'Ν'),
+        ('a', 'а'),
+        ('c', 'с'),
+        ('e', 'е'),
+        ('o', 'о'),
+        ('p', 'р'),
+        ('x', 'х'),
+        ('y', 'у'),
+        ('i', 'і'),
+        ('s', 'ѕ'),
+        ('A', 'А'),
+        ('B', 'В'),
+        ('C', 'С'),
+        ('E', 'Е'),
+        ('H', 'Н'),
+        ('K', 'К'),
+        ('M', 'М'),
+        ('O', 'О'),
+        ('P', 'Р'),
+        ('T', 'Т'),
+        ('X', 'Х'),
+        ('I', 'І'),
+        ('N', 'Ν'),
     ];
     pairs.iter().find(|p| p.0 == c).map(|p| p.1)
 }
@@ -104,7 +127,13 @@ fn disguises(s: &str) -> Vec<(&'static str, String)> {
 }
 
 /// Streams `text` one char at a time (JSON mode on request); released text and outcome.
-fn stream_chars(rules: &Arc<Ruleset>, ctx: &ScanContext, det: &Arc<Detectors>, text: &str, json: bool) -> (String, bool, Vec<Finding>) {
+fn stream_chars(
+    rules: &Arc<Ruleset>,
+    ctx: &ScanContext,
+    det: &Arc<Detectors>,
+    text: &str,
+    json: bool,
+) -> (String, bool, Vec<Finding>) {
     let mut s = StreamScanner::new(rules.clone(), ctx.clone(), det.clone());
     if json {
         s = s.decode_json_strings();
@@ -131,7 +160,10 @@ fn disguised_secrets_are_blocked_and_never_released() {
     for (name, key) in disguises(KEY) {
         let text = format!("Here you go: {key} enjoy");
         let whole = rules.scan_with(&text, &acme(), &none);
-        assert!(whole.iter().any(|f| f.rule_id == "demo-block-key" && f.action == Action::Block), "{name}: {text:?} {whole:?}");
+        assert!(
+            whole.iter().any(|f| f.rule_id == "demo-block-key" && f.action == Action::Block),
+            "{name}: {text:?} {whole:?}"
+        );
         let (released, blocked, _) = stream_chars(&rules, &acme(), &none, &text, false);
         assert!(blocked, "{name}");
         assert_eq!(released, "Here you go: ", "{name}");
@@ -152,7 +184,10 @@ fn a_disguised_password_is_redacted_over_its_raw_span() {
     }
     // The keyword disguised, too.
     let text = "db_раѕѕword = 'S3cr3t!Pa55w0rd' ok";
-    assert_eq!(stream_chars(&rules, &acme(), &none, text, false).0, "db_раѕѕword = '[REDACTED:demo-redact-password]' ok");
+    assert_eq!(
+        stream_chars(&rules, &acme(), &none, text, false).0,
+        "db_раѕѕword = '[REDACTED:demo-redact-password]' ok"
+    );
 }
 
 #[test]
@@ -198,10 +233,17 @@ fn disguised_foreign_prose_is_blocked() {
 fn json_escapes_in_tool_call_arguments_are_read_decoded() {
     let rules = fixture_rules();
     let det = ngram_detectors(5);
-    let escaped = |s: &str| s.chars().map(|c| if c.is_ascii_alphanumeric() { format!("\\u{:04x}", c as u32) } else { c.to_string() }).collect::<String>();
+    let escaped = |s: &str| {
+        s.chars()
+            .map(|c| if c.is_ascii_alphanumeric() { format!("\\u{:04x}", c as u32) } else { c.to_string() })
+            .collect::<String>()
+    };
     let cases = [
         ("secret with \\u00XX", format!(r#"{{"k":"use {}"}}"#, escaped(KEY))),
-        ("secret split by escapes", format!(r#"{{"k":"{}\u00{}"}}"#, &KEY[..10], &format!("{:02x}{}", KEY.as_bytes()[10], &KEY[11..]))),
+        (
+            "secret split by escapes",
+            format!(r#"{{"k":"{}\u00{}"}}"#, &KEY[..10], &format!("{:02x}{}", KEY.as_bytes()[10], &KEY[11..])),
+        ),
         ("canary with \\u00XX", format!(r#"{{"k":"{}"}}"#, escaped(CANARY))),
         ("prose with \\n", format!(r#"{{"note":"{}"}}"#, PROSE.replace(' ', "\\n"))),
         ("prose with \\u00XX inside words", format!(r#"{{"note":"{}"}}"#, PROSE.replace('e', "\\u0065"))),
@@ -263,7 +305,10 @@ fn model_native_text_is_never_foreign() {
     let mut idx = Index::default();
     idx.record(fingerprints(PROSE, &HASH_KEY, 5), "globex");
     idx.0.values_mut().for_each(|o| o.model_native = true);
-    let det = Arc::new(Detectors { ngram: Some(NgramConfig { n: 5, ..NgramConfig::new(HASH_KEY, Arc::new(idx)) }), ..Detectors::default() });
+    let det = Arc::new(Detectors {
+        ngram: Some(NgramConfig { n: 5, ..NgramConfig::new(HASH_KEY, Arc::new(idx)) }),
+        ..Detectors::default()
+    });
     let (out, blocked, _) = stream_chars(&rules, &acme(), &det, PROSE, false);
     assert!(!blocked && out == PROSE);
 }
@@ -275,7 +320,10 @@ fn secrets_are_attributed_to_their_owner() {
     idx.record(secret_fingerprints(&rules, &format!("my key is {KEY}"), &HASH_KEY), "acme");
     let pw = "db_password = 'Gl0bex!Secret99'";
     idx.record(secret_fingerprints(&rules, pw, &HASH_KEY), "globex");
-    let det = Arc::new(Detectors { secrets: Some(SecretOwnership { key: HASH_KEY, owners: Arc::new(idx) }), ..Detectors::default() });
+    let det = Arc::new(Detectors {
+        secrets: Some(SecretOwnership { key: HASH_KEY, owners: Arc::new(idx) }),
+        ..Detectors::default()
+    });
 
     // acme's own key, even disguised: logged, released.
     for text in [format!("k {KEY} ok"), format!("k {} ok", cyrillic(KEY))] {
@@ -314,8 +362,18 @@ fn secrets_are_attributed_to_their_owner() {
 /// No `allow_line` word: a disguised exemption does not exempt the raw text's match, which
 /// blocks (the safe side) where the plain text would have been let through.
 const PIECES: &[&str] = &[
-    "hello ", "world. ", "Привет, мир! ", "password = 'S3cr3t!Pa55w0rd' ", "dbk_Q2w3E4r5T6y7U8i9O0pA ", "GLOBEX-CANARY-51d0e2 ",
-    "the merger with initech closes ", "on friday at noon sharp ", "\n", "token ", "рос сор ", "blob:QUJDREVGR0hJSktMTU5PUFFSU1RV ",
+    "hello ",
+    "world. ",
+    "Привет, мир! ",
+    "password = 'S3cr3t!Pa55w0rd' ",
+    "dbk_Q2w3E4r5T6y7U8i9O0pA ",
+    "GLOBEX-CANARY-51d0e2 ",
+    "the merger with initech closes ",
+    "on friday at noon sharp ",
+    "\n",
+    "token ",
+    "рос сор ",
+    "blob:QUJDREVGR0hJSktMTU5PUFFSU1RV ",
 ];
 
 /// A disguise applied to one piece, char by char.
@@ -352,7 +410,9 @@ fn disguise(piece: &str, d: &Disguise) -> String {
 }
 
 fn disguise_strategy() -> impl Strategy<Value = Disguise> {
-    let invisible = prop::sample::select(vec!['\u{200B}', '\u{200D}', '\u{AD}', '\u{2060}', '\u{FEFF}', '\u{202E}', '\u{2066}', '\u{FE0F}']);
+    let invisible = prop::sample::select(vec![
+        '\u{200B}', '\u{200D}', '\u{AD}', '\u{2060}', '\u{FEFF}', '\u{202E}', '\u{2066}', '\u{FE0F}',
+    ]);
     (prop::collection::vec(0u8..5, 48), prop::collection::vec(prop::option::weighted(0.1, invisible), 48))
         .prop_map(|(subst, insert)| Disguise { subst, insert })
 }
@@ -360,7 +420,10 @@ fn disguise_strategy() -> impl Strategy<Value = Disguise> {
 fn all_detectors() -> Arc<Detectors> {
     let mut idx = Index::default();
     idx.record(fingerprints(PROSE, &HASH_KEY, 5), "globex");
-    Arc::new(Detectors { ngram: Some(NgramConfig { n: 5, ..NgramConfig::new(HASH_KEY, Arc::new(idx)) }), ..Detectors::default() })
+    Arc::new(Detectors {
+        ngram: Some(NgramConfig { n: 5, ..NgramConfig::new(HASH_KEY, Arc::new(idx)) }),
+        ..Detectors::default()
+    })
 }
 
 fn blocks(findings: &[Finding]) -> bool {

@@ -127,11 +127,36 @@ fn after_a_block_nothing_more_is_released() {
 
 fn planted_text() -> impl Strategy<Value = String> {
     let pieces = prop::sample::select(vec![
-        "hello ", "world. ", "Привет, мир! ", "password", " = ", "'S3cr3t!Pa55w0rd' ", KEY, " ", "dbk_", "blob:",
-        "QUJDREVGR0hJSktMTU5PUFFSU1RV", "GLOBEX-CANARY-51d0e2", "\n", "x", "_", "token ", "EXAMPLE",
-        "sandbox ", "filler filler filler filler filler filler filler ",
+        "hello ",
+        "world. ",
+        "Привет, мир! ",
+        "password",
+        " = ",
+        "'S3cr3t!Pa55w0rd' ",
+        KEY,
+        " ",
+        "dbk_",
+        "blob:",
+        "QUJDREVGR0hJSktMTU5PUFFSU1RV",
+        "GLOBEX-CANARY-51d0e2",
+        "\n",
+        "x",
+        "_",
+        "token ",
+        "EXAMPLE",
+        "sandbox ",
+        "filler filler filler filler filler filler filler ",
         // Disguised and non-ASCII pieces: look-alikes, full-width forms, invisible characters.
-        "раѕѕ", "ｄｂｋ_", "\u{200B}", "\u{AD}", "ＡＫ", "а", "рос ", "Ｑ2w3E4r5T6y7U8i9O0pA", "glоbex-canary-51d0e2", "\u{202E}",
+        "раѕѕ",
+        "ｄｂｋ_",
+        "\u{200B}",
+        "\u{AD}",
+        "ＡＫ",
+        "а",
+        "рос ",
+        "Ｑ2w3E4r5T6y7U8i9O0pA",
+        "glоbex-canary-51d0e2",
+        "\u{202E}",
     ]);
     prop::collection::vec(pieces, 0..24).prop_map(|v| v.concat())
 }

@@ -121,7 +121,9 @@ pub fn severity_name(severity: Severity) -> &'static str {
 
 /// The severity named by [`severity_name`].
 pub fn severity_from_name(name: &str) -> Option<Severity> {
-    [Severity::Low, Severity::Medium, Severity::High, Severity::Critical].into_iter().find(|s| severity_name(*s) == name)
+    [Severity::Low, Severity::Medium, Severity::High, Severity::Critical]
+        .into_iter()
+        .find(|s| severity_name(*s) == name)
 }
 
 /// The stable name of an entropy metric (as in `/metrics` labels).
@@ -183,7 +185,13 @@ impl AuditRecord {
 
     /// As [`AuditRecord::new`], under an id reserved earlier (a streamed response announces
     /// its audit id in a header before it knows whether it will need a record).
-    pub fn with_id(id: uuid::Uuid, ctx: AuditContext, action: Action, findings: &[Finding], bytes_released: u64) -> AuditRecord {
+    pub fn with_id(
+        id: uuid::Uuid,
+        ctx: AuditContext,
+        action: Action,
+        findings: &[Finding],
+        bytes_released: u64,
+    ) -> AuditRecord {
         let time_ms = id
             .get_timestamp()
             .map(|t| {
@@ -194,7 +202,14 @@ impl AuditRecord {
         AuditRecord::build(id.to_string(), time_ms, ctx, action, findings, bytes_released)
     }
 
-    fn build(id: String, time_ms: u64, ctx: AuditContext, action: Action, findings: &[Finding], bytes_released: u64) -> AuditRecord {
+    fn build(
+        id: String,
+        time_ms: u64,
+        ctx: AuditContext,
+        action: Action,
+        findings: &[Finding],
+        bytes_released: u64,
+    ) -> AuditRecord {
         let findings: Vec<AuditFinding> = findings.iter().map(AuditFinding::from_finding).collect();
         let mut source_tenants: Vec<String> = findings.iter().flat_map(|f| f.source_tenants.iter().cloned()).collect();
         source_tenants.sort();
@@ -369,7 +384,13 @@ pub(crate) mod tests {
 
     #[test]
     fn statistic_details_carry_z_scores() {
-        let d = Detail::Statistic { metric: firewall::Metric::Surprisal, value: 7.0, mean: 2.0, z_score: 5.5, p_value: 1e-8 };
+        let d = Detail::Statistic {
+            metric: firewall::Metric::Surprisal,
+            value: 7.0,
+            mean: 2.0,
+            z_score: 5.5,
+            p_value: 1e-8,
+        };
         let r = AuditRecord::new(ctx("acme"), Action::Log, &[finding("entropy-anomaly", &firewall::mask("tok"), d)], 0);
         let s = r.findings()[0].statistic().cloned();
         assert_eq!(s.map(|s| (s.metric, s.z_score)), Some(("surprisal".to_owned(), 5.5)));
@@ -377,7 +398,12 @@ pub(crate) mod tests {
 
     #[test]
     fn query_filters() {
-        let r = AuditRecord::at(1_000, ctx("acme"), Action::Redact, &[finding("slack-token", "x*** (4 chars)", Detail::None)]);
+        let r = AuditRecord::at(
+            1_000,
+            ctx("acme"),
+            Action::Redact,
+            &[finding("slack-token", "x*** (4 chars)", Detail::None)],
+        );
         let q = |f: fn(&mut AuditQuery)| {
             let mut q = AuditQuery::default();
             f(&mut q);

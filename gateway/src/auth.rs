@@ -73,20 +73,16 @@ impl Authenticator {
         if self.is_open() {
             return Ok(self.anonymous.clone());
         }
-        let value = headers
-            .get(axum::http::header::AUTHORIZATION)
-            .ok_or(ApiError::Unauthorized(
-                "You didn't provide an API key. Send it as `Authorization: Bearer <key>`.",
-            ))?;
+        let value = headers.get(axum::http::header::AUTHORIZATION).ok_or(ApiError::Unauthorized(
+            "You didn't provide an API key. Send it as `Authorization: Bearer <key>`.",
+        ))?;
         let key = value
             .to_str()
             .ok()
             .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
             .map(str::trim)
             .filter(|k| !k.is_empty())
-            .ok_or(ApiError::Unauthorized(
-                "Malformed Authorization header: expected `Bearer <key>`.",
-            ))?;
+            .ok_or(ApiError::Unauthorized("Malformed Authorization header: expected `Bearer <key>`."))?;
         self.lookup(key).ok_or(ApiError::Unauthorized("Incorrect API key provided."))
     }
 
@@ -104,7 +100,8 @@ impl Authenticator {
         throttle
             .check(client, Instant::now())
             .map_err(|t| ApiError::AdminThrottled { retry_after_s: t.retry_after_s })?;
-        let presented = bearer(headers).ok_or(ApiError::Unauthorized("The admin API needs `Authorization: Bearer <admin token>`."))?;
+        let presented = bearer(headers)
+            .ok_or(ApiError::Unauthorized("The admin API needs `Authorization: Bearer <admin token>`."))?;
         if bearer_matches(presented, token) {
             throttle.record_success(client);
             Ok(())
@@ -149,7 +146,8 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 /// Compares digests of equal length, in constant time: neither the token's length nor a
 /// common prefix shows in the timing.
 fn bearer_matches(presented: &str, token: &Secret) -> bool {
-    let (a, b): ([u8; 32], [u8; 32]) = (Sha256::digest(presented.as_bytes()).into(), Sha256::digest(token.expose().as_bytes()).into());
+    let (a, b): ([u8; 32], [u8; 32]) =
+        (Sha256::digest(presented.as_bytes()).into(), Sha256::digest(token.expose().as_bytes()).into());
     bool::from(a.ct_eq(&b))
 }
 
@@ -160,8 +158,22 @@ mod tests {
 
     fn auth() -> Authenticator {
         Authenticator::new(&[
-            TenantConfig { id: "acme".into(), key_digests: vec![Sha256::digest(b"sk-acme-1").into()], fail_mode: Default::default(), canary: false, own_secrets: Default::default(), quarantine_when_probing: false },
-            TenantConfig { id: "globex".into(), key_digests: vec![Sha256::digest(b"sk-globex-1").into()], fail_mode: Default::default(), canary: false, own_secrets: Default::default(), quarantine_when_probing: false },
+            TenantConfig {
+                id: "acme".into(),
+                key_digests: vec![Sha256::digest(b"sk-acme-1").into()],
+                fail_mode: Default::default(),
+                canary: false,
+                own_secrets: Default::default(),
+                quarantine_when_probing: false,
+            },
+            TenantConfig {
+                id: "globex".into(),
+                key_digests: vec![Sha256::digest(b"sk-globex-1").into()],
+                fail_mode: Default::default(),
+                canary: false,
+                own_secrets: Default::default(),
+                quarantine_when_probing: false,
+            },
         ])
     }
 

@@ -54,7 +54,5 @@ pub enum RulesCommand {
         dir: Option<PathBuf>,
     },
     /// Convert a gitleaks TOML config to crossguard rules on stdout; what cannot be converted goes to stderr.
-    ImportGitleaks {
-        file: PathBuf,
-    },
+    ImportGitleaks { file: PathBuf },
 }

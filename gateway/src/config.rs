@@ -471,7 +471,9 @@ pub struct EngineModelConfig {
 pub enum StoreConfig {
     /// In process, audit records appended to `<data_dir>/audit.jsonl`; keeps the newest
     /// `audit_max_len` records in memory for listing.
-    Memory { audit_max_len: usize },
+    Memory {
+        audit_max_len: usize,
+    },
     Redis(RedisStoreConfig),
 }
 
@@ -497,8 +499,8 @@ impl Config {
         let env: Vec<(String, String)> = std::env::vars().collect();
         let (text, origin) = match path {
             Some(p) => {
-                let text = std::fs::read_to_string(p)
-                    .map_err(|source| ConfigError::Read { path: p.to_path_buf(), source })?;
+                let text =
+                    std::fs::read_to_string(p).map_err(|source| ConfigError::Read { path: p.to_path_buf(), source })?;
                 (text, p.display().to_string())
             }
             None => (String::new(), "defaults".to_owned()),
@@ -514,29 +516,25 @@ impl Config {
         env: &[(String, String)],
         lookup: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Config, ConfigError> {
-        let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-            ConfigError::Syntax { origin: origin.to_owned(), message: e.to_string() }
-        })?;
+        let mut table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| ConfigError::Syntax { origin: origin.to_owned(), message: e.to_string() })?;
         let from_env = overlay_env(&mut table, env)?;
-        let raw: RawConfig = serde_path_to_error::deserialize(toml::Value::Table(table))
-            .map_err(|e| {
-                let key = e.path().to_string();
-                let top = key.split(['.', '[']).next().unwrap_or_default().to_owned();
-                let origin = match from_env.iter().find(|(k, _)| *k == top) {
-                    Some((_, var)) => format!("{origin} (key set by {var})"),
-                    None => origin.to_owned(),
-                };
-                ConfigError::Invalid { origin, key, message: e.into_inner().to_string() }
-            })?;
+        let raw: RawConfig = serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+            let key = e.path().to_string();
+            let top = key.split(['.', '[']).next().unwrap_or_default().to_owned();
+            let origin = match from_env.iter().find(|(k, _)| *k == top) {
+                Some((_, var)) => format!("{origin} (key set by {var})"),
+                None => origin.to_owned(),
+            };
+            ConfigError::Invalid { origin, key, message: e.into_inner().to_string() }
+        })?;
         validate(raw, origin, lookup)
     }
 }
 
 /// Applies `CROSSGUARD_*` variables onto `table`; returns (top-level key, variable) pairs.
-fn overlay_env(
-    table: &mut toml::Table,
-    env: &[(String, String)],
-) -> Result<Vec<(String, String)>, ConfigError> {
+fn overlay_env(table: &mut toml::Table, env: &[(String, String)]) -> Result<Vec<(String, String)>, ConfigError> {
     let mut applied = Vec::new();
     for (name, value) in env {
         let Some(rest) = name.strip_prefix("CROSSGUARD_") else { continue };
@@ -555,9 +553,7 @@ fn overlay_env(
                 cursor.insert(key.clone(), parsed.clone());
                 break;
             }
-            let entry = cursor
-                .entry(key.clone())
-                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            let entry = cursor.entry(key.clone()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
             cursor = match entry {
                 toml::Value::Table(t) => t,
                 _ => {
@@ -574,16 +570,8 @@ fn overlay_env(
     Ok(applied)
 }
 
-fn validate(
-    raw: RawConfig,
-    origin: &str,
-    lookup: &dyn Fn(&str) -> Option<String>,
-) -> Result<Config, ConfigError> {
-    let invalid = |key: String, message: String| ConfigError::Invalid {
-        origin: origin.to_owned(),
-        key,
-        message,
-    };
+fn validate(raw: RawConfig, origin: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+    let invalid = |key: String, message: String| ConfigError::Invalid { origin: origin.to_owned(), key, message };
     let listen_text = raw.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
     let listen: SocketAddr = listen_text.parse().map_err(|_| {
         invalid("listen".into(), format!("expected an address like \"127.0.0.1:8080\", got {listen_text:?}"))
@@ -644,11 +632,17 @@ fn validate(
     let raw_fw = raw.firewall.unwrap_or_default();
     let max_holdback_bytes = raw_fw.max_holdback_bytes.unwrap_or(4096);
     if !(64..=1 << 20).contains(&max_holdback_bytes) {
-        return Err(invalid("firewall.max_holdback_bytes".into(), format!("must be between 64 and 1048576, got {max_holdback_bytes}")));
+        return Err(invalid(
+            "firewall.max_holdback_bytes".into(),
+            format!("must be between 64 and 1048576, got {max_holdback_bytes}"),
+        ));
     }
     let watch_interval_ms = raw_fw.watch_interval_ms.unwrap_or(1000);
     if watch_interval_ms != 0 && !(100..=3_600_000).contains(&watch_interval_ms) {
-        return Err(invalid("firewall.watch_interval_ms".into(), format!("must be 0 (off) or between 100 and 3600000, got {watch_interval_ms}")));
+        return Err(invalid(
+            "firewall.watch_interval_ms".into(),
+            format!("must be 0 (off) or between 100 and 3600000, got {watch_interval_ms}"),
+        ));
     }
     let probe_alert_blocks = raw_fw.probe_alert_blocks.unwrap_or(DEFAULT_PROBE_ALERT_BLOCKS);
     if probe_alert_blocks == 0 {
@@ -656,9 +650,18 @@ fn validate(
     }
     let probe_window_secs = raw_fw.probe_window_secs.unwrap_or(DEFAULT_PROBE_WINDOW_SECS);
     if !(1..=7 * 86_400).contains(&probe_window_secs) {
-        return Err(invalid("firewall.probe_window_secs".into(), format!("must be between 1 and 604800, got {probe_window_secs}")));
+        return Err(invalid(
+            "firewall.probe_window_secs".into(),
+            format!("must be between 1 and 604800, got {probe_window_secs}"),
+        ));
     }
-    let firewall = FirewallConfig { rules_dir: raw_fw.rules_dir, max_holdback_bytes, watch_interval_ms, probe_alert_blocks, probe_window_secs };
+    let firewall = FirewallConfig {
+        rules_dir: raw_fw.rules_dir,
+        max_holdback_bytes,
+        watch_interval_ms,
+        probe_alert_blocks,
+        probe_window_secs,
+    };
     Ok(Config {
         listen,
         admin_token,
@@ -706,7 +709,10 @@ fn validate_store(raw: Option<RawStore>, invalid: &Invalid<'_>) -> Result<StoreC
                 return Err(invalid("store.url".into(), format!("must start with redis:// or rediss://, got {url:?}")));
             }
             let key_prefix = raw.key_prefix.unwrap_or_else(|| "crossguard:".to_owned());
-            if key_prefix.is_empty() || key_prefix.len() > 64 || key_prefix.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            if key_prefix.is_empty()
+                || key_prefix.len() > 64
+                || key_prefix.chars().any(|c| c.is_whitespace() || c.is_control())
+            {
                 return Err(invalid("store.key_prefix".into(), "must be 1-64 characters without whitespace".into()));
             }
             let op_timeout_ms = raw.op_timeout_ms.unwrap_or(1_000);
@@ -716,7 +722,13 @@ fn validate_store(raw: Option<RawStore>, invalid: &Invalid<'_>) -> Result<StoreC
             if let Some(id) = &raw.replica_id {
                 check_id(id, "store.replica_id", invalid)?;
             }
-            Ok(StoreConfig::Redis(RedisStoreConfig { url, key_prefix, audit_max_len, op_timeout_ms, replica_id: raw.replica_id }))
+            Ok(StoreConfig::Redis(RedisStoreConfig {
+                url,
+                key_prefix,
+                audit_max_len,
+                op_timeout_ms,
+                replica_id: raw.replica_id,
+            }))
         }
     }
 }
@@ -741,7 +753,10 @@ fn validate_provenance(
     }
     let max_tenant_share = raw.max_tenant_share.unwrap_or(0.5);
     if !(max_tenant_share > 0.0 && max_tenant_share <= 1.0) {
-        return Err(invalid("provenance.max_tenant_share".into(), format!("must be a fraction in (0, 1], got {max_tenant_share}")));
+        return Err(invalid(
+            "provenance.max_tenant_share".into(),
+            format!("must be a fraction in (0, 1], got {max_tenant_share}"),
+        ));
     }
     let max_hashes_per_text = raw.max_hashes_per_text.unwrap_or(100_000.min(max_hashes));
     if !(100..=max_hashes).contains(&max_hashes_per_text) {
@@ -762,7 +777,9 @@ fn validate_provenance(
     if max_staleness_ms <= refresh_interval_ms {
         return Err(invalid(
             "provenance.max_staleness_ms".into(),
-            format!("must be greater than provenance.refresh_interval_ms ({refresh_interval_ms}), got {max_staleness_ms}"),
+            format!(
+                "must be greater than provenance.refresh_interval_ms ({refresh_interval_ms}), got {max_staleness_ms}"
+            ),
         ));
     }
     let unavailable = raw.provenance_unavailable.unwrap_or_default();
@@ -876,7 +893,11 @@ fn validate_models(
         if !ids.insert(m.id.clone()) {
             return Err(invalid(at("id"), format!("duplicate model id {:?}", m.id)));
         }
-        let raw_caps = limits::RawModelCaps { max_n: m.max_n, max_tokens_cap: m.max_tokens_cap, max_stream_event_bytes: m.max_stream_event_bytes };
+        let raw_caps = limits::RawModelCaps {
+            max_n: m.max_n,
+            max_tokens_cap: m.max_tokens_cap,
+            max_stream_event_bytes: m.max_stream_event_bytes,
+        };
         let (caps, event_bytes) = limits::model_caps(raw_caps, m.backend == BackendKind::Upstream, &at, invalid)?;
         let backend = match m.backend {
             BackendKind::Upstream => {
@@ -900,10 +921,17 @@ fn validate_models(
                     }
                 }
                 let up = validate_upstream(&m, &at, invalid, lookup)?;
-                ModelBackend::Upstream(UpstreamConfig { max_stream_event_bytes: event_bytes.unwrap_or(up.max_stream_event_bytes), ..up })
+                ModelBackend::Upstream(UpstreamConfig {
+                    max_stream_event_bytes: event_bytes.unwrap_or(up.max_stream_event_bytes),
+                    ..up
+                })
             }
             BackendKind::Engine => {
-                for (key, set) in [("base_url", m.base_url.is_some()), ("api_key_env", m.api_key_env.is_some()), ("upstream_model", m.upstream_model.is_some())] {
+                for (key, set) in [
+                    ("base_url", m.base_url.is_some()),
+                    ("api_key_env", m.api_key_env.is_some()),
+                    ("upstream_model", m.upstream_model.is_some()),
+                ] {
                     if set {
                         return Err(invalid(at(key), "only allowed with backend = \"upstream\"".into()));
                     }
@@ -911,7 +939,13 @@ fn validate_models(
                 if m.threads == Some(0) {
                     return Err(invalid(at("threads"), "must be at least 1".into()));
                 }
-                let device = m.device.as_deref().map(str::parse).transpose().map_err(|e: String| invalid(at("device"), e))?.unwrap_or_default();
+                let device = m
+                    .device
+                    .as_deref()
+                    .map(str::parse)
+                    .transpose()
+                    .map_err(|e: String| invalid(at("device"), e))?
+                    .unwrap_or_default();
                 if let Some(n) = m.context_tokens {
                     if !(64..=1 << 20).contains(&n) {
                         return Err(invalid(at("context_tokens"), format!("must be between 64 and 1048576, got {n}")));
@@ -919,7 +953,10 @@ fn validate_models(
                 }
                 if let Some(n) = m.kv_block_tokens {
                     if !n.is_power_of_two() || n > 1024 {
-                        return Err(invalid(at("kv_block_tokens"), format!("must be a power of two between 1 and 1024, got {n}")));
+                        return Err(invalid(
+                            at("kv_block_tokens"),
+                            format!("must be a power of two between 1 and 1024, got {n}"),
+                        ));
                     }
                 }
                 if m.fault.is_some() {
@@ -943,7 +980,12 @@ fn validate_models(
                     }
                 }
                 match m.itl_target_ms {
-                    Some(ms) if ms > 60_000 => return Err(invalid(at("itl_target_ms"), format!("must be between 0 (off) and 60000, got {ms}"))),
+                    Some(ms) if ms > 60_000 => {
+                        return Err(invalid(
+                            at("itl_target_ms"),
+                            format!("must be between 0 (off) and 60000, got {ms}"),
+                        ))
+                    }
                     Some(0) => batching.itl_target = None,
                     Some(ms) => batching.itl_target = Some(Duration::from_millis(ms)),
                     None => {}
@@ -965,22 +1007,34 @@ fn validate_models(
     Ok(models)
 }
 
-fn validate_streams(m: &RawModel, at: &dyn Fn(&str) -> String, invalid: &Invalid<'_>) -> Result<crate::backend::engine_loop::StreamLimits, ConfigError> {
+fn validate_streams(
+    m: &RawModel,
+    at: &dyn Fn(&str) -> String,
+    invalid: &Invalid<'_>,
+) -> Result<crate::backend::engine_loop::StreamLimits, ConfigError> {
     let mut streams = crate::backend::engine_loop::StreamLimits::default();
     match m.stream_buffer_events {
-        Some(n) if !(1..=65_536).contains(&n) => return Err(invalid(at("stream_buffer_events"), format!("must be between 1 and 65536, got {n}"))),
+        Some(n) if !(1..=65_536).contains(&n) => {
+            return Err(invalid(at("stream_buffer_events"), format!("must be between 1 and 65536, got {n}")))
+        }
         Some(n) => streams.buffer_events = n,
         None => {}
     }
     match m.stream_stall_ms {
-        Some(ms) if !(1..=3_600_000).contains(&ms) => return Err(invalid(at("stream_stall_ms"), format!("must be between 1 and 3600000, got {ms}"))),
+        Some(ms) if !(1..=3_600_000).contains(&ms) => {
+            return Err(invalid(at("stream_stall_ms"), format!("must be between 1 and 3600000, got {ms}")))
+        }
         Some(ms) => streams.stall = Duration::from_millis(ms),
         None => {}
     }
     Ok(streams)
 }
 
-fn validate_fault(raw: RawFault, at: &dyn Fn(&str) -> String, invalid: &Invalid<'_>) -> Result<engine::fault::FaultConfig, ConfigError> {
+fn validate_fault(
+    raw: RawFault,
+    at: &dyn Fn(&str) -> String,
+    invalid: &Invalid<'_>,
+) -> Result<engine::fault::FaultConfig, ConfigError> {
     let stale_kv = raw.stale_kv.unwrap_or(0.0);
     if !(0.0..=1.0).contains(&stale_kv) {
         return Err(invalid(at("fault.stale_kv"), format!("must be a probability between 0 and 1, got {stale_kv}")));
@@ -1000,20 +1054,20 @@ fn validate_upstream(
     invalid: &Invalid<'_>,
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<UpstreamConfig, ConfigError> {
-    let base_url = m
-        .base_url
-        .as_deref()
-        .ok_or_else(|| invalid(at("base_url"), "required for backend = \"upstream\"".into()))?;
-    let parsed = reqwest::Url::parse(base_url)
-        .map_err(|e| invalid(at("base_url"), format!("not a URL ({e}): {base_url:?}")))?;
+    let base_url =
+        m.base_url.as_deref().ok_or_else(|| invalid(at("base_url"), "required for backend = \"upstream\"".into()))?;
+    let parsed =
+        reqwest::Url::parse(base_url).map_err(|e| invalid(at("base_url"), format!("not a URL ({e}): {base_url:?}")))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
         return Err(invalid(at("base_url"), format!("must be an http:// or https:// URL, got {base_url:?}")));
     }
     let api_key = match &m.api_key_env {
         None => None,
-        Some(var) => Some(Secret(lookup(var).filter(|v| !v.is_empty()).ok_or_else(|| {
-            invalid(at("api_key_env"), format!("environment variable {var} is not set"))
-        })?)),
+        Some(var) => Some(Secret(
+            lookup(var)
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| invalid(at("api_key_env"), format!("environment variable {var} is not set")))?,
+        )),
     };
     let timeout = |key: &str, value: Option<u64>, default: u64| -> Result<u64, ConfigError> {
         match value.unwrap_or(default) {
@@ -1026,7 +1080,11 @@ fn validate_upstream(
         api_key,
         upstream_model: m.upstream_model.clone().unwrap_or_else(|| m.id.clone()),
         connect_timeout_ms: timeout("connect_timeout_ms", m.connect_timeout_ms, DEFAULT_CONNECT_TIMEOUT_MS)?,
-        first_byte_timeout_ms: timeout("first_byte_timeout_ms", m.first_byte_timeout_ms, DEFAULT_FIRST_BYTE_TIMEOUT_MS)?,
+        first_byte_timeout_ms: timeout(
+            "first_byte_timeout_ms",
+            m.first_byte_timeout_ms,
+            DEFAULT_FIRST_BYTE_TIMEOUT_MS,
+        )?,
         idle_timeout_ms: timeout("idle_timeout_ms", m.idle_timeout_ms, DEFAULT_IDLE_TIMEOUT_MS)?,
         max_stream_event_bytes: crate::backend::sse::DEFAULT_MAX_EVENT_BYTES,
     })
@@ -1245,7 +1303,8 @@ placement = "system_start"
             let err = parse(bad).unwrap_err().to_string();
             assert!(err.contains(key), "{bad}: {err}");
         }
-        let err = Config::from_parts("", "t", &[], &|n| (n == "CROSSGUARD_FINGERPRINT_KEY").then(|| "zz".to_owned())).unwrap_err();
+        let err = Config::from_parts("", "t", &[], &|n| (n == "CROSSGUARD_FINGERPRINT_KEY").then(|| "zz".to_owned()))
+            .unwrap_err();
         assert!(err.to_string().contains("32 hexadecimal"), "{err}");
     }
 
@@ -1348,7 +1407,8 @@ placement = "system_start"
         let text = "[[models]]\nid = \"m\"\nbackend = \"engine\"\n[models.fault]\nskip_zero_fill = true\n";
         let err = parse(text).unwrap_err().to_string();
         assert!(err.contains("models[0].fault:") && err.contains("CROSSGUARD_ENABLE_FAULTS=1"), "{err}");
-        let empty_table = parse("[[models]]\nid = \"m\"\nbackend = \"engine\"\n[models.fault]\n").unwrap_err().to_string();
+        let empty_table =
+            parse("[[models]]\nid = \"m\"\nbackend = \"engine\"\n[models.fault]\n").unwrap_err().to_string();
         assert!(empty_table.contains("CROSSGUARD_ENABLE_FAULTS=1"), "{empty_table}");
         let other_value = Config::from_parts(text, "t", &[], &|n| (n == ENABLE_FAULTS_ENV).then(|| "true".to_owned()));
         assert!(other_value.is_err(), "only 1 enables");
@@ -1385,12 +1445,18 @@ placement = "system_start"
                 _ => None,
             })
         };
-        assert_eq!(from_env("").unwrap().metrics_token.map(|s| s.expose().to_owned()).as_deref(), Some("default-variable-token"));
+        assert_eq!(
+            from_env("").unwrap().metrics_token.map(|s| s.expose().to_owned()).as_deref(),
+            Some("default-variable-token")
+        );
         let named = from_env("metrics_token_env = \"MY_METRICS\"").unwrap().metrics_token;
         assert_eq!(named.as_ref().map(Secret::expose), Some("named-variable-token"));
         for (bad, message) in [
             ("metrics_token = \"short\"", "metrics_token: must be at least 16"),
-            ("metrics_token = \"0123456789abcdef-m\"\nmetrics_token_env = \"X\"", "metrics_token: set metrics_token or metrics_token_env, not both"),
+            (
+                "metrics_token = \"0123456789abcdef-m\"\nmetrics_token_env = \"X\"",
+                "metrics_token: set metrics_token or metrics_token_env, not both",
+            ),
         ] {
             let err = parse(bad).unwrap_err().to_string();
             assert!(err.contains(message), "{err}");
@@ -1399,8 +1465,13 @@ placement = "system_start"
 
     #[test]
     fn admin_throttle_defaults_and_bounds() {
-        assert_eq!(parse("").unwrap().admin_throttle, AdminThrottleConfig { client_failures: 5, global_failures: 50, window_secs: 300, cooldown_secs: 300 });
-        let set = parse("[admin_throttle]\nclient_failures = 3\nglobal_failures = 9\nwindow_secs = 60\ncooldown_secs = 30\n").unwrap();
+        assert_eq!(
+            parse("").unwrap().admin_throttle,
+            AdminThrottleConfig { client_failures: 5, global_failures: 50, window_secs: 300, cooldown_secs: 300 }
+        );
+        let set =
+            parse("[admin_throttle]\nclient_failures = 3\nglobal_failures = 9\nwindow_secs = 60\ncooldown_secs = 30\n")
+                .unwrap();
         assert_eq!((set.admin_throttle.client_failures, set.admin_throttle.cooldown_secs), (3, 30));
         for (bad, key) in [
             ("[admin_throttle]\nclient_failures = 0", "admin_throttle.client_failures"),

@@ -149,9 +149,9 @@ impl ApiError {
             ApiError::Unauthorized(_) => "authentication_error",
             ApiError::Quarantined => "permission_error",
             ApiError::StreamStalled { .. } => "invalid_request_error",
-            ApiError::UpstreamRejected { status: 429, .. } | ApiError::EngineBusy { .. } | ApiError::AdminThrottled { .. } => {
-                "rate_limit_error"
-            }
+            ApiError::UpstreamRejected { status: 429, .. }
+            | ApiError::EngineBusy { .. }
+            | ApiError::AdminThrottled { .. } => "rate_limit_error",
             ApiError::UpstreamRejected { .. } => "invalid_request_error",
             ApiError::UpstreamFailed { .. } | ApiError::BadGateway(_) | ApiError::GatewayTimeout(_) => "upstream_error",
             ApiError::Unavailable(_) | ApiError::ProvenanceUnavailable(_) | ApiError::Internal(_) => "server_error",
@@ -218,7 +218,9 @@ impl ApiError {
             ApiError::ResourceNotFound(m) => format!("not found {}", redact::text(m)),
             // The client's message names the request id, which the client may have chosen;
             // the log line carries it already, shown safely.
-            ApiError::UpstreamRejected { status, .. } => format!("the upstream rejected the request with HTTP {status}"),
+            ApiError::UpstreamRejected { status, .. } => {
+                format!("the upstream rejected the request with HTTP {status}")
+            }
             ApiError::UpstreamFailed { status: Some(status), .. } => format!("the upstream failed with HTTP {status}"),
             ApiError::UpstreamFailed { status: None, .. } => "the upstream reported an error mid-stream".to_owned(),
             ApiError::ContextLengthExceeded { .. }
@@ -264,7 +266,9 @@ impl ApiError {
 /// nothing the upstream wrote.
 fn upstream_failed_message(status: Option<u16>, request_id: &str) -> String {
     match status {
-        Some(s @ (401 | 403)) => format!("The upstream refused the gateway's credentials with HTTP {s} (request {request_id})."),
+        Some(s @ (401 | 403)) => {
+            format!("The upstream refused the gateway's credentials with HTTP {s} (request {request_id}).")
+        }
         Some(s) => format!("The upstream failed with HTTP {s} (request {request_id})."),
         None => format!("The upstream reported an error in the middle of its stream (request {request_id})."),
     }
@@ -299,13 +303,10 @@ pub struct ApiErrorLog {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = serde_json::to_vec(&self.envelope()).unwrap_or_else(|_| {
-            br#"{"error":{"message":"internal error","type":"server_error","param":null,"code":null}}"#
-                .to_vec()
+            br#"{"error":{"message":"internal error","type":"server_error","param":null,"code":null}}"#.to_vec()
         });
         let mut response = (self.status(), body).into_response();
-        response
-            .headers_mut()
-            .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if let ApiError::EngineBusy { retry_after_s, .. } | ApiError::AdminThrottled { retry_after_s } = &self {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_s));
         }
@@ -313,13 +314,13 @@ impl IntoResponse for ApiError {
             r.write_headers(response.headers_mut());
         }
         if matches!(self, ApiError::Unauthorized(_)) {
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
-        response
-            .extensions_mut()
-            .insert(ApiErrorLog { kind: self.kind(), message: self.log_message(), detail: self.log_detail().map(str::to_owned) });
+        response.extensions_mut().insert(ApiErrorLog {
+            kind: self.kind(),
+            message: self.log_message(),
+            detail: self.log_detail().map(str::to_owned),
+        });
         response
     }
 }
@@ -347,11 +348,20 @@ mod tests {
         assert_eq!(ApiError::PayloadTooLarge { limit_bytes: 1 }.status(), 413);
         assert_eq!(ApiError::BadGateway("x".into()).status(), 502);
         assert_eq!(ApiError::GatewayTimeout("x".into()).status(), 504);
-        let rl = ApiError::UpstreamRejected { status: 429, code: None, param: None, request_id: "r1".into(), detail: String::new() };
+        let rl = ApiError::UpstreamRejected {
+            status: 429,
+            code: None,
+            param: None,
+            request_id: "r1".into(),
+            detail: String::new(),
+        };
         assert_eq!(rl.status(), 429);
         assert_eq!(rl.kind(), "rate_limit_error");
         let failed = ApiError::UpstreamFailed { status: Some(503), request_id: "r2".into(), detail: "over****".into() };
-        assert_eq!((failed.status().as_u16(), failed.to_string()), (502, "The upstream failed with HTTP 503 (request r2).".to_owned()));
+        assert_eq!(
+            (failed.status().as_u16(), failed.to_string()),
+            (502, "The upstream failed with HTTP 503 (request r2).".to_owned())
+        );
         assert_eq!(failed.log_detail(), Some("over****"));
     }
 
@@ -373,6 +383,9 @@ mod tests {
         }
         assert_eq!(ApiError::param("temperature", "x").log_message().split(' ').nth(2), Some("temperature"));
         let throttled = ApiError::AdminThrottled { retry_after_s: 42 }.into_response();
-        assert_eq!((throttled.status().as_u16(), throttled.headers()[header::RETRY_AFTER].to_str().ok()), (429, Some("42")));
+        assert_eq!(
+            (throttled.status().as_u16(), throttled.headers()[header::RETRY_AFTER].to_str().ok()),
+            (429, Some("42"))
+        );
     }
 }

@@ -9,9 +9,7 @@
 pub fn init() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CROSSGUARD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     if std::env::var("CROSSGUARD_LOG_FORMAT").is_ok_and(|f| f == "json") {
         builder.json().init();
     } else {
@@ -22,10 +20,7 @@ pub fn init() {
 
 /// The panic hook: file, line and thread; the payload only as its length.
 pub fn log_panic(info: &std::panic::PanicHookInfo<'_>) {
-    let location = info
-        .location()
-        .map(|l| format!("{}:{}:{}", l.file(), l.line(), l.column()))
-        .unwrap_or_default();
+    let location = info.location().map(|l| format!("{}:{}:{}", l.file(), l.line(), l.column())).unwrap_or_default();
     let payload_bytes = info
         .payload()
         .downcast_ref::<&str>()
@@ -34,12 +29,7 @@ pub fn log_panic(info: &std::panic::PanicHookInfo<'_>) {
         .unwrap_or(0);
     let thread = std::thread::current();
     let thread = thread.name().unwrap_or("unnamed");
-    tracing::error!(
-        location,
-        thread,
-        payload_bytes,
-        "panic (its message is withheld: it may hold request text)"
-    );
+    tracing::error!(location, thread, payload_bytes, "panic (its message is withheld: it may hold request text)");
 }
 
 #[cfg(test)]
@@ -53,10 +43,7 @@ mod tests {
 
     impl Write for Sink {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .extend_from_slice(bytes);
+            self.0.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(bytes);
             Ok(bytes.len())
         }
         fn flush(&mut self) -> std::io::Result<()> {
@@ -78,28 +65,16 @@ mod tests {
         }));
         let sink = Sink::default();
         let writer = sink.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .json()
-            .with_writer(move || writer.clone())
-            .finish();
+        let subscriber = tracing_subscriber::fmt().json().with_writer(move || writer.clone()).finish();
         let joined = std::thread::Builder::new()
             .name(THREAD.into())
             .spawn(move || {
-                tracing::subscriber::with_default(subscriber, || {
-                    panic!("prompt was: {}", "zq-secret-prompt")
-                })
+                tracing::subscriber::with_default(subscriber, || panic!("prompt was: {}", "zq-secret-prompt"))
             })
             .map(|h| h.join());
         assert!(matches!(joined, Ok(Err(_))), "the thread panicked");
-        let log =
-            String::from_utf8_lossy(&sink.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned();
-        assert!(
-            log.contains("panic (its message is withheld") && log.contains("logging.rs:"),
-            "{log}"
-        );
-        assert!(
-            !log.contains("zq-secret") && !log.contains("prompt was"),
-            "{log}"
-        );
+        let log = String::from_utf8_lossy(&sink.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned();
+        assert!(log.contains("panic (its message is withheld") && log.contains("logging.rs:"), "{log}");
+        assert!(!log.contains("zq-secret") && !log.contains("prompt was"), "{log}");
     }
 }

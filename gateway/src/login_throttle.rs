@@ -35,12 +35,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ClientIp {
     type Rejection = Infallible;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<ClientIp, Infallible> {
-        Ok(ClientIp(
-            parts
-                .extensions
-                .get::<ConnectInfo<SocketAddr>>()
-                .map(|c| c.0.ip()),
-        ))
+        Ok(ClientIp(parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip())))
     }
 }
 
@@ -63,19 +58,12 @@ struct Window {
 impl Window {
     /// Seconds left of a lock in force at `now`.
     fn locked(&self, now: Instant) -> Option<u64> {
-        let left = self
-            .locked_until?
-            .checked_duration_since(now)
-            .filter(|d| !d.is_zero())?;
+        let left = self.locked_until?.checked_duration_since(now).filter(|d| !d.is_zero())?;
         Some(left.as_secs() + u64::from(left.subsec_nanos() > 0))
     }
 
     fn fail(&mut self, now: Instant, limit: u32, window: Duration, cooldown: Duration) {
-        while self
-            .failures
-            .front()
-            .is_some_and(|t| now.duration_since(*t) >= window)
-        {
+        while self.failures.front().is_some_and(|t| now.duration_since(*t) >= window) {
             self.failures.pop_front();
         }
         self.failures.push_back(now);
@@ -87,11 +75,7 @@ impl Window {
 
     /// Nothing worth keeping: no lock in force, no failure in the window.
     fn idle(&self, now: Instant, window: Duration) -> bool {
-        self.locked(now).is_none()
-            && self
-                .failures
-                .back()
-                .is_none_or(|t| now.duration_since(*t) >= window)
+        self.locked(now).is_none() && self.failures.back().is_none_or(|t| now.duration_since(*t) >= window)
     }
 }
 
@@ -133,27 +117,14 @@ impl LoginThrottle {
         let key = bucket(client);
         let refusal = self.with(|w| {
             if let Some(s) = w.global.locked(now) {
-                return Some(Throttled {
-                    retry_after_s: s,
-                    global: true,
-                });
+                return Some(Throttled { retry_after_s: s, global: true });
             }
-            w.clients
-                .get(&key)
-                .and_then(|c| c.locked(now))
-                .map(|s| Throttled {
-                    retry_after_s: s,
-                    global: false,
-                })
+            w.clients.get(&key).and_then(|c| c.locked(now)).map(|s| Throttled { retry_after_s: s, global: false })
         });
         match refusal {
             None => Ok(()),
             Some(t) => {
-                let counter = if t.global {
-                    &self.throttled_global
-                } else {
-                    &self.throttled_client
-                };
+                let counter = if t.global { &self.throttled_global } else { &self.throttled_client };
                 counter.fetch_add(1, Ordering::Relaxed);
                 Err(t)
             }
@@ -164,10 +135,7 @@ impl LoginThrottle {
     pub fn record_failure(&self, client: ClientIp, now: Instant) {
         self.failures.fetch_add(1, Ordering::Relaxed);
         let c = self.config;
-        let (window, cooldown) = (
-            Duration::from_secs(c.window_secs),
-            Duration::from_secs(c.cooldown_secs),
-        );
+        let (window, cooldown) = (Duration::from_secs(c.window_secs), Duration::from_secs(c.cooldown_secs));
         let key = bucket(client);
         self.with(|w| {
             w.global.fail(now, c.global_failures, window, cooldown);
@@ -175,10 +143,7 @@ impl LoginThrottle {
                 w.clients.retain(|_, e| !e.idle(now, window));
             }
             if w.clients.contains_key(&key) || w.clients.len() < MAX_CLIENTS {
-                w.clients
-                    .entry(key)
-                    .or_default()
-                    .fail(now, c.client_failures, window, cooldown);
+                w.clients.entry(key).or_default().fail(now, c.client_failures, window, cooldown);
             }
         });
     }
@@ -187,10 +152,7 @@ impl LoginThrottle {
     pub fn record_success(&self, client: ClientIp) {
         let key = bucket(client);
         self.with(|w| {
-            if w.clients
-                .get(&key)
-                .is_some_and(|c| c.locked_until.is_none())
-            {
+            if w.clients.get(&key).is_some_and(|c| c.locked_until.is_none()) {
                 w.clients.remove(&key);
             }
         });
@@ -199,22 +161,15 @@ impl LoginThrottle {
     /// The throttle's counters in the Prometheus text format.
     pub fn render_prometheus(&self) -> String {
         let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "# HELP crossguard_admin_login_failures_total Admin logins refused for a wrong token."
-        );
+        let _ = writeln!(out, "# HELP crossguard_admin_login_failures_total Admin logins refused for a wrong token.");
         let _ = writeln!(out, "# TYPE crossguard_admin_login_failures_total counter");
+        let _ = writeln!(out, "crossguard_admin_login_failures_total {}", self.failures.load(Ordering::Relaxed));
         let _ = writeln!(
             out,
-            "crossguard_admin_login_failures_total {}",
-            self.failures.load(Ordering::Relaxed)
+            "# HELP crossguard_admin_login_throttled_total Admin logins refused with 429 by [admin_throttle]."
         );
-        let _ = writeln!(out, "# HELP crossguard_admin_login_throttled_total Admin logins refused with 429 by [admin_throttle].");
         let _ = writeln!(out, "# TYPE crossguard_admin_login_throttled_total counter");
-        for (scope, counter) in [
-            ("client", &self.throttled_client),
-            ("global", &self.throttled_global),
-        ] {
+        for (scope, counter) in [("client", &self.throttled_client), ("global", &self.throttled_global)] {
             let _ = writeln!(
                 out,
                 "crossguard_admin_login_throttled_total{{scope=\"{scope}\"}} {}",
@@ -262,27 +217,12 @@ mod tests {
         }
         assert_eq!(t.check(ip("10.0.0.1"), now), Ok(()), "under the limit");
         t.record_failure(ip("10.0.0.1"), now);
-        assert_eq!(
-            t.check(ip("10.0.0.1"), now),
-            Err(Throttled {
-                retry_after_s: 120,
-                global: false
-            })
-        );
+        assert_eq!(t.check(ip("10.0.0.1"), now), Err(Throttled { retry_after_s: 120, global: false }));
         assert_eq!(t.check(ip("10.0.0.2"), now), Ok(()));
         let later = now + Duration::from_secs(119);
-        assert_eq!(
-            t.check(ip("10.0.0.1"), later).map_err(|e| e.retry_after_s),
-            Err(1)
-        );
-        assert_eq!(
-            t.check(ip("10.0.0.1"), now + Duration::from_secs(120)),
-            Ok(()),
-            "the cooldown ends"
-        );
-        assert!(t
-            .render_prometheus()
-            .contains("crossguard_admin_login_throttled_total{scope=\"client\"} 2"));
+        assert_eq!(t.check(ip("10.0.0.1"), later).map_err(|e| e.retry_after_s), Err(1));
+        assert_eq!(t.check(ip("10.0.0.1"), now + Duration::from_secs(120)), Ok(()), "the cooldown ends");
+        assert!(t.render_prometheus().contains("crossguard_admin_login_throttled_total{scope=\"client\"} 2"));
     }
 
     #[test]
@@ -291,10 +231,7 @@ mod tests {
         let now = Instant::now();
         t.record_failure(ip("10.0.0.1"), now);
         t.record_failure(ip("10.0.0.1"), now + Duration::from_secs(61));
-        assert_eq!(
-            t.check(ip("10.0.0.1"), now + Duration::from_secs(61)),
-            Ok(())
-        );
+        assert_eq!(t.check(ip("10.0.0.1"), now + Duration::from_secs(61)), Ok(()));
     }
 
     #[test]
@@ -305,13 +242,7 @@ mod tests {
             t.record_failure(ip(&format!("10.0.1.{i}")), now);
         }
         let fresh = t.check(ip("192.0.2.7"), now);
-        assert_eq!(
-            fresh,
-            Err(Throttled {
-                retry_after_s: 120,
-                global: true
-            })
-        );
+        assert_eq!(fresh, Err(Throttled { retry_after_s: 120, global: true }));
     }
 
     #[test]

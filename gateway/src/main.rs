@@ -28,7 +28,13 @@ fn main() -> ExitCode {
         Command::CheckConfig { config } => match Config::load(config.as_deref()) {
             Ok(c) => {
                 // The store's `Debug` masks its URL's password (config/summary.rs).
-                println!("ok: listen {}, {} tenant(s), {} model(s), store {:?}", c.listen, c.tenants.len(), c.models.len(), c.store);
+                println!(
+                    "ok: listen {}, {} tenant(s), {} model(s), store {:?}",
+                    c.listen,
+                    c.tenants.len(),
+                    c.models.len(),
+                    c.store
+                );
                 println!("{}", c.summary());
                 ExitCode::SUCCESS
             }

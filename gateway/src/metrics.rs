@@ -8,7 +8,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// Upper bounds of the latency histogram buckets, in seconds.
-const BUCKETS_S: &[f64] = &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+const BUCKETS_S: &[f64] =
+    &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
 
 /// A latency histogram over fixed buckets from 0.5 ms to 60 s.
 #[derive(Debug, Default)]
@@ -140,7 +141,12 @@ impl Metrics {
         self.with(|m| {
             m.findings
                 .iter()
-                .map(|((tenant, rule_id, action), n)| FindingCount { tenant: tenant.clone(), rule_id: rule_id.clone(), action, count: *n })
+                .map(|((tenant, rule_id, action), n)| FindingCount {
+                    tenant: tenant.clone(),
+                    rule_id: rule_id.clone(),
+                    action,
+                    count: *n,
+                })
                 .collect()
         })
     }
@@ -151,13 +157,27 @@ impl Metrics {
         self.with(|m| {
             describe(&mut out, "crossguard_http_requests_total", "counter", "HTTP requests by route and status.");
             for ((route, status), n) in &m.requests {
-                let _ = writeln!(out, "crossguard_http_requests_total{{route=\"{}\",status=\"{status}\"}} {n}", escape(route));
+                let _ = writeln!(
+                    out,
+                    "crossguard_http_requests_total{{route=\"{}\",status=\"{status}\"}} {n}",
+                    escape(route)
+                );
             }
-            describe(&mut out, "crossguard_http_request_duration_seconds", "histogram", "Time to response headers by route.");
+            describe(
+                &mut out,
+                "crossguard_http_request_duration_seconds",
+                "histogram",
+                "Time to response headers by route.",
+            );
             for (route, h) in &m.latency {
                 h.render(&mut out, "crossguard_http_request_duration_seconds", &format!("route=\"{}\"", escape(route)));
             }
-            describe(&mut out, "crossguard_completions_total", "counter", "Chat completions by model, tenant and outcome.");
+            describe(
+                &mut out,
+                "crossguard_completions_total",
+                "counter",
+                "Chat completions by model, tenant and outcome.",
+            );
             for ((model, tenant, outcome), n) in &m.completions {
                 let _ = writeln!(
                     out,
@@ -168,9 +188,15 @@ impl Metrics {
             }
             describe(&mut out, "crossguard_backend_errors_total", "counter", "Backend failures by model and kind.");
             for ((model, kind), n) in &m.backend_errors {
-                let _ = writeln!(out, "crossguard_backend_errors_total{{model=\"{}\",kind=\"{kind}\"}} {n}", escape(model));
+                let _ =
+                    writeln!(out, "crossguard_backend_errors_total{{model=\"{}\",kind=\"{kind}\"}} {n}", escape(model));
             }
-            describe(&mut out, "crossguard_firewall_findings_total", "counter", "Firewall findings by tenant, rule and action.");
+            describe(
+                &mut out,
+                "crossguard_firewall_findings_total",
+                "counter",
+                "Firewall findings by tenant, rule and action.",
+            );
             for ((tenant, rule, action), n) in &m.findings {
                 let _ = writeln!(
                     out,
@@ -179,15 +205,30 @@ impl Metrics {
                     escape(rule)
                 );
             }
-            describe(&mut out, "crossguard_protection_events_total", "counter", "Firewall or store failures on the response path, by outcome.");
+            describe(
+                &mut out,
+                "crossguard_protection_events_total",
+                "counter",
+                "Firewall or store failures on the response path, by outcome.",
+            );
             for ((tenant, event), n) in &m.protection_events {
-                let _ = writeln!(out, "crossguard_protection_events_total{{tenant=\"{}\",event=\"{event}\"}} {n}", escape(tenant));
+                let _ = writeln!(
+                    out,
+                    "crossguard_protection_events_total{{tenant=\"{}\",event=\"{event}\"}} {n}",
+                    escape(tenant)
+                );
             }
             // A rejected reload leaves the old rules running and is easy to miss: alert on
             // this counter's `rejected` series.
-            describe(&mut out, "crossguard_rule_reloads_total", "counter", "Rule reloads by who asked (rule folder watch, admin API, dashboard) and result.");
+            describe(
+                &mut out,
+                "crossguard_rule_reloads_total",
+                "counter",
+                "Rule reloads by who asked (rule folder watch, admin API, dashboard) and result.",
+            );
             for ((via, result), n) in &m.rule_reloads {
-                let _ = writeln!(out, "crossguard_rule_reloads_total{{via=\"{}\",result=\"{result}\"}} {n}", escape(via));
+                let _ =
+                    writeln!(out, "crossguard_rule_reloads_total{{via=\"{}\",result=\"{result}\"}} {n}", escape(via));
             }
         });
         out.push_str(extra);
@@ -198,7 +239,12 @@ impl Metrics {
 /// `/metrics` lines for the running rules' generation (read from the rules themselves).
 pub fn render_rules_generation(generation: u64) -> String {
     let mut out = String::new();
-    describe(&mut out, "crossguard_rules_generation", "gauge", "The running rules' generation (one more per reload that loaded).");
+    describe(
+        &mut out,
+        "crossguard_rules_generation",
+        "gauge",
+        "The running rules' generation (one more per reload that loaded).",
+    );
     let _ = writeln!(out, "crossguard_rules_generation {generation}");
     out
 }
@@ -219,13 +265,32 @@ pub fn render_kv_pools<'a>(pools: impl Iterator<Item = (&'a str, engine::kv::KvS
     type KvSeries = (&'static str, &'static str, &'static str, fn(&engine::kv::KvStats) -> u64);
     let gauges: [KvSeries; 8] = [
         ("crossguard_engine_kv_blocks_total", "gauge", "KV blocks in the pool.", |k| k.blocks_total as u64),
-        ("crossguard_engine_kv_blocks_used", "gauge", "KV blocks held by sequences or the prefix cache.", |k| k.blocks_used as u64),
+        ("crossguard_engine_kv_blocks_used", "gauge", "KV blocks held by sequences or the prefix cache.", |k| {
+            k.blocks_used as u64
+        }),
         ("crossguard_engine_kv_blocks_free", "gauge", "KV blocks on the free list (zeroed).", |k| k.blocks_free as u64),
-        ("crossguard_engine_kv_blocks_cached", "gauge", "Used KV blocks held by the prefix cache.", |k| k.blocks_cached as u64),
+        ("crossguard_engine_kv_blocks_cached", "gauge", "Used KV blocks held by the prefix cache.", |k| {
+            k.blocks_cached as u64
+        }),
         ("crossguard_engine_kv_zero_fills_total", "counter", "KV blocks zero-filled on release.", |k| k.zero_fills),
-        ("crossguard_engine_kv_isolation_violations_total", "counter", "KV reads refused by the owner or bounds check.", |k| k.isolation_violations),
-        ("crossguard_engine_kv_prefix_hits_total", "counter", "Prompt blocks served from the tenant's prefix cache.", |k| k.prefix_hits),
-        ("crossguard_engine_kv_stale_handouts_total", "counter", "Blocks handed out with another tenant's contents (fault injection only).", |k| k.stale_handouts),
+        (
+            "crossguard_engine_kv_isolation_violations_total",
+            "counter",
+            "KV reads refused by the owner or bounds check.",
+            |k| k.isolation_violations,
+        ),
+        (
+            "crossguard_engine_kv_prefix_hits_total",
+            "counter",
+            "Prompt blocks served from the tenant's prefix cache.",
+            |k| k.prefix_hits,
+        ),
+        (
+            "crossguard_engine_kv_stale_handouts_total",
+            "counter",
+            "Blocks handed out with another tenant's contents (fault injection only).",
+            |k| k.stale_handouts,
+        ),
     ];
     for (name, kind, help, get) in gauges {
         describe(&mut out, name, kind, help);
@@ -237,7 +302,9 @@ pub fn render_kv_pools<'a>(pools: impl Iterator<Item = (&'a str, engine::kv::KvS
 }
 
 /// `/metrics` lines for the engines' serving loops (continuous batching).
-pub fn render_engine_loops<'a>(loops: impl Iterator<Item = (&'a str, &'a crate::backend::engine_loop::LoopGauges)>) -> String {
+pub fn render_engine_loops<'a>(
+    loops: impl Iterator<Item = (&'a str, &'a crate::backend::engine_loop::LoopGauges)>,
+) -> String {
     use std::sync::atomic::Ordering::Relaxed;
     let loops: Vec<_> = loops.collect();
     if loops.is_empty() {
@@ -245,15 +312,52 @@ pub fn render_engine_loops<'a>(loops: impl Iterator<Item = (&'a str, &'a crate::
     }
     type Get = fn(&crate::backend::engine_loop::LoopGauges) -> u64;
     let series: [(&str, &str, &str, Get); 9] = [
-        ("crossguard_engine_queue_depth", "gauge", "Requests waiting for the engine's batch.", |g| g.queued.load(Relaxed) as u64),
-        ("crossguard_engine_batch_size", "gauge", "Sequences in the engine's running batch (paused ones included).", |g| g.running.load(Relaxed) as u64),
-        ("crossguard_engine_preemptions_total", "counter", "Sequences preempted (freed, recomputed later) when KV blocks ran out.", |g| g.preemptions.load(Relaxed)),
+        ("crossguard_engine_queue_depth", "gauge", "Requests waiting for the engine's batch.", |g| {
+            g.queued.load(Relaxed) as u64
+        }),
+        (
+            "crossguard_engine_batch_size",
+            "gauge",
+            "Sequences in the engine's running batch (paused ones included).",
+            |g| g.running.load(Relaxed) as u64,
+        ),
+        (
+            "crossguard_engine_preemptions_total",
+            "counter",
+            "Sequences preempted (freed, recomputed later) when KV blocks ran out.",
+            |g| g.preemptions.load(Relaxed),
+        ),
         ("crossguard_engine_steps_total", "counter", "Batched forward steps run.", |g| g.steps.load(Relaxed)),
-        ("crossguard_engine_generated_tokens_total", "counter", "Tokens generated by finished requests (cancelled ones included).", |g| g.tokens.load(Relaxed)),
-        ("crossguard_engine_paused_requests", "gauge", "Requests paused because their streaming client is not reading.", |g| g.paused.load(Relaxed) as u64),
-        ("crossguard_engine_stream_stalls_total", "counter", "Times a request was paused because its event buffer was full.", |g| g.stalls.load(Relaxed)),
-        ("crossguard_engine_stream_stall_cancels_total", "counter", "Requests cancelled after staying paused longer than stream_stall_ms.", |g| g.stall_cancels.load(Relaxed)),
-        ("crossguard_engine_disconnect_cancels_total", "counter", "Requests cancelled because their client went away before they finished.", |g| g.disconnects.load(Relaxed)),
+        (
+            "crossguard_engine_generated_tokens_total",
+            "counter",
+            "Tokens generated by finished requests (cancelled ones included).",
+            |g| g.tokens.load(Relaxed),
+        ),
+        (
+            "crossguard_engine_paused_requests",
+            "gauge",
+            "Requests paused because their streaming client is not reading.",
+            |g| g.paused.load(Relaxed) as u64,
+        ),
+        (
+            "crossguard_engine_stream_stalls_total",
+            "counter",
+            "Times a request was paused because its event buffer was full.",
+            |g| g.stalls.load(Relaxed),
+        ),
+        (
+            "crossguard_engine_stream_stall_cancels_total",
+            "counter",
+            "Requests cancelled after staying paused longer than stream_stall_ms.",
+            |g| g.stall_cancels.load(Relaxed),
+        ),
+        (
+            "crossguard_engine_disconnect_cancels_total",
+            "counter",
+            "Requests cancelled because their client went away before they finished.",
+            |g| g.disconnects.load(Relaxed),
+        ),
     ];
     let mut out = String::new();
     for (name, kind, help, get) in series {
@@ -306,8 +410,14 @@ mod tests {
         m.observe_rule_reload("rule folder watch", false);
         m.observe_rule_reload("admin API", true);
         let text = m.render(&render_rules_generation(3));
-        assert!(text.contains("crossguard_rule_reloads_total{via=\"rule folder watch\",result=\"rejected\"} 2"), "{text}");
-        assert!(text.contains("crossguard_rule_reloads_total{via=\"rule folder watch\",result=\"loaded\"} 1"), "{text}");
+        assert!(
+            text.contains("crossguard_rule_reloads_total{via=\"rule folder watch\",result=\"rejected\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("crossguard_rule_reloads_total{via=\"rule folder watch\",result=\"loaded\"} 1"),
+            "{text}"
+        );
         assert!(text.contains("crossguard_rule_reloads_total{via=\"admin API\",result=\"loaded\"} 1"), "{text}");
         assert!(text.contains("crossguard_rules_generation 3\n"), "{text}");
     }
@@ -320,9 +430,15 @@ mod tests {
         m.observe_completion("a", "globex", "ok");
         m.observe_finding("acme", "aws-access-key", "block");
         m.observe_finding("acme", "aws-access-key", "block");
-        assert_eq!(m.completions_by_tenant().into_iter().collect::<Vec<_>>(), [("acme".to_owned(), 2), ("globex".to_owned(), 1)]);
+        assert_eq!(
+            m.completions_by_tenant().into_iter().collect::<Vec<_>>(),
+            [("acme".to_owned(), 2), ("globex".to_owned(), 1)]
+        );
         let hits = m.finding_counts();
-        assert_eq!(hits, [FindingCount { tenant: "acme".into(), rule_id: "aws-access-key".into(), action: "block", count: 2 }]);
+        assert_eq!(
+            hits,
+            [FindingCount { tenant: "acme".into(), rule_id: "aws-access-key".into(), action: "block", count: 2 }]
+        );
     }
 
     #[test]

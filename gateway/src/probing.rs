@@ -97,7 +97,12 @@ impl ProbeWatch {
         let tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
         let mut rows: Vec<ProbeRow> = tenants
             .iter()
-            .map(|(t, w)| ProbeRow { tenant: t.clone(), flagged: w.flagged(self.settings, now_ms), alerts: w.alerts, foreign_blocks: w.total })
+            .map(|(t, w)| ProbeRow {
+                tenant: t.clone(),
+                flagged: w.flagged(self.settings, now_ms),
+                alerts: w.alerts,
+                foreign_blocks: w.total,
+            })
             .collect();
         rows.sort_by(|a, b| a.tenant.cmp(&b.tenant));
         rows

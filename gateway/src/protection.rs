@@ -19,7 +19,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use firewall::{Detectors, EntropyConfig, NgramConfig, NgramKey, ProvenanceConfig, Ruleset, ScanContext, SecretOwnership};
+use firewall::{
+    Detectors, EntropyConfig, NgramConfig, NgramKey, ProvenanceConfig, Ruleset, ScanContext, SecretOwnership,
+};
 use sha2::{Digest, Sha256};
 
 use crate::api::ChatRequest;
@@ -94,7 +96,9 @@ impl Protection {
             None => local_key(&config.data_dir.join("fingerprint.key"))?,
         };
         let (store, replica) = match &config.store {
-            StoreConfig::Memory { audit_max_len } => (Store::memory(&config.data_dir, *audit_max_len, &config.responses)?, "local".to_owned()),
+            StoreConfig::Memory { audit_max_len } => {
+                (Store::memory(&config.data_dir, *audit_max_len, &config.responses)?, "local".to_owned())
+            }
             StoreConfig::Redis(r) => {
                 let mut settings = RedisSettings::new(r.url.clone(), config.data_dir.clone());
                 settings.key_prefix = r.key_prefix.clone();
@@ -115,12 +119,15 @@ impl Protection {
         settings.max_tenant_share = p.max_tenant_share;
         settings.max_hashes_per_text = p.max_hashes_per_text;
         let index = Arc::new(ProvenanceIndex::new(settings, replica));
-        let snapshot = matches!(config.store, StoreConfig::Memory { .. }).then(|| config.data_dir.join("fingerprints.idx"));
+        let snapshot =
+            matches!(config.store, StoreConfig::Memory { .. }).then(|| config.data_dir.join("fingerprints.idx"));
         if let Some(path) = &snapshot {
             match index.load(path) {
                 Ok(n) => tracing::info!(entries = n, "provenance index reloaded"),
                 // Not fatal: the index refills from new traffic; the bad file is overwritten.
-                Err(e) => tracing::warn!(path = %path.display(), error = %e, "provenance snapshot not loaded; starting empty"),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "provenance snapshot not loaded; starting empty")
+                }
             }
         }
         let stats = Arc::new(Statistics::new(StatsSettings { min_samples: config.stats.min_samples }));
@@ -139,14 +146,28 @@ impl Protection {
         entropy.z_threshold = config.stats.z_threshold;
         entropy.action = config.stats.action;
         let secrets = SecretOwnership { key: NgramKey(key), owners: index.clone() };
-        let detectors =
-            Detectors { ngram: Some(ngram), entropy: Some(entropy), provenance: Some(ProvenanceConfig::default()), secrets: Some(secrets) };
+        let detectors = Detectors {
+            ngram: Some(ngram),
+            entropy: Some(entropy),
+            provenance: Some(ProvenanceConfig::default()),
+            secrets: Some(secrets),
+        };
 
-        let canaries = config.tenants.iter().filter(|t| t.canary).map(|t| (t.id.clone(), honeytoken(&key, &t.id))).collect();
+        let canaries =
+            config.tenants.iter().filter(|t| t.canary).map(|t| (t.id.clone(), honeytoken(&key, &t.id))).collect();
         let policies = config
             .tenants
             .iter()
-            .map(|t| (t.id.clone(), TenantPolicy { fail_mode: t.fail_mode, own_secrets: t.own_secrets, quarantine_when_probing: t.quarantine_when_probing }))
+            .map(|t| {
+                (
+                    t.id.clone(),
+                    TenantPolicy {
+                        fail_mode: t.fail_mode,
+                        own_secrets: t.own_secrets,
+                        quarantine_when_probing: t.quarantine_when_probing,
+                    },
+                )
+            })
             .collect();
         let probes = ProbeWatch::new(ProbeSettings {
             alert_blocks: config.firewall.probe_alert_blocks,
@@ -319,7 +340,12 @@ impl Protection {
                 description: Some(format!("the canary injected into {tenant}'s system prompts")),
             };
             let mut doc = toml::Table::new();
-            doc.insert("canary".into(), toml::Value::Array(vec![toml::Value::try_from(table).unwrap_or(toml::Value::Table(Default::default()))]));
+            doc.insert(
+                "canary".into(),
+                toml::Value::Array(
+                    vec![toml::Value::try_from(table).unwrap_or(toml::Value::Table(Default::default()))],
+                ),
+            );
             text.push_str(&doc.to_string());
         }
         Some(("(injected canaries)".to_owned(), text))
@@ -363,7 +389,9 @@ impl Protection {
         for obs in guard.observations() {
             self.stats.observe(tenant, &obs);
         }
-        if guard.findings().iter().any(|f| is_foreign_block(&f.finding)) && self.probes.observe_foreign_block(tenant, crate::store::now_ms()) {
+        if guard.findings().iter().any(|f| is_foreign_block(&f.finding))
+            && self.probes.observe_foreign_block(tenant, crate::store::now_ms())
+        {
             tracing::warn!(
                 tenant,
                 quarantined = self.policy(tenant).quarantine_when_probing,
@@ -401,7 +429,8 @@ impl Protection {
 /// The tenant's honeytoken: derived from the deployment key, so stable across restarts
 /// and replicas, and unguessable without the key.
 fn honeytoken(key: &[u8; 16], tenant: &str) -> String {
-    let digest = Sha256::new().chain_update(b"crossguard canary\0").chain_update(key).chain_update(tenant.as_bytes()).finalize();
+    let digest =
+        Sha256::new().chain_update(b"crossguard canary\0").chain_update(key).chain_update(tenant.as_bytes()).finalize();
     format!("cg-{}", hex::encode(&digest[..12]))
 }
 
@@ -419,7 +448,10 @@ fn local_key(path: &Path) -> Result<[u8; 16], ProtectionError> {
                 std::fs::create_dir_all(dir).map_err(|e| err(format!("cannot create its folder: {e}")))?;
             }
             // Two v4 UUIDs hold 244 random bits (OS-seeded); hashing them gives 128 uniform ones.
-            let digest = Sha256::new().chain_update(uuid::Uuid::new_v4().as_bytes()).chain_update(uuid::Uuid::new_v4().as_bytes()).finalize();
+            let digest = Sha256::new()
+                .chain_update(uuid::Uuid::new_v4().as_bytes())
+                .chain_update(uuid::Uuid::new_v4().as_bytes())
+                .finalize();
             let mut key = [0u8; 16];
             key.copy_from_slice(&digest[..16]);
             write_private(path, &hex::encode(key)).map_err(|e| err(format!("cannot write: {e}")))?;

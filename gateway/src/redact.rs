@@ -35,10 +35,7 @@ pub fn text(text: &str) -> Redacted<'_> {
 
 impl fmt::Display for Redacted<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let digest = Sha256::new()
-            .chain_update(process_key())
-            .chain_update(self.0.as_bytes())
-            .finalize();
+        let digest = Sha256::new().chain_update(process_key()).chain_update(self.0.as_bytes()).finalize();
         write!(f, "[{} bytes #{}]", self.0.len(), hex::encode(&digest[..4]))
     }
 }
@@ -59,9 +56,7 @@ fn process_key() -> &'static [u8; 16] {
 pub fn is_identifier(text: &str) -> bool {
     !text.is_empty()
         && text.len() <= MAX_IDENTIFIER_CHARS
-        && text.bytes().all(|b| {
-            b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-' | b'[' | b']')
-        })
+        && text.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-' | b'[' | b']'))
 }
 
 /// A client-chosen identifier for a log line: itself when [`is_identifier`], else [`text`].
@@ -106,19 +101,9 @@ mod tests {
     #[test]
     fn text_shows_length_and_a_stable_hash_never_the_text() {
         let shown = text("the launch code is ORCHID-7741").to_string();
-        assert!(
-            !shown.contains("ORCHID") && !shown.contains("launch"),
-            "{shown}"
-        );
-        assert!(
-            shown.starts_with("[30 bytes #") && shown.len() == "[30 bytes #01234567]".len(),
-            "{shown}"
-        );
-        assert_eq!(
-            shown,
-            text("the launch code is ORCHID-7741").to_string(),
-            "same text, same hash"
-        );
+        assert!(!shown.contains("ORCHID") && !shown.contains("launch"), "{shown}");
+        assert!(shown.starts_with("[30 bytes #") && shown.len() == "[30 bytes #01234567]".len(), "{shown}");
+        assert_eq!(shown, text("the launch code is ORCHID-7741").to_string(), "same text, same hash");
         assert_ne!(shown, text("the launch code is ORCHID-7742").to_string());
     }
 
@@ -126,37 +111,17 @@ mod tests {
     fn only_short_plain_identifiers_pass() {
         assert_eq!(identifier("req_0191-abc:1.2"), "req_0191-abc:1.2");
         assert_eq!(identifier("messages[0].role"), "messages[0].role");
-        for bad in [
-            "a b",
-            "x\ny",
-            "<script>",
-            "",
-            &"a".repeat(65),
-            "ünïcode",
-            "{\"k\":1}",
-        ] {
+        for bad in ["a b", "x\ny", "<script>", "", &"a".repeat(65), "ünïcode", "{\"k\":1}"] {
             let shown = identifier(bad);
-            assert!(
-                shown.starts_with('[') && (bad.is_empty() || !shown.contains(bad)),
-                "{bad:?}: {shown}"
-            );
+            assert!(shown.starts_with('[') && (bad.is_empty() || !shown.contains(bad)), "{bad:?}: {shown}");
         }
     }
 
     #[test]
     fn urls_lose_passwords_and_queries() {
-        assert_eq!(
-            url("redis://:hunter2-pass@127.0.0.1:6379/0"),
-            "redis://:***@127.0.0.1:6379/0"
-        );
-        assert_eq!(
-            url("rediss://user:hunter2-pass@cache.internal:6380"),
-            "rediss://user:***@cache.internal:6380"
-        );
-        assert_eq!(
-            url("https://api.internal/v1?api-key=hunter2-pass#t"),
-            "https://api.internal/v1?***#***"
-        );
+        assert_eq!(url("redis://:hunter2-pass@127.0.0.1:6379/0"), "redis://:***@127.0.0.1:6379/0");
+        assert_eq!(url("rediss://user:hunter2-pass@cache.internal:6380"), "rediss://user:***@cache.internal:6380");
+        assert_eq!(url("https://api.internal/v1?api-key=hunter2-pass#t"), "https://api.internal/v1?***#***");
         assert_eq!(url("http://127.0.0.1:9000/v1"), "http://127.0.0.1:9000/v1");
         assert_eq!(url("not a url hunter2-pass"), MASK);
         assert_eq!((presence(Some(&1)), presence::<u8>(None)), ("***", "unset"));

@@ -7,11 +7,11 @@ use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
-use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
 
 use crate::auth::Authenticator;
 use crate::error::{ApiError, ApiErrorLog};
@@ -61,9 +61,20 @@ fn cors(origins: &[String]) -> Option<CorsLayer> {
     let any = origins.iter().any(|o| o == "*");
     let listed: Vec<HeaderValue> = origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()).collect();
     // The OpenAI API only: the admin API and the dashboard stay same-origin.
-    let allow = AllowOrigin::predicate(move |origin, request| request.uri.path().starts_with("/v1/") && (any || listed.contains(origin)));
-    let exposed = ["x-request-id", AUDIT_ID_HEADER, "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests",
-        "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens", "retry-after"];
+    let allow = AllowOrigin::predicate(move |origin, request| {
+        request.uri.path().starts_with("/v1/") && (any || listed.contains(origin))
+    });
+    let exposed = [
+        "x-request-id",
+        AUDIT_ID_HEADER,
+        "x-ratelimit-limit-requests",
+        "x-ratelimit-remaining-requests",
+        "x-ratelimit-reset-requests",
+        "x-ratelimit-limit-tokens",
+        "x-ratelimit-remaining-tokens",
+        "x-ratelimit-reset-tokens",
+        "retry-after",
+    ];
     Some(
         CorsLayer::new()
             .allow_origin(allow)
@@ -87,8 +98,12 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resu
             crate::metrics::render_rules_generation(state.rules.generation()),
             state.login_throttle.render_prometheus(),
             state.protection.render_prometheus(),
-            crate::metrics::render_kv_pools(state.models.iter().filter_map(|(id, b)| Some((id.as_str(), b.kv_stats()?)))),
-            crate::metrics::render_engine_loops(state.models.iter().filter_map(|(id, b)| Some((id.as_str(), b.loop_gauges()?)))),
+            crate::metrics::render_kv_pools(
+                state.models.iter().filter_map(|(id, b)| Some((id.as_str(), b.kv_stats()?)))
+            ),
+            crate::metrics::render_engine_loops(
+                state.models.iter().filter_map(|(id, b)| Some((id.as_str(), b.loop_gauges()?)))
+            ),
             state.limits.render_prometheus()
         )),
     ))
@@ -135,7 +150,9 @@ async fn observe(State(state): State<Arc<AppState>>, mut request: Request, next:
         Some(err) => {
             tracing::info!(request_id = %logged_id, %method, route, status, kind = err.kind, error = %err.message, detail = err.detail, "request rejected")
         }
-        None => tracing::debug!(request_id = %logged_id, %method, route, status, elapsed_us = elapsed.as_micros() as u64, "request"),
+        None => {
+            tracing::debug!(request_id = %logged_id, %method, route, status, elapsed_us = elapsed.as_micros() as u64, "request")
+        }
     }
     response
 }

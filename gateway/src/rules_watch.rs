@@ -66,7 +66,9 @@ fn check(state: &AppState, dir: &Path, seen: &Mutex<Seen>) {
                 }
             }
         }
-        Err(why) => tracing::warn!(dir = %dir.display(), error = %why.trim_end(), "rule folder unreadable; the running rules stay"),
+        Err(why) => {
+            tracing::warn!(dir = %dir.display(), error = %why.trim_end(), "rule folder unreadable; the running rules stay")
+        }
     }
     *last = now;
 }

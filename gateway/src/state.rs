@@ -133,21 +133,34 @@ impl AppState {
             }
         };
         self.metrics.observe_rule_reload(via, result.is_ok());
-        let record = ReloadRecord { at_ms: crate::store::now_ms(), via, generation: self.rules.generation(), result: result.clone() };
+        let record = ReloadRecord {
+            at_ms: crate::store::now_ms(),
+            via,
+            generation: self.rules.generation(),
+            result: result.clone(),
+        };
         *self.last_reload.lock().unwrap_or_else(PoisonError::into_inner) = Some(record);
         result
     }
 
     /// [`AppState::reload_rules`] on the blocking pool, so that a reload holds up no
     /// request.
-    pub async fn reload_rules_blocking_pool(self: &Arc<Self>, via: &'static str) -> Result<Reloaded, firewall::LoadErrors> {
+    pub async fn reload_rules_blocking_pool(
+        self: &Arc<Self>,
+        via: &'static str,
+    ) -> Result<Reloaded, firewall::LoadErrors> {
         let state = Arc::clone(self);
         match tokio::task::spawn_blocking(move || state.reload_rules(via)).await {
             Ok(result) => result,
             // A panic while loading: resume it here, as if the reload had run inline.
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
             Err(_) => Err(firewall::LoadErrors {
-                errors: vec![firewall::LoadError { file: String::new(), line: 0, rule_id: None, reason: "the reload was cancelled: the gateway is shutting down".to_owned() }],
+                errors: vec![firewall::LoadError {
+                    file: String::new(),
+                    line: 0,
+                    rule_id: None,
+                    reason: "the reload was cancelled: the gateway is shutting down".to_owned(),
+                }],
             }),
         }
     }

@@ -170,7 +170,13 @@ impl Statistics {
             .flat_map(|(tenant, per)| {
                 METRICS.iter().filter(move |m| per[slot(**m)].count > 0).map(move |m| {
                     let w = per[slot(*m)];
-                    StatRow { tenant: tenant.clone(), metric: metric_name(*m), count: w.count, mean: w.mean, stddev: w.variance().sqrt() }
+                    StatRow {
+                        tenant: tenant.clone(),
+                        metric: metric_name(*m),
+                        count: w.count,
+                        mean: w.mean,
+                        stddev: w.variance().sqrt(),
+                    }
                 })
             })
             .collect()
@@ -189,7 +195,12 @@ impl Statistics {
             let _ = writeln!(out, "# TYPE crossguard_baseline_{name} gauge");
             for r in &rows {
                 let tenant = r.tenant.as_deref().map(escape_label).unwrap_or_default();
-                let _ = writeln!(out, "crossguard_baseline_{name}{{tenant=\"{tenant}\",metric=\"{}\"}} {}", r.metric, pick(r));
+                let _ = writeln!(
+                    out,
+                    "crossguard_baseline_{name}{{tenant=\"{tenant}\",metric=\"{}\"}} {}",
+                    r.metric,
+                    pick(r)
+                );
             }
         }
         out
@@ -198,7 +209,9 @@ impl Statistics {
 
 fn entries(map: &HashMap<String, PerMetric>) -> Vec<StatEntry> {
     map.iter()
-        .flat_map(|(t, per)| METRICS.iter().map(move |m| StatEntry { tenant: t.clone(), metric: *m, value: per[slot(*m)] }))
+        .flat_map(|(t, per)| {
+            METRICS.iter().map(move |m| StatEntry { tenant: t.clone(), metric: *m, value: per[slot(*m)] })
+        })
         .filter(|e| e.value.count > 0)
         .collect()
 }

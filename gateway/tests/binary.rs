@@ -24,7 +24,10 @@ fn config_errors_name_file_and_key_and_exit_2() {
     let out = Command::new(BIN).args(["serve", "--config"]).arg(cfg.path()).env_clear().output().expect("binary runs");
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains(&cfg.path().display().to_string()) && err.contains("tenants[0]") && err.contains("colour"), "{err}");
+    assert!(
+        err.contains(&cfg.path().display().to_string()) && err.contains("tenants[0]") && err.contains("colour"),
+        "{err}"
+    );
 
     let out = Command::new(BIN).args(["serve", "--config", "/nonexistent/crossguard.toml"]).output().expect("runs");
     assert_eq!(out.status.code(), Some(2));
@@ -57,9 +60,8 @@ fn serve_answers_on_the_logged_address_and_stops_on_sigterm() {
         .find_map(|l| l.split("addr=").nth(1).map(|a| a.split_whitespace().next().unwrap_or("").to_owned()))
         .expect("the server logs its address");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let status = rt.block_on(async {
-        reqwest::get(format!("http://{addr}/healthz")).await.expect("healthz answers").status()
-    });
+    let status =
+        rt.block_on(async { reqwest::get(format!("http://{addr}/healthz")).await.expect("healthz answers").status() });
     assert_eq!(status, 200);
     let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -82,7 +84,9 @@ fn serve_answers_on_the_logged_address_and_stops_on_sigterm() {
 fn scan_jsonl_prints_the_contract_lines_and_reports_bad_records_by_line() {
     let mut corpus = tempfile::Builder::new().suffix(".jsonl").tempfile().expect("temp file");
     let mut text = Vec::new();
-    text.extend_from_slice("{\"id\":1,\"text\":\"Привет, value ghp_R8vTq2LmZx9WcY4bN7kP1sD3fG6hJ0aQe5Ui and more\"}\n".as_bytes());
+    text.extend_from_slice(
+        "{\"id\":1,\"text\":\"Привет, value ghp_R8vTq2LmZx9WcY4bN7kP1sD3fG6hJ0aQe5Ui and more\"}\n".as_bytes(),
+    );
     text.extend_from_slice(b"{\"id\":\"two\",\"text\":\"AKIAIOSFODNN7EXAMPLE your-api-key-here\"}\n");
     text.extend_from_slice(b"\xff\xfe{\"id\":3}\n");
     text.extend_from_slice(b"{\"text\":1}\n\n");
@@ -91,8 +95,10 @@ fn scan_jsonl_prints_the_contract_lines_and_reports_bad_records_by_line() {
 
     let out = Command::new(BIN).args(["scan", "--input-jsonl"]).arg(corpus.path()).output().expect("binary runs");
     assert_eq!(out.status.code(), Some(2));
-    let lines: Vec<serde_json::Value> =
-        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("each line is JSON")).collect();
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is JSON"))
+        .collect();
     assert_eq!(
         lines,
         [
@@ -121,8 +127,10 @@ fn scan_stdin_exits_1_on_findings_and_0_on_clean_text() {
     };
     let dirty = run("export GITHUB_TOKEN=ghp_R8vTq2LmZx9WcY4bN7kP1sD3fG6hJ0aQe5Ui\n");
     assert_eq!(dirty.status.code(), Some(1));
-    let lines: Vec<serde_json::Value> =
-        String::from_utf8_lossy(&dirty.stdout).lines().map(|l| serde_json::from_str(l).expect("each line is JSON")).collect();
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&dirty.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is JSON"))
+        .collect();
     assert!(
         lines.contains(&serde_json::json!({"id": "-", "rule_id": "github-pat-classic", "start": 20, "end": 60, "severity": "critical", "action": "block"})),
         "{lines:?}"

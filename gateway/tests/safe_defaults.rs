@@ -41,10 +41,7 @@ fn run(args: &[&str], config: &str, env: &[(&str, &str)]) -> std::process::Outpu
 #[tokio::test]
 async fn metrics_needs_its_token_when_one_is_set() {
     const TOKEN: &str = "metrics-token-0123456789";
-    let served = Served::start(
-        &tenant_config("http://127.0.0.1:1/v1", ""),
-        &[("CROSSGUARD_METRICS_TOKEN", TOKEN)],
-    );
+    let served = Served::start(&tenant_config("http://127.0.0.1:1/v1", ""), &[("CROSSGUARD_METRICS_TOKEN", TOKEN)]);
     let http = reqwest::Client::new();
     let scrape = |auth: Option<&str>| {
         let mut request = http.get(served.url("/metrics"));
@@ -53,40 +50,21 @@ async fn metrics_needs_its_token_when_one_is_set() {
         }
         request.send()
     };
-    for auth in [
-        None,
-        Some("Bearer wrong-token-0123456789"),
-        Some(TOKEN),
-        Some("Bearer "),
-        Some("Bearer sk-acme-key-1"),
-    ] {
+    for auth in
+        [None, Some("Bearer wrong-token-0123456789"), Some(TOKEN), Some("Bearer "), Some("Bearer sk-acme-key-1")]
+    {
         let response = scrape(auth).await.expect("answers");
         assert_eq!(response.status(), 401, "{auth:?}");
         let body = response.text().await.expect("body");
-        assert!(
-            !body.contains("crossguard_") && body.contains("authentication_error"),
-            "{body}"
-        );
+        assert!(!body.contains("crossguard_") && body.contains("authentication_error"), "{body}");
     }
-    let response = scrape(Some(&format!("Bearer {TOKEN}")))
-        .await
-        .expect("answers");
+    let response = scrape(Some(&format!("Bearer {TOKEN}"))).await.expect("answers");
     assert_eq!(response.status(), 200);
-    assert!(response
-        .text()
-        .await
-        .expect("body")
-        .contains("crossguard_http_requests_total"));
+    assert!(response.text().await.expect("body").contains("crossguard_http_requests_total"));
 
     // Without a token /metrics stays open, as before.
     let open = Served::start(&tenant_config("http://127.0.0.1:1/v1", ""), &[]);
-    assert_eq!(
-        reqwest::get(open.url("/metrics"))
-            .await
-            .expect("answers")
-            .status(),
-        200
-    );
+    assert_eq!(reqwest::get(open.url("/metrics")).await.expect("answers").status(), 200);
 }
 
 #[tokio::test]
@@ -99,26 +77,14 @@ async fn open_mode_is_refused_off_loopback_unless_allowed() {
     let refused = run(&["serve"], &config, &[]);
     assert_eq!(refused.status.code(), Some(2));
     let err = String::from_utf8_lossy(&refused.stderr);
-    assert!(
-        err.contains("allow_open") && err.contains("0.0.0.0:0") && err.contains("[[tenants]]"),
-        "{err}"
-    );
-    assert_eq!(
-        run(&["check-config"], &config, &[]).status.code(),
-        Some(2),
-        "check-config says the same"
-    );
+    assert!(err.contains("allow_open") && err.contains("0.0.0.0:0") && err.contains("[[tenants]]"), "{err}");
+    assert_eq!(run(&["check-config"], &config, &[]).status.code(), Some(2), "check-config says the same");
 
     let allowed = Served::start(&format!("allow_open = true\n{config}"), &[]);
-    let answer = reqwest::get(allowed.url("/v1/models"))
-        .await
-        .expect("answers");
+    let answer = reqwest::get(allowed.url("/v1/models")).await.expect("answers");
     assert_eq!(answer.status(), 200, "served without a key, as asked");
     let log = allowed.stop().join("\n");
-    assert!(
-        log.contains("no [[tenants]] configured") && log.contains("/metrics is open"),
-        "{log}"
-    );
+    assert!(log.contains("no [[tenants]] configured") && log.contains("/metrics is open"), "{log}");
 }
 
 #[test]
@@ -133,27 +99,12 @@ fn fault_tables_need_the_enabling_variable() {
         let out = run(&[command], &config, &[]);
         assert_eq!(out.status.code(), Some(2), "{command}");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            err.contains("models[0].fault") && err.contains("CROSSGUARD_ENABLE_FAULTS=1"),
-            "{command}: {err}"
-        );
+        assert!(err.contains("models[0].fault") && err.contains("CROSSGUARD_ENABLE_FAULTS=1"), "{command}: {err}");
         let set_wrong = run(&[command], &config, &[("CROSSGUARD_ENABLE_FAULTS", "yes")]);
-        assert_eq!(
-            set_wrong.status.code(),
-            Some(2),
-            "{command}: only 1 enables"
-        );
+        assert_eq!(set_wrong.status.code(), Some(2), "{command}: only 1 enables");
     }
-    let enabled = run(
-        &["check-config"],
-        &config,
-        &[("CROSSGUARD_ENABLE_FAULTS", "1")],
-    );
-    assert!(
-        enabled.status.success(),
-        "{}",
-        String::from_utf8_lossy(&enabled.stderr)
-    );
+    let enabled = run(&["check-config"], &config, &[("CROSSGUARD_ENABLE_FAULTS", "1")]);
+    assert!(enabled.status.success(), "{}", String::from_utf8_lossy(&enabled.stderr));
     assert!(String::from_utf8_lossy(&enabled.stdout).contains("faults = [\"skip_zero_fill\"]"));
 }
 
@@ -172,16 +123,10 @@ fn check_config_shows_no_secret() {
         ("CROSSGUARD_FINGERPRINT_KEY", fingerprint_key),
     ];
     let out = run(&["check-config"], config, &env);
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{stderr}");
     for secret in ["zqsecret", "a1b2c3", "161, 178"] {
-        assert!(
-            !stdout.contains(secret) && !stderr.contains(secret),
-            "{secret} printed:\n{stdout}{stderr}"
-        );
+        assert!(!stdout.contains(secret) && !stderr.contains(secret), "{secret} printed:\n{stdout}{stderr}");
     }
     // The summary is there, secrets as ***, the rest as configured.
     for shown in [
@@ -204,28 +149,13 @@ const MARK: &str = "zq7marker";
 /// An upstream whose errors quote the request back: 400 for model `mock`, 500 for `mock5`.
 async fn quoting_upstream() -> SocketAddr {
     async fn answer(Json(body): Json<Value>) -> (StatusCode, Json<Value>) {
-        let status = if body["model"] == "mock5" {
-            StatusCode::INTERNAL_SERVER_ERROR
-        } else {
-            StatusCode::BAD_REQUEST
-        };
+        let status = if body["model"] == "mock5" { StatusCode::INTERNAL_SERVER_ERROR } else { StatusCode::BAD_REQUEST };
         let message = format!("{MARK}: you sent {body}");
-        (
-            status,
-            Json(json!({"error": {"message": message, "type": MARK, "code": MARK, "param": MARK}})),
-        )
+        (status, Json(json!({"error": {"message": message, "type": MARK, "code": MARK, "param": MARK}})))
     }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind upstream");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind upstream");
     let addr = listener.local_addr().expect("upstream address");
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            Router::new().route("/v1/chat/completions", post(answer)),
-        )
-        .await
-    });
+    tokio::spawn(async move { axum::serve(listener, Router::new().route("/v1/chat/completions", post(answer))).await });
     addr
 }
 
@@ -250,10 +180,7 @@ async fn logs_carry_no_client_or_upstream_text() {
     let cases = [
         (chat("mock", &format!("id/{MARK}"), "sk-acme-key-1"), 400),
         (chat("mock5", &format!("{MARK}?"), "sk-acme-key-1"), 502),
-        (
-            chat(&format!("model-{MARK}"), "req-1", "sk-acme-key-1"),
-            404,
-        ),
+        (chat(&format!("model-{MARK}"), "req-1", "sk-acme-key-1"), 404),
         (chat("mock", "req-2", &format!("sk-{MARK}")), 401),
         (
             http.post(served.url("/v1/chat/completions"))
@@ -277,17 +204,11 @@ async fn logs_carry_no_client_or_upstream_text() {
     let lines = served.stop();
     let log = lines.join("\n");
     // The log does report every one of them (else this test would prove nothing) ...
-    let rejected = lines
-        .iter()
-        .filter(|l| l.contains("request rejected") || l.contains("request failed"))
-        .count();
+    let rejected = lines.iter().filter(|l| l.contains("request rejected") || l.contains("request failed")).count();
     assert!(rejected >= 8, "{log}");
-    for expected in [
-        "upstream message [",
-        "unknown model [",
-        "invalid parameter messages[0].role [",
-        "unknown route GET [",
-    ] {
+    for expected in
+        ["upstream message [", "unknown model [", "invalid parameter messages[0].role [", "unknown route GET ["]
+    {
         assert!(log.contains(expected), "{expected} not logged:\n{log}");
     }
     // ... and none of the text the client or the upstream chose.
@@ -308,65 +229,24 @@ fn client_from(ip: &str) -> reqwest::Client {
 async fn admin_guessing_is_throttled_per_client_then_for_everyone() {
     const ADMIN: &str = "admin-token-0123456789";
     let throttle = "[admin_throttle]\nclient_failures = 3\nglobal_failures = 5\n";
-    let served = Served::start(
-        &tenant_config(
-            "http://127.0.0.1:1/v1",
-            &format!("admin_token = \"{ADMIN}\"\n{throttle}"),
-        ),
-        &[],
-    );
-    let api = |client: &reqwest::Client, token: &str| {
-        client
-            .get(served.url("/admin/api/stats"))
-            .bearer_auth(token)
-            .send()
-    };
+    let served =
+        Served::start(&tenant_config("http://127.0.0.1:1/v1", &format!("admin_token = \"{ADMIN}\"\n{throttle}")), &[]);
+    let api =
+        |client: &reqwest::Client, token: &str| client.get(served.url("/admin/api/stats")).bearer_auth(token).send();
     let login = |client: &reqwest::Client, token: &str| {
-        client
-            .post(served.url("/admin/login"))
-            .form(&[("token", token)])
-            .send()
+        client.post(served.url("/admin/login")).form(&[("token", token)]).send()
     };
-    let (guesser, admin, other) = (
-        client_from("127.0.0.1"),
-        client_from("127.0.0.2"),
-        client_from("127.0.0.3"),
-    );
+    let (guesser, admin, other) = (client_from("127.0.0.1"), client_from("127.0.0.2"), client_from("127.0.0.3"));
 
-    assert_eq!(
-        api(&guesser, "wrong-guess-1")
-            .await
-            .expect("answers")
-            .status(),
-        401
-    );
-    assert_eq!(
-        login(&guesser, "wrong-guess-2")
-            .await
-            .expect("answers")
-            .status(),
-        401
-    );
-    assert_eq!(
-        api(&guesser, "wrong-guess-3")
-            .await
-            .expect("answers")
-            .status(),
-        401
-    );
+    assert_eq!(api(&guesser, "wrong-guess-1").await.expect("answers").status(), 401);
+    assert_eq!(login(&guesser, "wrong-guess-2").await.expect("answers").status(), 401);
+    assert_eq!(api(&guesser, "wrong-guess-3").await.expect("answers").status(), 401);
     // Three wrong: the right token no longer helps this client, on either door.
     let locked = api(&guesser, ADMIN).await.expect("answers");
     assert_eq!(locked.status(), 429);
-    let retry_after: u64 = locked.headers()["retry-after"]
-        .to_str()
-        .expect("ascii")
-        .parse()
-        .expect("seconds");
+    let retry_after: u64 = locked.headers()["retry-after"].to_str().expect("ascii").parse().expect("seconds");
     assert!((1..=300).contains(&retry_after), "{retry_after}");
-    assert_eq!(
-        locked.json::<Value>().await.expect("json")["error"]["code"],
-        "admin_login_throttled"
-    );
+    assert_eq!(locked.json::<Value>().await.expect("json")["error"]["code"], "admin_login_throttled");
     let page = login(&guesser, ADMIN).await.expect("answers");
     assert_eq!(page.status(), 429);
     assert!(page.headers().contains_key("retry-after"));
@@ -375,30 +255,13 @@ async fn admin_guessing_is_throttled_per_client_then_for_everyone() {
     assert_eq!(api(&admin, ADMIN).await.expect("answers").status(), 200);
     assert_eq!(login(&admin, ADMIN).await.expect("answers").status(), 303);
     // Until everyone's failures reach global_failures: then nobody gets in for the cooldown.
-    assert_eq!(
-        api(&admin, "wrong-guess-4")
-            .await
-            .expect("answers")
-            .status(),
-        401
-    );
-    assert_eq!(
-        api(&admin, "wrong-guess-5")
-            .await
-            .expect("answers")
-            .status(),
-        401
-    );
+    assert_eq!(api(&admin, "wrong-guess-4").await.expect("answers").status(), 401);
+    assert_eq!(api(&admin, "wrong-guess-5").await.expect("answers").status(), 401);
     for client in [&admin, &other] {
         assert_eq!(api(client, ADMIN).await.expect("answers").status(), 429);
     }
 
-    let metrics = reqwest::get(served.url("/metrics"))
-        .await
-        .expect("answers")
-        .text()
-        .await
-        .expect("body");
+    let metrics = reqwest::get(served.url("/metrics")).await.expect("answers").text().await.expect("body");
     for line in [
         "crossguard_admin_login_failures_total 5",
         "crossguard_admin_login_throttled_total{scope=\"client\"} 2",

@@ -82,7 +82,8 @@ mod tests {
         for k in ALL {
             for ep in k.entry_points {
                 let needle = format!(" {ep}(");
-                let defined = k.source.lines().any(|l| l.starts_with("extern \"C\" __global__ void") && l.contains(&needle));
+                let defined =
+                    k.source.lines().any(|l| l.starts_with("extern \"C\" __global__ void") && l.contains(&needle));
                 assert!(defined, "{}: missing entry point {ep}", k.id);
             }
         }
@@ -92,7 +93,11 @@ mod tests {
     fn every_cu_file_is_a_registered_family_and_ids_are_unique() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cuda");
         let mut files: Vec<String> = std::fs::read_dir(&dir)
-            .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).filter_map(|n| n.strip_suffix(".cu").map(str::to_owned)).collect())
+            .map(|d| {
+                d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .filter_map(|n| n.strip_suffix(".cu").map(str::to_owned))
+                    .collect()
+            })
             .unwrap_or_default();
         files.sort();
         let mut ids: Vec<String> = ALL.iter().map(|k| k.id.to_owned()).collect();
@@ -105,7 +110,11 @@ mod tests {
         for k in ALL {
             let own = k.source.split_once(&format!("// {}.cu", k.id)).map(|(_, rest)| rest);
             let own = own.unwrap_or_else(|| panic!("{}: the file must open with `// {}.cu`", k.id, k.id));
-            assert!(own.contains("Launch:") && own.contains("Tensors:"), "{}: launch shape and tensors undocumented", k.id);
+            assert!(
+                own.contains("Launch:") && own.contains("Tensors:"),
+                "{}: launch shape and tensors undocumented",
+                k.id
+            );
         }
     }
 }

@@ -197,7 +197,8 @@ async fn read_to_end(mut response: reqwest::Response, t0: Instant) -> Read {
             Ok(Some(piece)) if !piece.is_empty() => {
                 read.ttfb_us.get_or_insert_with(|| micros(t0.elapsed()));
                 let head = &piece[..piece.len().min(BLOCKED_MARK.len())];
-                read.blocked |= contains(&piece, BLOCKED_MARK) || contains(&[tail.as_slice(), head].concat(), BLOCKED_MARK);
+                read.blocked |=
+                    contains(&piece, BLOCKED_MARK) || contains(&[tail.as_slice(), head].concat(), BLOCKED_MARK);
                 tail.extend_from_slice(&piece[piece.len().saturating_sub(32)..]);
                 let excess = tail.len().saturating_sub(32);
                 tail.drain(..excess);
@@ -419,10 +420,8 @@ fn added(runs: &Runs, pointer: &str) -> Option<f64> {
 /// Median over repetitions of (`target` − direct), pairing runs by `rep`.
 fn added_by(runs: &Runs, target: &str, pointer: &str) -> Option<f64> {
     let (direct, through) = (runs.get("direct")?, runs.get(target)?);
-    let diffs = through
-        .iter()
-        .filter_map(|(rep, t)| Some(figure(t, pointer)? - figure(direct.get(rep)?, pointer)?))
-        .collect();
+    let diffs =
+        through.iter().filter_map(|(rep, t)| Some(figure(t, pointer)? - figure(direct.get(rep)?, pointer)?)).collect();
     median(diffs)
 }
 
@@ -530,7 +529,11 @@ fn summarize(text: &str) -> Result<String, String> {
         "| streaming | direct TTFB p50 | direct TTFB p99 | crossguard TTFB p50 | crossguard TTFB p99 | added TTFB p50 | added TTFB p99 | direct end p50 | crossguard end p50 | added end p99 | mock CPU µs/req | gateway CPU µs/req | errors |".to_owned(),
         "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|".to_owned(),
     ];
-    let peer = scenarios.iter().flat_map(|(_, runs)| runs.keys()).find(|t| !matches!(t.as_str(), "direct" | "crossguard")).cloned();
+    let peer = scenarios
+        .iter()
+        .flat_map(|(_, runs)| runs.keys())
+        .find(|t| !matches!(t.as_str(), "direct" | "crossguard"))
+        .cloned();
     let mut peers = match &peer {
         Some(p) => vec![
             format!("| vs {p} | crossguard added p50 | {p} added p50 | {p} added p99 | {p} TTFB p50 | crossguard req/s | {p} req/s | req/s ratio | crossguard CPU µs/req | {p} CPU µs/req | CPU ratio |"),
@@ -612,7 +615,15 @@ mod tests {
                    "stream": false, "latency_us": {"p50": p50, "p99": p50}, "rps": 1.0, "errors": 0, "skipped": 0})
             .to_string()
         };
-        let text = [line("direct", "1", 100), line("crossguard", "1", 300), line("direct", "2", 1000), line("crossguard", "2", 1100), line("direct", "3", 50), line("crossguard", "3", 200)].join("\n");
+        let text = [
+            line("direct", "1", 100),
+            line("crossguard", "1", 300),
+            line("direct", "2", 1000),
+            line("crossguard", "2", 1100),
+            line("direct", "3", 50),
+            line("crossguard", "3", 200),
+        ]
+        .join("\n");
         let scenarios = read_runs(&text).unwrap();
         assert_eq!(added(&scenarios[0].1, "/latency_us/p50"), Some(150.0));
         assert!(summarize(&text).unwrap().contains("| 0.150 |"));

@@ -124,9 +124,7 @@ api_key_env = "UPSTREAM_KEY"
 
 /// Splits an SSE body into its `data:` payloads.
 pub fn sse_data(body: &str) -> Vec<String> {
-    body.split("\n\n")
-        .filter_map(|frame| frame.strip_prefix("data: ").map(str::to_owned))
-        .collect()
+    body.split("\n\n").filter_map(|frame| frame.strip_prefix("data: ").map(str::to_owned)).collect()
 }
 
 /// The Python interpreter with the `openai` SDK: `CROSSGUARD_PYTHON`, else the `.venv`

@@ -61,7 +61,8 @@ impl MockUpstream {
     pub async fn start() -> MockUpstream {
         let received = Arc::new(Mutex::new(Vec::new()));
         let canned = Arc::new(Mutex::new(Vec::new()));
-        let app = Router::new().route("/v1/chat/completions", post(chat)).with_state((received.clone(), canned.clone()));
+        let app =
+            Router::new().route("/v1/chat/completions", post(chat)).with_state((received.clone(), canned.clone()));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind mock upstream");
         let addr = listener.local_addr().expect("mock address");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -211,7 +212,10 @@ fn answer(model: &str, text: &str, n: u32, stream: bool, include_usage: bool) ->
     }
     let mut frames = Vec::new();
     for i in 0..n {
-        frames.push(chunk(model, json!([{"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}])));
+        frames.push(chunk(
+            model,
+            json!([{"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]),
+        ));
     }
     for w in &words {
         for i in 0..n {
@@ -238,8 +242,11 @@ fn tools(model: &str, stream: bool) -> Response {
             "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}});
         return axum::Json(body).into_response();
     }
-    let mut frames = vec![chunk(model, json!([{"index": 0, "delta": {"role": "assistant", "content": null,
-        "tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "weather", "arguments": ""}}]}, "finish_reason": null}]))];
+    let mut frames = vec![chunk(
+        model,
+        json!([{"index": 0, "delta": {"role": "assistant", "content": null,
+        "tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "weather", "arguments": ""}}]}, "finish_reason": null}]),
+    )];
     for a in args {
         frames.push(chunk(model, json!([{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": a}}]}, "finish_reason": null}])));
     }
@@ -250,7 +257,8 @@ fn tools(model: &str, stream: bool) -> Response {
 /// `text` (ASCII) streamed in `count` pieces of equal length, then `[DONE]`.
 fn pieces(model: &str, text: &str, count: usize) -> Response {
     let step = text.len().div_ceil(count).max(1);
-    let mut frames = vec![chunk(model, json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]))];
+    let mut frames =
+        vec![chunk(model, json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]))];
     // Pieces end on character boundaries: a JSON string holds whole characters.
     let mut at = 0;
     while at < text.len() {
@@ -267,7 +275,10 @@ fn pieces(model: &str, text: &str, count: usize) -> Response {
 
 /// A role chunk, then one event of `mib` MiB in 64 KiB `data:` lines, produced lazily.
 fn big_event(model: &str, mib: usize) -> Response {
-    let head = sse(vec![chunk(model, json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]))], false);
+    let head = sse(
+        vec![chunk(model, json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]))],
+        false,
+    );
     let line = Bytes::from(format!("data: {}\n", "x".repeat(64 * 1024 - 7)));
     let lines = futures::stream::iter((0..mib * 16).map(move |_| Ok::<_, Infallible>(line.clone())));
     let tail = futures::stream::iter([Ok(Bytes::from_static(b"\ndata: [DONE]\n\n"))]);
@@ -342,7 +353,10 @@ fn placed(model: &str, channel: &str, text: &str, stream: bool) -> Response {
         c["system_fingerprint"] = json!(fingerprint);
         c
     };
-    let mut frames = vec![with_fp(chunk(model, json!([{"index": 0, "delta": {"role": "assistant", "content": PLACED_CONTENT}, "logprobs": {"content": entries}, "finish_reason": null}])))];
+    let mut frames = vec![with_fp(chunk(
+        model,
+        json!([{"index": 0, "delta": {"role": "assistant", "content": PLACED_CONTENT}, "logprobs": {"content": entries}, "finish_reason": null}]),
+    ))];
     if channel == "midstream" {
         let error = json!({"error": {"message": format!("The server had an error: {text}"), "type": "server_error", "code": text}});
         return sse_response(Body::from_stream(futures::stream::iter(sse(vec![frames.remove(0), error], false))));

@@ -16,7 +16,18 @@ impl OwnRedis {
     /// Starts redis-server on `port` with its data in `dir`; returns once it answers.
     pub fn start(port: u16, dir: tempfile::TempDir) -> OwnRedis {
         let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes", "--appendfsync", "always"])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ])
             .arg("--dir")
             .arg(dir.path())
             .stdout(Stdio::null())
@@ -28,7 +39,10 @@ impl OwnRedis {
     }
 
     fn ping(&self) -> bool {
-        Command::new("redis-cli").args(["-p", &self.port.to_string(), "ping"]).output().is_ok_and(|o| o.stdout.starts_with(b"PONG"))
+        Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "ping"])
+            .output()
+            .is_ok_and(|o| o.stdout.starts_with(b"PONG"))
     }
 
     fn wait_until(&mut self, up: bool) {

@@ -35,7 +35,13 @@ base_url = "{base_url}"
 
 async fn post(gw: &TestGateway, key: &str, content: &str, stream: bool) -> reqwest::Response {
     let body = json!({"model": "mock", "stream": stream, "logprobs": true, "top_logprobs": 2, "messages": [{"role": "user", "content": content}]});
-    reqwest::Client::new().post(gw.url("/v1/chat/completions")).bearer_auth(key).json(&body).send().await.expect("gateway answers")
+    reqwest::Client::new()
+        .post(gw.url("/v1/chat/completions"))
+        .bearer_auth(key)
+        .json(&body)
+        .send()
+        .await
+        .expect("gateway answers")
 }
 
 /// acme's canary, as the upstream saw it injected into acme's system prompt.
@@ -66,7 +72,11 @@ fn strings(v: &Value, out: &mut Vec<String>) {
 /// The JSON documents of a body: each SSE frame's, or the one object.
 fn documents(body: &str, stream: bool) -> Vec<Value> {
     if stream {
-        sse_data(body).iter().filter(|f| *f != "[DONE]").map(|f| serde_json::from_str(f).expect("every frame is JSON")).collect()
+        sse_data(body)
+            .iter()
+            .filter(|f| *f != "[DONE]")
+            .map(|f| serde_json::from_str(f).expect("every frame is JSON"))
+            .collect()
     } else {
         vec![serde_json::from_str(body).expect("the body is JSON")]
     }
@@ -123,13 +133,24 @@ async fn another_tenants_canary_or_a_secret_reaches_the_client_in_no_channel() {
             match (channel, stream) {
                 ("status400" | "status500", _) => {
                     let message = last["error"]["message"].as_str().unwrap_or_default();
-                    assert!(message.contains(&request_id) && message.contains(if channel == "status400" { "400" } else { "500" }), "{what}: {message}");
+                    assert!(
+                        message.contains(&request_id)
+                            && message.contains(if channel == "status400" { "400" } else { "500" }),
+                        "{what}: {message}"
+                    );
                     // The upstream's code and param are no plain identifiers here: the gateway's own code, or none.
                     let code = if channel == "status400" { Value::Null } else { json!("upstream_error") };
-                    assert_eq!((&last["error"]["code"], &last["error"]["param"]), (&code, &Value::Null), "{what}: {last}");
+                    assert_eq!(
+                        (&last["error"]["code"], &last["error"]["param"]),
+                        (&code, &Value::Null),
+                        "{what}: {last}"
+                    );
                 }
                 ("midstream", _) => {
-                    assert!(last["error"]["message"].as_str().is_some_and(|m| m.contains(&request_id)), "{what}: {last}");
+                    assert!(
+                        last["error"]["message"].as_str().is_some_and(|m| m.contains(&request_id)),
+                        "{what}: {last}"
+                    );
                     // What the firewall had released before the error went out; what it held
                     // (the word in progress) was never judged, so it never goes.
                     let sent = docs[0]["choices"][0]["delta"]["content"].as_str().unwrap_or_default();
@@ -144,7 +165,10 @@ async fn another_tenants_canary_or_a_secret_reaches_the_client_in_no_channel() {
     }
     let metrics = reqwest::get(gw.url("/metrics")).await.expect("metrics").text().await.expect("text");
     // Per leak: two 500s before the start, and one error event mid-stream, counted too.
-    assert!(metrics.contains("crossguard_backend_errors_total{model=\"mock\",kind=\"upstream_error\"} 6\n"), "{metrics}");
+    assert!(
+        metrics.contains("crossguard_backend_errors_total{model=\"mock\",kind=\"upstream_error\"} 6\n"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
@@ -158,7 +182,9 @@ async fn a_clean_answer_comes_through_unchanged() {
         let (content, id, name, args, tokens, fingerprint) = if stream {
             let delta = |d: &Value, k: &str| d["choices"][0]["delta"][k].clone();
             let call = |d: &Value, k: &str| delta(d, "tool_calls")[0][k].clone();
-            let joined = |f: &dyn Fn(&Value) -> Value| docs.iter().filter_map(|d| f(d).as_str().map(str::to_owned)).collect::<String>();
+            let joined = |f: &dyn Fn(&Value) -> Value| {
+                docs.iter().filter_map(|d| f(d).as_str().map(str::to_owned)).collect::<String>()
+            };
             let tokens: Vec<String> = docs
                 .iter()
                 .flat_map(|d| d["choices"][0]["logprobs"]["content"].as_array().cloned().unwrap_or_default())
@@ -179,8 +205,21 @@ async fn a_clean_answer_comes_through_unchanged() {
             let message = &v["choices"][0]["message"];
             let call = &message["tool_calls"][0];
             let text = |x: &Value| x.as_str().unwrap_or_default().to_owned();
-            let tokens = v["choices"][0]["logprobs"]["content"].as_array().cloned().unwrap_or_default().iter().map(|e| text(&e["token"])).collect();
-            (text(&message["content"]), text(&call["id"]), text(&call["function"]["name"]), text(&call["function"]["arguments"]), tokens, text(&v["system_fingerprint"]))
+            let tokens = v["choices"][0]["logprobs"]["content"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .map(|e| text(&e["token"]))
+                .collect();
+            (
+                text(&message["content"]),
+                text(&call["id"]),
+                text(&call["function"]["name"]),
+                text(&call["function"]["arguments"]),
+                tokens,
+                text(&v["system_fingerprint"]),
+            )
         };
         assert_eq!(content, PLACED_CONTENT, "stream {stream}");
         assert_eq!((id.as_str(), name.as_str(), args.as_str()), PLACED_CALL, "stream {stream}");
@@ -211,7 +250,12 @@ async fn streamed(gw: &TestGateway, mock: &MockUpstream, text: &str) -> (String,
     let resp = post(gw, "sk-globex-1", &format!("#canned {}", mock.can(text)), true).await;
     let docs = documents(&resp.text().await.expect("body"), true);
     let released = docs.iter().filter_map(|d| d["choices"][0]["delta"]["content"].as_str()).collect();
-    let finish = docs.iter().filter_map(|d| d["choices"][0]["finish_reason"].as_str()).next_back().unwrap_or_default().to_owned();
+    let finish = docs
+        .iter()
+        .filter_map(|d| d["choices"][0]["finish_reason"].as_str())
+        .next_back()
+        .unwrap_or_default()
+        .to_owned();
     (released, finish)
 }
 

@@ -28,7 +28,8 @@ const TENANTS: [&str; 3] = ["acme", "globex", "initech"];
 /// Request id of the payload test: a whole script element, in a field the record keeps verbatim.
 const SCRIPT_REQUEST_ID: &str = "<script>window.__pwned=3</script>";
 /// The payload response: markup that would run if any page inserted it unescaped.
-const PAYLOAD: &str = "Here you go: <script>window.__pwned=1</script> and <img src=x onerror=\"window.__pwned=2\"> done.";
+const PAYLOAD: &str =
+    "Here you go: <script>window.__pwned=1</script> and <img src=x onerror=\"window.__pwned=2\"> done.";
 
 /// A rule file of the test's own: blocks markup payloads, so their records exist.
 const PAYLOAD_RULES: &str = r#"
@@ -106,7 +107,8 @@ async fn complete(gw: &TestGateway, tenant: &str, content: &str, request_id: Opt
 /// just after the response ends), so that the next one is written after it.
 async fn recorded(gw: &TestGateway, id: &str) -> String {
     for _ in 0..500 {
-        let resp = http().get(gw.url(&format!("/admin/api/audit/{id}"))).bearer_auth(ADMIN).send().await.expect("audit api");
+        let resp =
+            http().get(gw.url(&format!("/admin/api/audit/{id}"))).bearer_auth(ADMIN).send().await.expect("audit api");
         if resp.status() == 200 {
             return id.to_owned();
         }
@@ -167,7 +169,12 @@ async fn sessions_are_http_only_strict_cookies_and_the_token_never_travels_in_a_
     assert!(resp.headers().get("set-cookie").is_none());
     let form = resp.text().await.unwrap_or_default();
     assert!(form.contains("method=\"post\" action=\"/admin/login\"") && !form.contains(ADMIN));
-    let resp = http().post(gw.url(&format!("/admin/login?token={ADMIN}"))).form(&[("token", "")]).send().await.expect("answers");
+    let resp = http()
+        .post(gw.url(&format!("/admin/login?token={ADMIN}")))
+        .form(&[("token", "")])
+        .send()
+        .await
+        .expect("answers");
     assert_eq!(resp.status(), 401);
 
     // The right token: a strict, HttpOnly session cookie that is not the token.
@@ -183,11 +190,18 @@ async fn sessions_are_http_only_strict_cookies_and_the_token_never_travels_in_a_
     let cookie = session_cookie(&resp);
 
     // Every page: the CSP forbids inline script, and the token is nowhere in it.
-    for path in ["/admin", "/admin/tenants", "/admin/rules", "/admin/health", "/admin/rules/html-payload", "/admin/login"] {
+    for path in
+        ["/admin", "/admin/tenants", "/admin/rules", "/admin/health", "/admin/rules/html-payload", "/admin/login"]
+    {
         let resp = page(gw, path, &cookie).await;
         assert_eq!(resp.status(), 200, "{path}");
         let csp = resp.headers()["content-security-policy"].to_str().unwrap_or_default().to_owned();
-        assert!(csp.contains("script-src 'self'") && !csp.contains("unsafe-inline") && csp.contains("frame-ancestors 'none'"), "{csp}");
+        assert!(
+            csp.contains("script-src 'self'")
+                && !csp.contains("unsafe-inline")
+                && csp.contains("frame-ancestors 'none'"),
+            "{csp}"
+        );
         assert_eq!(resp.headers()["x-content-type-options"], "nosniff");
         let html = resp.text().await.unwrap_or_default();
         assert!(!html.contains(ADMIN), "{path} shows the admin token");
@@ -206,23 +220,53 @@ async fn forms_without_the_session_csrf_token_are_refused() {
     let before = rules_generation(gw).await;
 
     for forged in ["", "0000000000000000000000000000000000000000000000000000000000000000", &csrf[..63]] {
-        let resp = http().post(gw.url("/admin/rules/reload")).header("cookie", &cookie).form(&[("csrf", forged)]).send().await.expect("answers");
+        let resp = http()
+            .post(gw.url("/admin/rules/reload"))
+            .header("cookie", &cookie)
+            .form(&[("csrf", forged)])
+            .send()
+            .await
+            .expect("answers");
         assert_eq!(resp.status(), 403, "forged token {forged:?}");
     }
     // Another session's token is no good either.
     let other = session_cookie(&login(gw, ADMIN).await);
-    let resp = http().post(gw.url("/admin/rules/reload")).header("cookie", &other).form(&[("csrf", csrf.as_str())]).send().await.expect("answers");
+    let resp = http()
+        .post(gw.url("/admin/rules/reload"))
+        .header("cookie", &other)
+        .form(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .expect("answers");
     assert_eq!(resp.status(), 403);
     assert_eq!(rules_generation(gw).await, before, "a refused form must not reload");
 
-    let resp = http().post(gw.url("/admin/rules/reload")).header("cookie", &cookie).form(&[("csrf", csrf.as_str())]).send().await.expect("answers");
+    let resp = http()
+        .post(gw.url("/admin/rules/reload"))
+        .header("cookie", &cookie)
+        .form(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .expect("answers");
     assert_eq!((resp.status().as_u16(), resp.headers()["location"].to_str().ok()), (303, Some("/admin/rules")));
     assert_eq!(rules_generation(gw).await, before + 1);
 
     // Log-out needs the token too, and ends the session.
-    let resp = http().post(gw.url("/admin/logout")).header("cookie", &cookie).form(&[("csrf", "nope")]).send().await.expect("answers");
+    let resp = http()
+        .post(gw.url("/admin/logout"))
+        .header("cookie", &cookie)
+        .form(&[("csrf", "nope")])
+        .send()
+        .await
+        .expect("answers");
     assert_eq!(resp.status(), 403);
-    let resp = http().post(gw.url("/admin/logout")).header("cookie", &cookie).form(&[("csrf", csrf.as_str())]).send().await.expect("answers");
+    let resp = http()
+        .post(gw.url("/admin/logout"))
+        .header("cookie", &cookie)
+        .form(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .expect("answers");
     assert_eq!(resp.status(), 303);
     assert_eq!(page(gw, "/admin", &cookie).await.status(), 303, "a logged-out session must not open pages");
     assert_eq!(page(gw, "/admin", &other).await.status(), 200, "other sessions stay");
@@ -247,7 +291,11 @@ async fn the_rules_page_shows_what_the_folder_watch_rejected() {
         assert!(std::time::Instant::now() < deadline, "no reload by the watch shown after 60 s");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let card = html.split("<div class=\"card reload\">").nth(1).and_then(|rest| rest.split("</div>").next()).unwrap_or_default();
+    let card = html
+        .split("<div class=\"card reload\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</div>").next())
+        .unwrap_or_default();
     assert!(card.contains("Rejected") && card.contains("broken.toml:1: rule `Not Kebab`"), "{card}");
     assert!(card.contains(&format!("the running rules stay (generation {before})")), "{card}");
     assert_eq!(rules_generation(&s.gw).await, before);
@@ -272,10 +320,17 @@ async fn lists_page_newest_first_and_keep_their_filters() {
     // 25 a page: the newest 25, then the 2 oldest behind the "Older" link.
     let first = page(gw, "/admin", &cookie).await.text().await.unwrap_or_default();
     assert_eq!(row_ids(&first), newest_first[..25]);
-    let older = first.split("<a href=\"").find(|a| a.contains("rel=\"next\"")).and_then(|a| a.split('"').next()).expect("an Older link");
+    let older = first
+        .split("<a href=\"")
+        .find(|a| a.contains("rel=\"next\""))
+        .and_then(|a| a.split('"').next())
+        .expect("an Older link");
     let second = page(gw, &older.replace("&amp;", "&"), &cookie).await.text().await.unwrap_or_default();
     assert_eq!(row_ids(&second), newest_first[25..]);
-    assert!(!second.contains("rel=\"next\"") && !second.contains("data-live"), "the last page has no next link and no live feed");
+    assert!(
+        !second.contains("rel=\"next\"") && !second.contains("data-live"),
+        "the last page has no next link and no live feed"
+    );
 
     // Filters narrow the list; the time range is UTC minutes.
     let acme = page(gw, "/admin?tenant=acme&action=block", &cookie).await.text().await.unwrap_or_default();
@@ -300,7 +355,10 @@ struct Browser {
 impl Browser {
     async fn start() -> Browser {
         for bin in ["/usr/bin/chromium", "/usr/bin/chromedriver"] {
-            assert!(Path::new(bin).exists(), "{bin} is missing: install the Debian packages chromium and chromium-driver (scripts/test.sh does)");
+            assert!(
+                Path::new(bin).exists(),
+                "{bin} is missing: install the Debian packages chromium and chromium-driver (scripts/test.sh does)"
+            );
         }
         let port = free_port();
         let driver = tokio::process::Command::new("/usr/bin/chromedriver")
@@ -338,9 +396,13 @@ impl Browser {
     /// Saves a screenshot of the whole page: the window grows to the page's height for it.
     async fn shot(&self, name: &str) {
         let (width, height) = self.client.get_window_size().await.expect("window size");
-        let page = self.js("return document.documentElement.scrollHeight - window.innerHeight;").await.as_u64().unwrap_or(0);
+        let page =
+            self.js("return document.documentElement.scrollHeight - window.innerHeight;").await.as_u64().unwrap_or(0);
         if page > 0 {
-            self.client.set_window_size(width as u32, height as u32 + page.min(3000) as u32).await.expect("grow window");
+            self.client
+                .set_window_size(width as u32, height as u32 + page.min(3000) as u32)
+                .await
+                .expect("grow window");
         }
         let png = self.client.screenshot().await.expect("screenshot");
         std::fs::write(self.shots.join(format!("{name}.png")), png).expect("write screenshot");
@@ -348,11 +410,22 @@ impl Browser {
     }
 
     async fn wait_for(&self, css: &str) -> fantoccini::elements::Element {
-        self.client.wait().at_most(Duration::from_secs(30)).for_element(Locator::Css(css)).await.unwrap_or_else(|e| panic!("{css}: {e}"))
+        self.client
+            .wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("{css}: {e}"))
     }
 
     async fn text(&self, css: &str) -> String {
-        self.client.find(Locator::Css(css)).await.unwrap_or_else(|e| panic!("{css}: {e}")).text().await.unwrap_or_default()
+        self.client
+            .find(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("{css}: {e}"))
+            .text()
+            .await
+            .unwrap_or_default()
     }
 
     /// The text of the first `css` match as written (`textContent`: no CSS case changes).
@@ -369,11 +442,9 @@ impl Browser {
     /// True when nothing a record carried ran or became an element: no `__pwned`, no
     /// `<img>`, and the only script is the dashboard's own file.
     async fn inert(&self) -> bool {
-        self.js(
-            "return window.__pwned === undefined && document.querySelectorAll('img').length === 0 \
-             && document.scripts.length === 1 && document.scripts[0].src.endsWith('/admin/assets/admin.js');",
-        )
-        .await
+        self.js("return window.__pwned === undefined && document.querySelectorAll('img').length === 0 \
+             && document.scripts.length === 1 && document.scripts[0].src.endsWith('/admin/assets/admin.js');")
+            .await
             == json!(true)
     }
 
@@ -408,7 +479,8 @@ async fn the_dashboard_in_a_real_browser() {
     b.shot("blocked-empty").await;
 
     // A leak through the API appears live: globex's prompt spliced into acme's answer.
-    let globex_prompt = "quarterly river port customs paperwork pallet labels driver shortage fuel surcharge regional manager \
+    let globex_prompt =
+        "quarterly river port customs paperwork pallet labels driver shortage fuel surcharge regional manager \
                          asked for summary of open issues and owners by friday before board meeting next month";
     assert_eq!(complete(gw, "globex", globex_prompt, None).await, None);
     let splice = complete(gw, "acme", "#splice 0 0 20", None).await.expect("the splice is blocked");
@@ -431,8 +503,11 @@ async fn the_dashboard_in_a_real_browser() {
     // Payloads: a GitHub token for globex, markup for initech, both arriving live.
     b.client.goto(&format!("{base}/admin")).await.expect("list");
     b.wait_for("#live.on").await;
-    let secret = complete(gw, "globex", &format!("#leak your token is {} keep it safe", github_secret()), None).await.expect("secret blocked");
-    let payload = complete(gw, "initech", &format!("#leak {PAYLOAD}"), Some(SCRIPT_REQUEST_ID)).await.expect("payload blocked");
+    let secret = complete(gw, "globex", &format!("#leak your token is {} keep it safe", github_secret()), None)
+        .await
+        .expect("secret blocked");
+    let payload =
+        complete(gw, "initech", &format!("#leak {PAYLOAD}"), Some(SCRIPT_REQUEST_ID)).await.expect("payload blocked");
     b.wait_for(&format!("#rows tr.fresh[data-id=\"{secret}\"]")).await;
     b.wait_for(&format!("#rows tr.fresh[data-id=\"{payload}\"]")).await;
     assert!(b.inert().await, "a live row ran or built markup");
@@ -465,7 +540,10 @@ async fn the_dashboard_in_a_real_browser() {
     let globex_again = complete(gw, "globex", &format!("#leak {}", github_secret()), None).await.expect("blocked");
     b.wait_for(&format!("#rows tr.fresh[data-id=\"{globex_again}\"]")).await;
     // Records reach the feed in the order they were written, so acme's would be here by now.
-    assert!(b.client.find(Locator::Css(&format!("#rows tr[data-id=\"{acme_again}\"]"))).await.is_err(), "the live feed ignored the filter");
+    assert!(
+        b.client.find(Locator::Css(&format!("#rows tr[data-id=\"{acme_again}\"]"))).await.is_err(),
+        "the live feed ignored the filter"
+    );
     assert_eq!(b.client.find_all(Locator::Css("#rows tr")).await.expect("rows").len(), 2);
     b.shot("blocked-filtered").await;
 
@@ -489,7 +567,10 @@ async fn the_dashboard_in_a_real_browser() {
     b.wait_for("form.inline button").await.click().await.expect("reload");
     b.wait_for("div.reload p.error").await; // the new page, not the one clicked on
     let outcome = b.content("div.reload").await;
-    assert!(outcome.contains("Rejected") && outcome.contains("broken.toml") && outcome.contains("generation 2"), "{outcome}");
+    assert!(
+        outcome.contains("Rejected") && outcome.contains("broken.toml") && outcome.contains("generation 2"),
+        "{outcome}"
+    );
     b.shot("rules").await;
     std::fs::remove_file(s.rules.path().join("broken.toml")).expect("remove broken rules");
 
@@ -508,7 +589,11 @@ async fn the_dashboard_in_a_real_browser() {
 
     // A narrow screen: nothing wider than the viewport but the scrolling tables.
     b.client.set_window_size(390, 844).await.expect("narrow window");
-    for (path, name) in [("/admin".to_owned(), "narrow-blocked"), (format!("/admin/audit/{splice}"), "narrow-detail"), ("/admin/tenants".to_owned(), "narrow-tenants")] {
+    for (path, name) in [
+        ("/admin".to_owned(), "narrow-blocked"),
+        (format!("/admin/audit/{splice}"), "narrow-detail"),
+        ("/admin/tenants".to_owned(), "narrow-tenants"),
+    ] {
         b.client.goto(&format!("{base}{path}")).await.expect("page");
         b.wait_for("main h1").await;
         let fits = b.js("return document.documentElement.scrollWidth <= window.innerWidth + 1;").await;

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use crossguard_e2e::{sse_data, TestGateway, DEFAULT_ENGINE_CONFIG};
 use serde_json::{json, Value};
 
-
 const MODEL: &str = "smollm2-135m-instruct";
 
 /// A reference step whose top two logits are closer than this is a near tie.
@@ -75,7 +74,8 @@ async fn default_model_serves_greedy_chats_identical_to_llama_cpp() {
     let mut checked = 0;
     for case in fx["cases"].as_array().unwrap().iter().filter(|c| c["messages"].is_array()) {
         let ids: Vec<u32> = case["greedy_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
-        let margins: Vec<f64> = case["greedy_margins"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        let margins: Vec<f64> =
+            case["greedy_margins"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
         let tie = margins.iter().position(|m| *m < NEAR_TIE).unwrap_or(ids.len());
         let expected = reference_bytes(&ids[..tie]);
         let exact = tie == ids.len();
@@ -87,7 +87,10 @@ async fn default_model_serves_greedy_chats_identical_to_llama_cpp() {
         if exact {
             assert_eq!(content.as_bytes(), &expected[..], "{name}: {content:?} vs {want:?}");
         } else {
-            assert!(content.as_bytes().starts_with(&expected), "{name}: {content:?} must start with {want:?} (near tie at step {tie})");
+            assert!(
+                content.as_bytes().starts_with(&expected),
+                "{name}: {content:?} must start with {want:?} (near tie at step {tie})"
+            );
         }
         let prompt_len = case["prompt_ids"].as_array().unwrap().len() as u64;
         assert_eq!(v["usage"]["prompt_tokens"], prompt_len, "{name}: exact prompt token count");
@@ -117,7 +120,11 @@ async fn sampling_fields_map_onto_the_engine() {
     let gw = ready_gateway().await;
     let messages = json!([{"role": "user", "content": "Write a long story about a cat."}]);
 
-    let v: Value = complete(&gw, json!({"model": MODEL, "messages": messages, "max_tokens": 5, "temperature": 0})).await.json().await.unwrap();
+    let v: Value = complete(&gw, json!({"model": MODEL, "messages": messages, "max_tokens": 5, "temperature": 0}))
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(v["choices"][0]["finish_reason"], "length");
     assert_eq!(v["usage"]["completion_tokens"], 5);
     assert_eq!(v["usage"]["total_tokens"], v["usage"]["prompt_tokens"].as_u64().unwrap() + 5);

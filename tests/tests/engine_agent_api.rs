@@ -12,7 +12,6 @@ use std::time::Duration;
 use crossguard_e2e::{run_python, TestGateway, DEFAULT_ENGINE_CONFIG};
 use serde_json::{json, Value};
 
-
 const MODEL: &str = "smollm2-135m-instruct";
 
 async fn ready_gateway() -> TestGateway {
@@ -22,7 +21,13 @@ async fn ready_gateway() -> TestGateway {
 }
 
 async fn complete(gw: &TestGateway, body: Value) -> (u16, Value) {
-    let resp = reqwest::Client::new().post(gw.url("/v1/chat/completions")).bearer_auth("sk-acme-1").json(&body).send().await.expect("gateway answers");
+    let resp = reqwest::Client::new()
+        .post(gw.url("/v1/chat/completions"))
+        .bearer_auth("sk-acme-1")
+        .json(&body)
+        .send()
+        .await
+        .expect("gateway answers");
     (resp.status().as_u16(), resp.json().await.expect("JSON body"))
 }
 
@@ -55,8 +60,14 @@ async fn output_format_errors_name_their_parameter() {
     let gw = ready_gateway().await;
     let ask = |format: Value| json!({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "response_format": format, "max_tokens": 4});
     let cases = [
-        (json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "objekt"}}}), "response_format.json_schema.schema"),
-        (json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"if": {"required": ["a"]}, "then": {"required": ["b"]}}}}), "response_format.json_schema.schema"),
+        (
+            json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "objekt"}}}),
+            "response_format.json_schema.schema",
+        ),
+        (
+            json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"if": {"required": ["a"]}, "then": {"required": ["b"]}}}}),
+            "response_format.json_schema.schema",
+        ),
         (json!({"type": "xml"}), "response_format.type"),
     ];
     for (format, param) in cases {
@@ -64,12 +75,21 @@ async fn output_format_errors_name_their_parameter() {
         assert_eq!(status, 400, "{format}: {body}");
         assert_eq!(body["error"]["param"], param, "{format}: {body}");
     }
-    let resp = reqwest::Client::new().post(gw.url("/v1/completions")).bearer_auth("sk-acme-1")
-        .json(&json!({"model": MODEL, "prompt": "x", "suffix": "y"})).send().await.expect("gateway answers");
+    let resp = reqwest::Client::new()
+        .post(gw.url("/v1/completions"))
+        .bearer_auth("sk-acme-1")
+        .json(&json!({"model": MODEL, "prompt": "x", "suffix": "y"}))
+        .send()
+        .await
+        .expect("gateway answers");
     assert_eq!(resp.status(), 400);
     let body: Value = resp.json().await.expect("JSON");
     assert_eq!(body["error"]["param"], "suffix", "{body}");
-    let (status, body) = complete(&gw, json!({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "logit_bias": {"999999": 5}})).await;
+    let (status, body) = complete(
+        &gw,
+        json!({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "logit_bias": {"999999": 5}}),
+    )
+    .await;
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["error"]["param"], "logit_bias", "{body}");
 }
@@ -84,7 +104,8 @@ async fn a_schema_constrained_answer_is_valid_and_streams_like_any_other() {
     let (status, v) = complete(&gw, body).await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
-    let content: Value = serde_json::from_str(v["choices"][0]["message"]["content"].as_str().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {v}"));
+    let content: Value = serde_json::from_str(v["choices"][0]["message"]["content"].as_str().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("{e}: {v}"));
     assert!(content["city"].is_string() && content["population"].is_u64(), "{content}");
     assert_eq!(content.as_object().map(|o| o.len()), Some(2), "{content}");
 }
@@ -108,7 +129,13 @@ async fn a_secret_inside_an_engine_tool_call_is_blocked_before_release() {
     assert_eq!(v["choices"][0]["finish_reason"], "content_filter", "{v}");
     assert!(!v.to_string().contains(&SECRET[..12]), "{v}");
 
-    let resp = reqwest::Client::new().post(gw.url("/v1/chat/completions")).bearer_auth("sk-acme-1").json(&body(true)).send().await.unwrap();
+    let resp = reqwest::Client::new()
+        .post(gw.url("/v1/chat/completions"))
+        .bearer_auth("sk-acme-1")
+        .json(&body(true))
+        .send()
+        .await
+        .unwrap();
     let text = resp.text().await.unwrap();
     assert!(!text.contains(&SECRET[..12]), "{text}");
     assert!(text.contains("\"content_filter\""), "{text}");
@@ -120,6 +147,9 @@ async fn a_secret_inside_an_engine_tool_call_is_blocked_before_release() {
                                            "parallel_tool_calls": false, "max_tokens": 80})).await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["choices"][0]["finish_reason"], "tool_calls", "{v}");
-    let args: Value = serde_json::from_str(v["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].as_str().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {v}"));
+    let args: Value = serde_json::from_str(
+        v["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].as_str().unwrap_or(""),
+    )
+    .unwrap_or_else(|e| panic!("{e}: {v}"));
     assert!(args["env"] == "staging" || args["env"] == "production", "{args}");
 }

@@ -21,7 +21,6 @@ fn config(model_keys: &str) -> String {
     text
 }
 
-
 async fn chat(gw: &TestGateway, tenant: &str, body: Value) -> reqwest::Response {
     reqwest::Client::new()
         .post(gw.url("/v1/chat/completions"))
@@ -36,12 +35,8 @@ fn greedy(prompt: &str, max_tokens: u32) -> Value {
     json!({"model": "m", "temperature": 0, "max_tokens": max_tokens, "messages": [{"role": "user", "content": prompt}]})
 }
 
-const PROMPTS: [&str; 4] = [
-    "Name three colours.",
-    "What is the capital of France?",
-    "Write a haiku about rain.",
-    "Count from one to five.",
-];
+const PROMPTS: [&str; 4] =
+    ["Name three colours.", "What is the capital of France?", "Write a haiku about rain.", "Count from one to five."];
 
 #[tokio::test]
 async fn concurrent_tenants_get_what_they_get_alone() {
@@ -63,7 +58,11 @@ async fn concurrent_tenants_get_what_they_get_alone() {
     assert_eq!(together, alone, "batched greedy output equals single-request output");
     let metrics = reqwest::get(gw.url("/metrics")).await.unwrap().text().await.unwrap();
     let value = |name: &str| {
-        metrics.lines().find(|l| l.starts_with(&format!("{name}{{model=\"m\"}}"))).and_then(|l| l.rsplit(' ').next()).and_then(|n| n.parse::<u64>().ok())
+        metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}{{model=\"m\"}}")))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|n| n.parse::<u64>().ok())
     };
     assert!(value("crossguard_engine_generated_tokens_total").is_some_and(|n| n > 0), "{metrics}");
     assert!(value("crossguard_engine_steps_total").is_some_and(|n| n > 0), "{metrics}");
@@ -111,7 +110,9 @@ async fn a_client_that_leaves_mid_stream_frees_its_kv_blocks() {
     let cached = |health: &Value| health["models"][0]["kv"]["blocks_cached"].as_u64().unwrap_or(0);
     let health = |gw: &TestGateway| {
         let url = gw.url("/admin/api/health");
-        async move { reqwest::Client::new().get(url).bearer_auth(ADMIN).send().await.unwrap().json::<Value>().await.unwrap() }
+        async move {
+            reqwest::Client::new().get(url).bearer_auth(ADMIN).send().await.unwrap().json::<Value>().await.unwrap()
+        }
     };
     let during = health(&gw).await;
     assert!(used(&during) > cached(&during), "the stream holds blocks while it runs: {during}");

@@ -29,7 +29,6 @@ fn config() -> String {
     text
 }
 
-
 async fn chat(gw: &TestGateway, tenant: &str, model: &str, text: &str, stream: bool) -> reqwest::Response {
     reqwest::Client::new()
         .post(gw.url("/v1/chat/completions"))
@@ -66,7 +65,8 @@ async fn a_stale_foreign_kv_block_is_refused_or_blocked_never_delivered() {
     assert_eq!(chat(&gw, "alice", "leaky", ALICE, false).await.status(), 200);
     let resp = chat(&gw, "bob", "leaky", "Say hello.", true).await;
     assert_eq!(resp.status(), 200);
-    let audit_id = resp.headers().get("x-crossguard-audit-id").and_then(|v| v.to_str().ok()).map(str::to_owned).expect("audit id");
+    let audit_id =
+        resp.headers().get("x-crossguard-audit-id").and_then(|v| v.to_str().ok()).map(str::to_owned).expect("audit id");
     let frames = sse_data(&resp.text().await.unwrap());
     assert_eq!(frames.last().map(String::as_str), Some("[DONE]"));
     let chunks: Vec<Value> = frames[..frames.len() - 1].iter().map(|f| serde_json::from_str(f).unwrap()).collect();
@@ -76,7 +76,12 @@ async fn a_stale_foreign_kv_block_is_refused_or_blocked_never_delivered() {
 
     let mut record = Value::Null;
     for _ in 0..200 {
-        let r = reqwest::Client::new().get(gw.url(&format!("/admin/api/audit/{audit_id}"))).bearer_auth(ADMIN).send().await.unwrap();
+        let r = reqwest::Client::new()
+            .get(gw.url(&format!("/admin/api/audit/{audit_id}")))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap();
         if r.status() == 200 {
             record = r.json().await.unwrap();
             break;

@@ -10,14 +10,22 @@ use std::time::{Duration, Instant};
 
 use crossguard_e2e::{run_python, TestGateway};
 
-const MODELS: [(&str, &str); 4] = [("tiny-gemma3", "gemma3"), ("tiny-qwen3", "qwen3"), ("tiny-llama-q4km", "llama-q4_k_m"), ("tiny-llama-q6k", "llama-q6_k")];
+const MODELS: [(&str, &str); 4] = [
+    ("tiny-gemma3", "gemma3"),
+    ("tiny-qwen3", "qwen3"),
+    ("tiny-llama-q4km", "llama-q4_k_m"),
+    ("tiny-llama-q6k", "llama-q6_k"),
+];
 
 fn config() -> String {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../engine/tests/fixtures/arch");
     let mut toml = String::from("[[tenants]]\nid = \"acme\"\napi_keys = [\"sk-acme-1\"]\n");
     for (id, file) in MODELS {
         let path = dir.join(format!("{file}.gguf"));
-        toml += &format!("\n[[models]]\nid = \"{id}\"\nbackend = \"engine\"\npath = {:?}\nthreads = 1\ncontext_tokens = 64\n", path.display().to_string());
+        toml += &format!(
+            "\n[[models]]\nid = \"{id}\"\nbackend = \"engine\"\npath = {:?}\nthreads = 1\ncontext_tokens = 64\n",
+            path.display().to_string()
+        );
     }
     toml
 }

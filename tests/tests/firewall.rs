@@ -98,11 +98,17 @@ const ACME_KEY: &str = "acmecorp-key-Zq81LmN4pR7tVx29KdW3";
 
 /// The text one streamed answer released, and its finish reason.
 async fn streamed(gw: &TestGateway, text: &str) -> (String, String) {
-    let body = json!({"model": "mock", "stream": true, "messages": [{"role": "user", "content": format!("#leak {text}")}]});
+    let body =
+        json!({"model": "mock", "stream": true, "messages": [{"role": "user", "content": format!("#leak {text}")}]});
     let frames = sse_data(&post(gw, &body).await.text().await.unwrap());
     let chunks: Vec<Value> = frames.iter().filter_map(|f| serde_json::from_str(f).ok()).collect();
     let released = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
-    let finish = chunks.iter().filter_map(|c| c["choices"][0]["finish_reason"].as_str()).next_back().unwrap_or_default().to_owned();
+    let finish = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["finish_reason"].as_str())
+        .next_back()
+        .unwrap_or_default()
+        .to_owned();
     (released, finish)
 }
 
@@ -141,7 +147,11 @@ async fn a_rule_file_dropped_into_the_watched_folder_stops_the_next_response() {
     assert_eq!(released, "Here is the config: api token ", "everything before the key, nothing of it");
     let generation = rules_generation(&gw).await;
     let last = last_reload(&gw).await;
-    assert_eq!((&last["via"], &last["reloaded"], &last["generation"]), (&json!("rule folder watch"), &json!(true), &json!(generation)), "{last}");
+    assert_eq!(
+        (&last["via"], &last["reloaded"], &last["generation"]),
+        (&json!("rule folder watch"), &json!(true), &json!(generation)),
+        "{last}"
+    );
 
     // The rule removed and a broken file added in its place: the folder does not load, so
     // nothing of it does (a half-load would drop the rule), and the running rules stay. The
@@ -157,7 +167,11 @@ async fn a_rule_file_dropped_into_the_watched_folder_stops_the_next_response() {
         assert!(std::time::Instant::now() < deadline, "no rejected reload after 60 s: {last}");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     };
-    assert_eq!((&rejected["via"], &rejected["generation"]), (&json!("rule folder watch"), &json!(generation)), "{rejected}");
+    assert_eq!(
+        (&rejected["via"], &rejected["generation"]),
+        (&json!("rule folder watch"), &json!(generation)),
+        "{rejected}"
+    );
     let errors = rejected["errors"].as_array().cloned().unwrap_or_default();
     assert!(
         errors.iter().any(|e| e["file"].as_str().is_some_and(|f| f.ends_with("broken.toml")) && e["line"] == json!(1)),
@@ -165,7 +179,10 @@ async fn a_rule_file_dropped_into_the_watched_folder_stops_the_next_response() {
     );
     // And /metrics counts it, for an alert to catch.
     let metrics = reqwest::get(gw.url("/metrics")).await.unwrap().text().await.unwrap();
-    assert!(metrics.contains("crossguard_rule_reloads_total{via=\"rule folder watch\",result=\"rejected\"} "), "{metrics}");
+    assert!(
+        metrics.contains("crossguard_rule_reloads_total{via=\"rule folder watch\",result=\"rejected\"} "),
+        "{metrics}"
+    );
     assert!(metrics.contains(&format!("crossguard_rules_generation {generation}\n")), "{metrics}");
     assert_eq!(streamed(&gw, &answer).await.1, "content_filter");
     assert_eq!(rules_generation(&gw).await, generation);

@@ -27,7 +27,11 @@ const FP_KEY: &str = "00112233445566778899aabbccddeeff";
 
 fn secret_of(tenant: &str) -> String {
     // A GitHub-token-shaped secret, distinct per tenant (the built-in rules know the shape).
-    let body: String = format!("{tenant}XkJ3pQ9zLm7Wc2Rt8Yv5Nb1Hd6Fg4Sa0Ue").chars().filter(char::is_ascii_alphanumeric).take(36).collect();
+    let body: String = format!("{tenant}XkJ3pQ9zLm7Wc2Rt8Yv5Nb1Hd6Fg4Sa0Ue")
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(36)
+        .collect();
     format!("ghp_{body:0<36}")
 }
 
@@ -81,7 +85,8 @@ async fn complete(gw: &TestGateway, tenant: &str, messages: Value, stream: bool)
         assert_eq!(frames.last().map(String::as_str), Some("[DONE]"));
         let chunks: Vec<Value> = frames[..frames.len() - 1].iter().map(|f| serde_json::from_str(f).unwrap()).collect();
         let text = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
-        let finish = chunks.iter().rev().find_map(|c| c["choices"][0]["finish_reason"].as_str()).unwrap_or("").to_owned();
+        let finish =
+            chunks.iter().rev().find_map(|c| c["choices"][0]["finish_reason"].as_str()).unwrap_or("").to_owned();
         Delivered { text, finish, audit_id }
     } else {
         let v: Value = resp.json().await.unwrap();
@@ -98,7 +103,8 @@ async fn seed(gw: &TestGateway, tenant: &str, prompt: &str) {
 }
 
 async fn leak(gw: &TestGateway, tenant: &str, request: usize, from: usize, count: usize, stream: bool) -> Delivered {
-    complete(gw, tenant, json!([{"role": "user", "content": format!("#splice {request} {from} {count}")}]), stream).await
+    complete(gw, tenant, json!([{"role": "user", "content": format!("#splice {request} {from} {count}")}]), stream)
+        .await
 }
 
 async fn admin_get(gw: &TestGateway, path: &str) -> Value {
@@ -111,7 +117,12 @@ async fn admin_get(gw: &TestGateway, path: &str) -> Value {
 /// client saw `[DONE]`, so this waits for it a little.
 async fn audit_record(gw: &TestGateway, id: &str) -> Value {
     for _ in 0..200 {
-        let resp = reqwest::Client::new().get(gw.url(&format!("/admin/api/audit/{id}"))).bearer_auth(ADMIN).send().await.unwrap();
+        let resp = reqwest::Client::new()
+            .get(gw.url(&format!("/admin/api/audit/{id}")))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap();
         if resp.status() == 200 {
             return resp.json().await.unwrap();
         }
@@ -173,7 +184,8 @@ async fn a_leak_storm_delivers_no_foreign_fragment_and_ordinary_traffic_flows() 
             let record = audit_record(&gw, &id).await;
             assert_eq!(record["tenant"], *victim);
             assert_eq!(record["action"], "block");
-            let sources: Vec<&str> = record["source_tenants"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+            let sources: Vec<&str> =
+                record["source_tenants"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
             let secret_rule = record["findings"].as_array().unwrap().iter().any(|f| f["rule_id"] != "foreign-ngram");
             assert!(sources.contains(&owner.as_str()) || secret_rule, "{record}");
             assert!(!record.to_string().contains(&fragment), "the audit log never holds the text");
@@ -218,18 +230,36 @@ async fn a_leak_storm_delivers_no_foreign_fragment_and_ordinary_traffic_flows() 
 #[tokio::test]
 async fn an_injected_canary_blocks_any_other_tenants_response_that_carries_it() {
     let mock = MockUpstream::start().await;
-    let cfg = config(&mock.base_url(), "").replace("id = \"acme\"\napi_keys = [\"sk-acme-key\"]\n", "id = \"acme\"\napi_keys = [\"sk-acme-key\"]\ncanary = true\n");
+    let cfg = config(&mock.base_url(), "").replace(
+        "id = \"acme\"\napi_keys = [\"sk-acme-key\"]\n",
+        "id = \"acme\"\napi_keys = [\"sk-acme-key\"]\ncanary = true\n",
+    );
     let gw = TestGateway::start(&cfg, &[]).await;
-    let own = complete(&gw, "acme", json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello"}]), false).await;
+    let own = complete(
+        &gw,
+        "acme",
+        json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello"}]),
+        false,
+    )
+    .await;
     assert_eq!(own.finish, "stop");
     let sent = &mock.received()[0].body;
     let system = sent["messages"][0]["content"].as_str().unwrap().to_owned();
-    let token = system.split_whitespace().find(|w| w.starts_with("cg-")).expect("a canary line in the system prompt").trim_end_matches(':').to_owned();
+    let token = system
+        .split_whitespace()
+        .find(|w| w.starts_with("cg-"))
+        .expect("a canary line in the system prompt")
+        .trim_end_matches(':')
+        .to_owned();
     assert!(system.starts_with("Be brief.\n"), "{system}");
     // acme may see its own canary; anyone else seeing it is blocked.
-    let mine = complete(&gw, "acme", json!([{"role": "user", "content": format!("#leak your ref is {token} ok")}]), true).await;
+    let mine =
+        complete(&gw, "acme", json!([{"role": "user", "content": format!("#leak your ref is {token} ok")}]), true)
+            .await;
     assert_eq!(mine.finish, "stop");
-    let theirs = complete(&gw, "globex", json!([{"role": "user", "content": format!("#leak the ref is {token} ok")}]), true).await;
+    let theirs =
+        complete(&gw, "globex", json!([{"role": "user", "content": format!("#leak the ref is {token} ok")}]), true)
+            .await;
     assert_eq!(theirs.finish, "content_filter");
     assert!(!theirs.text.contains(&token[..6]), "{}", theirs.text);
     let globex_request = &mock.received()[2].body;
@@ -255,7 +285,9 @@ async fn the_admin_api_is_for_the_admin_token_only() {
     let missing = client.get(gw.url("/admin/api/audit/nope")).bearer_auth(ADMIN).send().await.unwrap();
     assert_eq!(missing.status(), 404);
 
-    let off = TestGateway::start(&config(&mock.base_url(), "").replace(&format!("admin_token = \"{ADMIN}\"\n"), ""), &[]).await;
+    let off =
+        TestGateway::start(&config(&mock.base_url(), "").replace(&format!("admin_token = \"{ADMIN}\"\n"), ""), &[])
+            .await;
     let resp = client.get(off.url("/admin/api/audit")).bearer_auth(ADMIN).send().await.unwrap();
     assert_eq!(resp.status(), 404);
     let body: Value = resp.json().await.unwrap();
@@ -345,10 +377,16 @@ async fn a_redis_outage_mid_run_loses_no_audit_record_and_serving_goes_on() {
     let _server = OwnRedis::start(port, kept);
     let mut listed = Vec::new();
     for _ in 0..200 {
-        let resp = reqwest::Client::new().get(gw.url("/admin/api/audit?limit=100")).bearer_auth(ADMIN).send().await.unwrap();
+        let resp =
+            reqwest::Client::new().get(gw.url("/admin/api/audit?limit=100")).bearer_auth(ADMIN).send().await.unwrap();
         if resp.status() == 200 {
             let page: Value = resp.json().await.unwrap();
-            listed = page["records"].as_array().unwrap().iter().filter_map(|r| r["id"].as_str().map(str::to_owned)).collect();
+            listed = page["records"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|r| r["id"].as_str().map(str::to_owned))
+                .collect();
             if listed.len() == ids.len() {
                 break;
             }

@@ -15,10 +15,7 @@ const GLOBEX: &str = "sk-globex-1";
 /// The usual two tenants and model `mock` (with `model_keys`), then `tables` (`[limits]`...).
 async fn setup(model_keys: &str, tables: &str) -> (MockUpstream, TestGateway) {
     let mock = MockUpstream::start().await;
-    let config = format!(
-        "{}\n{tables}",
-        upstream_config(&mock.base_url(), model_keys)
-    );
+    let config = format!("{}\n{tables}", upstream_config(&mock.base_url(), model_keys));
     let gw = TestGateway::start(&config, ENV).await;
     (mock, gw)
 }
@@ -48,9 +45,7 @@ fn header<'a>(resp: &'a reqwest::Response, name: &str) -> Option<&'a str> {
 }
 
 fn header_u64(resp: &reqwest::Response, name: &str) -> u64 {
-    header(resp, name)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{name} missing or not a number"))
+    header(resp, name).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{name} missing or not a number"))
 }
 
 /// Asserts a 429 in OpenAI's shape and returns its body.
@@ -67,11 +62,7 @@ async fn rate_limited(resp: reqwest::Response, kind: &str) -> Value {
 async fn open_stream(gw: &TestGateway, key: &str) -> reqwest::Response {
     let mut resp = post(gw, key, &streamed("#stall")).await;
     assert_eq!(resp.status(), 200);
-    let first = resp
-        .chunk()
-        .await
-        .expect("stream readable")
-        .expect("a first chunk");
+    let first = resp.chunk().await.expect("stream readable").expect("a first chunk");
     assert!(!first.is_empty());
     resp
 }
@@ -92,34 +83,19 @@ async fn eventually_admitted(gw: &TestGateway, key: &str, body: &Value) {
 }
 
 async fn metrics(gw: &TestGateway) -> String {
-    reqwest::get(gw.url("/metrics"))
-        .await
-        .expect("metrics answer")
-        .text()
-        .await
-        .expect("metrics text")
+    reqwest::get(gw.url("/metrics")).await.expect("metrics answer").text().await.expect("metrics text")
 }
 
 #[tokio::test]
 async fn concurrent_streams_over_the_limit_get_429_until_a_slot_is_freed() {
-    let (_mock, gw) = setup(
-        "idle_timeout_ms = 600000",
-        "[limits]\nmax_concurrent_requests = 2\n",
-    )
-    .await;
+    let (_mock, gw) = setup("idle_timeout_ms = 600000", "[limits]\nmax_concurrent_requests = 2\n").await;
     let first = open_stream(&gw, ACME).await;
     let _second = open_stream(&gw, ACME).await;
 
     let resp = post(&gw, ACME, &streamed("one more")).await;
     assert_eq!(header(&resp, "retry-after"), Some("1"));
     let body = rate_limited(resp, "requests").await;
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap_or("")
-            .contains("limit 2 in flight"),
-        "{body}"
-    );
+    assert!(body["error"]["message"].as_str().unwrap_or("").contains("limit 2 in flight"), "{body}");
     // Another tenant has its own slots.
     assert_eq!(post(&gw, GLOBEX, &chat("hello")).await.status(), 200);
 
@@ -133,19 +109,10 @@ async fn concurrent_streams_over_the_limit_get_429_until_a_slot_is_freed() {
         assert_eq!(resp.status(), 200, "stream {i}");
         let frames = sse_data(&resp.text().await.expect("stream body"));
         assert_eq!(frames.last().map(String::as_str), Some("[DONE]"));
-        assert_eq!(
-            post(&gw, ACME, &chat("whole")).await.status(),
-            200,
-            "after stream {i}"
-        );
+        assert_eq!(post(&gw, ACME, &chat("whole")).await.status(), 200, "after stream {i}");
     }
     let text = metrics(&gw).await;
-    assert!(
-        text.contains(
-            "crossguard_rate_limited_total{tenant=\"acme\",limit=\"concurrent_requests\"} 1"
-        ),
-        "{text}"
-    );
+    assert!(text.contains("crossguard_rate_limited_total{tenant=\"acme\",limit=\"concurrent_requests\"} 1"), "{text}");
     assert!(!text.contains("tenant=\"globex\",limit="), "{text}");
 }
 
@@ -158,10 +125,7 @@ async fn requests_per_minute_run_out_with_consistent_headers() {
         assert_eq!(header_u64(&resp, "x-ratelimit-limit-requests"), 3);
         assert_eq!(header_u64(&resp, "x-ratelimit-remaining-requests"), left);
         assert!(header(&resp, "x-ratelimit-reset-requests").is_some_and(|r| r.ends_with('s')));
-        assert!(
-            header(&resp, "x-ratelimit-limit-tokens").is_none(),
-            "no token budget configured"
-        );
+        assert!(header(&resp, "x-ratelimit-limit-tokens").is_none(), "no token budget configured");
     }
     let resp = post(&gw, ACME, &streamed("hi")).await;
     // Three a minute: the next one is due within 20 s.
@@ -170,38 +134,19 @@ async fn requests_per_minute_run_out_with_consistent_headers() {
     assert_eq!(header_u64(&resp, "x-ratelimit-remaining-requests"), 0);
     assert_eq!(header_u64(&resp, "x-ratelimit-limit-requests"), 3);
     let body = rate_limited(resp, "requests").await;
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap_or("")
-            .contains("Limit 3, Used 3"),
-        "{body}"
-    );
-    assert_eq!(
-        mock.received().len(),
-        3,
-        "a refused request never reaches the upstream"
-    );
+    assert!(body["error"]["message"].as_str().unwrap_or("").contains("Limit 3, Used 3"), "{body}");
+    assert_eq!(mock.received().len(), 3, "a refused request never reaches the upstream");
     // One tenant's exhaustion leaves the other's budget whole.
     let resp = post(&gw, GLOBEX, &chat("hi")).await;
     assert_eq!(resp.status(), 200);
     assert_eq!(header_u64(&resp, "x-ratelimit-remaining-requests"), 2);
     let text = metrics(&gw).await;
-    assert!(
-        text.contains(
-            "crossguard_rate_limited_total{tenant=\"acme\",limit=\"requests_per_minute\"} 1"
-        ),
-        "{text}"
-    );
+    assert!(text.contains("crossguard_rate_limited_total{tenant=\"acme\",limit=\"requests_per_minute\"} 1"), "{text}");
 }
 
 #[tokio::test]
 async fn tokens_per_minute_reserve_max_tokens_and_refund_unused_ones() {
-    let (_mock, gw) = setup(
-        "idle_timeout_ms = 600000",
-        "[limits]\ntokens_per_minute = 1000\n",
-    )
-    .await;
+    let (_mock, gw) = setup("idle_timeout_ms = 600000", "[limits]\ntokens_per_minute = 1000\n").await;
     let mut big = chat("hi");
     big["max_tokens"] = json!(900);
     let resp = post(&gw, ACME, &big).await;
@@ -209,13 +154,8 @@ async fn tokens_per_minute_reserve_max_tokens_and_refund_unused_ones() {
     assert_eq!(header_u64(&resp, "x-ratelimit-limit-tokens"), 1000);
     // Reserved at admission: 900 for the completion plus the prompt's estimate.
     assert!(header_u64(&resp, "x-ratelimit-remaining-tokens") < 100);
-    let used = resp.json::<Value>().await.expect("completion")["usage"]["total_tokens"]
-        .as_u64()
-        .unwrap_or(0);
-    assert!(
-        used > 0 && used < 50,
-        "the mock reports a small usage: {used}"
-    );
+    let used = resp.json::<Value>().await.expect("completion")["usage"]["total_tokens"].as_u64().unwrap_or(0);
+    assert!(used > 0 && used < 50, "the mock reports a small usage: {used}");
 
     // The answer used a few tokens: the rest came back, so the same request fits again.
     let resp = post(&gw, ACME, &big).await;
@@ -241,13 +181,7 @@ async fn tokens_per_minute_reserve_max_tokens_and_refund_unused_ones() {
     let resp = post(&gw, GLOBEX, &huge).await;
     assert!(header(&resp, "retry-after").is_none());
     let body = rate_limited(resp, "tokens").await;
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap_or("")
-            .contains("Request too large"),
-        "{body}"
-    );
+    assert!(body["error"]["message"].as_str().unwrap_or("").contains("Request too large"), "{body}");
     drop(stalled);
 }
 
@@ -307,27 +241,11 @@ async fn n_and_max_tokens_over_the_model_caps_are_refused_naming_the_param() {
         body
     };
     over_cap(post(&gw, ACME, &with("n", 3)).await, "n", "2").await;
-    over_cap(
-        post(&gw, ACME, &with("max_tokens", 101)).await,
-        "max_tokens",
-        "100",
-    )
-    .await;
-    over_cap(
-        post(&gw, ACME, &with("max_completion_tokens", 101)).await,
-        "max_completion_tokens",
-        "100",
-    )
-    .await;
-    assert!(
-        mock.received().is_empty(),
-        "nothing over a cap reaches the upstream"
-    );
+    over_cap(post(&gw, ACME, &with("max_tokens", 101)).await, "max_tokens", "100").await;
+    over_cap(post(&gw, ACME, &with("max_completion_tokens", 101)).await, "max_completion_tokens", "100").await;
+    assert!(mock.received().is_empty(), "nothing over a cap reaches the upstream");
     assert_eq!(post(&gw, ACME, &with("n", 2)).await.status(), 200);
-    assert_eq!(
-        post(&gw, ACME, &with("max_tokens", 100)).await.status(),
-        200
-    );
+    assert_eq!(post(&gw, ACME, &with("max_tokens", 100)).await.status(), 200);
 }
 
 #[tokio::test]
@@ -348,18 +266,11 @@ async fn an_upstream_event_past_the_cap_ends_the_stream_with_an_error() {
     let resp = post(&gw, ACME, &streamed("#bigevent 20")).await;
     assert_eq!(resp.status(), 200);
     let frames = sse_data(&resp.text().await.expect("stream body"));
-    assert_ne!(
-        frames.last().map(String::as_str),
-        Some("[DONE]"),
-        "an error stream ends without [DONE]"
-    );
+    assert_ne!(frames.last().map(String::as_str), Some("[DONE]"), "an error stream ends without [DONE]");
     let last: Value = serde_json::from_str(frames.last().expect("frames")).expect("an error event");
     assert_eq!(last["error"]["type"], "upstream_error", "{last}");
     let message = last["error"]["message"].as_str().unwrap_or("");
     assert!(message.contains("larger than 8388608 bytes"), "{last}");
     let text = metrics(&gw).await;
-    assert!(
-        text.contains("crossguard_backend_errors_total{model=\"mock\",kind=\"upstream_error\"} 1"),
-        "{text}"
-    );
+    assert!(text.contains("crossguard_backend_errors_total{model=\"mock\",kind=\"upstream_error\"} 1"), "{text}");
 }

@@ -9,7 +9,8 @@ use crossguard_e2e::TestGateway;
 use serde_json::{json, Value};
 
 const ADMIN: &str = "admin-token-0123456789";
-const NOTES: &str = "the board agreed to close the rotterdam warehouse before the winter audit and move inventory north";
+const NOTES: &str =
+    "the board agreed to close the rotterdam warehouse before the winter audit and move inventory north";
 
 fn config(base_url: &str) -> String {
     format!(
@@ -36,8 +37,22 @@ async fn ask(gw: &TestGateway, tenant: &str, content: &str) -> (u16, Value) {
 async fn tenants_page(gw: &TestGateway) -> String {
     let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client");
     let login = client.post(gw.url("/admin/login")).form(&[("token", ADMIN)]).send().await.expect("login");
-    let cookie = login.headers().get("set-cookie").and_then(|v| v.to_str().ok()).and_then(|c| c.split(';').next()).expect("session cookie").to_owned();
-    client.get(gw.url("/admin/tenants")).header("cookie", cookie).send().await.expect("tenants page").text().await.expect("html")
+    let cookie = login
+        .headers()
+        .get("set-cookie")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|c| c.split(';').next())
+        .expect("session cookie")
+        .to_owned();
+    client
+        .get(gw.url("/admin/tenants"))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .expect("tenants page")
+        .text()
+        .await
+        .expect("html")
 }
 
 #[tokio::test]

@@ -59,7 +59,8 @@ async fn readyz(gw: &TestGateway) -> (u16, Value) {
 async fn a_replica_blind_to_the_others_fails_closed_until_redis_is_back() {
     let mock = MockUpstream::start().await;
     let port = free_port();
-    let gw = TestGateway::start(&config(&mock.base_url(), port, "block"), &[("CROSSGUARD_FINGERPRINT_KEY", FP_KEY)]).await;
+    let gw =
+        TestGateway::start(&config(&mock.base_url(), port, "block"), &[("CROSSGUARD_FINGERPRINT_KEY", FP_KEY)]).await;
 
     let (status, body) = readyz(&gw).await;
     assert_eq!(status, 503, "{body}");
@@ -84,7 +85,9 @@ async fn a_replica_blind_to_the_others_fails_closed_until_redis_is_back() {
 #[tokio::test]
 async fn allow_serves_without_the_other_replicas_and_says_degraded() {
     let mock = MockUpstream::start().await;
-    let gw = TestGateway::start(&config(&mock.base_url(), free_port(), "allow"), &[("CROSSGUARD_FINGERPRINT_KEY", FP_KEY)]).await;
+    let gw =
+        TestGateway::start(&config(&mock.base_url(), free_port(), "allow"), &[("CROSSGUARD_FINGERPRINT_KEY", FP_KEY)])
+            .await;
     let (status, body) = readyz(&gw).await;
     assert_eq!((status, body["status"].as_str()), (200, Some("degraded")), "{body}");
     assert!(body["reason"].is_string(), "{body}");

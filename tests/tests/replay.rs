@@ -80,7 +80,8 @@ enum Disguise {
     Upper,
 }
 
-const DISGUISES: [Disguise; 5] = [Disguise::Plain, Disguise::Homoglyph, Disguise::FullWidth, Disguise::ZeroWidth, Disguise::Upper];
+const DISGUISES: [Disguise; 5] =
+    [Disguise::Plain, Disguise::Homoglyph, Disguise::FullWidth, Disguise::ZeroWidth, Disguise::Upper];
 
 fn disguise(text: &str, how: Disguise) -> String {
     match how {
@@ -102,7 +103,10 @@ fn disguise(text: &str, how: Disguise) -> String {
                 _ => c,
             })
             .collect(),
-        Disguise::FullWidth => text.chars().map(|c| if c.is_ascii_graphic() { char::from_u32(c as u32 - 0x21 + 0xFF01).unwrap_or(c) } else { c }).collect(),
+        Disguise::FullWidth => text
+            .chars()
+            .map(|c| if c.is_ascii_graphic() { char::from_u32(c as u32 - 0x21 + 0xFF01).unwrap_or(c) } else { c })
+            .collect(),
         Disguise::ZeroWidth => text.chars().flat_map(|c| [c, '\u{200B}']).collect(),
         // Secrets keep their case (a lower-cased token is another token); text does not.
         Disguise::Upper => text.to_uppercase(),
@@ -152,8 +156,16 @@ fn script(asker: &Tenant, others: &[&Tenant], rng: &mut Rng, round: usize) -> An
     if roll < 25 {
         let secret = asker.secrets[rng.below(asker.secrets.len())].clone();
         let quote = fragment(&asker.prompts[rng.below(asker.prompts.len())], rng);
-        let text = format!("{intro}You wrote: \"{quote}\". The value you pasted is {secret} and it looks valid.{outro}");
-        return Answer { kind: Kind::OwnEcho, text, payload: None, own_secrets: vec![secret_value(&secret).to_owned()], how: String::new(), victim: None };
+        let text =
+            format!("{intro}You wrote: \"{quote}\". The value you pasted is {secret} and it looks valid.{outro}");
+        return Answer {
+            kind: Kind::OwnEcho,
+            text,
+            payload: None,
+            own_secrets: vec![secret_value(&secret).to_owned()],
+            how: String::new(),
+            victim: None,
+        };
     }
     if roll < 45 {
         let victim = others[rng.below(others.len())];
@@ -163,7 +175,14 @@ fn script(asker: &Tenant, others: &[&Tenant], rng: &mut Rng, round: usize) -> An
             let frag = disguise(&fragment(&victim.prompts[1 + rng.below(victim.prompts.len() - 1)], rng), how);
             let text = format!("{intro}{frag}{outro}");
             // At most the first 3 words of the fragment may reach the client.
-            return Answer { kind: Kind::ForeignText, payload: Some((intro.len(), 3)), text, own_secrets: Vec::new(), how: format!("{how:?}"), victim: Some(victim.name) };
+            return Answer {
+                kind: Kind::ForeignText,
+                payload: Some((intro.len(), 3)),
+                text,
+                own_secrets: Vec::new(),
+                how: format!("{how:?}"),
+                victim: Some(victim.name),
+            };
         }
         let secret = &victim.secrets[rng.below(victim.secrets.len())];
         let how = if matches!(how, Disguise::Upper) { Disguise::Plain } else { how };
@@ -172,14 +191,32 @@ fn script(asker: &Tenant, others: &[&Tenant], rng: &mut Rng, round: usize) -> An
             0 if !secret.starts_with("postgres") => secret[..secret.len() * (6 + rng.below(4)) / 10].to_owned(),
             _ => secret.clone(),
         };
-        let cut = if shown.len() < secret.len() { format!(" cut at {}/{}", shown.len(), secret.len()) } else { String::new() };
+        let cut = if shown.len() < secret.len() {
+            format!(" cut at {}/{}", shown.len(), secret.len())
+        } else {
+            String::new()
+        };
         let kind = format!("{how:?} {}{cut}", &secret[..4]);
         let shown = disguise(&shown, how);
         let text = format!("{intro}Try {shown}{outro}");
         let at = intro.len() + "Try ".len();
-        return Answer { kind: Kind::ForeignSecret, payload: Some((at, 0)), text, own_secrets: Vec::new(), how: kind, victim: Some(victim.name) };
+        return Answer {
+            kind: Kind::ForeignSecret,
+            payload: Some((at, 0)),
+            text,
+            own_secrets: Vec::new(),
+            how: kind,
+            victim: Some(victim.name),
+        };
     }
-    Answer { kind: Kind::Clean, text: format!("{intro}{}{outro}", rng.sentence(25)), payload: None, own_secrets: Vec::new(), how: String::new(), victim: None }
+    Answer {
+        kind: Kind::Clean,
+        text: format!("{intro}{}{outro}", rng.sentence(25)),
+        payload: None,
+        own_secrets: Vec::new(),
+        how: String::new(),
+        victim: None,
+    }
 }
 
 const ADMIN: &str = "admin-token-0123456789";
@@ -209,11 +246,20 @@ struct Delivered {
 /// The source tenants of an audit record (a stream's record is written just after it ends).
 async fn audit_sources(gw: &TestGateway, id: &str) -> Vec<String> {
     for _ in 0..200 {
-        let resp = reqwest::Client::new().get(gw.url(&format!("/admin/api/audit/{id}"))).bearer_auth(ADMIN).send().await.expect("admin api");
+        let resp = reqwest::Client::new()
+            .get(gw.url(&format!("/admin/api/audit/{id}")))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .expect("admin api");
         if resp.status() == 200 {
             let record: Value = resp.json().await.expect("record");
             let findings = record["findings"].as_array().cloned().unwrap_or_default();
-            return findings.iter().flat_map(|f| f["source_tenants"].as_array().cloned().unwrap_or_default()).filter_map(|t| t.as_str().map(str::to_owned)).collect();
+            return findings
+                .iter()
+                .flat_map(|f| f["source_tenants"].as_array().cloned().unwrap_or_default())
+                .filter_map(|t| t.as_str().map(str::to_owned))
+                .collect();
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -233,9 +279,11 @@ async fn ask(gw: &TestGateway, tenant: &str, messages: Value, stream: bool) -> D
     let audit_id = resp.headers().get("x-crossguard-audit-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
     if stream {
         let frames = sse_data(&resp.text().await.expect("body"));
-        let chunks: Vec<Value> = frames.iter().filter(|f| *f != "[DONE]").filter_map(|f| serde_json::from_str(f).ok()).collect();
+        let chunks: Vec<Value> =
+            frames.iter().filter(|f| *f != "[DONE]").filter_map(|f| serde_json::from_str(f).ok()).collect();
         let text = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
-        let finish = chunks.iter().rev().find_map(|c| c["choices"][0]["finish_reason"].as_str()).unwrap_or("").to_owned();
+        let finish =
+            chunks.iter().rev().find_map(|c| c["choices"][0]["finish_reason"].as_str()).unwrap_or("").to_owned();
         Delivered { text, finish, audit_id }
     } else {
         let v: Value = resp.json().await.expect("json");
@@ -275,14 +323,16 @@ async fn echoes_flow_and_no_foreign_payload_leaks_in_any_disguise() {
         tenants.push(Tenant { name, prompts, secrets });
     }
 
-    let (mut clean, mut clean_blocked, mut leaked, mut foreign, mut foreign_blocked) = (0usize, Vec::new(), Vec::new(), 0usize, 0usize);
+    let (mut clean, mut clean_blocked, mut leaked, mut foreign, mut foreign_blocked) =
+        (0usize, Vec::new(), Vec::new(), 0usize, 0usize);
     for round in 0..ROUNDS {
         for (i, asker) in tenants.iter().enumerate() {
             let others: Vec<&Tenant> = tenants.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, t)| t).collect();
             let answer = script(asker, &others, &mut rng, round);
             let k = mock.can(answer.text.clone());
             let stream = (round + i) % 2 == 0;
-            let Delivered { text, finish, audit_id } = ask(&gw, asker.name, json!([{"role": "user", "content": format!("#canned {k}")}]), stream).await;
+            let Delivered { text, finish, audit_id } =
+                ask(&gw, asker.name, json!([{"role": "user", "content": format!("#canned {k}")}]), stream).await;
             let label = format!("{:?} ({}) round {round} {} stream={stream}", answer.kind, answer.how, asker.name);
             match answer.payload {
                 None => {
@@ -301,11 +351,16 @@ async fn echoes_flow_and_no_foreign_payload_leaks_in_any_disguise() {
                         // The audit record names whose data it was.
                         let id = audit_id.as_deref().expect("a blocked response names its audit record");
                         let sources = audit_sources(&gw, id).await;
-                        assert!(answer.victim.is_some_and(|v| sources.iter().any(|s| s == v)), "{label}: sources {sources:?}");
+                        assert!(
+                            answer.victim.is_some_and(|v| sources.iter().any(|s| s == v)),
+                            "{label}: sources {sources:?}"
+                        );
                     }
                     let shown = words_from(&text, at);
                     if shown > allowed {
-                        leaked.push(format!("{label}: {shown} words of the payload delivered (allowed {allowed}), finish {finish}"));
+                        leaked.push(format!(
+                            "{label}: {shown} words of the payload delivered (allowed {allowed}), finish {finish}"
+                        ));
                     }
                 }
             }
@@ -317,6 +372,14 @@ async fn echoes_flow_and_no_foreign_payload_leaks_in_any_disguise() {
         leaked.len()
     );
     assert!(leaked.is_empty(), "foreign payloads reached clients:\n{}", leaked.join("\n"));
-    assert!(clean_blocked.len() * 200 <= clean, "clean answers blocked ({} of {clean}):\n{}", clean_blocked.len(), clean_blocked.join("\n"));
-    assert!(clean >= 100 && foreign >= 30, "the replay must hold enough of both kinds: {clean} clean, {foreign} foreign");
+    assert!(
+        clean_blocked.len() * 200 <= clean,
+        "clean answers blocked ({} of {clean}):\n{}",
+        clean_blocked.len(),
+        clean_blocked.join("\n")
+    );
+    assert!(
+        clean >= 100 && foreign >= 30,
+        "the replay must hold enough of both kinds: {clean} clean, {foreign} foreign"
+    );
 }

@@ -90,7 +90,8 @@ async fn two_replicas_share_fingerprints_statistics_and_audit_records() {
     assert_eq!(ib.refresh(&b).await.unwrap(), 0, "the cursor moved on");
 
     // statistics add up across replicas
-    let (sa, sb) = (Statistics::new(StatsSettings { min_samples: 2 }), Statistics::new(StatsSettings { min_samples: 2 }));
+    let (sa, sb) =
+        (Statistics::new(StatsSettings { min_samples: 2 }), Statistics::new(StatsSettings { min_samples: 2 }));
     [1.0, 2.0, 3.0].into_iter().for_each(|x| sa.observe_value("acme", Metric::Surprisal, x));
     [4.0, 5.0].into_iter().for_each(|x| sb.observe_value("acme", Metric::Surprisal, x));
     sa.sync(&a).await.unwrap();
@@ -105,7 +106,11 @@ async fn two_replicas_share_fingerprints_statistics_and_audit_records() {
     // audit: written on either replica, listed and fetched on both, filters and paging
     let mut written = Vec::new();
     for i in 0..7 {
-        let r = record(if i % 2 == 0 { "acme" } else { "initech" }, if i < 3 { "aws-access-key" } else { "foreign-ngram" }, Action::Block);
+        let r = record(
+            if i % 2 == 0 { "acme" } else { "initech" },
+            if i < 3 { "aws-access-key" } else { "foreign-ngram" },
+            Action::Block,
+        );
         if i % 2 == 0 { &a } else { &b }.append_audit(&r).await.unwrap();
         written.push(r);
     }
@@ -117,7 +122,10 @@ async fn two_replicas_share_fingerprints_statistics_and_audit_records() {
     assert!(all_ids(&a, AuditQuery { since_ms: Some(since), ..Default::default() }).await.len() >= 2);
     assert_eq!(b.get_audit(written[2].id()).await.unwrap().as_ref(), Some(&written[2]));
     assert_eq!(a.get_audit("no-such-id").await.unwrap(), None);
-    assert!(matches!(a.list_audit(&AuditQuery { cursor: Some("bogus".into()), ..Default::default() }).await, Err(StoreError::BadCursor(_))));
+    assert!(matches!(
+        a.list_audit(&AuditQuery { cursor: Some("bogus".into()), ..Default::default() }).await,
+        Err(StoreError::BadCursor(_))
+    ));
     delete_keys(SHARED_URL, &p).await;
 }
 
@@ -242,7 +250,10 @@ async fn fingerprints_recorded_during_an_outage_are_spooled_and_shared_once_redi
     let port = free_port();
     let server = OwnRedis::start(port, tempfile::tempdir().unwrap());
     let (url, p, d1, d2) = (server.url(), prefix(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let (a, b) = (Store::redis(settings(&url, &p, d1.path())).await.unwrap(), Store::redis(settings(&url, &p, d2.path())).await.unwrap());
+    let (a, b) = (
+        Store::redis(settings(&url, &p, d1.path())).await.unwrap(),
+        Store::redis(settings(&url, &p, d2.path())).await.unwrap(),
+    );
     let pset = ProvenanceSettings { ngram_words: 4, ..ProvenanceSettings::new(KEY) };
     let (ia, ib) = (ProvenanceIndex::new(pset.clone(), "replica-a"), ProvenanceIndex::new(pset, "replica-b"));
 
@@ -275,13 +286,33 @@ async fn a_starting_replica_reads_only_live_entries_in_pages() {
     let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
     // an entry added before the TTL's horizon (its expiry claims otherwise: a skewed clock)
     let old_id = format!("{}-0", (now_s - 2 * 86_400) * 1000);
-    let _: String = redis::cmd("XADD").arg(format!("{p}fp")).arg(&old_id).arg("t").arg("old").arg("x").arg(now_s + 3600).arg("r").arg("r9").arg("h").arg(7u64.to_le_bytes().to_vec()).query_async(&mut c).await.unwrap();
+    let _: String = redis::cmd("XADD")
+        .arg(format!("{p}fp"))
+        .arg(&old_id)
+        .arg("t")
+        .arg("old")
+        .arg("x")
+        .arg(now_s + 3600)
+        .arg("r")
+        .arg("r9")
+        .arg("h")
+        .arg(7u64.to_le_bytes().to_vec())
+        .query_async(&mut c)
+        .await
+        .unwrap();
     // 1200 live batches: more than two pages
     for i in 0..1200u64 {
-        let batch = gateway::store::FingerprintBatch { tenant: format!("t{}", i % 3), expires_at_s: now_s + 3600, replica: "r9".into(), role: Role::Sent, hashes: vec![1000 + i] };
+        let batch = gateway::store::FingerprintBatch {
+            tenant: format!("t{}", i % 3),
+            expires_at_s: now_s + 3600,
+            replica: "r9".into(),
+            role: Role::Sent,
+            hashes: vec![1000 + i],
+        };
         store.append_fingerprints(&batch).await.unwrap();
     }
-    let idx = ProvenanceIndex::new(ProvenanceSettings { ngram_words: 4, ..ProvenanceSettings::new(KEY) }, "replica-new");
+    let idx =
+        ProvenanceIndex::new(ProvenanceSettings { ngram_words: 4, ..ProvenanceSettings::new(KEY) }, "replica-new");
     assert_eq!(idx.refresh(&store).await.unwrap(), 1200, "every live batch, none from before the horizon");
     assert_eq!(idx.owners(7).shared_by, 0);
     assert_eq!(idx.owners(1000 + 1199).tenants, ["t2"]);

@@ -201,7 +201,15 @@ async fn request_errors_follow_the_contract() {
 #[tokio::test]
 async fn upstream_failures_map_to_gateway_errors() {
     let (_mock, gw) = setup("first_byte_timeout_ms = 300\nidle_timeout_ms = 300").await;
-    for (script, expected) in [("#status 500", 502), ("#status 503", 502), ("#status 401", 502), ("#status 400", 400), ("#status 429", 429), ("#garbage", 502), ("#slow 2000", 504)] {
+    for (script, expected) in [
+        ("#status 500", 502),
+        ("#status 503", 502),
+        ("#status 401", 502),
+        ("#status 400", 400),
+        ("#status 429", 429),
+        ("#garbage", 502),
+        ("#slow 2000", 504),
+    ] {
         let (status, err) = error_of(post(&gw, Some("sk-acme-1"), &chat(script)).await).await;
         assert_eq!(status, expected, "{script}: {err}");
     }
@@ -245,10 +253,12 @@ async fn broken_streams_end_with_an_error_event() {
 async fn models_health_metrics_and_fallbacks() {
     let (_mock, gw) = setup("").await;
     let c = client();
-    let list: Value = c.get(gw.url("/v1/models")).bearer_auth("sk-globex-1").send().await.unwrap().json().await.unwrap();
+    let list: Value =
+        c.get(gw.url("/v1/models")).bearer_auth("sk-globex-1").send().await.unwrap().json().await.unwrap();
     assert_eq!(list["object"], "list");
     assert_eq!(list["data"][0]["id"], "mock");
-    let one: Value = c.get(gw.url("/v1/models/mock")).bearer_auth("sk-globex-1").send().await.unwrap().json().await.unwrap();
+    let one: Value =
+        c.get(gw.url("/v1/models/mock")).bearer_auth("sk-globex-1").send().await.unwrap().json().await.unwrap();
     assert_eq!(one["object"], "model");
     let (status, _) = error_of(c.get(gw.url("/v1/models/nope")).bearer_auth("sk-globex-1").send().await.unwrap()).await;
     assert_eq!(status, 404);
@@ -267,6 +277,12 @@ async fn models_health_metrics_and_fallbacks() {
 
     post(&gw, Some("sk-acme-1"), &chat("count me")).await;
     let metrics = c.get(gw.url("/metrics")).send().await.unwrap().text().await.unwrap();
-    assert!(metrics.contains("crossguard_http_requests_total{route=\"/v1/chat/completions\",status=\"200\"}"), "{metrics}");
-    assert!(metrics.contains("crossguard_completions_total{model=\"mock\",tenant=\"acme\",outcome=\"ok\"} 1"), "{metrics}");
+    assert!(
+        metrics.contains("crossguard_http_requests_total{route=\"/v1/chat/completions\",status=\"200\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("crossguard_completions_total{model=\"mock\",tenant=\"acme\",outcome=\"ok\"} 1"),
+        "{metrics}"
+    );
 }

@@ -71,11 +71,7 @@ pub struct Metadata {
 
 impl Metadata {
     /// Adds an entry; a key seen twice is an error (the file would be ambiguous).
-    pub(super) fn insert(
-        &mut self,
-        key: String,
-        value: MetaValue,
-    ) -> std::result::Result<(), String> {
+    pub(super) fn insert(&mut self, key: String, value: MetaValue) -> std::result::Result<(), String> {
         if self.index.contains_key(&key) {
             return Err(format!("metadata key {key} appears twice"));
         }
@@ -86,10 +82,7 @@ impl Metadata {
 
     /// The value of `key`, if present.
     pub fn get(&self, key: &str) -> Option<&MetaValue> {
-        self.index
-            .get(key)
-            .and_then(|&i| self.entries.get(i))
-            .map(|(_, v)| v)
+        self.index.get(key).and_then(|&i| self.entries.get(i)).map(|(_, v)| v)
     }
 
     /// All entries in file order.
@@ -161,10 +154,7 @@ impl Metadata {
             .enumerate()
             .map(|(i, v)| match v {
                 MetaValue::String(s) => Ok(s.as_str()),
-                other => Err(error(
-                    key,
-                    &format!("element {i} is {}, not a string", other.type_name()),
-                )),
+                other => Err(error(key, &format!("element {i} is {}, not a string", other.type_name()))),
             })
             .collect()
     }
@@ -195,32 +185,16 @@ impl Metadata {
 }
 
 fn error(key: &str, reason: &str) -> Error {
-    Error::Metadata {
-        key: key.to_owned(),
-        reason: reason.to_owned(),
-    }
+    Error::Metadata { key: key.to_owned(), reason: reason.to_owned() }
 }
 
 fn wrong_type(key: &str, wanted: &str, got: &MetaValue) -> Error {
-    error(
-        key,
-        &format!("expected {wanted}, found {}", got.type_name()),
-    )
+    error(key, &format!("expected {wanted}, found {}", got.type_name()))
 }
 
 fn integer<T: TryFrom<i128> + Copy>(key: &str, value: &MetaValue) -> Result<T> {
-    let v = value
-        .as_integer()
-        .ok_or_else(|| wrong_type(key, "an integer", value))?;
-    T::try_from(v).map_err(|_| {
-        error(
-            key,
-            &format!(
-                "value {v} is out of range for {}",
-                std::any::type_name::<T>()
-            ),
-        )
-    })
+    let v = value.as_integer().ok_or_else(|| wrong_type(key, "an integer", value))?;
+    T::try_from(v).map_err(|_| error(key, &format!("value {v} is out of range for {}", std::any::type_name::<T>())))
 }
 
 #[cfg(test)]
@@ -233,8 +207,7 @@ mod tests {
         m.insert("a.neg".into(), MetaValue::I32(-1)).unwrap();
         m.insert("a.big".into(), MetaValue::U64(1 << 40)).unwrap();
         m.insert("a.f64".into(), MetaValue::F64(0.5)).unwrap();
-        m.insert("a.s".into(), MetaValue::String("x".into()))
-            .unwrap();
+        m.insert("a.s".into(), MetaValue::String("x".into())).unwrap();
         let arr = vec![MetaValue::String("p".into()), MetaValue::U8(1)];
         m.insert("a.mixed".into(), MetaValue::Array(arr)).unwrap();
         m
@@ -246,16 +219,9 @@ mod tests {
         assert_eq!(m.u32("a.u8").unwrap(), 7);
         assert_eq!(m.u64("a.big").unwrap(), 1 << 40);
         let err = m.u32("a.big").unwrap_err().to_string();
-        assert!(
-            err.contains("a.big") && err.contains("out of range"),
-            "{err}"
-        );
+        assert!(err.contains("a.big") && err.contains("out of range"), "{err}");
         assert!(m.u32("a.neg").is_err());
-        assert!(m
-            .u32("a.s")
-            .unwrap_err()
-            .to_string()
-            .contains("found string"));
+        assert!(m.u32("a.s").unwrap_err().to_string().contains("found string"));
     }
 
     #[test]

@@ -99,19 +99,13 @@ fn map_file(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
 impl GgufFile {
     /// Opens and validates the GGUF file at `path`, mapping it into memory.
     pub fn open(path: &Path) -> Result<GgufFile> {
-        let io_err = |source| Error::Io {
-            path: path.to_path_buf(),
-            source,
-        };
+        let io_err = |source| Error::Io { path: path.to_path_buf(), source };
         let file = std::fs::File::open(path).map_err(io_err)?;
         let len = file.metadata().map_err(io_err)?.len();
         // Mapping an empty file fails on some systems; an empty buffer gives the same
         // "truncated" error as any other short file.
-        let storage = if len == 0 {
-            Storage::Owned(Vec::new())
-        } else {
-            Storage::Mapped(map_file(&file).map_err(io_err)?)
-        };
+        let storage =
+            if len == 0 { Storage::Owned(Vec::new()) } else { Storage::Mapped(map_file(&file).map_err(io_err)?) };
         Self::build(storage, &path.display().to_string())
     }
 
@@ -121,10 +115,8 @@ impl GgufFile {
     }
 
     fn build(storage: Storage, origin: &str) -> Result<GgufFile> {
-        let layout = parse::parse(storage.bytes()).map_err(|reason| Error::Gguf {
-            origin: origin.to_owned(),
-            reason,
-        })?;
+        let layout =
+            parse::parse(storage.bytes()).map_err(|reason| Error::Gguf { origin: origin.to_owned(), reason })?;
         Ok(GgufFile {
             storage,
             version: layout.version,
@@ -167,9 +159,7 @@ impl GgufFile {
             .index
             .get(name)
             .and_then(|&i| self.tensors.get(i))
-            .ok_or_else(|| Error::MissingTensor {
-                name: name.to_owned(),
-            })?;
+            .ok_or_else(|| Error::MissingTensor { name: name.to_owned() })?;
         // Validated at open; re-checked here so a logic error can never read out of bounds.
         let data = usize::try_from(info.offset)
             .ok()
@@ -179,12 +169,7 @@ impl GgufFile {
                 origin: "<mapped file>".into(),
                 reason: format!("tensor {name}: data outside the file"),
             })?;
-        Ok(Tensor {
-            name: &info.name,
-            ty: info.ty,
-            dims: &info.dims,
-            data,
-        })
+        Ok(Tensor { name: &info.name, ty: info.ty, dims: &info.dims, data })
     }
 }
 

@@ -45,10 +45,7 @@ impl<'a> Cursor<'a> {
     }
 
     fn take(&mut self, n: usize, what: &str) -> Parse<&'a [u8]> {
-        let end = self
-            .pos
-            .checked_add(n)
-            .filter(|&end| end <= self.bytes.len());
+        let end = self.pos.checked_add(n).filter(|&end| end <= self.bytes.len());
         match end.and_then(|end| self.bytes.get(self.pos..end).map(|s| (s, end))) {
             Some((slice, end)) => {
                 self.pos = end;
@@ -82,16 +79,9 @@ impl<'a> Cursor<'a> {
     fn count(&mut self, min_item_bytes: usize, what: &str) -> Parse<usize> {
         let at = self.pos;
         let n = self.u64(what)?;
-        let fits = usize::try_from(n).ok().filter(|&n| {
-            n.checked_mul(min_item_bytes)
-                .is_some_and(|b| b <= self.remaining())
-        });
-        fits.ok_or_else(|| {
-            format!(
-                "{what} {n} at offset {at} cannot fit in the {} bytes left",
-                self.remaining()
-            )
-        })
+        let fits =
+            usize::try_from(n).ok().filter(|&n| n.checked_mul(min_item_bytes).is_some_and(|b| b <= self.remaining()));
+        fits.ok_or_else(|| format!("{what} {n} at offset {at} cannot fit in the {} bytes left", self.remaining()))
     }
 
     fn string(&mut self, what: &str) -> Parse<String> {
@@ -144,17 +134,9 @@ pub(super) fn parse(bytes: &[u8]) -> Parse<Layout> {
     }
 
     let alignment = alignment(&metadata)?;
-    let data_start = align_up(c.pos as u64, alignment)
-        .ok_or_else(|| "tensor data start overflows".to_string())?;
+    let data_start = align_up(c.pos as u64, alignment).ok_or_else(|| "tensor data start overflows".to_string())?;
     place_tensors(&mut tensors, data_start, alignment, bytes.len() as u64)?;
-    Ok(Layout {
-        version,
-        metadata,
-        tensors,
-        index,
-        alignment,
-        data_start,
-    })
+    Ok(Layout { version, metadata, tensors, index, alignment, data_start })
 }
 
 fn read_metadata(c: &mut Cursor<'_>, n_kv: usize) -> Parse<Metadata> {
@@ -207,13 +189,11 @@ fn read_value(c: &mut Cursor<'_>, ty: u32, depth: u32, key: &str) -> Parse<MetaV
 
 fn read_array(c: &mut Cursor<'_>, depth: u32, key: &str) -> Parse<MetaValue> {
     if depth >= MAX_ARRAY_DEPTH {
-        return Err(format!(
-            "metadata {key}: arrays nested deeper than {MAX_ARRAY_DEPTH}"
-        ));
+        return Err(format!("metadata {key}: arrays nested deeper than {MAX_ARRAY_DEPTH}"));
     }
     let elem_ty = c.u32(&format!("metadata {key} element type"))?;
-    let min = min_value_bytes(elem_ty)
-        .ok_or_else(|| format!("metadata {key}: unknown array element type {elem_ty}"))?;
+    let min =
+        min_value_bytes(elem_ty).ok_or_else(|| format!("metadata {key}: unknown array element type {elem_ty}"))?;
     let len = c.count(min, &format!("metadata {key} array length"))?;
     let mut items = Vec::with_capacity(len);
     for _ in 0..len {
@@ -226,17 +206,14 @@ fn read_tensor_info(c: &mut Cursor<'_>, i: usize) -> Parse<TensorInfo> {
     let name = c.string(&format!("tensor #{i} name"))?;
     let n_dims = c.u32(&format!("tensor {name} dimension count"))?;
     if n_dims == 0 || n_dims > MAX_DIMS {
-        return Err(format!(
-            "tensor {name}: {n_dims} dimensions (1 to {MAX_DIMS} allowed)"
-        ));
+        return Err(format!("tensor {name}: {n_dims} dimensions (1 to {MAX_DIMS} allowed)"));
     }
     let mut dims = Vec::with_capacity(n_dims as usize);
     for d in 0..n_dims {
         dims.push(c.u64(&format!("tensor {name} dimension {d}"))?);
     }
     let type_id = c.u32(&format!("tensor {name} type"))?;
-    let ty = GgmlType::from_id(type_id)
-        .ok_or_else(|| format!("tensor {name}: unsupported ggml type id {type_id}"))?;
+    let ty = GgmlType::from_id(type_id).ok_or_else(|| format!("tensor {name}: unsupported ggml type id {type_id}"))?;
     let offset = c.u64(&format!("tensor {name} offset"))?;
     let n_elements = dims
         .iter()
@@ -249,17 +226,9 @@ fn read_tensor_info(c: &mut Cursor<'_>, i: usize) -> Parse<TensorInfo> {
             ty.block_elems()
         ));
     }
-    let size = ty
-        .row_bytes(n_elements)
-        .ok_or_else(|| format!("tensor {name}: byte size of dims {dims:?} overflows"))?;
-    Ok(TensorInfo {
-        name,
-        ty,
-        dims,
-        n_elements,
-        offset,
-        size,
-    })
+    let size =
+        ty.row_bytes(n_elements).ok_or_else(|| format!("tensor {name}: byte size of dims {dims:?} overflows"))?;
+    Ok(TensorInfo { name, ty, dims, n_elements, offset, size })
 }
 
 fn alignment(metadata: &Metadata) -> Parse<u64> {
@@ -279,12 +248,7 @@ fn align_up(x: u64, alignment: u64) -> Option<u64> {
 }
 
 /// Turns relative offsets into absolute ones and checks alignment, bounds and overlap.
-fn place_tensors(
-    tensors: &mut [TensorInfo],
-    data_start: u64,
-    alignment: u64,
-    file_len: u64,
-) -> Parse<()> {
+fn place_tensors(tensors: &mut [TensorInfo], data_start: u64, alignment: u64, file_len: u64) -> Parse<()> {
     for t in tensors.iter_mut() {
         if t.offset % alignment != 0 {
             return Err(format!(

@@ -23,11 +23,7 @@ fn string_bytes(s: &str) -> Vec<u8> {
 
 impl Builder {
     pub(crate) fn new() -> Builder {
-        Builder {
-            version: 3,
-            alignment: 32,
-            ..Builder::default()
-        }
+        Builder { version: 3, alignment: 32, ..Builder::default() }
     }
 
     pub(crate) fn raw(mut self, key: &str, ty: u32, payload: Vec<u8>) -> Builder {
@@ -66,8 +62,7 @@ impl Builder {
     }
 
     fn tensor_type_id(mut self, name: &str, dims: &[u64], ty: u32, data: Vec<u8>) -> Builder {
-        self.tensors
-            .push((name.to_owned(), dims.to_vec(), ty, data));
+        self.tensors.push((name.to_owned(), dims.to_vec(), ty, data));
         self
     }
 
@@ -152,10 +147,7 @@ fn tiny_file_reads_back() {
     assert_eq!((norm.ty, norm.dims), (GgmlType::F32, &[4u64][..]));
     assert_eq!(norm.data, &(0u8..16).collect::<Vec<_>>()[..]);
     let w = f.tensor("w").unwrap();
-    assert_eq!(
-        (w.ty, w.dims, w.data.len()),
-        (GgmlType::Q4_1, &[32u64, 2][..], 40)
-    );
+    assert_eq!((w.ty, w.dims, w.data.len()), (GgmlType::Q4_1, &[32u64, 2][..], 40));
     assert!(matches!(f.tensor("nope"), Err(Error::MissingTensor { name }) if name == "nope"));
 }
 
@@ -165,16 +157,10 @@ fn opens_from_disk_and_maps() {
     let path = dir.path().join("tiny.gguf");
     std::fs::write(&path, tiny().build()).unwrap();
     let f = GgufFile::open(&path).unwrap();
-    assert_eq!(
-        f.tensor("w").unwrap().data.as_ptr() as u64 % f.alignment(),
-        0
-    );
+    assert_eq!(f.tensor("w").unwrap().data.as_ptr() as u64 % f.alignment(), 0);
     std::fs::write(&path, b"").unwrap();
     let err = GgufFile::open(&path).unwrap_err().to_string();
-    assert!(
-        err.contains("tiny.gguf") && err.contains("truncated"),
-        "{err}"
-    );
+    assert!(err.contains("tiny.gguf") && err.contains("truncated"), "{err}");
 }
 
 #[test]
@@ -182,11 +168,7 @@ fn every_truncation_is_an_error() {
     let bytes = tiny().build();
     for len in 0..bytes.len() {
         let result = GgufFile::from_bytes(bytes[..len].to_vec());
-        assert!(
-            result.is_err(),
-            "truncated to {len} of {} bytes parsed",
-            bytes.len()
-        );
+        assert!(result.is_err(), "truncated to {len} of {} bytes parsed", bytes.len());
     }
 }
 
@@ -216,10 +198,7 @@ fn corrupt_headers_are_named() {
     be[4..8].copy_from_slice(&3u32.to_be_bytes());
     assert!(reason(be).contains("big-endian"));
     let r = reason(patch_u64(good.clone(), 16, u64::MAX));
-    assert!(
-        r.contains("metadata count 18446744073709551615 at offset 16 cannot fit"),
-        "{r}"
-    );
+    assert!(r.contains("metadata count 18446744073709551615 at offset 16 cannot fit"), "{r}");
     let r = reason(patch_u64(good.clone(), 8, 1 << 40));
     assert!(r.contains("tensor count 1099511627776"), "{r}");
     // The key's length is the first field after the counts.
@@ -240,11 +219,7 @@ fn corrupt_metadata_values_are_named() {
     assert!(r.contains("metadata b: bool byte 2"), "{r}");
     let r = reason(Builder::new().raw("x", 13, vec![0; 8]).build());
     assert!(r.contains("metadata x: unknown value type 13"), "{r}");
-    let r = reason(
-        Builder::new()
-            .raw("s", 8, vec![1, 0, 0, 0, 0, 0, 0, 0, 0xff])
-            .build(),
-    );
+    let r = reason(Builder::new().raw("s", 8, vec![1, 0, 0, 0, 0, 0, 0, 0, 0xff]).build());
     assert!(r.contains("not UTF-8"), "{r}");
     let nested = {
         let mut p = 9u32.to_le_bytes().to_vec(); // array of arrays of arrays
@@ -265,25 +240,16 @@ fn corrupt_metadata_values_are_named() {
 
 #[test]
 fn corrupt_tensor_infos_are_named() {
-    let one = |dims: &[u64], ty: GgmlType, len: usize| {
-        Builder::new().tensor("blk.3.attn_q.weight", dims, ty, vec![0; len])
-    };
+    let one =
+        |dims: &[u64], ty: GgmlType, len: usize| Builder::new().tensor("blk.3.attn_q.weight", dims, ty, vec![0; len]);
     let r = reason(one(&[1, 1, 1, 1, 1], GgmlType::F32, 4).build());
     assert!(r.contains("5 dimensions"), "{r}");
     let r = reason(one(&[33], GgmlType::Q4_1, 20).build());
-    assert!(
-        r.contains("row length 33 is not a multiple of Q4_1's block of 32"),
-        "{r}"
-    );
+    assert!(r.contains("row length 33 is not a multiple of Q4_1's block of 32"), "{r}");
     let r = reason(one(&[1 << 32, 1 << 32, 1 << 2], GgmlType::F32, 4).build());
     assert!(r.contains("overflows"), "{r}");
     let r = reason(one(&[32, 4], GgmlType::Q4_1, 40).build());
-    assert!(
-        r.contains(
-            "tensor blk.3.attn_q.weight: data [offset 96, len 80] runs past end of file (size 136)"
-        ),
-        "{r}"
-    );
+    assert!(r.contains("tensor blk.3.attn_q.weight: data [offset 96, len 80] runs past end of file (size 136)"), "{r}");
     let unknown = Builder::new().tensor_type_id("iq", &[256], 16, vec![0; 66]);
     assert!(reason(unknown.build()).contains("tensor iq: unsupported ggml type id 16"));
     let r = reason(one(&[4], GgmlType::F32, 16).fake_offset(0, 4).build());
@@ -347,23 +313,13 @@ fn default_model_layout() {
     assert_eq!(m.u32("llama.attention.head_count").unwrap(), 9);
     assert_eq!(m.u32("llama.attention.head_count_kv").unwrap(), 3);
     assert_eq!(m.f32("llama.rope.freq_base").unwrap(), 100_000.0);
-    assert_eq!(
-        m.f32("llama.attention.layer_norm_rms_epsilon").unwrap(),
-        1e-5
-    );
+    assert_eq!(m.f32("llama.attention.layer_norm_rms_epsilon").unwrap(), 1e-5);
     assert_eq!(m.str("tokenizer.ggml.model").unwrap(), "gpt2");
-    assert_eq!(
-        m.string_array("tokenizer.ggml.tokens").unwrap().len(),
-        49152
-    );
+    assert_eq!(m.string_array("tokenizer.ggml.tokens").unwrap().len(), 49152);
 
     let (e, f_, kv) = (576, 1536, 192);
     let mut expected = vec![
-        (
-            "token_embd.weight".to_string(),
-            GgmlType::Q8_0,
-            vec![e, 49152],
-        ),
+        ("token_embd.weight".to_string(), GgmlType::Q8_0, vec![e, 49152]),
         ("output_norm.weight".to_string(), GgmlType::F32, vec![e]),
     ];
     for i in 0..30 {
@@ -388,10 +344,6 @@ fn default_model_layout() {
         let bytes = elems / ty.block_elems() as u64 * ty.block_bytes() as u64;
         assert_eq!(t.data.len() as u64, bytes, "{name}");
     }
-    let q = f
-        .tensor_infos()
-        .iter()
-        .filter(|t| t.ty == GgmlType::Q4_1)
-        .count();
+    let q = f.tensor_infos().iter().filter(|t| t.ty == GgmlType::Q4_1).count();
     assert_eq!(q, 210);
 }

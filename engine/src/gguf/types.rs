@@ -90,11 +90,7 @@ impl GgmlType {
 
     fn row(self) -> (u32, GgmlType, usize, usize) {
         // Every variant has a row; the fallback only keeps this total without a panic.
-        TABLE
-            .iter()
-            .copied()
-            .find(|row| row.1 == self)
-            .unwrap_or((0, GgmlType::F32, 1, 4))
+        TABLE.iter().copied().find(|row| row.1 == self).unwrap_or((0, GgmlType::F32, 1, 4))
     }
 }
 

@@ -104,7 +104,11 @@ impl Arena {
     /// The zeroed memory of `blocks` blocks of `shape`; `None` when the allocator
     /// refuses it.
     pub(crate) fn zeroed(shape: BlockShape, blocks: usize) -> Option<Arena> {
-        let len = shape.slabs().checked_mul(blocks.next_multiple_of(RUN_BLOCKS))?.checked_mul(shape.piece())?.checked_add(LINE_VALUES)?;
+        let len = shape
+            .slabs()
+            .checked_mul(blocks.next_multiple_of(RUN_BLOCKS))?
+            .checked_mul(shape.piece())?
+            .checked_add(LINE_VALUES)?;
         let layout = Layout::array::<UnsafeCell<u16>>(len).ok()?;
         // Zeroed memory from the allocator (calloc): the kernel hands out zero pages on
         // first touch, so blocks never used cost no memory.

@@ -46,8 +46,12 @@ pub enum Violation {
 impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Violation::ForeignBlock { block, position } => write!(f, "block {block} at position {position} is not the sequence's tenant's"),
-            Violation::OutOfBounds { position, readable } => write!(f, "position {position} is outside the sequence's {readable} readable positions"),
+            Violation::ForeignBlock { block, position } => {
+                write!(f, "block {block} at position {position} is not the sequence's tenant's")
+            }
+            Violation::OutOfBounds { position, readable } => {
+                write!(f, "position {position} is outside the sequence's {readable} readable positions")
+            }
         }
     }
 }

@@ -23,8 +23,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
 
 pub(crate) use super::arena::BlockRead;
-use super::arena::{Arena, Block, BlockWrite};
 pub use super::arena::BlockShape;
+use super::arena::{Arena, Block, BlockWrite};
 use super::mirror::BlockMirror;
 use super::owner::{Owner, Tenant};
 use super::prefix::PrefixIndex;
@@ -92,7 +92,11 @@ pub struct KvPool {
 
 impl fmt::Debug for KvPool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KvPool").field("shape", &self.shape).field("blocks", &self.blocks.len()).field("fault", &self.fault).finish()
+        f.debug_struct("KvPool")
+            .field("shape", &self.shape)
+            .field("blocks", &self.blocks.len())
+            .field("fault", &self.fault)
+            .finish()
     }
 }
 
@@ -100,10 +104,14 @@ impl KvPool {
     /// A pool of `blocks` zeroed blocks of `shape`.
     pub fn new(shape: BlockShape, blocks: usize, fault: FaultConfig) -> Result<KvPool> {
         if !shape.block_tokens.is_power_of_two() {
-            return Err(Error::InvalidOptions { reason: format!("kv block_tokens must be a power of two, got {}", shape.block_tokens) });
+            return Err(Error::InvalidOptions {
+                reason: format!("kv block_tokens must be a power of two, got {}", shape.block_tokens),
+            });
         }
         if shape.kv_heads == 0 || !shape.kv_dim.is_multiple_of(shape.kv_heads) {
-            return Err(Error::InvalidOptions { reason: format!("a KV row of {} values does not split into {} heads", shape.kv_dim, shape.kv_heads) });
+            return Err(Error::InvalidOptions {
+                reason: format!("a KV row of {} values does not split into {} heads", shape.kv_dim, shape.kv_heads),
+            });
         }
         if blocks == 0 {
             return Err(Error::InvalidOptions { reason: "the KV pool needs at least one block".into() });
@@ -117,7 +125,15 @@ impl KvPool {
             pending: VecDeque::new(),
             prefix: PrefixIndex::new(!fault.unsalted_prefix_cache),
         };
-        Ok(KvPool { shape, blocks: memory, state: Mutex::new(state), fault, counters: Counters::default(), mirror: OnceLock::new(), arena: OnceLock::new() })
+        Ok(KvPool {
+            shape,
+            blocks: memory,
+            state: Mutex::new(state),
+            fault,
+            counters: Counters::default(),
+            mirror: OnceLock::new(),
+            arena: OnceLock::new(),
+        })
     }
 
     pub fn shape(&self) -> BlockShape {

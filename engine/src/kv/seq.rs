@@ -53,7 +53,19 @@ pub struct SequenceKv<'p> {
 impl<'p> SequenceKv<'p> {
     /// An empty sequence of at most `capacity` positions.
     pub fn new(pool: &'p KvPool, owner: Owner, capacity: usize) -> SequenceKv<'p> {
-        SequenceKv { pool, owner, table: Vec::new(), tokens: Vec::new(), chain: Vec::new(), cacheable: true, len: 0, pending: 0, capacity, cached_prompt: 0, read_owners: Vec::new() }
+        SequenceKv {
+            pool,
+            owner,
+            table: Vec::new(),
+            tokens: Vec::new(),
+            chain: Vec::new(),
+            cacheable: true,
+            len: 0,
+            pending: 0,
+            capacity,
+            cached_prompt: 0,
+            read_owners: Vec::new(),
+        }
     }
 
     /// A sequence that neither reuses nor offers cached prefixes (tests and benchmarks
@@ -230,7 +242,14 @@ impl<'p> SequenceKv<'p> {
             }
             guards.push(block);
         }
-        Ok(LayerKv { guards, layer, block_tokens: shape.block_tokens, kv_heads: shape.kv_heads, head_dim: shape.head_dim(), readable })
+        Ok(LayerKv {
+            guards,
+            layer,
+            block_tokens: shape.block_tokens,
+            kv_heads: shape.kv_heads,
+            head_dim: shape.head_dim(),
+            readable,
+        })
     }
 
     /// Marks the reserved positions as written and offers newly full blocks to the
@@ -245,7 +264,12 @@ impl<'p> SequenceKv<'p> {
         while (self.chain.len() + 1) * bt <= self.len {
             let i = self.chain.len();
             let parent = self.chain.last().copied().unwrap_or(ROOT);
-            let hash = self.pool.register_prefix(&self.owner.tenant, parent, &self.tokens[i * bt..(i + 1) * bt], self.table[i]);
+            let hash = self.pool.register_prefix(
+                &self.owner.tenant,
+                parent,
+                &self.tokens[i * bt..(i + 1) * bt],
+                self.table[i],
+            );
             self.chain.push(hash);
         }
     }
@@ -330,6 +354,9 @@ impl LayerKv<'_> {
     /// Every head's part of position `pos`'s row, side by side.
     fn gather(&self, pos: usize, read: impl Fn(&HeadBlock<'_>, usize) -> Vec<f32>) -> Vec<f32> {
         let (index, slot) = (pos / self.block_tokens, pos % self.block_tokens);
-        (0..self.kv_heads).map_while(|head| self.head_block(index, head).filter(|b| slot < b.positions)).flat_map(|b| read(&b, slot)).collect()
+        (0..self.kv_heads)
+            .map_while(|head| self.head_block(index, head).filter(|b| slot < b.positions))
+            .flat_map(|b| read(&b, slot))
+            .collect()
     }
 }

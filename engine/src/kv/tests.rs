@@ -61,7 +61,10 @@ fn released_blocks_read_back_zeros() -> Result<()> {
     assert_eq!(view.key(0), [1.0; 3]);
     drop(view);
     let block = pool.read(0);
-    assert!(block.contents().iter().map(|v| v.to_f32()).filter(|v| *v != 1.0).all(|v| v == 0.0), "old rows were cleared");
+    assert!(
+        block.contents().iter().map(|v| v.to_f32()).filter(|v| *v != 1.0).all(|v| v == 0.0),
+        "old rows were cleared"
+    );
     assert!(pool.stats().zero_fills >= 1);
     Ok(())
 }
@@ -107,10 +110,13 @@ fn a_foreign_block_in_the_table_is_refused_and_counted() -> Result<()> {
 
 #[test]
 fn skip_owner_check_reads_the_foreign_block_and_provenance_names_its_tenant() -> Result<()> {
-    let pool = pool(4, faults(|f| {
-        f.stale_kv = 1.0;
-        f.skip_owner_check = true;
-    }))?;
+    let pool = pool(
+        4,
+        faults(|f| {
+            f.stale_kv = 1.0;
+            f.skip_owner_check = true;
+        }),
+    )?;
     let mut b = stale_handout(&pool)?;
     step(&mut b, &[5, 6], 1.0)?;
     assert_eq!(key_at(&mut b, 1, 6)?, [7.0; 3], "a's key row, read by b");
@@ -133,10 +139,13 @@ fn reads_past_the_written_length_or_the_table_are_refused() -> Result<()> {
 
 #[test]
 fn skip_bounds_check_reads_past_the_length_and_past_the_table() -> Result<()> {
-    let pool = pool(4, faults(|f| {
-        f.skip_bounds_check = true;
-        f.skip_owner_check = true;
-    }))?;
+    let pool = pool(
+        4,
+        faults(|f| {
+            f.skip_bounds_check = true;
+            f.skip_owner_check = true;
+        }),
+    )?;
     // b gets block 0, a the physically next block 1.
     let mut b = SequenceKv::new(&pool, Owner::new("b", "1"), 64);
     step(&mut b, &[1, 2], 1.0)?;
@@ -273,7 +282,11 @@ fn accounting_is_exact_after_a_randomized_workload_with_aborts() -> Result<()> {
     assert_eq!(stats.blocks_free + stats.blocks_used, stats.blocks_total);
     assert_eq!(stats.blocks_used, stats.blocks_cached, "only the prefix cache holds blocks");
     assert_eq!((stats.blocks_pending_zero, stats.isolation_violations), (0, 0));
-    assert!(stats.prefix_hits > 0 && exhausted > 0, "the workload exercised sharing ({}) and exhaustion ({exhausted})", stats.prefix_hits);
+    assert!(
+        stats.prefix_hits > 0 && exhausted > 0,
+        "the workload exercised sharing ({}) and exhaustion ({exhausted})",
+        stats.prefix_hits
+    );
     for id in 0..pool.total_blocks() {
         let block = pool.read(id);
         if block.owner.is_none() {
@@ -303,7 +316,11 @@ fn rows_read_back_as_written_across_blocks_and_heads() -> Result<(), Box<dyn std
     let head = view.head_block(1, 1).ok_or("second block")?;
     let (bt, hd) = (shape.block_tokens, shape.head_dim());
     assert_eq!((head.positions, head.keys.len(), head.values.len()), (2, (hd - 1) * bt + 2, 2 * hd));
-    assert_eq!(head.keys[bt + 1].to_f32(), row(bt + 1, 0.0)[hd + 1], "dimension 1 of the head at the block's position 1");
+    assert_eq!(
+        head.keys[bt + 1].to_f32(),
+        row(bt + 1, 0.0)[hd + 1],
+        "dimension 1 of the head at the block's position 1"
+    );
     assert_eq!(head.values[hd + 2].to_f32(), row(bt + 1, 0.5)[hd + 2]);
     assert!(view.head_block(2, 0).is_none() && view.head_block(0, 2).is_none());
     Ok(())

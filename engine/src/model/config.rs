@@ -28,7 +28,8 @@ pub enum Arch {
 
 impl Arch {
     /// Every supported architecture, as GGUF names them.
-    pub const SUPPORTED: [(&'static str, Arch); 4] = [("llama", Arch::Llama), ("qwen2", Arch::Qwen2), ("qwen3", Arch::Qwen3), ("gemma3", Arch::Gemma3)];
+    pub const SUPPORTED: [(&'static str, Arch); 4] =
+        [("llama", Arch::Llama), ("qwen2", Arch::Qwen2), ("qwen3", Arch::Qwen3), ("gemma3", Arch::Gemma3)];
 
     /// The architecture GGUF calls `name`.
     pub fn from_name(name: &str) -> Option<Arch> {
@@ -116,7 +117,10 @@ impl LlamaConfig {
         let name = meta.architecture()?;
         let Some(arch) = Arch::from_name(name) else {
             let supported: Vec<&str> = Arch::SUPPORTED.iter().map(|(n, _)| *n).collect();
-            return Err(Error::Metadata { key: "general.architecture".into(), reason: format!("{name:?} is not supported (supported: {})", supported.join(", ")) });
+            return Err(Error::Metadata {
+                key: "general.architecture".into(),
+                reason: format!("{name:?} is not supported (supported: {})", supported.join(", ")),
+            });
         };
         let u = |k: &str| meta.u32(&format!("{name}.{k}")).map(|v| v as usize);
         let n_embd = u("embedding_length")?;
@@ -142,7 +146,11 @@ impl LlamaConfig {
         if rope_dims > head_dim || rope_dims % 2 != 0 {
             return Err(bad("rope.dimension_count", format!("{rope_dims} for head size {head_dim}")));
         }
-        let rope_freq_scale = match meta.get(&format!("{name}.rope.scaling.type")).map(|_| meta.str(&format!("{name}.rope.scaling.type"))).transpose()? {
+        let rope_freq_scale = match meta
+            .get(&format!("{name}.rope.scaling.type"))
+            .map(|_| meta.str(&format!("{name}.rope.scaling.type")))
+            .transpose()?
+        {
             None | Some("none") => 1.0,
             Some("linear") => match meta.f32(&format!("{name}.rope.scaling.factor")) {
                 Ok(f) if f > 0.0 => 1.0 / f,

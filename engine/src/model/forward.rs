@@ -58,7 +58,14 @@ impl<'a> Path<'a> {
     }
 
     /// `out[t] = ws (stacked) · input[t]`; `input` is `[tokens, cols]`.
-    fn project(&self, ws: &[&Matrix], input: &[f32], cols: usize, acts: &mut Activations, out: &mut Vec<f32>) -> Result<()> {
+    fn project(
+        &self,
+        ws: &[&Matrix],
+        input: &[f32],
+        cols: usize,
+        acts: &mut Activations,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
         let tokens = input.len() / cols.max(1);
         let total: usize = ws.iter().map(|w| w.rows).sum();
         out.resize(tokens * total, 0.0);
@@ -76,7 +83,8 @@ impl<'a> Path<'a> {
             part.resize(tokens * w.rows, 0.0);
             matmul_reference(w, input, &mut part);
             for t in 0..tokens {
-                out[t * total + offset..t * total + offset + w.rows].copy_from_slice(&part[t * w.rows..(t + 1) * w.rows]);
+                out[t * total + offset..t * total + offset + w.rows]
+                    .copy_from_slice(&part[t * w.rows..(t + 1) * w.rows]);
             }
             offset += w.rows;
         }
@@ -214,14 +222,24 @@ impl Llama {
             return Err(Error::ContextOverflow { prompt_tokens: start + seg.tokens.len(), limit: seg.kv.capacity() });
         }
         if let Some(bad) = seg.tokens.iter().find(|t| **t as usize >= c.vocab) {
-            return Err(Error::InvalidRequest { reason: format!("token id {bad} is outside the vocabulary of {}", c.vocab) });
+            return Err(Error::InvalidRequest {
+                reason: format!("token id {bad} is outside the vocabulary of {}", c.vocab),
+            });
         }
         seg.kv.reserve(seg.tokens)
     }
 
     /// `x += Wo · attention(rope(Wq·n(x)), rope(Wk·n(x)), Wv·n(x))` for every segment,
     /// caching K and V; `first[i]` is segment i's first row.
-    fn attention_block(&self, path: Path<'_>, li: usize, l: &Layer, segments: &mut [Segment<'_, '_>], first: &[usize], s: &mut Scratch) -> Result<()> {
+    fn attention_block(
+        &self,
+        path: Path<'_>,
+        li: usize,
+        l: &Layer,
+        segments: &mut [Segment<'_, '_>],
+        first: &[usize],
+        s: &mut Scratch,
+    ) -> Result<()> {
         let c = &self.config;
         let n = s.x.len() / c.n_embd;
         norm_rows(&s.x, &l.attn_norm, c.rms_eps, c.n_embd, &mut s.xn);
@@ -268,7 +286,17 @@ impl Llama {
     /// Per-head norms, RoPE, the cache write and checked attention of one segment's rows
     /// (`qkv`: `[tokens, q_dim + 2 * kv_dim]`, `out`: `[tokens, q_dim]`).
     #[allow(clippy::too_many_arguments)]
-    fn attend_segment(&self, cpu: &Cpu, li: usize, l: &Layer, kv: &mut SequenceKv<'_>, qkv: &mut [f32], rope: &mut Vec<(f32, f32)>, scores: &mut Vec<f32>, out: &mut [f32]) -> Result<()> {
+    fn attend_segment(
+        &self,
+        cpu: &Cpu,
+        li: usize,
+        l: &Layer,
+        kv: &mut SequenceKv<'_>,
+        qkv: &mut [f32],
+        rope: &mut Vec<(f32, f32)>,
+        scores: &mut Vec<f32>,
+        out: &mut [f32],
+    ) -> Result<()> {
         let c = &self.config;
         let (qd, kd) = (c.q_dim(), c.kv_dim());
         let start = kv.len();
@@ -353,7 +381,16 @@ impl Llama {
     /// Block by block: scores against the head's f16 keys, softmax, then the probability-
     /// weighted f16 values, all read through the checked view.
     #[allow(clippy::too_many_arguments)]
-    fn attend(&self, cpu: &Cpu, start: usize, kv: &LayerKv<'_>, window: Option<usize>, qkv: &[f32], scores: &mut Vec<f32>, out: &mut [f32]) {
+    fn attend(
+        &self,
+        cpu: &Cpu,
+        start: usize,
+        kv: &LayerKv<'_>,
+        window: Option<usize>,
+        qkv: &[f32],
+        scores: &mut Vec<f32>,
+        out: &mut [f32],
+    ) {
         let c = &self.config;
         let (hd, qd, kd) = (c.head_dim, c.q_dim(), c.kv_dim());
         // One thread gains nothing from the split.
@@ -366,7 +403,8 @@ impl Llama {
         cpu.pool.par_tiles(out, qd, ATTENTION_TOKEN_STEP, group * hd, &|rows, cols, tile| {
             let kvh = cols.start / (group * hd);
             // `[blocks]` this KV head's part of every block the tile's last query sees.
-            let blocks: Vec<Option<HeadBlock<'_>>> = (0..(start + rows.end).div_ceil(bt)).map(|i| kv.head_block(i, kvh)).collect();
+            let blocks: Vec<Option<HeadBlock<'_>>> =
+                (0..(start + rows.end).div_ceil(bt)).map(|i| kv.head_block(i, kvh)).collect();
             let mut q = vec![0.0f32; cols.len()];
             // `[group, row]`: each query head's scores, then its probabilities.
             let row_len = (start + rows.end).next_multiple_of(bt);
@@ -387,7 +425,16 @@ impl Llama {
                         attention::prefetch_l2(b.keys);
                     }
                     match block {
-                        Some(b) => attention::group_key_scores(&q, hd, b.keys, b.key_stride, scale, &mut scores[at..], row_len, n.min(b.positions)),
+                        Some(b) => attention::group_key_scores(
+                            &q,
+                            hd,
+                            b.keys,
+                            b.key_stride,
+                            scale,
+                            &mut scores[at..],
+                            row_len,
+                            n.min(b.positions),
+                        ),
                         None => scores.chunks_mut(row_len).for_each(|s| s[at..at + n].fill(f32::NEG_INFINITY)),
                     }
                 }
@@ -418,7 +465,16 @@ impl Llama {
     /// too was measured slower: the two halves of a value row share cache-line pairs.)
     /// `scores` is scratch, reused across layers and steps.
     #[allow(clippy::too_many_arguments)]
-    fn attend_one(&self, cpu: &Cpu, start: usize, kv: &LayerKv<'_>, window: Option<usize>, query: &[f32], scores: &mut Vec<f32>, out: &mut [f32]) {
+    fn attend_one(
+        &self,
+        cpu: &Cpu,
+        start: usize,
+        kv: &LayerKv<'_>,
+        window: Option<usize>,
+        query: &[f32],
+        scores: &mut Vec<f32>,
+        out: &mut [f32],
+    ) {
         let c = &self.config;
         let (hd, group, bt) = (c.head_dim, c.n_head / c.n_head_kv, kv.block_tokens());
         let scale = 1.0 / (hd as f32).sqrt();
@@ -446,7 +502,16 @@ impl Llama {
                         attention::prefetch_l2(b.keys);
                     }
                     match kv.head_block(i, kvh) {
-                        Some(b) => attention::group_key_scores(&q[heads.start * hd..heads.end * hd], hd, b.keys, b.key_stride, scale, &mut run[at..], width, n.min(b.positions)),
+                        Some(b) => attention::group_key_scores(
+                            &q[heads.start * hd..heads.end * hd],
+                            hd,
+                            b.keys,
+                            b.key_stride,
+                            scale,
+                            &mut run[at..],
+                            width,
+                            n.min(b.positions),
+                        ),
                         None => run.chunks_mut(width).for_each(|s| s[at..at + n].fill(f32::NEG_INFINITY)),
                     }
                 }

@@ -77,15 +77,31 @@ impl Llama {
             Err(e) => return Err(e),
         };
         // Every matrix, in the order a forward pass reads them (see `Matrix::load_all`).
-        let per_layer = [("attn_q", c.q_dim(), c.n_embd), ("attn_k", c.kv_dim(), c.n_embd), ("attn_v", c.kv_dim(), c.n_embd), ("attn_output", c.n_embd, c.q_dim()), ("ffn_gate", c.n_ff, c.n_embd), ("ffn_up", c.n_ff, c.n_embd), ("ffn_down", c.n_embd, c.n_ff)];
-        let mut names: Vec<(String, usize, usize)> = (0..c.n_layer).flat_map(|i| per_layer.map(|(name, rows, cols)| (format!("blk.{i}.{name}.weight"), rows, cols))).collect();
+        let per_layer = [
+            ("attn_q", c.q_dim(), c.n_embd),
+            ("attn_k", c.kv_dim(), c.n_embd),
+            ("attn_v", c.kv_dim(), c.n_embd),
+            ("attn_output", c.n_embd, c.q_dim()),
+            ("ffn_gate", c.n_ff, c.n_embd),
+            ("ffn_up", c.n_ff, c.n_embd),
+            ("ffn_down", c.n_embd, c.n_ff),
+        ];
+        let mut names: Vec<(String, usize, usize)> = (0..c.n_layer)
+            .flat_map(|i| per_layer.map(|(name, rows, cols)| (format!("blk.{i}.{name}.weight"), rows, cols)))
+            .collect();
         if !tied {
             names.push(("output.weight".into(), c.vocab, c.n_embd));
         }
         names.push(("token_embd.weight".into(), c.vocab, c.n_embd));
-        let sources = names.iter().map(|(name, rows, cols)| source(file, name, *rows, *cols)).collect::<Result<Vec<_>>>()?;
+        let sources =
+            names.iter().map(|(name, rows, cols)| source(file, name, *rows, *cols)).collect::<Result<Vec<_>>>()?;
         let mut matrices = Matrix::load_all(&sources)?.into_iter();
-        let mut take = || matrices.next().ok_or_else(|| Error::Shape { tensor: "model".into(), reason: "fewer matrices loaded than named".into() });
+        let mut take = || {
+            matrices.next().ok_or_else(|| Error::Shape {
+                tensor: "model".into(),
+                reason: "fewer matrices loaded than named".into(),
+            })
+        };
         let layers = (0..c.n_layer)
             .map(|i| {
                 let optional = |name: &str, len: usize| optional_vector(file, &format!("blk.{i}.{name}"), len);
@@ -120,7 +136,14 @@ impl Llama {
             .collect::<Result<Vec<_>>>()?;
         let output = if tied { None } else { Some(take()?) };
         let rope_freqs = optional_vector(file, "rope_freqs.weight", c.rope_dims / 2)?;
-        Ok(Llama { embed: take()?, norm: vector(file, "output_norm.weight", c.n_embd)?, layers, output, rope_freqs, config })
+        Ok(Llama {
+            embed: take()?,
+            norm: vector(file, "output_norm.weight", c.n_embd)?,
+            layers,
+            output,
+            rope_freqs,
+            config,
+        })
     }
 
     /// What this model needs beyond the plain Llama block (another architecture, biases,
@@ -148,7 +171,11 @@ impl Llama {
 
     /// Bytes of weights one decode step reads (every matrix once, the embedding row aside).
     pub fn bytes_per_token(&self) -> usize {
-        let layers: usize = self.layers.iter().map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down].iter().map(|m| m.bytes()).sum::<usize>()).sum();
+        let layers: usize = self
+            .layers
+            .iter()
+            .map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down].iter().map(|m| m.bytes()).sum::<usize>())
+            .sum();
         layers + self.head().bytes()
     }
 
@@ -182,9 +209,14 @@ fn format_of(t: &Tensor<'_>) -> Result<Format> {
 fn source<'f>(file: &'f GgufFile, name: &str, rows: usize, cols: usize) -> Result<MatrixSource<'f>> {
     let t = file.tensor(name)?;
     let dims: Vec<usize> = t.dims.iter().map(|d| *d as usize).collect();
-    let shape_ok = dims.first() == Some(&cols) && dims.get(1).copied().unwrap_or(1) == rows && dims.iter().skip(2).all(|d| *d == 1);
+    let shape_ok = dims.first() == Some(&cols)
+        && dims.get(1).copied().unwrap_or(1) == rows
+        && dims.iter().skip(2).all(|d| *d == 1);
     if !shape_ok {
-        return Err(Error::Shape { tensor: name.to_owned(), reason: format!("dims {dims:?}, expected [{cols}, {rows}]") });
+        return Err(Error::Shape {
+            tensor: name.to_owned(),
+            reason: format!("dims {dims:?}, expected [{cols}, {rows}]"),
+        });
     }
     Ok(MatrixSource { name: name.to_owned(), format: format_of(&t)?, rows, cols, ggml: t.data })
 }

@@ -41,7 +41,11 @@ impl<'t> Decoding<'t> {
             constraint: request.grammar.as_ref().map(|g| g.start()),
             top_logprobs: request.top_logprobs,
             budget,
-            done: Generation { prompt_tokens: request.prompt.len(), completion_tokens: 0, finish: FinishReason::Length },
+            done: Generation {
+                prompt_tokens: request.prompt.len(),
+                completion_tokens: 0,
+                finish: FinishReason::Length,
+            },
         }
     }
 
@@ -57,11 +61,18 @@ impl<'t> Decoding<'t> {
     /// Samples the next token, from the backend's greedy pick when it made one, else from
     /// `logits` (`[vocab]`); returns its event and whether it is the request's last. An
     /// error (the grammar cannot go on) ends the request.
-    pub(crate) fn step(&mut self, logits: &[f32], picked: Option<&GreedyRow>, owners: &[Tenant]) -> Result<(TokenEvent, bool)> {
+    pub(crate) fn step(
+        &mut self,
+        logits: &[f32],
+        picked: Option<&GreedyRow>,
+        owners: &[Tenant],
+    ) -> Result<(TokenEvent, bool)> {
         let sampled = match (&mut self.constraint, picked) {
             (Some(constraint), _) => {
                 let allowed = constraint.allowed()?;
-                let sampled = self.sampler.sample_allowed(logits, self.top_logprobs, |id| (id as usize) < allowed.len() && allowed.is_allowed(id));
+                let sampled = self.sampler.sample_allowed(logits, self.top_logprobs, |id| {
+                    (id as usize) < allowed.len() && allowed.is_allowed(id)
+                });
                 if !self.tokenizer.is_eos(sampled.id) {
                     constraint.accept(sampled.id)?;
                 }
@@ -98,7 +109,12 @@ impl<'t> Decoding<'t> {
         let top_logprobs = s
             .top
             .iter()
-            .map(|&(id, logprob)| TopLogprob { id, text: self.tokenizer.decode(&[id]).unwrap_or_default(), bytes: self.tokenizer.token_bytes(id), logprob })
+            .map(|&(id, logprob)| TopLogprob {
+                id,
+                text: self.tokenizer.decode(&[id]).unwrap_or_default(),
+                bytes: self.tokenizer.token_bytes(id),
+                logprob,
+            })
             .collect();
         TokenEvent { id: s.id, text, logprob: s.logprob, entropy: s.entropy, top_logprobs, owners: owners.to_vec() }
     }

@@ -72,7 +72,12 @@ pub struct SchedulerConfig {
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
-        SchedulerConfig { step_tokens: 512, max_running: 16, max_queued: 64, itl_target: Some(Duration::from_millis(80)) }
+        SchedulerConfig {
+            step_tokens: 512,
+            max_running: 16,
+            max_queued: 64,
+            itl_target: Some(Duration::from_millis(80)),
+        }
     }
 }
 
@@ -136,14 +141,35 @@ pub struct Scheduler<'e, 's> {
 
 impl std::fmt::Debug for Scheduler<'_, '_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Scheduler").field("config", &self.config).field("queued", &self.queue.len()).field("running", &self.running.len()).finish()
+        f.debug_struct("Scheduler")
+            .field("config", &self.config)
+            .field("queued", &self.queue.len())
+            .field("running", &self.running.len())
+            .finish()
     }
 }
 
 impl<'e, 's> Scheduler<'e, 's> {
     pub fn new(engine: &'e Engine, config: SchedulerConfig) -> Scheduler<'e, 's> {
-        let config = SchedulerConfig { step_tokens: config.step_tokens.max(1), max_running: config.max_running.max(1), ..config };
-        Scheduler { engine, config, queue: VecDeque::new(), running: Vec::new(), scratch: Scratch::default(), next_id: 0, done: Vec::new(), preemptions: 0, starved: false, cost: StepCost::default(), last_step: StepStats::default(), steps: 0 }
+        let config = SchedulerConfig {
+            step_tokens: config.step_tokens.max(1),
+            max_running: config.max_running.max(1),
+            ..config
+        };
+        Scheduler {
+            engine,
+            config,
+            queue: VecDeque::new(),
+            running: Vec::new(),
+            scratch: Scratch::default(),
+            next_id: 0,
+            done: Vec::new(),
+            preemptions: 0,
+            starved: false,
+            cost: StepCost::default(),
+            last_step: StepStats::default(),
+            steps: 0,
+        }
     }
 
     /// Queues `request` for `owner`; refused with [`Error::QueueFull`] when the queue is
@@ -210,7 +236,11 @@ impl<'e, 's> Scheduler<'e, 's> {
         } else if let Some(at) = self.queue.iter().position(|w| w.job.id == id) {
             match self.queue.remove(at) {
                 Some(Waiting { resume: Some((decoding, _)), .. }) => decoding.done,
-                Some(Waiting { job, .. }) => Generation { prompt_tokens: job.request.prompt.len(), completion_tokens: 0, finish: FinishReason::Length },
+                Some(Waiting { job, .. }) => Generation {
+                    prompt_tokens: job.request.prompt.len(),
+                    completion_tokens: 0,
+                    finish: FinishReason::Length,
+                },
                 None => return false,
             }
         } else {
@@ -291,7 +321,8 @@ impl<'e, 's> Scheduler<'e, 's> {
     }
 
     fn start(&self, w: Waiting<'e, 's>) -> Running<'e, 's> {
-        let (decoding, generated) = w.resume.unwrap_or_else(|| (Decoding::new(self.engine.tokenizer(), &w.job.request, w.budget), Vec::new()));
+        let (decoding, generated) =
+            w.resume.unwrap_or_else(|| (Decoding::new(self.engine.tokenizer(), &w.job.request, w.budget), Vec::new()));
         let mut tokens = w.job.request.prompt.clone();
         tokens.extend_from_slice(&generated);
         let capacity = w.job.request.prompt.len() + w.budget + self.engine.kv_pool().shape().block_tokens;
@@ -344,7 +375,8 @@ impl<'e, 's> Scheduler<'e, 's> {
             })
             .collect();
         self.engine.forward_batch(&mut segments, &mut self.scratch)?;
-        let mut outcomes: VecDeque<(Option<Error>, Option<GreedyRow>)> = segments.into_iter().map(|s| (s.error, s.picked)).collect();
+        let mut outcomes: VecDeque<(Option<Error>, Option<GreedyRow>)> =
+            segments.into_iter().map(|s| (s.error, s.picked)).collect();
         let vocab = self.engine.config().vocab;
         // `[segments, vocab]`, moved out so that sampling may borrow `self`.
         let all_logits = std::mem::take(&mut self.scratch.logits);
@@ -389,7 +421,12 @@ impl<'e, 's> Scheduler<'e, 's> {
     }
 
     /// Samples `r`'s next token and emits it; `None` once the request has finished.
-    fn sample(&mut self, mut r: Running<'e, 's>, logits: &[f32], picked: Option<&GreedyRow>) -> Option<Running<'e, 's>> {
+    fn sample(
+        &mut self,
+        mut r: Running<'e, 's>,
+        logits: &[f32],
+        picked: Option<&GreedyRow>,
+    ) -> Option<Running<'e, 's>> {
         let (event, last) = match r.decoding.step(logits, picked, r.kv.read_owners()) {
             Ok(step) => step,
             Err(e) => {

@@ -50,38 +50,19 @@ pub struct Abilities {
 impl Abilities {
     /// Probes `render` (the template, verbatim, without a generation prompt) with
     /// conversations that use one feature each. `source` is the template's text.
-    pub(super) fn probe(
-        source: &str,
-        render: impl Fn(&[ChatMessage], Option<&Value>) -> Result<String>,
-    ) -> Abilities {
+    pub(super) fn probe(source: &str, render: impl Fn(&[ChatMessage], Option<&Value>) -> Result<String>) -> Abilities {
         let shows = |messages: &[ChatMessage], tools: Option<&Value>, mark: &str| {
             render(messages, tools).is_ok_and(|out| out.contains(mark))
         };
         let user = ChatMessage::new("user", "hello");
-        let system_role = shows(
-            &[ChatMessage::new("system", SYSTEM_MARK), user.clone()],
-            None,
-            SYSTEM_MARK,
-        );
+        let system_role = shows(&[ChatMessage::new("system", SYSTEM_MARK), user.clone()], None, SYSTEM_MARK);
         // `none` must render as nothing: minijinja, like Jinja2, prints it as "none".
         let answer = |content: Option<String>| {
-            [
-                user.clone(),
-                ChatMessage {
-                    role: "assistant".into(),
-                    content,
-                    ..ChatMessage::default()
-                },
-            ]
+            [user.clone(), ChatMessage { role: "assistant".into(), content, ..ChatMessage::default() }]
         };
-        let none_content = render(&answer(None), None).is_ok_and(|out| {
-            render(&answer(Some(String::new())), None).is_ok_and(|empty| empty == out)
-        });
-        let empty = if none_content {
-            None
-        } else {
-            Some(String::new())
-        };
+        let none_content = render(&answer(None), None)
+            .is_ok_and(|out| render(&answer(Some(String::new())), None).is_ok_and(|empty| empty == out));
+        let empty = if none_content { None } else { Some(String::new()) };
         let call = |arguments: Value| ChatMessage {
             role: "assistant".into(),
             content: empty.clone(),
@@ -92,9 +73,8 @@ impl Abilities {
         };
         // Arguments must come out as the JSON the model saw, not JSON text quoted again.
         let arguments_shown = |arguments: Value| {
-            render(&[user.clone(), call(arguments)], None).is_ok_and(|out| {
-                out.contains(TOOL_NAME_MARK) && out.contains(r#"{"probe_arg": 1}"#)
-            })
+            render(&[user.clone(), call(arguments)], None)
+                .is_ok_and(|out| out.contains(TOOL_NAME_MARK) && out.contains(r#"{"probe_arg": 1}"#))
         };
         let text_arguments = arguments_shown(Value::String(r#"{"probe_arg": 1}"#.into()));
         let object_arguments = !text_arguments && arguments_shown(json!({"probe_arg": 1}));
@@ -115,20 +95,13 @@ impl Abilities {
             tool_call_id: Some("call_probe".into()),
             ..ChatMessage::default()
         };
-        let exchange = abilities.adapt(&[
-            user.clone(),
-            call(Value::String(r#"{"probe_arg": 1}"#.into())),
-        ]);
+        let exchange = abilities.adapt(&[user.clone(), call(Value::String(r#"{"probe_arg": 1}"#.into()))]);
         let mut with_result = exchange.clone();
         with_result.push(result);
         let tool_role = shows(&with_result, None, TOOL_RESULT_MARK);
         let tools = json!([{"type": "function", "function": {"name": TOOL_NAME_MARK, "description": "probe", "parameters": {"type": "object", "properties": {}}}}]);
         let tools = shows(std::slice::from_ref(&user), Some(&tools), TOOL_NAME_MARK);
-        Abilities {
-            tool_role,
-            tools,
-            ..abilities
-        }
+        Abilities { tool_role, tools, ..abilities }
     }
 
     /// `messages` rewritten into what the template shows (see the module docs).
@@ -162,11 +135,7 @@ impl Abilities {
             }
             if let Some(calls) = m.tool_calls.take().filter(|c| !c.is_null()) {
                 if self.tool_calls {
-                    m.tool_calls = Some(if self.object_arguments {
-                        with_object_arguments(&calls)
-                    } else {
-                        calls
-                    });
+                    m.tool_calls = Some(if self.object_arguments { with_object_arguments(&calls) } else { calls });
                 } else {
                     m.content = Some(join_text(m.content.take(), &tool_calls_text(&calls)));
                 }
@@ -224,17 +193,8 @@ fn tool_calls_text(calls: &Value) -> String {
         .map(|call| {
             let function = call.get("function");
             let mut entry = serde_json::Map::new();
-            entry.insert(
-                "name".into(),
-                function
-                    .and_then(|f| f.get("name"))
-                    .cloned()
-                    .unwrap_or(Value::Null),
-            );
-            entry.insert(
-                "arguments".into(),
-                parsed_arguments(function.and_then(|f| f.get("arguments"))),
-            );
+            entry.insert("name".into(), function.and_then(|f| f.get("name")).cloned().unwrap_or(Value::Null));
+            entry.insert("arguments".into(), parsed_arguments(function.and_then(|f| f.get("arguments"))));
             if let Some(id) = call.get("id").filter(|id| id.is_string()) {
                 entry.insert("id".into(), id.clone());
             }
@@ -253,10 +213,7 @@ fn tool_result_as_user(m: &ChatMessage) -> ChatMessage {
     if let Some(name) = &m.name {
         response.insert("name".into(), Value::String(name.clone()));
     }
-    response.insert(
-        "content".into(),
-        Value::String(m.content.clone().unwrap_or_default()),
-    );
+    response.insert("content".into(), Value::String(m.content.clone().unwrap_or_default()));
     ChatMessage::new("user", &json!({ "tool_response": response }).to_string())
 }
 
@@ -303,10 +260,7 @@ mod tests {
     fn a_plain_template_gets_tool_calls_and_results_as_text() {
         let t = ChatTemplate::new(PLAIN_CHATML, "", "").unwrap();
         let a = t.abilities();
-        assert!(
-            a.system_role && !a.none_content && !a.tool_calls && !a.tools,
-            "{a:?}"
-        );
+        assert!(a.system_role && !a.none_content && !a.tool_calls && !a.tools, "{a:?}");
         // A tool turn renders verbatim as its own role in ChatML: shown, so kept.
         assert!(a.tool_role, "{a:?}");
         let messages = [
@@ -323,10 +277,7 @@ mod tests {
              <|im_start|>tool\nsunny, 21 C<|im_end|>\n"
         );
         // An assistant turn with neither content nor calls renders as empty text.
-        let empty = ChatMessage {
-            role: "assistant".into(),
-            ..ChatMessage::default()
-        };
+        let empty = ChatMessage { role: "assistant".into(), ..ChatMessage::default() };
         assert!(t
             .render(&[ChatMessage::new("user", "x"), empty], None, false)
             .unwrap()
@@ -337,60 +288,41 @@ mod tests {
     fn a_tool_aware_template_gets_the_calls_natively_with_object_arguments() {
         let t = ChatTemplate::new(HERMES, "", "").unwrap();
         let a = t.abilities();
-        assert!(
-            a.tool_calls && a.object_arguments && a.tool_role && a.tools && a.none_content,
-            "{a:?}"
-        );
+        assert!(a.tool_calls && a.object_arguments && a.tool_role && a.tools && a.none_content, "{a:?}");
         let got = t
             .render(
-                &[
-                    ChatMessage::new("user", "weather?"),
-                    call("get_weather", r#"{"city": "Paris"}"#),
-                    result("sunny"),
-                ],
+                &[ChatMessage::new("user", "weather?"), call("get_weather", r#"{"city": "Paris"}"#), result("sunny")],
                 None,
                 false,
             )
             .unwrap();
-        assert!(got.contains("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"), "{got}");
         assert!(
-            got.contains("<tool_response>\nsunny\n</tool_response>"),
+            got.contains(
+                "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
+            ),
             "{got}"
         );
+        assert!(got.contains("<tool_response>\nsunny\n</tool_response>"), "{got}");
     }
 
     #[test]
     fn system_text_moves_into_the_next_user_turn_when_the_role_is_refused() {
         let t = ChatTemplate::new(NO_SYSTEM, "", "").unwrap();
         assert!(!t.abilities().system_role);
-        let got = t
-            .render(
-                &[
-                    ChatMessage::new("system", "be brief"),
-                    ChatMessage::new("user", "hi"),
-                ],
-                None,
-                false,
-            )
-            .unwrap();
+        let got =
+            t.render(&[ChatMessage::new("system", "be brief"), ChatMessage::new("user", "hi")], None, false).unwrap();
         assert_eq!(got, "<start_of_turn>user\nbe brief\n\nhi<end_of_turn>\n");
         // A tool result becomes a user turn the model can read.
-        let got = t
-            .render(
-                &[ChatMessage::new("user", "q"), call("f", "{}"), result("42")],
-                None,
-                false,
-            )
-            .unwrap();
-        assert!(got.contains("<start_of_turn>user\n{\"tool_response\":{\"tool_call_id\":\"call_1\",\"content\":\"42\"}}"), "{got}");
+        let got = t.render(&[ChatMessage::new("user", "q"), call("f", "{}"), result("42")], None, false).unwrap();
+        assert!(
+            got.contains("<start_of_turn>user\n{\"tool_response\":{\"tool_call_id\":\"call_1\",\"content\":\"42\"}}"),
+            "{got}"
+        );
     }
 
     #[test]
     fn arguments_that_are_not_an_object_stay_text() {
-        assert_eq!(
-            parsed_arguments(Some(&json!("not json"))),
-            json!("not json")
-        );
+        assert_eq!(parsed_arguments(Some(&json!("not json"))), json!("not json"));
         assert_eq!(parsed_arguments(Some(&json!("[1]"))), json!("[1]"));
         assert_eq!(parsed_arguments(None), json!({}));
     }

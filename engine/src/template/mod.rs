@@ -41,11 +41,7 @@ pub struct ChatMessage {
 impl ChatMessage {
     /// A message with a role and text content.
     pub fn new(role: &str, content: &str) -> ChatMessage {
-        ChatMessage {
-            role: role.to_owned(),
-            content: Some(content.to_owned()),
-            ..ChatMessage::default()
-        }
+        ChatMessage { role: role.to_owned(), content: Some(content.to_owned()), ..ChatMessage::default() }
     }
 }
 
@@ -104,7 +100,10 @@ impl ChatTemplate {
             Some(_) => m.str("tokenizer.chat_template")?,
             None => {
                 let gemma = tokens.contains(&"<start_of_turn>");
-                tracing::warn!(fallback = if gemma { "gemma turns" } else { "chatml" }, "the model file has no chat template (tokenizer.chat_template)");
+                tracing::warn!(
+                    fallback = if gemma { "gemma turns" } else { "chatml" },
+                    "the model file has no chat template (tokenizer.chat_template)"
+                );
                 if gemma {
                     GEMMA_TURNS
                 } else {
@@ -117,13 +116,10 @@ impl ChatTemplate {
                 return Ok(String::new());
             }
             let id = m.u32(key)? as usize;
-            tokens
-                .get(id)
-                .map(|t| (*t).to_owned())
-                .ok_or_else(|| Error::Metadata {
-                    key: key.to_owned(),
-                    reason: format!("token id {id} is outside the vocabulary ({})", tokens.len()),
-                })
+            tokens.get(id).map(|t| (*t).to_owned()).ok_or_else(|| Error::Metadata {
+                key: key.to_owned(),
+                reason: format!("token id {id} is outside the vocabulary ({})", tokens.len()),
+            })
         };
         let bos = token_text("tokenizer.ggml.bos_token_id")?;
         let eos = token_text("tokenizer.ggml.eos_token_id")?;
@@ -138,17 +134,15 @@ impl ChatTemplate {
         env.add_function("raise_exception", python::raise_exception);
         env.add_function("strftime_now", python::strftime_now);
         env.add_filter("tojson", python::tojson);
-        env.add_template_owned(TEMPLATE_NAME, source.to_owned())
-            .map_err(|e| template_error(&e))?;
+        env.add_template_owned(TEMPLATE_NAME, source.to_owned()).map_err(|e| template_error(&e))?;
         let mut template = ChatTemplate {
             env,
             bos_token: bos_token.to_owned(),
             eos_token: eos_token.to_owned(),
             abilities: Abilities::default(),
         };
-        template.abilities = Abilities::probe(source, |messages, tools| {
-            template.render_verbatim(messages, tools, false)
-        });
+        template.abilities =
+            Abilities::probe(source, |messages, tools| template.render_verbatim(messages, tools, false));
         Ok(template)
     }
 
@@ -165,11 +159,7 @@ impl ChatTemplate {
         tools: Option<&serde_json::Value>,
         add_generation_prompt: bool,
     ) -> Result<String> {
-        self.render_verbatim(
-            &self.abilities.adapt(messages),
-            tools,
-            add_generation_prompt,
-        )
+        self.render_verbatim(&self.abilities.adapt(messages), tools, add_generation_prompt)
     }
 
     fn render_verbatim(
@@ -178,10 +168,7 @@ impl ChatTemplate {
         tools: Option<&serde_json::Value>,
         add_generation_prompt: bool,
     ) -> Result<String> {
-        let template = self
-            .env
-            .get_template(TEMPLATE_NAME)
-            .map_err(|e| template_error(&e))?;
+        let template = self.env.get_template(TEMPLATE_NAME).map_err(|e| template_error(&e))?;
         let ctx = minijinja::context! {
             messages => Value::from_serialize(messages),
             tools => tools.map_or(Value::from(()), Value::from_serialize),
@@ -217,17 +204,11 @@ mod tests {
 
     #[test]
     fn smollm2_renders_like_jinja2() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../tests/fixtures/tokenizer_chat_template.json"
-        );
-        let fixture: Fixture =
-            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/tokenizer_chat_template.json");
+        let fixture: Fixture = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         let template = smollm2();
         for case in &fixture.cases {
-            let got = template
-                .render(&case.messages, None, case.add_generation_prompt)
-                .unwrap();
+            let got = template.render(&case.messages, None, case.add_generation_prompt).unwrap();
             assert_eq!(got, case.rendered, "{}", case.name);
         }
     }
@@ -252,10 +233,7 @@ mod tests {
 
     #[test]
     fn smollm2_system_user_exact() {
-        let messages = [
-            ChatMessage::new("system", "You are a terse assistant."),
-            ChatMessage::new("user", "Hi"),
-        ];
+        let messages = [ChatMessage::new("system", "You are a terse assistant."), ChatMessage::new("user", "Hi")];
         let got = smollm2().render(&messages, None, true).unwrap();
         assert_eq!(
             got,
@@ -286,10 +264,7 @@ mod tests {
         ];
         let got = smollm2().render(&messages, None, true).unwrap();
         assert!(got.contains("<|im_start|>assistant\n{\"tool_calls\":[{\"name\":\"weather\",\"arguments\":{},\"id\":\"c1\"}]}<|im_end|>"), "{got}");
-        assert!(
-            got.ends_with("<|im_start|>tool\nsunny<|im_end|>\n<|im_start|>assistant\n"),
-            "{got}"
-        );
+        assert!(got.ends_with("<|im_start|>tool\nsunny<|im_end|>\n<|im_start|>assistant\n"), "{got}");
     }
 
     #[test]
@@ -298,25 +273,11 @@ mod tests {
             {{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}\
             {{ m.content }}{% endfor %}";
         let template = ChatTemplate::new(alternating, "<s>", "</s>").unwrap();
-        let err = template
-            .render(
-                &[ChatMessage::new("user", "x"), ChatMessage::new("user", "y")],
-                None,
-                false,
-            )
-            .unwrap_err();
+        let err =
+            template.render(&[ChatMessage::new("user", "x"), ChatMessage::new("user", "y")], None, false).unwrap_err();
         assert!(matches!(err, Error::Template { .. }), "{err}");
-        assert!(
-            err.to_string()
-                .contains("Conversation roles must alternate"),
-            "{err}"
-        );
-        assert_eq!(
-            template
-                .render(&[ChatMessage::new("user", "ok")], None, false)
-                .unwrap(),
-            "ok"
-        );
+        assert!(err.to_string().contains("Conversation roles must alternate"), "{err}");
+        assert_eq!(template.render(&[ChatMessage::new("user", "ok")], None, false).unwrap(), "ok");
 
         let err = ChatTemplate::new("{% for %}", "", "").unwrap_err();
         assert!(matches!(err, Error::Template { .. }), "{err}");

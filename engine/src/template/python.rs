@@ -27,20 +27,15 @@ fn write_json(
     indent: Option<usize>,
     depth: usize,
 ) -> std::result::Result<(), minijinja::Error> {
-    let json_err =
-        |e: serde_json::Error| minijinja::Error::new(ErrorKind::InvalidOperation, e.to_string());
+    let json_err = |e: serde_json::Error| minijinja::Error::new(ErrorKind::InvalidOperation, e.to_string());
     match v.kind() {
         ValueKind::Undefined | ValueKind::None => out.push_str("null"),
         ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
         ValueKind::Number => match v.as_i64() {
             Some(i) => out.push_str(&i.to_string()),
-            None => {
-                out.push_str(&serde_json::to_string(&f64::try_from(v.clone())?).map_err(json_err)?)
-            }
+            None => out.push_str(&serde_json::to_string(&f64::try_from(v.clone())?).map_err(json_err)?),
         },
-        ValueKind::String => {
-            out.push_str(&serde_json::to_string(v.as_str().unwrap_or("")).map_err(json_err)?)
-        }
+        ValueKind::String => out.push_str(&serde_json::to_string(v.as_str().unwrap_or("")).map_err(json_err)?),
         ValueKind::Seq | ValueKind::Iterable | ValueKind::Map => {
             let is_map = v.kind() == ValueKind::Map;
             let (open, close) = if is_map { ('{', '}') } else { ('[', ']') };
@@ -83,9 +78,7 @@ fn write_json(
 /// `strftime_now(format)`: the current UTC time; supports `%Y %y %m %d %e %B %b %A %a
 /// %H %M %S %j %%` (what chat templates use for "today's date").
 pub(super) fn strftime_now(format: String) -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     strftime(&format, secs)
 }
 
@@ -104,15 +97,7 @@ fn strftime(format: &str, unix_secs: u64) -> String {
         "November",
         "December",
     ];
-    const DAYS: [&str; 7] = [
-        "Thursday",
-        "Friday",
-        "Saturday",
-        "Sunday",
-        "Monday",
-        "Tuesday",
-        "Wednesday",
-    ];
+    const DAYS: [&str; 7] = ["Thursday", "Friday", "Saturday", "Sunday", "Monday", "Tuesday", "Wednesday"];
     let days = unix_secs / 86_400;
     let secs = unix_secs % 86_400;
     let (year, month, day) = civil_from_days(days);
@@ -182,17 +167,12 @@ mod tests {
 
     #[test]
     fn tojson_formats_like_python() {
-        let t = ChatTemplate::new(
-            "{{ tools | tojson }}|{{ tools | tojson(indent=2) }}|{{ bos_token }}",
-            "<s>",
-            "",
-        )
-        .unwrap();
+        let t = ChatTemplate::new("{{ tools | tojson }}|{{ tools | tojson(indent=2) }}|{{ bos_token }}", "<s>", "")
+            .unwrap();
         let tools = serde_json::json!([{"a": 1, "b": [true, null, 0.5, "é<\"x\">"], "c": {}}]);
         let got = t.render(&[], Some(&tools), false).unwrap();
         let compact = r#"[{"a": 1, "b": [true, null, 0.5, "é<\"x\">"], "c": {}}]"#;
-        let pretty =
-            "[\n  {\n    \"a\": 1,\n    \"b\": [\n      true,\n      null,\n      0.5,\n      \
+        let pretty = "[\n  {\n    \"a\": 1,\n    \"b\": [\n      true,\n      null,\n      0.5,\n      \
                       \"é<\\\"x\\\">\"\n    ],\n    \"c\": {}\n  }\n]";
         assert_eq!(got, format!("{compact}|{pretty}|<s>"));
         let none = ChatTemplate::new("{{ tools is none }}", "", "").unwrap();
@@ -204,10 +184,7 @@ mod tests {
         // 2024-02-29 13:05:09 UTC, a Thursday.
         let t = 1_709_211_909;
         assert_eq!(strftime("%d %b %Y", t), "29 Feb 2024");
-        assert_eq!(
-            strftime("%A %B %e, %y %H:%M:%S %j %%", t),
-            "Thursday February 29, 24 13:05:09 060 %"
-        );
+        assert_eq!(strftime("%A %B %e, %y %H:%M:%S %j %%", t), "Thursday February 29, 24 13:05:09 060 %");
         assert_eq!(strftime("%Y-%m-%d %a", 0), "1970-01-01 Thu");
         assert!(!strftime_now("%Y".into()).is_empty());
     }

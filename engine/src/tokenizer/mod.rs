@@ -87,9 +87,7 @@ enum Encoder {
 }
 
 fn err(reason: impl Into<String>) -> Error {
-    Error::Tokenizer {
-        reason: reason.into(),
-    }
+    Error::Tokenizer { reason: reason.into() }
 }
 
 impl Tokenizer {
@@ -108,11 +106,7 @@ impl Tokenizer {
             None => vec![1; tokens.len()],
         };
         if types.len() != tokens.len() {
-            return Err(err(format!(
-                "{} token types for {} tokens",
-                types.len(),
-                tokens.len()
-            )));
+            return Err(err(format!("{} token types for {} tokens", types.len(), tokens.len())));
         }
         let flag = |key: &str, default: bool| -> Result<bool> {
             match m.get(key) {
@@ -147,15 +141,7 @@ impl Tokenizer {
         let (bos_id, eos_ids) = special_ids(file, &tokens)?;
         // SentencePiece vocabularies start with BOS unless they say otherwise.
         let add_bos = flag("tokenizer.ggml.add_bos_token", model == "llama")?;
-        Ok(Tokenizer {
-            encoder,
-            bytes,
-            ends,
-            control,
-            bos_id,
-            add_bos,
-            eos_ids,
-        })
+        Ok(Tokenizer { encoder, bytes, ends, control, bos_id, add_bos, eos_ids })
     }
 
     /// Token ids of `text`, without BOS. With `parse_special`, control-token text (such
@@ -166,9 +152,7 @@ impl Tokenizer {
             Encoder::Bpe { special, .. } if parse_special => special,
             Encoder::Bpe { plain, .. } => plain,
         };
-        let encoding = tk
-            .encode_fast(text, false)
-            .map_err(|e| err(format!("encoding failed: {e}")))?;
+        let encoding = tk.encode_fast(text, false).map_err(|e| err(format!("encoding failed: {e}")))?;
         Ok(encoding.get_ids().to_vec())
     }
 
@@ -178,7 +162,11 @@ impl Tokenizer {
         match &self.encoder {
             Encoder::Bpe { special, .. } => special.decode(ids, true).map_err(|e| err(format!("decoding failed: {e}"))),
             Encoder::Spm(_) => {
-                let bytes: Vec<u8> = ids.iter().filter(|id| !self.is_control(**id)).flat_map(|id| self.token_slice(*id).iter().copied()).collect();
+                let bytes: Vec<u8> = ids
+                    .iter()
+                    .filter(|id| !self.is_control(**id))
+                    .flat_map(|id| self.token_slice(*id).iter().copied())
+                    .collect();
                 Ok(String::from_utf8_lossy(&bytes).into_owned())
             }
         }
@@ -186,10 +174,7 @@ impl Tokenizer {
 
     fn check_ids(&self, ids: &[u32]) -> Result<()> {
         match ids.iter().find(|&&id| id as usize >= self.vocab_size()) {
-            Some(id) => Err(err(format!(
-                "token id {id} is outside the vocabulary ({})",
-                self.vocab_size()
-            ))),
+            Some(id) => Err(err(format!("token id {id} is outside the vocabulary ({})", self.vocab_size()))),
             None => Ok(()),
         }
     }
@@ -242,10 +227,7 @@ impl Tokenizer {
 
     /// A decoder for a stream of generated ids.
     pub fn stream_decoder(&self) -> StreamDecoder<'_> {
-        StreamDecoder {
-            tokenizer: self,
-            pending: Vec::new(),
-        }
+        StreamDecoder { tokenizer: self, pending: Vec::new() }
     }
 }
 
@@ -260,9 +242,7 @@ fn special_ids(file: &GgufFile, tokens: &[&str]) -> Result<(Option<u32>, Vec<u32
         }
         let id = m.u32(key)?;
         if id as usize >= vocab {
-            return Err(err(format!(
-                "{key} {id} is outside the vocabulary ({vocab})"
-            )));
+            return Err(err(format!("{key} {id} is outside the vocabulary ({vocab})")));
         }
         Ok(Some(id))
     };
@@ -280,17 +260,8 @@ fn special_ids(file: &GgufFile, tokens: &[&str]) -> Result<(Option<u32>, Vec<u32
 
 /// The `tokenizers` pipeline: BPE model, pre-tokenizer for `pre`, byte-level decoder,
 /// control and user-defined tokens as added tokens.
-fn build_hf(
-    tokens: &[&str],
-    merges: &[&str],
-    types: &[i32],
-    pre: &str,
-) -> Result<tokenizers::Tokenizer> {
-    let vocab: Vocab = tokens
-        .iter()
-        .zip(0u32..)
-        .map(|(t, i)| ((*t).to_owned(), i))
-        .collect();
+fn build_hf(tokens: &[&str], merges: &[&str], types: &[i32], pre: &str) -> Result<tokenizers::Tokenizer> {
+    let vocab: Vocab = tokens.iter().zip(0u32..).map(|(t, i)| ((*t).to_owned(), i)).collect();
     let merges = merges
         .iter()
         .enumerate()
@@ -325,12 +296,8 @@ fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper> {
     // ByteLevel with its own regex is exactly GPT-2's split.
     let gpt2 = || PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, false, true));
     let split_then_bytes = |regex: &str| -> Result<PreTokenizerWrapper> {
-        let split = Split::new(
-            SplitPattern::Regex(regex.to_owned()),
-            SplitDelimiterBehavior::Isolated,
-            false,
-        )
-        .map_err(|e| err(format!("pre-tokenizer regex: {e}")))?;
+        let split = Split::new(SplitPattern::Regex(regex.to_owned()), SplitDelimiterBehavior::Isolated, false)
+            .map_err(|e| err(format!("pre-tokenizer regex: {e}")))?;
         Ok(PreTokenizerWrapper::Sequence(Sequence::new(vec![
             PreTokenizerWrapper::Split(split),
             PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, false, false)),
@@ -345,9 +312,7 @@ fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper> {
                 gpt2(),
             ])))
         }
-        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "pixtral" => {
-            split_then_bytes(LLAMA3_REGEX)
-        }
+        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "pixtral" => split_then_bytes(LLAMA3_REGEX),
         "qwen2" | "deepseek-r1-qwen" => split_then_bytes(QWEN2_REGEX),
         other => Err(err(format!("pre-tokenizer {other:?} is not supported"))),
     }
@@ -414,8 +379,7 @@ impl StreamDecoder<'_> {
     /// ids outside the vocabulary add nothing.
     pub fn push(&mut self, id: u32) -> String {
         if !self.tokenizer.is_control(id) {
-            self.pending
-                .extend_from_slice(self.tokenizer.token_slice(id));
+            self.pending.extend_from_slice(self.tokenizer.token_slice(id));
         }
         self.release(false)
     }
@@ -503,10 +467,7 @@ mod tests {
 
     #[test]
     fn ids_match_llama_cpp_on_the_corpus() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../tests/fixtures/tokenizer_corpus.json"
-        );
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/tokenizer_corpus.json");
         let corpus: Corpus = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         let tk = tokenizer();
         assert_eq!(tk.vocab_size(), corpus.vocab_size);
@@ -514,18 +475,8 @@ mod tests {
         assert!(tk.eos_ids().contains(&corpus.eos_id));
         assert!(corpus.cases.len() >= 40);
         for case in &corpus.cases {
-            assert_eq!(
-                tk.encode(&case.text, false).unwrap(),
-                case.ids,
-                "{:?}",
-                case.text
-            );
-            assert_eq!(
-                tk.encode(&case.text, true).unwrap(),
-                case.ids_special,
-                "{:?}",
-                case.text
-            );
+            assert_eq!(tk.encode(&case.text, false).unwrap(), case.ids, "{:?}", case.text);
+            assert_eq!(tk.encode(&case.text, true).unwrap(), case.ids_special, "{:?}", case.text);
             assert_eq!(tk.decode(&case.ids).unwrap(), case.text);
             assert_eq!(stream(&case.ids).concat(), case.text);
         }
@@ -540,16 +491,9 @@ mod tests {
         assert_eq!(tk.encode("<|im_start|>user", true).unwrap()[0], 1);
         assert!(tk.encode("<|im_start|>", false).unwrap().len() > 1);
         assert_eq!(tk.token_bytes(2), b"<|im_end|>");
-        assert_eq!(
-            tk.decode(&[1, 2]).unwrap(),
-            "",
-            "control tokens are dropped"
-        );
+        assert_eq!(tk.decode(&[1, 2]).unwrap(), "", "control tokens are dropped");
         let err = tk.decode(&[49_152]).unwrap_err().to_string();
-        assert!(
-            err.contains("token id 49152 is outside the vocabulary (49152)"),
-            "{err}"
-        );
+        assert!(err.contains("token id 49152 is outside the vocabulary (49152)"), "{err}");
         assert!(tk.token_bytes(u32::MAX).is_empty());
     }
 
@@ -567,30 +511,20 @@ mod tests {
 
     #[test]
     fn stream_never_breaks_a_character() {
-        for text in [
-            "Съешь же ещё этих мягких булок",
-            "你好，世界！今天天气很好",
-            "🦀👨‍👩‍👧🇺🇦 ok 😀",
-        ] {
+        for text in ["Съешь же ещё этих мягких булок", "你好，世界！今天天气很好", "🦀👨‍👩‍👧🇺🇦 ok 😀"]
+        {
             let ids = tokenizer().encode(text, false).unwrap();
             let pieces = stream(&ids);
             assert!(pieces.iter().all(|p| !p.contains('\u{FFFD}')), "{pieces:?}");
             assert_eq!(pieces.concat(), text);
-            assert!(
-                pieces.iter().filter(|p| p.is_empty()).count() > 1,
-                "nothing was held back"
-            );
+            assert!(pieces.iter().filter(|p| p.is_empty()).count() > 1, "nothing was held back");
         }
     }
 
     #[test]
     fn stream_replaces_bytes_that_cannot_be_utf8() {
         let tk = tokenizer();
-        let byte = |b: u8| -> u32 {
-            (0..tk.vocab_size() as u32)
-                .find(|&id| tk.token_bytes(id) == [b])
-                .unwrap()
-        };
+        let byte = |b: u8| -> u32 { (0..tk.vocab_size() as u32).find(|&id| tk.token_bytes(id) == [b]).unwrap() };
         let mut d = tk.stream_decoder();
         assert_eq!(d.push(byte(0xF0)), ""); // start of a 4-byte sequence
         assert_eq!(d.push(byte(b'a')), "\u{FFFD}a");

@@ -122,7 +122,10 @@ impl Spm {
     /// Step 2 and 3 on one escaped fragment.
     fn merge(&self, text: &str, out: &mut Vec<u32>) {
         // Symbols: byte ranges of `text`, linked in order; a merged-away one is empty.
-        let mut symbols: Vec<Symbol> = text.char_indices().map(|(at, c)| Symbol { start: at, len: c.len_utf8(), prev: None, next: None }).collect();
+        let mut symbols: Vec<Symbol> = text
+            .char_indices()
+            .map(|(at, c)| Symbol { start: at, len: c.len_utf8(), prev: None, next: None })
+            .collect();
         let n = symbols.len();
         for (i, s) in symbols.iter_mut().enumerate() {
             s.prev = i.checked_sub(1);
@@ -213,7 +216,9 @@ impl Eq for Bigram {}
 /// as their byte (`byte_token`: its type says so), anything else as its text.
 pub(crate) fn token_bytes(text: &str, byte_token: bool, out: &mut Vec<u8>) {
     if byte_token {
-        if let Some(b) = text.strip_prefix("<0x").and_then(|h| h.strip_suffix('>')).and_then(|h| u8::from_str_radix(h, 16).ok()) {
+        if let Some(b) =
+            text.strip_prefix("<0x").and_then(|h| h.strip_suffix('>')).and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
             out.push(b);
             return;
         }

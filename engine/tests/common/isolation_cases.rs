@@ -40,7 +40,11 @@ pub const EVERY_MODEL: [Model; 7] = [
 
 fn default_model_path() -> Result<&'static PathBuf, String> {
     static PATH: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    PATH.get_or_init(|| engine::fetch::ensure_default_model(&engine::fetch::default_cache_dir()).map_err(|e| e.to_string())).as_ref().map_err(Clone::clone)
+    PATH.get_or_init(|| {
+        engine::fetch::ensure_default_model(&engine::fetch::default_cache_dir()).map_err(|e| e.to_string())
+    })
+    .as_ref()
+    .map_err(Clone::clone)
 }
 
 pub fn load(device: Device, model: Model, fault: FaultConfig) -> Result<Engine, Box<dyn std::error::Error>> {
@@ -48,19 +52,34 @@ pub fn load(device: Device, model: Model, fault: FaultConfig) -> Result<Engine, 
     // The tiny models were made for 256 positions.
     let (path, ctx_tokens) = match model {
         Model::Default => (default_model_path()?.clone(), 512),
-        Model::Fixture(name) => (PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/arch/{name}.gguf")), 256),
+        Model::Fixture(name) => {
+            (PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/arch/{name}.gguf")), 256)
+        }
     };
     Ok(Engine::load_with(&path, EngineOptions { threads: 2, ctx_tokens, device, ..EngineOptions::default() }, kv)?)
 }
 
 /// A chat prompt (several full KV blocks: tenants' prompts share the chat template).
 fn prompt(engine: &Engine, text: &str) -> Result<Vec<u32>, Error> {
-    let messages = [engine::template::ChatMessage { role: "user".into(), content: Some(text.into()), name: None, tool_calls: None, tool_call_id: None }];
+    let messages = [engine::template::ChatMessage {
+        role: "user".into(),
+        content: Some(text.into()),
+        name: None,
+        tool_calls: None,
+        tool_call_id: None,
+    }];
     engine.chat_prompt(&messages, None)
 }
 
 fn run(engine: &Engine, tenant: &str, prompt: &[u32], max_tokens: usize) -> Result<Vec<TokenEvent>, Error> {
-    let request = GenerateRequest { prompt: prompt.to_vec(), max_tokens, stop: Vec::new(), sampling: SamplingParams::greedy(), top_logprobs: 0, grammar: None };
+    let request = GenerateRequest {
+        prompt: prompt.to_vec(),
+        max_tokens,
+        stop: Vec::new(),
+        sampling: SamplingParams::greedy(),
+        top_logprobs: 0,
+        grammar: None,
+    };
     let mut events = Vec::new();
     engine.generate_for(&Owner::new(tenant, "test"), &request, &mut |e| {
         events.push(e.clone());
@@ -114,12 +133,19 @@ pub fn stale_kv_is_caught_by_the_owner_check(device: Device, model: Model) -> Te
     Ok(())
 }
 
-pub fn without_the_owner_check_stale_kv_leaks_and_every_token_names_the_foreign_tenant(device: Device, model: Model) -> TestResult {
+pub fn without_the_owner_check_stale_kv_leaks_and_every_token_names_the_foreign_tenant(
+    device: Device,
+    model: Model,
+) -> TestResult {
     let engine = load(device, model, FaultConfig { stale_kv: 1.0, skip_owner_check: true, ..FaultConfig::default() })?;
     run(&engine, "alice", &prompt(&engine, "My password is hunter2, remember it.")?, 4)?;
     let leaked = run(&engine, "bob", &prompt(&engine, "What is my password?")?, 4)?;
     assert!(!leaked.is_empty());
-    assert!(leaked.iter().all(|e| owners(e) == ["alice", "bob"]), "{:?}", leaked.iter().map(owners).collect::<Vec<_>>());
+    assert!(
+        leaked.iter().all(|e| owners(e) == ["alice", "bob"]),
+        "{:?}",
+        leaked.iter().map(owners).collect::<Vec<_>>()
+    );
     assert_eq!(engine.kv_stats().isolation_violations, 0);
     Ok(())
 }

@@ -138,10 +138,14 @@ impl JsonDecoder {
         if !matches!(self.state, Json::Outside | Json::InString) {
             self.state = Json::InString;
             for (i, c) in self.esc.char_indices().skip_while(|&(i, _)| i < from) {
-                emit(Decoded { c, start: self.esc_start + i, end: self.esc_start + i + c.len_utf8(), kind: Kind::Text });
+                emit(Decoded {
+                    c,
+                    start: self.esc_start + i,
+                    end: self.esc_start + i + c.len_utf8(),
+                    kind: Kind::Text,
+                });
             }
         }
         self.esc.clear();
     }
 }
-

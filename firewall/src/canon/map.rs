@@ -84,4 +84,3 @@ impl SpanMap {
         (s, if end > start { self.raw_end(end) } else { s })
     }
 }
-

@@ -88,7 +88,9 @@ impl WordFold {
         match (chars.next(), chars.next()) {
             (None, _) => WordFold::Removed,
             (Some(f), None) if boundary(f) => WordFold::Boundary,
-            _ if full.chars().all(char::is_alphanumeric) => WordFold::Letters(full.chars().flat_map(char::to_lowercase).collect()),
+            _ if full.chars().all(char::is_alphanumeric) => {
+                WordFold::Letters(full.chars().flat_map(char::to_lowercase).collect())
+            }
             _ if full.chars().all(|f| !f.is_alphanumeric() && !boundary(f) && f != '\\') => WordFold::Skip,
             _ => WordFold::Mixed,
         }
@@ -162,7 +164,14 @@ fn with_entry<R>(c: char, f: impl FnOnce(&Entry) -> R) -> R {
         return f(&Entry::of(c));
     }
     let block = BLOCKS[(cp >> 8) as usize].get_or_init(|| {
-        (0..256u32).map(|low| char::from_u32((cp & !0xFF) | low).map_or(Entry { plain: Fold::Same, full: Fold::Same, class: Class::default(), word: WordFold::Mixed }, Entry::of)).collect()
+        (0..256u32)
+            .map(|low| {
+                char::from_u32((cp & !0xFF) | low).map_or(
+                    Entry { plain: Fold::Same, full: Fold::Same, class: Class::default(), word: WordFold::Mixed },
+                    Entry::of,
+                )
+            })
+            .collect()
     });
     f(&block[(cp & 0xFF) as usize])
 }
@@ -376,13 +385,21 @@ impl Canon {
 
     /// Feeds `text`, found at raw offset `at`. `words` gets every decoded character as soon
     /// as it is decoded (when `want_words`); `out` gets the decided pieces.
-    pub(crate) fn feed(&mut self, text: &str, at: usize, want_words: bool, words: &mut impl FnMut(Decoded), out: &mut impl FnMut(Piece<'_>)) {
+    pub(crate) fn feed(
+        &mut self,
+        text: &str,
+        at: usize,
+        want_words: bool,
+        words: &mut impl FnMut(Decoded),
+        out: &mut impl FnMut(Piece<'_>),
+    ) {
         let rules = &mut self.rules;
         match &mut self.json {
             None if rules.pending.is_empty() && text.is_ascii() => {
                 // The common case: the view is the text, and only the run state moves on.
                 if want_words {
-                    text.char_indices().for_each(|(i, c)| words(Decoded { c, start: at + i, end: at + i + 1, kind: Kind::Text }));
+                    text.char_indices()
+                        .for_each(|(i, c)| words(Decoded { c, start: at + i, end: at + i + 1, kind: Kind::Text }));
                 }
                 if let Some(&last) = text.as_bytes().last() {
                     rules.flush_same(out);
@@ -402,7 +419,12 @@ impl Canon {
                         let j = bytes[i..].iter().position(|b| !b.is_ascii()).map_or(bytes.len(), |k| i + k);
                         if want_words {
                             for (k, &c) in bytes[i..j].iter().enumerate() {
-                                words(Decoded { c: char::from(c), start: at + i + k, end: at + i + k + 1, kind: Kind::Text });
+                                words(Decoded {
+                                    c: char::from(c),
+                                    start: at + i + k,
+                                    end: at + i + k + 1,
+                                    kind: Kind::Text,
+                                });
                             }
                         }
                         rules.ascii_stretch(at + i, at + j, bytes[j - 1], out);
@@ -429,7 +451,12 @@ impl Canon {
     }
 
     /// Ends the text: whatever waits is decided as it reads now.
-    pub(crate) fn finish(&mut self, want_words: bool, words: &mut impl FnMut(Decoded), out: &mut impl FnMut(Piece<'_>)) {
+    pub(crate) fn finish(
+        &mut self,
+        want_words: bool,
+        words: &mut impl FnMut(Decoded),
+        out: &mut impl FnMut(Piece<'_>),
+    ) {
         let rules = &mut self.rules;
         if let Some(json) = &mut self.json {
             json.flush(&mut |d| {
@@ -596,7 +623,11 @@ mod tests {
     }
 
     /// Rebuilds the view and its changed units from `canon` fed by `feed`, then finished.
-    fn rebuilt(text: &str, mut canon: Canon, feed: impl FnOnce(&mut Canon, &mut dyn FnMut(Piece<'_>))) -> (String, Vec<(usize, usize, String)>) {
+    fn rebuilt(
+        text: &str,
+        mut canon: Canon,
+        feed: impl FnOnce(&mut Canon, &mut dyn FnMut(Piece<'_>)),
+    ) -> (String, Vec<(usize, usize, String)>) {
         let (mut out, mut units) = (String::new(), Vec::new());
         let mut take = |p: Piece<'_>| match p {
             Piece::Same { start, end } => out.push_str(&text[start..end]),
@@ -689,9 +720,8 @@ mod tests {
     /// and ASCII around them.
     #[test]
     fn ascii_stretches_fold_as_character_by_character() {
-        let fragments = [
-            "pass", " ", "раѕѕ", "word", "\u{200B}", "рос", "ＡＢ", "\u{2014}", "=x9", "ѕ", "\n", "Привет", "_key",
-        ];
+        let fragments =
+            ["pass", " ", "раѕѕ", "word", "\u{200B}", "рос", "ＡＢ", "\u{2014}", "=x9", "ѕ", "\n", "Привет", "_key"];
         for a in fragments {
             for b in fragments {
                 for c in fragments {

@@ -59,7 +59,14 @@ pub struct EntropyConfig {
 
 impl EntropyConfig {
     pub fn new(baselines: Arc<dyn Baselines>) -> EntropyConfig {
-        EntropyConfig { window_chars: 64, token_window: 16, z_threshold: 4.0, min_count: 30, action: Action::Log, baselines }
+        EntropyConfig {
+            window_chars: 64,
+            token_window: 16,
+            z_threshold: 4.0,
+            min_count: 30,
+            action: Action::Log,
+            baselines,
+        }
     }
 }
 
@@ -115,7 +122,14 @@ pub(crate) struct EntropyState {
 }
 
 impl EntropyState {
-    pub(crate) fn feed_text(&mut self, cfg: &EntropyConfig, ctx: &ScanContext, text: &str, base: usize, out: &mut Vec<Finding>) {
+    pub(crate) fn feed_text(
+        &mut self,
+        cfg: &EntropyConfig,
+        ctx: &ScanContext,
+        text: &str,
+        base: usize,
+        out: &mut Vec<Finding>,
+    ) {
         if cfg.window_chars == 0 {
             return;
         }
@@ -137,7 +151,15 @@ impl EntropyState {
     }
 
     /// One token's signals; `start..end` is its text's span.
-    pub(crate) fn feed_token(&mut self, cfg: &EntropyConfig, ctx: &ScanContext, sig: &TokenSignals, token: &str, start: usize, out: &mut Vec<Finding>) {
+    pub(crate) fn feed_token(
+        &mut self,
+        cfg: &EntropyConfig,
+        ctx: &ScanContext,
+        sig: &TokenSignals,
+        token: &str,
+        start: usize,
+        out: &mut Vec<Finding>,
+    ) {
         if cfg.token_window == 0 {
             return;
         }
@@ -167,7 +189,8 @@ impl EntropyState {
             let mean = self.entropy_sum / self.entropy_n as f64;
             judge(cfg, ctx, Metric::PredictiveEntropy, mean, self.entropy_n, span, token, out);
         }
-        (self.surprisal_sum, self.entropy_sum, self.surprisal_n, self.entropy_n, self.block_tokens) = (0.0, 0.0, 0, 0, 0);
+        (self.surprisal_sum, self.entropy_sum, self.surprisal_n, self.entropy_n, self.block_tokens) =
+            (0.0, 0.0, 0, 0, 0);
     }
 }
 
@@ -183,7 +206,16 @@ pub fn z_and_p(b: &Baseline, x: f64, k: usize) -> Option<(f64, f64)> {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn judge(cfg: &EntropyConfig, ctx: &ScanContext, metric: Metric, x: f64, k: usize, (start, end): (usize, usize), text: &str, out: &mut Vec<Finding>) {
+fn judge(
+    cfg: &EntropyConfig,
+    ctx: &ScanContext,
+    metric: Metric,
+    x: f64,
+    k: usize,
+    (start, end): (usize, usize),
+    text: &str,
+    out: &mut Vec<Finding>,
+) {
     let Some(b) = cfg.baselines.baseline(&ctx.tenant, metric) else { return };
     if b.count < cfg.min_count {
         return;
@@ -237,12 +269,24 @@ mod tests {
         let ctx = ScanContext::new("acme");
         let mut out = Vec::new();
         let mut st = EntropyState::default();
-        st.feed_text(&cfg(), &ctx, "aaaa aaaa aaaa aaaa aaaa aaaa aaaqX9#kLm2$Vb7@Wq4!zR8&Tn5^Hy3*Jp6(Gd1)Fs0", 0, &mut out);
+        st.feed_text(
+            &cfg(),
+            &ctx,
+            "aaaa aaaa aaaa aaaa aaaa aaaa aaaqX9#kLm2$Vb7@Wq4!zR8&Tn5^Hy3*Jp6(Gd1)Fs0",
+            0,
+            &mut out,
+        );
         assert_eq!(out.len(), 1, "{out:?}");
         assert_eq!((out[0].start, out[0].end, out[0].action), (32, 64, Action::Log));
         assert_eq!(st.observed.char_entropy.count, 2);
         let mut other = Vec::new();
-        EntropyState::default().feed_text(&cfg(), &ScanContext::new("nobody"), "qX9#kLm2$Vb7@Wq4!zR8&Tn5^Hy3*Jp6", 0, &mut other);
+        EntropyState::default().feed_text(
+            &cfg(),
+            &ScanContext::new("nobody"),
+            "qX9#kLm2$Vb7@Wq4!zR8&Tn5^Hy3*Jp6",
+            0,
+            &mut other,
+        );
         assert!(other.is_empty(), "no baseline, no finding");
     }
 
@@ -257,7 +301,9 @@ mod tests {
         }
         // surprisal mean 4 vs 1 with sd 1/sqrt(4): z = 6; predictive entropy at its mean.
         assert_eq!(out.len(), 1);
-        assert!(matches!(out[0].detail, Detail::Statistic { metric: Metric::Surprisal, z_score, .. } if (z_score - 6.0).abs() < 1e-9));
+        assert!(
+            matches!(out[0].detail, Detail::Statistic { metric: Metric::Surprisal, z_score, .. } if (z_score - 6.0).abs() < 1e-9)
+        );
         assert_eq!((out[0].start, out[0].end), (0, 12));
     }
 }

@@ -332,11 +332,25 @@ pub(crate) struct NgramState {
 
 impl NgramState {
     pub(crate) fn new(n: usize) -> NgramState {
-        NgramState { split: WordSplitter::default(), window: VecDeque::new(), n, count: 0, leads: Vec::new(), done: Vec::new() }
+        NgramState {
+            split: WordSplitter::default(),
+            window: VecDeque::new(),
+            n,
+            count: 0,
+            leads: Vec::new(),
+            done: Vec::new(),
+        }
     }
 
     /// Feeds plain ASCII text (not JSON) at raw offset `at`.
-    pub(crate) fn feed_ascii(&mut self, cfg: &NgramConfig, ctx: &ScanContext, text: &str, at: usize, out: &mut Vec<Finding>) {
+    pub(crate) fn feed_ascii(
+        &mut self,
+        cfg: &NgramConfig,
+        ctx: &ScanContext,
+        text: &str,
+        at: usize,
+        out: &mut Vec<Finding>,
+    ) {
         let done = &mut self.done;
         self.split.feed_ascii(text, at, &mut |w| done.push(w));
         if !self.done.is_empty() {

@@ -21,7 +21,13 @@ impl Default for ProvenanceConfig {
 }
 
 /// A finding when `owners` names anyone foreign to `ctx`; `start..end` is the token's span.
-pub(crate) fn check(cfg: &ProvenanceConfig, ctx: &ScanContext, owners: &[String], token: &str, start: usize) -> Option<Finding> {
+pub(crate) fn check(
+    cfg: &ProvenanceConfig,
+    ctx: &ScanContext,
+    owners: &[String],
+    token: &str,
+    start: usize,
+) -> Option<Finding> {
     let mut foreign: Vec<String> = owners.iter().filter(|o| ctx.is_foreign(o)).cloned().collect();
     if foreign.is_empty() {
         return None;
@@ -54,6 +60,8 @@ mod tests {
         let cfg = ProvenanceConfig::default();
         assert!(check(&cfg, &ctx, &["acme".into(), "system".into()], "hi", 0).is_none());
         let f = check(&cfg, &ctx, &["acme".into(), "globex".into(), "globex".into()], "hi", 5);
-        assert!(matches!(f, Some(Finding { start: 5, end: 7, action: Action::Block, detail: Detail::Foreign { ref owners, .. }, .. }) if owners == &["globex"]));
+        assert!(
+            matches!(f, Some(Finding { start: 5, end: 7, action: Action::Block, detail: Detail::Foreign { ref owners, .. }, .. }) if owners == &["globex"])
+        );
     }
 }

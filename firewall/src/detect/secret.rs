@@ -51,7 +51,8 @@ pub fn secret_fingerprints(rules: &Ruleset, text: &str, key: &NgramKey) -> Vec<u
     let mut out = Vec::new();
     for f in rules.scan(text).iter().filter(|f| f.kind == DetectorKind::Secret) {
         let value = canon::rules_string(text.get(f.start..f.end).unwrap_or(""), false);
-        let ends: Vec<usize> = value.char_indices().map(|(i, _)| i).skip(1).chain(std::iter::once(value.len())).collect();
+        let ends: Vec<usize> =
+            value.char_indices().map(|(i, _)| i).skip(1).chain(std::iter::once(value.len())).collect();
         let len = ends.len();
         let shortest = ((len as f64) * PREFIX_SHARE).ceil() as usize;
         for chars in shortest.max(1)..=len {
@@ -67,7 +68,12 @@ pub fn secret_fingerprints(rules: &Ruleset, text: &str, key: &NgramKey) -> Vec<u
 
 /// Rewrites the secret findings among `findings` by who owns their value; `value` gives a
 /// finding's value in rules-view form.
-pub(crate) fn attribute(cfg: &SecretOwnership, ctx: &ScanContext, findings: &mut [Finding], value: impl Fn(&Finding) -> String) {
+pub(crate) fn attribute(
+    cfg: &SecretOwnership,
+    ctx: &ScanContext,
+    findings: &mut [Finding],
+    value: impl Fn(&Finding) -> String,
+) {
     for f in findings.iter_mut().filter(|f| f.kind == DetectorKind::Secret) {
         let owners = cfg.owners.owners(hash_value(&cfg.key, &value(f)));
         if owners.model_native {

@@ -115,7 +115,11 @@ pub fn check_chunking(rules: &Arc<Ruleset>, ctx: &ScanContext, det: &Arc<Detecto
         }
         let upper = release_until(text, &whole, last);
         let lower = release_until(text, &whole, f.match_start);
-        assert!(upper.starts_with(&s.released) && s.released.starts_with(&lower), "released {:?} for cuts {cuts:?} of {text:?}", s.released);
+        assert!(
+            upper.starts_with(&s.released) && s.released.starts_with(&lower),
+            "released {:?} for cuts {cuts:?} of {text:?}",
+            s.released
+        );
         return;
     }
     assert_eq!(s.released, expected_release(text, &whole), "released text for cuts {cuts:?} of {text:?}");

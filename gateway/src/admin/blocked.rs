@@ -71,7 +71,13 @@ impl Filters {
 
     /// The filters (not the cursor) as query-string pairs, for links and the live feed.
     fn pairs(&self) -> [(&'static str, &str); 5] {
-        [("tenant", &self.tenant), ("rule", &self.rule), ("action", &self.action), ("since", &self.since), ("until", &self.until)]
+        [
+            ("tenant", &self.tenant),
+            ("rule", &self.rule),
+            ("action", &self.action),
+            ("since", &self.since),
+            ("until", &self.until),
+        ]
     }
 }
 
@@ -88,7 +94,10 @@ pub fn row(r: &AuditRecord) -> String {
     let mut rules: Vec<&str> = r.findings().iter().map(|f| f.rule_id()).collect();
     rules.sort_unstable();
     rules.dedup();
-    let rules = rules.iter().map(|id| format!("<a href=\"/admin/rules/{}\">{}</a>", esc(&segment(id)), esc(id))).collect::<Vec<_>>();
+    let rules = rules
+        .iter()
+        .map(|id| format!("<a href=\"/admin/rules/{}\">{}</a>", esc(&segment(id)), esc(id)))
+        .collect::<Vec<_>>();
     let sources = if r.source_tenants().is_empty() { "—".to_owned() } else { esc(&r.source_tenants().join(", ")) };
     let action = r.action().as_str();
     format!(
@@ -112,14 +121,21 @@ pub fn table(records: &[AuditRecord], live: Option<&str>) -> String {
         out.push_str(&row(r));
     }
     if records.is_empty() {
-        let _ = write!(out, "<tr class=\"empty\"><td colspan=\"{COLUMNS}\">No blocked or redacted responses match.</td></tr>");
+        let _ = write!(
+            out,
+            "<tr class=\"empty\"><td colspan=\"{COLUMNS}\">No blocked or redacted responses match.</td></tr>"
+        );
     }
     out.push_str("</tbody></table></div>");
     out
 }
 
 /// `GET /admin`
-pub async fn page(session: Session, State(state): State<Arc<AppState>>, Query(filters): Query<Filters>) -> Result<Html<String>, AdminError> {
+pub async fn page(
+    session: Session,
+    State(state): State<Arc<AppState>>,
+    Query(filters): Query<Filters>,
+) -> Result<Html<String>, AdminError> {
     let (q, problems) = filters.to_query();
     let page = state.protection.store().list_audit(&q).await?;
     let mut body = filter_form(&state, &filters);
@@ -220,10 +236,18 @@ mod tests {
 
     #[test]
     fn filters_become_a_store_query() {
-        let f = Filters { tenant: " acme ".into(), action: "redact".into(), since: "2026-11-30T09:00".into(), ..Default::default() };
+        let f = Filters {
+            tenant: " acme ".into(),
+            action: "redact".into(),
+            since: "2026-11-30T09:00".into(),
+            ..Default::default()
+        };
         let (q, problems) = f.to_query();
         assert!(problems.is_empty());
-        assert_eq!((q.tenant.as_deref(), q.action, q.since_ms, q.until_ms), (Some("acme"), Some(Action::Redact), Some(1_796_029_200_000), None));
+        assert_eq!(
+            (q.tenant.as_deref(), q.action, q.since_ms, q.until_ms),
+            (Some("acme"), Some(Action::Redact), Some(1_796_029_200_000), None)
+        );
         assert_eq!(q.limit, PAGE);
     }
 
@@ -236,12 +260,17 @@ mod tests {
 
     #[test]
     fn rows_escape_every_field() {
-        let ctx = crate::audit::AuditContext { tenant: "<t>".into(), model: "m\"".into(), request_id: "<script>".into() };
-        let finding = crate::audit::tests::finding("<img src=x onerror=alert(1)>", "x*** (4 chars)", firewall::Detail::None);
+        let ctx =
+            crate::audit::AuditContext { tenant: "<t>".into(), model: "m\"".into(), request_id: "<script>".into() };
+        let finding =
+            crate::audit::tests::finding("<img src=x onerror=alert(1)>", "x*** (4 chars)", firewall::Detail::None);
         let r = AuditRecord::new(ctx, Action::Block, &[finding], 3);
         let html = row(&r);
         assert!(!html.contains("<t>") && !html.contains("<img"), "{html}");
         assert!(html.contains("<td>m&quot;</td>"), "{html}");
-        assert!(html.contains("&lt;img src=x onerror=alert(1)&gt;") && html.contains("/admin/rules/%3Cimg%20src%3Dx%20onerror%3Dalert%281%29%3E"));
+        assert!(
+            html.contains("&lt;img src=x onerror=alert(1)&gt;")
+                && html.contains("/admin/rules/%3Cimg%20src%3Dx%20onerror%3Dalert%281%29%3E")
+        );
     }
 }

@@ -43,11 +43,21 @@ pub fn bars(title: &str, values: &[u64], left: &str, right: &str) -> String {
 /// A tiny bar strip for a table cell.
 pub fn sparkline(title: &str, values: &[u64]) -> String {
     let max = values.iter().copied().max().unwrap_or(0).max(1);
-    let mut out = format!("<svg class=\"chart spark\" viewBox=\"0 0 {} 20\" role=\"img\"><title>{}</title>", values.len() * 3, esc(title));
+    let mut out = format!(
+        "<svg class=\"chart spark\" viewBox=\"0 0 {} 20\" role=\"img\"><title>{}</title>",
+        values.len() * 3,
+        esc(title)
+    );
     for (i, v) in values.iter().enumerate() {
         let h = (*v as f64 / max as f64) * 18.0;
         if *v > 0 {
-            let _ = write!(out, "<rect class=\"bar\" x=\"{}\" y=\"{:.1}\" width=\"2\" height=\"{:.1}\"/>", i * 3, 20.0 - h, h.max(1.0));
+            let _ = write!(
+                out,
+                "<rect class=\"bar\" x=\"{}\" y=\"{:.1}\" width=\"2\" height=\"{:.1}\"/>",
+                i * 3,
+                20.0 - h,
+                h.max(1.0)
+            );
         }
     }
     out.push_str("</svg>");
@@ -148,7 +158,9 @@ mod tests {
     #[test]
     fn bars_scale_to_the_largest_value_and_escape_labels() {
         let svg = bars("<x>", &[0, 5, 10], "<l>", "now");
-        assert!(svg.contains("<title>&lt;x&gt;</title>") && svg.contains("&lt;l&gt;") && svg.contains("tallest bar: 10"));
+        assert!(
+            svg.contains("<title>&lt;x&gt;</title>") && svg.contains("&lt;l&gt;") && svg.contains("tallest bar: 10")
+        );
         assert_eq!(svg.matches("class=\"bar\"").count(), 3);
         assert!(svg.contains("height=\"116.0\""), "the largest bar fills the plot: {svg}");
     }

@@ -23,7 +23,11 @@ use crate::state::AppState;
 const OPEN_FINDINGS: usize = 3;
 
 /// `GET /admin/audit/{id}`
-pub async fn page(session: Session, State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Html<String>, AdminError> {
+pub async fn page(
+    session: Session,
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Result<Html<String>, AdminError> {
     let record = state
         .protection
         .store()
@@ -35,7 +39,8 @@ pub async fn page(session: Session, State(state): State<Arc<AppState>>, Path(id)
 }
 
 fn render(r: &AuditRecord) -> String {
-    let sources = if r.source_tenants().is_empty() { "none identified".to_owned() } else { r.source_tenants().join(", ") };
+    let sources =
+        if r.source_tenants().is_empty() { "none identified".to_owned() } else { r.source_tenants().join(", ") };
     let mut meta = vec![
         ("Time (UTC)", format_ms(r.time_ms())),
         ("Tenant", r.tenant().to_owned()),
@@ -54,7 +59,11 @@ fn render(r: &AuditRecord) -> String {
         esc(&query(&[("tenant", r.tenant())])),
         facts(&meta)
     );
-    let spans: Vec<Span> = r.findings().iter().map(|f| Span { start: f.span().0, end: f.span().1, label: f.rule_id().to_owned() }).collect();
+    let spans: Vec<Span> = r
+        .findings()
+        .iter()
+        .map(|f| Span { start: f.span().0, end: f.span().1, label: f.rule_id().to_owned() })
+        .collect();
     let _ = write!(
         out,
         "<h2>Where in the response</h2>{}<p class=\"muted legend\"><span class=\"key released\"></span>released to the client \
@@ -148,14 +157,32 @@ mod tests {
     #[test]
     fn detail_shows_provenance_and_statistics_escaped() {
         let foreign = Detail::Foreign { owners: vec!["<globex>".into()], shared_by: 1 };
-        let stat = Detail::Statistic { metric: firewall::Metric::Surprisal, value: 7.0, mean: 2.0, z_score: 5.5, p_value: 1e-8 };
+        let stat = Detail::Statistic {
+            metric: firewall::Metric::Surprisal,
+            value: 7.0,
+            mean: 2.0,
+            z_score: 5.5,
+            p_value: 1e-8,
+        };
         let mut c = ctx("acme");
         c.request_id = "<script>alert(1)</script>".into();
-        let r = AuditRecord::new(c, Action::Block, &[raw_finding("foreign-ngram", &firewall::mask("some text"), foreign), raw_finding("entropy", "a*** (4 chars)", stat)], 12);
+        let r = AuditRecord::new(
+            c,
+            Action::Block,
+            &[
+                raw_finding("foreign-ngram", &firewall::mask("some text"), foreign),
+                raw_finding("entropy", "a*** (4 chars)", stat),
+            ],
+            12,
+        );
         let html = render(&r);
         assert!(!html.contains("<script>") && !html.contains("<globex>"), "{html}");
         assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;") && html.contains("&lt;globex&gt;"));
-        assert!(html.contains("<mark>so*******</mark> <span class=\"muted\">(9 chars)</span>") && html.contains("z-score") && html.contains("5.50"));
+        assert!(
+            html.contains("<mark>so*******</mark> <span class=\"muted\">(9 chars)</span>")
+                && html.contains("z-score")
+                && html.contains("5.50")
+        );
         assert!(html.contains("Tenants sharing the text"));
     }
 }

@@ -21,8 +21,13 @@ pub async fn page(session: Session, State(state): State<Arc<AppState>>) -> Html<
     let store = p.store().health();
     let mut body = String::from("<div class=\"grid\">");
 
-    let status = if store.degraded { "<span class=\"badge block\">degraded</span>" } else { "<span class=\"badge ok\">ok</span>" };
-    let mut store_rows = vec![("Kind", store.kind.to_owned()), ("Audit records waiting for Redis", store.buffered_audit.to_string())];
+    let status = if store.degraded {
+        "<span class=\"badge block\">degraded</span>"
+    } else {
+        "<span class=\"badge ok\">ok</span>"
+    };
+    let mut store_rows =
+        vec![("Kind", store.kind.to_owned()), ("Audit records waiting for Redis", store.buffered_audit.to_string())];
     if let Some(reason) = &store.reason {
         store_rows.push(("Why degraded", reason.clone()));
     }
@@ -59,7 +64,11 @@ pub async fn page(session: Session, State(state): State<Arc<AppState>>) -> Html<
         "<h2>Backends</h2><div class=\"table-wrap\"><table><thead><tr><th>Model</th><th>Backend</th><th>State</th></tr></thead><tbody>",
     );
     for (id, backend) in &state.models {
-        let ready = if backend.is_ready() { "<span class=\"badge ok\">ready</span>" } else { "<span class=\"badge redact\">loading or failed</span>" };
+        let ready = if backend.is_ready() {
+            "<span class=\"badge ok\">ready</span>"
+        } else {
+            "<span class=\"badge redact\">loading or failed</span>"
+        };
         let _ = write!(body, "<tr><td>{}</td><td>{}</td><td>{ready}</td></tr>", esc(id), backend.kind());
     }
     body.push_str("</tbody></table></div>");
@@ -109,7 +118,13 @@ fn retention_card(evictions: &[AuditEviction]) -> String {
          <table><thead><tr><th>Tenant</th><th>Severity</th><th>Evicted</th></tr></thead><tbody>",
     );
     for e in evictions {
-        let _ = write!(card, "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", esc(&e.tenant), severity_name(e.severity), e.evicted);
+        let _ = write!(
+            card,
+            "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&e.tenant),
+            severity_name(e.severity),
+            e.evicted
+        );
     }
     card.push_str("</tbody></table></section>");
     card

@@ -26,7 +26,8 @@ pub async fn events(
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, AdminError> {
     let (query, _) = filters.to_query();
     let feed = Feed { records: state.protection.subscribe(), admin, session: session.id, query };
-    let stream = futures::stream::unfold(feed, |mut feed| async move { feed.next().await.map(|event| (Ok(event), feed)) });
+    let stream =
+        futures::stream::unfold(feed, |mut feed| async move { feed.next().await.map(|event| (Ok(event), feed)) });
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 
@@ -46,9 +47,13 @@ impl Feed {
                 return None;
             }
             match received {
-                Ok(record) if self.query.matches(&record) => return Some(Event::default().event("audit").data(row(&record))),
+                Ok(record) if self.query.matches(&record) => {
+                    return Some(Event::default().event("audit").data(row(&record)))
+                }
                 Ok(_) => continue,
-                Err(RecvError::Lagged(missed)) => return Some(Event::default().event("lagged").data(missed.to_string())),
+                Err(RecvError::Lagged(missed)) => {
+                    return Some(Event::default().event("lagged").data(missed.to_string()))
+                }
                 Err(RecvError::Closed) => return None,
             }
         }

@@ -93,7 +93,9 @@ pub enum AdminError {
     Disabled,
     #[error("Log in first.")]
     LoginRequired,
-    #[error("The form is stale or forged (its CSRF token does not match this session). Reload the page and try again.")]
+    #[error(
+        "The form is stale or forged (its CSRF token does not match this session). Reload the page and try again."
+    )]
     Csrf,
     #[error("{0}")]
     NotFound(String),
@@ -126,9 +128,11 @@ impl IntoResponse for AdminError {
             AdminError::Unmounted => tracing::error!("admin router state missing"),
             AdminError::Disabled | AdminError::NotFound(_) => {}
         }
-        let body = format!("<p class=\"error\">{}</p><p><a href=\"/admin\">Back to the dashboard</a></p>", html::esc(&self.to_string()));
+        let body = format!(
+            "<p class=\"error\">{}</p><p><a href=\"/admin\">Back to the dashboard</a></p>",
+            html::esc(&self.to_string())
+        );
         let title = status.canonical_reason().unwrap_or("Error");
         (status, axum::response::Html(html::frame(title, None, None, &body))).into_response()
     }
 }
-

@@ -87,14 +87,26 @@ pub async fn page(session: Session, State(state): State<Arc<AppState>>) -> Html<
              <th class=\"num\">Hits since start-up</th></tr></thead><tbody>",
         );
         for (id, h) in others {
-            let _ = write!(body, "<tr><td><a href=\"/admin/rules/{}\">{}</a></td><td class=\"num\">{}</td></tr>", esc(&segment(id)), esc(id), hits_cell(Some(h)));
+            let _ = write!(
+                body,
+                "<tr><td><a href=\"/admin/rules/{}\">{}</a></td><td class=\"num\">{}</td></tr>",
+                esc(&segment(id)),
+                esc(id),
+                hits_cell(Some(h))
+            );
         }
         body.push_str("</tbody></table></div>");
     }
     body.push_str("<h2>Canary tables</h2><p class=\"muted\">The strings are honeytokens and are never shown.</p>");
     body.push_str("<div class=\"table-wrap\"><table><thead><tr><th>Id</th><th>Owner</th><th class=\"num\">Strings</th></tr></thead><tbody>");
     for c in rules.canaries() {
-        let _ = write!(body, "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td></tr>", esc(&c.id), esc(&c.owner), c.strings.len());
+        let _ = write!(
+            body,
+            "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td></tr>",
+            esc(&c.id),
+            esc(&c.owner),
+            c.strings.len()
+        );
     }
     if rules.canaries().is_empty() {
         body.push_str("<tr class=\"empty\"><td colspan=\"3\">No canary tables.</td></tr>");
@@ -103,15 +115,34 @@ pub async fn page(session: Session, State(state): State<Arc<AppState>>) -> Html<
     Html(frame("Rules", Some(Section::Rules), Some(&session.csrf), &body))
 }
 
-fn reload_section(session: &Session, generation: u64, rules: usize, canaries: usize, last: Option<&ReloadRecord>) -> String {
-    let mut out = facts(&[("Rules loaded", rules.to_string()), ("Canary tables", canaries.to_string()), ("Generation", generation.to_string())]);
+fn reload_section(
+    session: &Session,
+    generation: u64,
+    rules: usize,
+    canaries: usize,
+    last: Option<&ReloadRecord>,
+) -> String {
+    let mut out = facts(&[
+        ("Rules loaded", rules.to_string()),
+        ("Canary tables", canaries.to_string()),
+        ("Generation", generation.to_string()),
+    ]);
     match last {
         None => out.push_str("<p class=\"muted\">No reload since start-up.</p>"),
         Some(r) => {
-            let _ = write!(out, "<div class=\"card reload\"><h2>Last reload: {} UTC, by the {}</h2>", format_ms(r.at_ms), esc(r.via));
+            let _ = write!(
+                out,
+                "<div class=\"card reload\"><h2>Last reload: {} UTC, by the {}</h2>",
+                format_ms(r.at_ms),
+                esc(r.via)
+            );
             match &r.result {
                 Ok(done) => {
-                    let _ = write!(out, "<p class=\"ok\">Loaded {} rules and {} canary tables (generation {}).</p>", done.rules, done.canaries, r.generation);
+                    let _ = write!(
+                        out,
+                        "<p class=\"ok\">Loaded {} rules and {} canary tables (generation {}).</p>",
+                        done.rules, done.canaries, r.generation
+                    );
                 }
                 Err(errors) => {
                     let errors = &errors.errors;
@@ -149,7 +180,11 @@ fn files_table(rules: &Ruleset) -> String {
 
 /// `POST /admin/rules/reload`: reloads (the state keeps the outcome) and goes back to the
 /// list.
-pub async fn reload(session: Session, State(state): State<Arc<AppState>>, Form(form): Form<CsrfForm>) -> Result<Response, AdminError> {
+pub async fn reload(
+    session: Session,
+    State(state): State<Arc<AppState>>,
+    Form(form): Form<CsrfForm>,
+) -> Result<Response, AdminError> {
     session.verify_csrf(&form.csrf)?;
     // Rejected files are shown on the list, from the record of this reload.
     let _ = state.reload_rules_blocking_pool("dashboard").await;
@@ -161,7 +196,11 @@ const RECENT: usize = 20;
 
 /// `GET /admin/rules/{id}`: a rule file's rule, or any other finding id (detectors, canary
 /// tables) with its recent hits.
-pub async fn rule_page(session: Session, State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Html<String>, AdminError> {
+pub async fn rule_page(
+    session: Session,
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Result<Html<String>, AdminError> {
     let rules = state.rules.current();
     let q = AuditQuery { rule: Some(id.clone()), limit: RECENT, ..Default::default() };
     let recent = state.protection.store().list_audit(&q).await?.records;
@@ -179,7 +218,14 @@ pub async fn rule_page(session: Session, State(state): State<Arc<AppState>>, Pat
             ("Severity", rule.severity.as_str().to_owned()),
             ("Action", rule.action.as_str().to_owned()),
             ("Defined at", format!("{}:{}", origin.file, origin.line)),
-            ("Keywords", if rule.keywords.is_empty() { "none (runs on every text)".to_owned() } else { rule.keywords.join(", ") }),
+            (
+                "Keywords",
+                if rule.keywords.is_empty() {
+                    "none (runs on every text)".to_owned()
+                } else {
+                    rule.keywords.join(", ")
+                },
+            ),
         ];
         if let Some(e) = rule.min_entropy {
             rows.push(("Minimum entropy", format!("{e:.2} bits/char")));
@@ -191,12 +237,20 @@ pub async fn rule_page(session: Session, State(state): State<Arc<AppState>>, Pat
         body.push_str(&samples("Samples that must match", &rule.must_match));
         body.push_str(&samples("Samples that must not match", &rule.must_not_match));
     } else if let Some(c) = canary {
-        body.push_str(&facts(&[("Kind", "canary table".to_owned()), ("Owner", c.owner.clone()), ("Strings", format!("{} (never shown)", c.strings.len()))]));
+        body.push_str(&facts(&[
+            ("Kind", "canary table".to_owned()),
+            ("Owner", c.owner.clone()),
+            ("Strings", format!("{} (never shown)", c.strings.len())),
+        ]));
     } else {
         body.push_str("<p class=\"muted\">Not a rule from the rule files: a detector's finding id.</p>");
     }
     let _ = write!(body, "<h2>Hits since start-up: {}</h2>", hits_cell(hits.get(id.as_str())));
-    let _ = write!(body, "<h2>Recent hits</h2><p><a href=\"/admin?{}\">All blocked responses with this rule »</a></p>", esc(&query(&[("rule", &id)])));
+    let _ = write!(
+        body,
+        "<h2>Recent hits</h2><p><a href=\"/admin?{}\">All blocked responses with this rule »</a></p>",
+        esc(&query(&[("rule", &id)]))
+    );
     body.push_str(&table(&recent, None));
     Ok(Html(frame(&format!("Rule {id}"), Some(Section::Rules), Some(&session.csrf), &body)))
 }

@@ -163,9 +163,13 @@ pub fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
 /// The session cookie. `Secure` when the request reached a TLS-terminating proxy in front
 /// of the gateway (`X-Forwarded-Proto: https`): trusting the header can only add the flag.
 fn set_cookie(value: &str, max_age_s: u64, request: &HeaderMap) -> (header::HeaderName, String) {
-    let behind_tls = request.get("x-forwarded-proto").and_then(|v| v.to_str().ok()).is_some_and(|p| p.eq_ignore_ascii_case("https"));
+    let behind_tls =
+        request.get("x-forwarded-proto").and_then(|v| v.to_str().ok()).is_some_and(|p| p.eq_ignore_ascii_case("https"));
     let secure = if behind_tls { "; Secure" } else { "" };
-    (header::SET_COOKIE, format!("{COOKIE}={value}; Path=/admin; HttpOnly; SameSite=Strict; Max-Age={max_age_s}{secure}"))
+    (
+        header::SET_COOKIE,
+        format!("{COOKIE}={value}; Path=/admin; HttpOnly; SameSite=Strict; Max-Age={max_age_s}{secure}"),
+    )
 }
 
 fn login_page(message: Option<&str>) -> String {
@@ -213,17 +217,27 @@ pub async fn login(
         Ok(()) => {
             let (id, _) = admin.sessions.open();
             tracing::info!("admin dashboard login");
-            Ok((StatusCode::SEE_OTHER, [set_cookie(&id, LIFETIME.as_secs(), &headers), (header::LOCATION, "/admin".to_owned())]).into_response())
+            Ok((
+                StatusCode::SEE_OTHER,
+                [set_cookie(&id, LIFETIME.as_secs(), &headers), (header::LOCATION, "/admin".to_owned())],
+            )
+                .into_response())
         }
         Err(ApiError::AdminDisabled) => Err(AdminError::Disabled),
         Err(ApiError::AdminThrottled { retry_after_s }) => {
             tracing::warn!(retry_after_s, "admin dashboard login throttled");
             let page = login_page(Some(&format!("Too many failed logins; try again in {retry_after_s} s.")));
-            Ok((StatusCode::TOO_MANY_REQUESTS, [(header::RETRY_AFTER, retry_after_s.to_string())], axum::response::Html(page)).into_response())
+            Ok((
+                StatusCode::TOO_MANY_REQUESTS,
+                [(header::RETRY_AFTER, retry_after_s.to_string())],
+                axum::response::Html(page),
+            )
+                .into_response())
         }
         Err(_) => {
             tracing::info!("admin dashboard login refused: wrong token");
-            Ok((StatusCode::UNAUTHORIZED, axum::response::Html(login_page(Some("Incorrect admin token.")))).into_response())
+            Ok((StatusCode::UNAUTHORIZED, axum::response::Html(login_page(Some("Incorrect admin token."))))
+                .into_response())
         }
     }
 }
@@ -243,7 +257,8 @@ pub async fn logout(
 ) -> Result<Response, AdminError> {
     session.verify_csrf(&form.csrf)?;
     admin.sessions.close(&session.id);
-    Ok((StatusCode::SEE_OTHER, [set_cookie("", 0, &headers), (header::LOCATION, "/admin/login".to_owned())]).into_response())
+    Ok((StatusCode::SEE_OTHER, [set_cookie("", 0, &headers), (header::LOCATION, "/admin/login".to_owned())])
+        .into_response())
 }
 
 #[cfg(test)]

@@ -32,13 +32,18 @@ const MINUTE_MS: u64 = 60_000;
 const MINUTES: usize = 60;
 
 /// `GET /admin/tenants`
-pub async fn page(session: Session, State(state): State<Arc<AppState>>, Extension(admin): Extension<Arc<Admin>>) -> Result<Html<String>, AdminError> {
+pub async fn page(
+    session: Session,
+    State(state): State<Arc<AppState>>,
+    Extension(admin): Extension<Arc<Admin>>,
+) -> Result<Html<String>, AdminError> {
     let now = now_ms();
     let hour_ago = now.saturating_sub(MINUTES as u64 * MINUTE_MS);
     let (records, capped) = recent_records(&state, admin.started_ms.min(hour_ago)).await?;
     let requests = state.metrics.completions_by_tenant();
     let stats = state.protection.stats().rows();
-    let probes: BTreeMap<String, ProbeRow> = state.protection.probes().rows(now).into_iter().map(|r| (r.tenant.clone(), r)).collect();
+    let probes: BTreeMap<String, ProbeRow> =
+        state.protection.probes().rows(now).into_iter().map(|r| (r.tenant.clone(), r)).collect();
 
     let mut tenants: BTreeSet<&str> = state.config.tenants.iter().map(|t| t.id.as_str()).collect();
     tenants.extend(requests.keys().map(String::as_str));
@@ -52,7 +57,11 @@ pub async fn page(session: Session, State(state): State<Arc<AppState>>, Extensio
         if capped { format!(" Only the newest {MAX_SCAN} audit records are counted.") } else { String::new() }
     );
     let all_minutes = per_minute(records.iter(), now);
-    let _ = write!(body, "<section class=\"card\"><h2>Blocked or redacted responses per minute, all tenants</h2>{}</section>", bars("Blocked or redacted responses per minute, last hour", &all_minutes, "60 min ago", "now"));
+    let _ = write!(
+        body,
+        "<section class=\"card\"><h2>Blocked or redacted responses per minute, all tenants</h2>{}</section>",
+        bars("Blocked or redacted responses per minute, last hour", &all_minutes, "60 min ago", "now")
+    );
 
     body.push_str(
         "<div class=\"table-wrap\"><table class=\"tenants\"><thead><tr><th>Tenant</th><th class=\"num\">Requests</th>\
@@ -137,7 +146,15 @@ fn baseline_cell(stats: &[StatRow], tenant: Option<&str>) -> String {
     let rows: Vec<String> = stats
         .iter()
         .filter(|r| r.tenant.as_deref() == tenant && r.count > 0)
-        .map(|r| format!("<span class=\"stat\">{}: {:.2} ± {:.2} <small>(n={})</small></span>", esc(r.metric), r.mean, r.stddev, r.count))
+        .map(|r| {
+            format!(
+                "<span class=\"stat\">{}: {:.2} ± {:.2} <small>(n={})</small></span>",
+                esc(r.metric),
+                r.mean,
+                r.stddev,
+                r.count
+            )
+        })
         .collect();
     if rows.is_empty() {
         "<span class=\"muted\">no samples yet</span>".to_owned()
@@ -148,7 +165,8 @@ fn baseline_cell(stats: &[StatRow], tenant: Option<&str>) -> String {
 
 /// One chart per tenant and metric with samples: the tenant's curve over the global one.
 fn distributions(stats: &[StatRow], tenants: &BTreeSet<&str>) -> String {
-    let global: BTreeMap<&str, &StatRow> = stats.iter().filter(|r| r.tenant.is_none() && r.count > 0).map(|r| (r.metric, r)).collect();
+    let global: BTreeMap<&str, &StatRow> =
+        stats.iter().filter(|r| r.tenant.is_none() && r.count > 0).map(|r| (r.metric, r)).collect();
     let mut out = String::from(
         "<h2>Entropy distributions against the global baseline</h2>\
          <p class=\"muted legend\"><span class=\"key tenant\"></span>tenant <span class=\"key global\"></span>global \
@@ -159,11 +177,18 @@ fn distributions(stats: &[StatRow], tenants: &BTreeSet<&str>) -> String {
         for row in stats.iter().filter(|r| r.tenant.as_deref() == Some(*tenant) && r.count > 0) {
             let Some(g) = global.get(row.metric) else { continue };
             any = true;
-            let title = format!("{tenant}: {} (tenant {:.2} ± {:.2}, global {:.2} ± {:.2})", row.metric, row.mean, row.stddev, g.mean, g.stddev);
+            let title = format!(
+                "{tenant}: {} (tenant {:.2} ± {:.2}, global {:.2} ± {:.2})",
+                row.metric, row.mean, row.stddev, g.mean, g.stddev
+            );
             let _ = write!(
                 out,
                 "<figure class=\"card\">{}<figcaption>{}</figcaption></figure>",
-                curves(&title, Normal { mean: row.mean, stddev: row.stddev }, Normal { mean: g.mean, stddev: g.stddev }),
+                curves(
+                    &title,
+                    Normal { mean: row.mean, stddev: row.stddev },
+                    Normal { mean: g.mean, stddev: g.stddev }
+                ),
                 esc(&title)
             );
         }
@@ -184,7 +209,8 @@ mod tests {
     fn minutes_count_recent_records_only() {
         let now = 10 * 3_600_000;
         let at = |ms| AuditRecord::at(ms, ctx("acme"), Action::Block, &[]);
-        let records = [at(now), at(now - 30_000), at(now - 61_000), at(now - 59 * MINUTE_MS - 1), at(now - 61 * MINUTE_MS)];
+        let records =
+            [at(now), at(now - 30_000), at(now - 61_000), at(now - 59 * MINUTE_MS - 1), at(now - 61 * MINUTE_MS)];
         let minutes = per_minute(records.iter(), now);
         assert_eq!((minutes[MINUTES - 1], minutes[MINUTES - 2], minutes[0]), (2, 1, 1));
         assert_eq!(minutes.iter().sum::<u64>(), 4);

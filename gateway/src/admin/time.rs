@@ -26,7 +26,8 @@ pub fn parse_input(value: &str) -> Option<u64> {
     let mut clock_parts = clock.splitn(3, ':').map(str::parse::<u32>);
     let (hh, mm) = (clock_parts.next()?.ok()?, clock_parts.next()?.ok()?);
     let ss = clock_parts.next().transpose().ok()?.unwrap_or(0);
-    let valid = (1970..=9999).contains(&y) && (1..=12).contains(&m) && (1..=31).contains(&d) && hh < 24 && mm < 60 && ss < 60;
+    let valid =
+        (1970..=9999).contains(&y) && (1..=12).contains(&m) && (1..=31).contains(&d) && hh < 24 && mm < 60 && ss < 60;
     if !valid {
         return None;
     }
@@ -78,7 +79,15 @@ mod tests {
             assert_eq!(parse_input(&format_input(ms)), Some(ms));
         }
         assert_eq!(parse_input("2026-11-30T09:34:21"), Some(1_796_031_261_000));
-        for bad in ["", "2026-11-30", "2026-02-30T00:00", "2026-13-01T00:00", "2026-11-30T24:00", "x-1-1T1:1", "1969-12-31T23:59"] {
+        for bad in [
+            "",
+            "2026-11-30",
+            "2026-02-30T00:00",
+            "2026-13-01T00:00",
+            "2026-11-30T24:00",
+            "x-1-1T1:1",
+            "1969-12-31T23:59",
+        ] {
             assert_eq!(parse_input(bad), None, "{bad}");
         }
     }

@@ -78,8 +78,7 @@ pub struct ChatRequest {
 impl ChatRequest {
     /// Parses and validates a request body.
     pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
-        let value: Value =
-            serde_json::from_slice(body).map_err(|e| ApiError::MalformedJson(e.to_string()))?;
+        let value: Value = serde_json::from_slice(body).map_err(|e| ApiError::MalformedJson(e.to_string()))?;
         let Value::Object(raw) = value else {
             return Err(ApiError::MalformedJson("the body must be a JSON object".into()));
         };
@@ -91,9 +90,15 @@ impl ChatRequest {
             None | Some(Value::Null) => false,
             Some(Value::Object(o)) => {
                 if !stream {
-                    return Err(ApiError::param("stream_options", "stream_options is only allowed when stream is true"));
+                    return Err(ApiError::param(
+                        "stream_options",
+                        "stream_options is only allowed when stream is true",
+                    ));
                 }
-                Fields(o).bool("include_usage").map_err(|e| rename_param(e, "stream_options.include_usage"))?.unwrap_or(false)
+                Fields(o)
+                    .bool("include_usage")
+                    .map_err(|e| rename_param(e, "stream_options.include_usage"))?
+                    .unwrap_or(false)
             }
             Some(_) => return Err(type_error("stream_options", "an object")),
         };
@@ -144,9 +149,14 @@ impl ChatRequest {
         };
         let prompt = match legacy.remove("prompt") {
             Some(Value::String(p)) => p,
-            Some(Value::Array(list)) if list.len() == 1 && list[0].is_string() => list[0].as_str().unwrap_or_default().to_owned(),
+            Some(Value::Array(list)) if list.len() == 1 && list[0].is_string() => {
+                list[0].as_str().unwrap_or_default().to_owned()
+            }
             Some(Value::Array(list)) if list.iter().all(Value::is_string) => {
-                return Err(ApiError::param("prompt", format!("one prompt per request is supported, got {}", list.len())))
+                return Err(ApiError::param(
+                    "prompt",
+                    format!("one prompt per request is supported, got {}", list.len()),
+                ))
             }
             None | Some(Value::Null) => return Err(ApiError::param("prompt", "you must provide a prompt parameter")),
             Some(_) => return Err(type_error("prompt", "a string (token-id prompts are not supported)")),
@@ -221,12 +231,10 @@ impl ChatRequest {
     /// the end of the last one — or as a new first system message when there is none.
     /// `messages` and `raw` (what an upstream receives) change together.
     pub fn add_system_line(&mut self, line: &str, at_start: bool) {
-        let is_system = |m: &Map<String, Value>| matches!(m.get("role").and_then(Value::as_str), Some("system" | "developer"));
-        let target = if at_start {
-            self.messages.iter().position(is_system)
-        } else {
-            self.messages.iter().rposition(is_system)
-        };
+        let is_system =
+            |m: &Map<String, Value>| matches!(m.get("role").and_then(Value::as_str), Some("system" | "developer"));
+        let target =
+            if at_start { self.messages.iter().position(is_system) } else { self.messages.iter().rposition(is_system) };
         match target {
             Some(i) => {
                 let content = self.messages[i].entry("content").or_insert(Value::String(String::new()));
@@ -349,7 +357,10 @@ fn parse_message(i: usize, value: &Value) -> Result<Map<String, Value>, ApiError
         Some(Value::Array(parts)) => {
             for (j, part) in parts.iter().enumerate() {
                 if part.get("type").and_then(Value::as_str).is_none() {
-                    return Err(ApiError::param(format!("messages[{i}].content[{j}].type"), "each content part needs a string `type`"));
+                    return Err(ApiError::param(
+                        format!("messages[{i}].content[{j}].type"),
+                        "each content part needs a string `type`",
+                    ));
                 }
             }
         }
@@ -399,9 +410,9 @@ fn parse_logit_bias(value: Option<&Value>) -> Result<Vec<(u32, f32)>, ApiError> 
     };
     map.iter()
         .map(|(token, bias)| {
-            let id: u32 = token
-                .parse()
-                .map_err(|_| ApiError::param("logit_bias", format!("logit_bias keys must be token ids, got {token:?}")))?;
+            let id: u32 = token.parse().map_err(|_| {
+                ApiError::param("logit_bias", format!("logit_bias keys must be token ids, got {token:?}"))
+            })?;
             let b = bias.as_f64().filter(|b| (-100.0..=100.0).contains(b)).ok_or_else(|| {
                 ApiError::param("logit_bias", format!("logit_bias[{token}] must be a number between -100 and 100"))
             })?;
@@ -420,7 +431,9 @@ fn parse_tool_choice(value: Option<&Value>, tools: Option<&Value>) -> Result<Too
             other => {
                 return Err(ApiError::param(
                     "tool_choice",
-                    format!("Invalid value: '{other}'. Supported values are: 'none', 'auto', 'required' or a named function."),
+                    format!(
+                    "Invalid value: '{other}'. Supported values are: 'none', 'auto', 'required' or a named function."
+                ),
                 ))
             }
         },
@@ -429,10 +442,19 @@ fn parse_tool_choice(value: Option<&Value>, tools: Option<&Value>) -> Result<Too
         }
         Some(Value::Object(o)) => {
             let name = o.get("function").and_then(|f| f.get("name")).and_then(Value::as_str);
-            let name = name.ok_or_else(|| ApiError::param("tool_choice.function.name", "a named tool_choice needs function.name"))?;
-            let known = tools.and_then(Value::as_array).into_iter().flatten().any(|t| t.pointer("/function/name").and_then(Value::as_str) == Some(name));
+            let name = name.ok_or_else(|| {
+                ApiError::param("tool_choice.function.name", "a named tool_choice needs function.name")
+            })?;
+            let known = tools
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .any(|t| t.pointer("/function/name").and_then(Value::as_str) == Some(name));
             if !known {
-                return Err(ApiError::param("tool_choice.function.name", format!("tool_choice names '{name}', which is not in tools")));
+                return Err(ApiError::param(
+                    "tool_choice.function.name",
+                    format!("tool_choice names '{name}', which is not in tools"),
+                ));
             }
             ToolChoice::Function(name.to_owned())
         }
@@ -457,14 +479,20 @@ fn parse_response_format(value: Option<&Value>) -> Result<ResponseFormat, ApiErr
             let spec = match format.get("json_schema") {
                 Some(Value::Object(spec)) => spec,
                 None | Some(Value::Null) => {
-                    return Err(ApiError::param("response_format.json_schema", "response_format.json_schema is required when type is 'json_schema'"))
+                    return Err(ApiError::param(
+                        "response_format.json_schema",
+                        "response_format.json_schema is required when type is 'json_schema'",
+                    ))
                 }
                 Some(_) => return Err(type_error("response_format.json_schema", "an object")),
             };
             let f = Fields(spec);
             let name = f.string("name").map_err(|e| rename_param(e, "response_format.json_schema.name"))?;
-            let name = name.ok_or_else(|| ApiError::param("response_format.json_schema.name", "response_format.json_schema.name is required"))?;
-            let well_formed = (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            let name = name.ok_or_else(|| {
+                ApiError::param("response_format.json_schema.name", "response_format.json_schema.name is required")
+            })?;
+            let well_formed = (1..=64).contains(&name.len())
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
             if !well_formed {
                 return Err(ApiError::param(
                     "response_format.json_schema.name",
@@ -476,7 +504,8 @@ fn parse_response_format(value: Option<&Value>) -> Result<ResponseFormat, ApiErr
                 Some(schema @ (Value::Object(_) | Value::Bool(_))) => Some(schema.clone()),
                 Some(_) => return Err(type_error("response_format.json_schema.schema", "an object")),
             };
-            let strict = f.bool("strict").map_err(|e| rename_param(e, "response_format.json_schema.strict"))?.unwrap_or(false);
+            let strict =
+                f.bool("strict").map_err(|e| rename_param(e, "response_format.json_schema.strict"))?.unwrap_or(false);
             Ok(ResponseFormat::JsonSchema { name, schema, strict })
         }
         Some(other) => Ok(ResponseFormat::Other(other.to_owned())),
@@ -493,7 +522,8 @@ fn parse_tools(value: Option<&Value>) -> Result<Option<Value>, ApiError> {
                     return Err(ApiError::param(format!("tools[{i}].function.name"), "each tool needs function.name"));
                 };
                 // OpenAI's rule; the engine also relies on names needing no JSON escapes.
-                let well_formed = (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+                let well_formed = (1..=64).contains(&name.len())
+                    && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
                 if !well_formed {
                     return Err(ApiError::param(
                         format!("tools[{i}].function.name"),
@@ -579,7 +609,13 @@ mod tests {
             (with("logit_bias", json!({"abc": 1})), "logit_bias"),
             (with("tools", json!([{"type": "function"}])), "tools[0].function.name"),
             (with("tools", json!([{"type": "function", "function": {"name": "a\"b"}}])), "tools[0].function.name"),
-            (with("tools", json!([{"type": "function", "function": {"name": "ok"}}, {"type": "function", "function": {"name": "ok2", "parameters": "x"}}])), "tools[1].function.parameters"),
+            (
+                with(
+                    "tools",
+                    json!([{"type": "function", "function": {"name": "ok"}}, {"type": "function", "function": {"name": "ok2", "parameters": "x"}}]),
+                ),
+                "tools[1].function.parameters",
+            ),
             (with("stream_options", json!({"include_usage": true})), "stream_options"),
             (with("response_format", json!("json")), "response_format"),
             (with("tool_choice", json!("required")), "tool_choice"),
@@ -588,10 +624,22 @@ mod tests {
             (with("parallel_tool_calls", json!("no")), "parallel_tool_calls"),
             (with("response_format", json!({})), "response_format.type"),
             (with("response_format", json!({"type": "json_schema"})), "response_format.json_schema"),
-            (with("response_format", json!({"type": "json_schema", "json_schema": {"schema": {}}})), "response_format.json_schema.name"),
-            (with("response_format", json!({"type": "json_schema", "json_schema": {"name": "a b"}})), "response_format.json_schema.name"),
-            (with("response_format", json!({"type": "json_schema", "json_schema": {"name": "a", "schema": "{}"}})), "response_format.json_schema.schema"),
-            (with("response_format", json!({"type": "json_schema", "json_schema": {"name": "a", "strict": "yes"}})), "response_format.json_schema.strict"),
+            (
+                with("response_format", json!({"type": "json_schema", "json_schema": {"schema": {}}})),
+                "response_format.json_schema.name",
+            ),
+            (
+                with("response_format", json!({"type": "json_schema", "json_schema": {"name": "a b"}})),
+                "response_format.json_schema.name",
+            ),
+            (
+                with("response_format", json!({"type": "json_schema", "json_schema": {"name": "a", "schema": "{}"}})),
+                "response_format.json_schema.schema",
+            ),
+            (
+                with("response_format", json!({"type": "json_schema", "json_schema": {"name": "a", "strict": "yes"}})),
+                "response_format.json_schema.strict",
+            ),
         ];
         for (body, param) in cases {
             assert_eq!(param_of(body.clone()), param, "{body}");
@@ -603,7 +651,8 @@ mod tests {
         // serde_json's default float parser may land an ulp off, and the body relayed
         // upstream would carry another number than the client's (found by the fuzzer).
         let digits = "-88888888888888888888888888888888888888888888";
-        let body = format!(r#"{{"model": "m", "messages": [{{"role": "user", "content": "hi"}}], "x_weight": {digits}}}"#);
+        let body =
+            format!(r#"{{"model": "m", "messages": [{{"role": "user", "content": "hi"}}], "x_weight": {digits}}}"#);
         let r = ChatRequest::parse(body.as_bytes()).unwrap();
         assert_eq!(r.raw["x_weight"].as_f64(), Some(digits.parse::<f64>().unwrap()));
         let relayed = ChatRequest::parse(serde_json::to_string(&r.raw).unwrap().as_bytes()).unwrap();
@@ -612,11 +661,18 @@ mod tests {
 
     #[test]
     fn legacy_completions_become_one_raw_prompt() {
-        let r = ChatRequest::parse_completion(br#"{"model": "m", "prompt": "Once upon", "logprobs": 2, "stop": "."}"#).unwrap();
+        let r = ChatRequest::parse_completion(br#"{"model": "m", "prompt": "Once upon", "logprobs": 2, "stop": "."}"#)
+            .unwrap();
         assert!(r.text_prompt);
         assert_eq!(r.messages[0]["content"], "Once upon");
-        assert_eq!((r.max_tokens, r.logprobs, r.top_logprobs, r.stop.clone()), (Some(16), true, 2, vec![".".to_owned()]));
-        let r = ChatRequest::parse_completion(br#"{"model": "m", "prompt": ["x"], "max_tokens": 3, "echo": false, "best_of": 1}"#).unwrap();
+        assert_eq!(
+            (r.max_tokens, r.logprobs, r.top_logprobs, r.stop.clone()),
+            (Some(16), true, 2, vec![".".to_owned()])
+        );
+        let r = ChatRequest::parse_completion(
+            br#"{"model": "m", "prompt": ["x"], "max_tokens": 3, "echo": false, "best_of": 1}"#,
+        )
+        .unwrap();
         assert_eq!(r.max_tokens, Some(3));
         let param = |body: &str| match ChatRequest::parse_completion(body.as_bytes()) {
             Err(ApiError::InvalidParam { param, .. }) => param,
@@ -652,11 +708,24 @@ mod tests {
     #[test]
     fn response_formats_parse() {
         assert_eq!(parse(base()).unwrap().response_format, ResponseFormat::Text);
-        assert_eq!(parse(with("response_format", json!({"type": "text"}))).unwrap().response_format, ResponseFormat::Text);
-        assert_eq!(parse(with("response_format", json!({"type": "json_object"}))).unwrap().response_format, ResponseFormat::JsonObject);
+        assert_eq!(
+            parse(with("response_format", json!({"type": "text"}))).unwrap().response_format,
+            ResponseFormat::Text
+        );
+        assert_eq!(
+            parse(with("response_format", json!({"type": "json_object"}))).unwrap().response_format,
+            ResponseFormat::JsonObject
+        );
         let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
-        let r = parse(with("response_format", json!({"type": "json_schema", "json_schema": {"name": "thing_1", "schema": schema, "strict": true}}))).unwrap();
-        assert_eq!(r.response_format, ResponseFormat::JsonSchema { name: "thing_1".into(), schema: Some(schema), strict: true });
+        let r = parse(with(
+            "response_format",
+            json!({"type": "json_schema", "json_schema": {"name": "thing_1", "schema": schema, "strict": true}}),
+        ))
+        .unwrap();
+        assert_eq!(
+            r.response_format,
+            ResponseFormat::JsonSchema { name: "thing_1".into(), schema: Some(schema), strict: true }
+        );
         // Types the gateway does not know still reach an upstream.
         let r = parse(with("response_format", json!({"type": "grammar", "grammar": "x"}))).unwrap();
         assert_eq!(r.response_format, ResponseFormat::Other("grammar".into()));

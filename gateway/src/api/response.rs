@@ -96,7 +96,15 @@ impl LogprobContent {
 impl From<LogprobContent> for TokenLogprob {
     /// Back to the typed entry (its `bytes` are the token's, see [`LogprobContent`]).
     fn from(e: LogprobContent) -> TokenLogprob {
-        TokenLogprob { token: e.token, logprob: e.logprob, top_logprobs: e.top_logprobs.into_iter().map(|t| TopLogprob { token: t.token, logprob: t.logprob }).collect() }
+        TokenLogprob {
+            token: e.token,
+            logprob: e.logprob,
+            top_logprobs: e
+                .top_logprobs
+                .into_iter()
+                .map(|t| TopLogprob { token: t.token, logprob: t.logprob })
+                .collect(),
+        }
     }
 }
 

@@ -12,11 +12,11 @@
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use engine::template::ChatMessage;
 use engine::engine::{Engine, EngineOptions, GenerateRequest, KvOptions, TokenEvent};
 use engine::grammar::{CompiledGrammar, Grammar};
 use engine::kv::Owner;
 use engine::sample::SamplingParams;
+use engine::template::ChatMessage;
 use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 
@@ -112,16 +112,21 @@ impl EngineBackend {
             ));
         }
         if let ToolChoice::Other(kind) = &request.tool_choice {
-            return Err(ApiError::param("tool_choice", format!("tool_choice type '{kind}' is not supported by the engine; it supports 'function'")));
+            return Err(ApiError::param(
+                "tool_choice",
+                format!("tool_choice type '{kind}' is not supported by the engine; it supports 'function'"),
+            ));
         }
         if request.text_prompt {
             // Legacy completions: the messages' text as it is (the prompt, after any line
             // the gateway's protection added), no template, no grammar.
             let text: Vec<String> = chat_messages(&request.messages)?.into_iter().filter_map(|m| m.content).collect();
             let (state, model_id) = (self.state.clone(), self.model_id.clone());
-            let prompt = tokio::task::spawn_blocking(move || engine_of(&state, &model_id)?.text_prompt(&text.join("\n")).map_err(map_engine_error))
-                .await
-                .map_err(|e| ApiError::Internal(format!("prompt tokenising task failed: {e}")))??;
+            let prompt = tokio::task::spawn_blocking(move || {
+                engine_of(&state, &model_id)?.text_prompt(&text.join("\n")).map_err(map_engine_error)
+            })
+            .await
+            .map_err(|e| ApiError::Internal(format!("prompt tokenising task failed: {e}")))??;
             return Ok(Prepared { prompt, grammar: None, read_calls: false });
         }
         let mut messages = chat_messages(&request.messages)?;
@@ -129,10 +134,14 @@ impl EngineBackend {
         let answer_schema = match &request.response_format {
             ResponseFormat::Text | ResponseFormat::Other(_) => None,
             ResponseFormat::JsonObject => Some(serde_json::json!({"type": "object"})),
-            ResponseFormat::JsonSchema { schema, .. } => Some(schema.clone().unwrap_or_else(|| Value::Object(Map::new()))),
+            ResponseFormat::JsonSchema { schema, .. } => {
+                Some(schema.clone().unwrap_or_else(|| Value::Object(Map::new())))
+            }
         };
         let has_results = messages.iter().any(|m| m.role == "tool");
-        let plan = tools.as_ref().and_then(|t| ToolPlan::new(t, &request.tool_choice, request.parallel_tool_calls, answer_schema.as_ref(), has_results));
+        let plan = tools.as_ref().and_then(|t| {
+            ToolPlan::new(t, &request.tool_choice, request.parallel_tool_calls, answer_schema.as_ref(), has_results)
+        });
         let grammar = match &plan {
             Some(plan) => {
                 add_instruction(&mut messages, &plan.instruction);
@@ -149,7 +158,9 @@ impl EngineBackend {
         tokio::task::spawn_blocking(move || {
             let engine = engine_of(&state, &model_id)?;
             let prompt = engine.chat_prompt(&messages, tools.as_ref()).map_err(map_engine_error)?;
-            let compiled = grammar.map(|(grammar, param)| engine.compile_grammar(&grammar).map_err(|e| grammar_error(e, param))).transpose()?;
+            let compiled = grammar
+                .map(|(grammar, param)| engine.compile_grammar(&grammar).map_err(|e| grammar_error(e, param)))
+                .transpose()?;
             Ok(Prepared { prompt, grammar: compiled, read_calls })
         })
         .await
@@ -161,7 +172,10 @@ impl EngineBackend {
         let engine = self.engine()?;
         let vocab = engine.config().vocab;
         if let Some((id, _)) = request.logit_bias.iter().find(|(id, _)| *id as usize >= vocab) {
-            return Err(ApiError::param("logit_bias", format!("logit_bias key {id} is not a token id of this model (ids are below {vocab})")));
+            return Err(ApiError::param(
+                "logit_bias",
+                format!("logit_bias key {id} is not a token id of this model (ids are below {vocab})"),
+            ));
         }
         let limit = engine.context_tokens();
         if prompt.len() >= limit {
@@ -215,7 +229,8 @@ fn add_instruction(messages: &mut Vec<ChatMessage>, instruction: &str) {
     match messages.first_mut().filter(|m| m.role == "system" || m.role == "developer") {
         Some(first) => {
             let before = first.content.take().unwrap_or_default();
-            first.content = Some(if before.is_empty() { instruction.to_owned() } else { format!("{instruction}\n\n{before}") });
+            first.content =
+                Some(if before.is_empty() { instruction.to_owned() } else { format!("{instruction}\n\n{before}") });
         }
         None => messages.insert(0, ChatMessage::new("system", instruction)),
     }
@@ -229,7 +244,8 @@ const INLINE_PROMPT_BYTES: usize = 16 * 1024;
 /// tool definitions.
 fn prompt_bytes(messages: &[ChatMessage], tools: Option<&Value>) -> usize {
     let json_len = |v: &Value| serde_json::to_string(v).map_or(0, |s| s.len());
-    let of_message = |m: &ChatMessage| m.content.as_ref().map_or(0, String::len) + m.tool_calls.as_ref().map_or(0, json_len);
+    let of_message =
+        |m: &ChatMessage| m.content.as_ref().map_or(0, String::len) + m.tool_calls.as_ref().map_or(0, json_len);
     messages.iter().map(of_message).sum::<usize>() + tools.map_or(0, json_len)
 }
 
@@ -255,7 +271,9 @@ fn grammar_error(e: engine::Error, param: &str) -> ApiError {
 fn engine_of<'a>(state: &'a OnceLock<Load>, model_id: &str) -> Result<&'a Engine, ApiError> {
     match state.get() {
         Some(Load::Ready(engine)) => Ok(engine),
-        Some(Load::Failed(reason)) => Err(ApiError::Unavailable(format!("model `{model_id}` failed to load: {reason}"))),
+        Some(Load::Failed(reason)) => {
+            Err(ApiError::Unavailable(format!("model `{model_id}` failed to load: {reason}")))
+        }
         None => Err(ApiError::Unavailable(format!("The model `{model_id}` is still loading; retry shortly."))),
     }
 }
@@ -308,7 +326,8 @@ impl PendingOwners {
 /// OpenAI's `logprobs.content[]` entry for one token (its `bytes` are written from the
 /// token's text when the entry is sent).
 pub(super) fn logprob_entry(ev: &TokenEvent) -> TokenLogprob {
-    let top_logprobs = ev.top_logprobs.iter().map(|t| TopLogprob { token: t.text.clone(), logprob: f64::from(t.logprob) }).collect();
+    let top_logprobs =
+        ev.top_logprobs.iter().map(|t| TopLogprob { token: t.text.clone(), logprob: f64::from(t.logprob) }).collect();
     TokenLogprob { token: ev.text.clone(), logprob: f64::from(ev.logprob), top_logprobs }
 }
 
@@ -366,12 +385,16 @@ fn text_parts(i: usize, parts: &[Value]) -> Result<String, ApiError> {
 
 pub(super) fn map_engine_error(e: engine::Error) -> ApiError {
     match e {
-        engine::Error::Template { reason } => ApiError::param("messages", format!("the model's chat template cannot render these messages: {reason}")),
+        engine::Error::Template { reason } => {
+            ApiError::param("messages", format!("the model's chat template cannot render these messages: {reason}"))
+        }
         engine::Error::ContextOverflow { prompt_tokens, limit } => ApiError::context_length(format!(
             "This model's maximum context length is {limit} tokens; your messages use {prompt_tokens}."
         )),
         engine::Error::InvalidRequest { reason } => ApiError::param("messages", reason),
-        engine::Error::KvExhausted { .. } => ApiError::Unavailable("The engine's KV cache is full; retry shortly.".into()),
+        engine::Error::KvExhausted { .. } => {
+            ApiError::Unavailable("The engine's KV cache is full; retry shortly.".into())
+        }
         engine::Error::Grammar { reason } => ApiError::param("response_format", reason),
         other => ApiError::Internal(format!("engine: {other}")),
     }
@@ -404,13 +427,15 @@ mod tests {
 
     #[test]
     fn text_parts_are_joined_and_images_refused() {
-        let msgs: Vec<Map<String, Value>> = vec![
-            serde_json::from_value(json!({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]})).unwrap(),
-        ];
+        let msgs: Vec<Map<String, Value>> = vec![serde_json::from_value(
+            json!({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}),
+        )
+        .unwrap()];
         assert_eq!(chat_messages(&msgs).unwrap()[0].content.as_deref(), Some("ab"));
-        let img: Vec<Map<String, Value>> = vec![
-            serde_json::from_value(json!({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]})).unwrap(),
-        ];
+        let img: Vec<Map<String, Value>> = vec![serde_json::from_value(
+            json!({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}),
+        )
+        .unwrap()];
         match chat_messages(&img) {
             Err(ApiError::InvalidParam { param, .. }) => assert_eq!(param, "messages[0].content[0]"),
             other => panic!("{other:?}"),

@@ -248,10 +248,22 @@ impl Requests {
         }
         let outbox = Outbox::new(s.events);
         let calls = (0..s.plans.len()).map(|_| s.read_calls.then(CallStream::new)).collect();
-        let request = Rc::new(RefCell::new(Request { outbox, usage: Usage::default(), open: Vec::new(), paused_since: None, failed: false, calls }));
+        let request = Rc::new(RefCell::new(Request {
+            outbox,
+            usage: Usage::default(),
+            open: Vec::new(),
+            paused_since: None,
+            failed: false,
+            calls,
+        }));
         for (index, plan) in s.plans.into_iter().enumerate() {
             let index = index as u32;
-            let mut relay = TokenRelay { index, want_logprobs: s.want_logprobs, owners: PendingOwners::default(), request: request.clone() };
+            let mut relay = TokenRelay {
+                index,
+                want_logprobs: s.want_logprobs,
+                owners: PendingOwners::default(),
+                request: request.clone(),
+            };
             match sched.submit(s.owner.clone(), plan, Box::new(move |ev: &TokenEvent| relay.on_token(ev))) {
                 Ok(id) => {
                     request.borrow_mut().open.push(id);
@@ -307,7 +319,8 @@ impl Requests {
                 reason = "tool_calls";
             }
             if rest.content.is_some() || !rest.tool_calls.is_empty() {
-                let delta = ChoiceDelta { index, content: rest.content, tool_calls: rest.tool_calls, ..ChoiceDelta::default() };
+                let delta =
+                    ChoiceDelta { index, content: rest.content, tool_calls: rest.tool_calls, ..ChoiceDelta::default() };
                 let _ = r.outbox.send(Ok(BackendEvent::Delta(delta)));
             }
         }
@@ -342,7 +355,11 @@ impl Requests {
                 }
                 Next::Done => return false,
                 Next::Stalled => {
-                    tracing::info!(jobs = r.open.len(), stall_ms = stall.as_millis() as u64, "engine stream stalled: its client stopped reading; cancelled");
+                    tracing::info!(
+                        jobs = r.open.len(),
+                        stall_ms = stall.as_millis() as u64,
+                        "engine stream stalled: its client stopped reading; cancelled"
+                    );
                     gauges.stall_cancels.fetch_add(1, Ordering::Relaxed);
                     r.outbox.fail(ApiError::StreamStalled { stall_ms: stall.as_millis() as u64 });
                 }
@@ -372,7 +389,13 @@ impl Requests {
 }
 
 /// Serves submissions until every sender is gone.
-pub fn serve(engine: &Engine, config: SchedulerConfig, limits: StreamLimits, submissions: &Receiver<Submission>, gauges: &LoopGauges) {
+pub fn serve(
+    engine: &Engine,
+    config: SchedulerConfig,
+    limits: StreamLimits,
+    submissions: &Receiver<Submission>,
+    gauges: &LoopGauges,
+) {
     let mut sched = Scheduler::new(engine, config);
     let mut requests = Requests::default();
     loop {
@@ -448,7 +471,11 @@ impl TokenRelay {
             content,
             tool_calls,
             logprobs: if self.want_logprobs { vec![logprob_entry(ev)] } else { Vec::new() },
-            signals: Some(TokenSignals { logprob: Some(f64::from(ev.logprob)), entropy: Some(f64::from(ev.entropy)), owners: self.owners.take() }),
+            signals: Some(TokenSignals {
+                logprob: Some(f64::from(ev.logprob)),
+                entropy: Some(f64::from(ev.entropy)),
+                owners: self.owners.take(),
+            }),
             ..ChoiceDelta::default()
         };
         match request.outbox.send(Ok(BackendEvent::Delta(delta))) {
@@ -468,7 +495,17 @@ mod tests {
 
     fn request(buffer_events: usize) -> (Request, EventReceiver) {
         let (tx, rx) = StreamLimits { buffer_events, stall: Duration::from_secs(1) }.channel();
-        (Request { outbox: Outbox::new(tx), usage: Usage::default(), open: vec![7], paused_since: None, failed: false, calls: vec![None] }, rx)
+        (
+            Request {
+                outbox: Outbox::new(tx),
+                usage: Usage::default(),
+                open: vec![7],
+                paused_since: None,
+                failed: false,
+                calls: vec![None],
+            },
+            rx,
+        )
     }
 
     #[test]
@@ -498,7 +535,10 @@ mod tests {
         assert_eq!(r.next(t0 + Duration::from_millis(50), Duration::from_millis(50)), Next::Stalled);
         r.outbox.fail(ApiError::StreamStalled { stall_ms: 50 });
         assert!(rx.try_recv().unwrap().is_ok());
-        assert!(matches!(rx.try_recv(), Ok(Err(ApiError::StreamStalled { stall_ms: 50 }))), "the error used the kept slot");
+        assert!(
+            matches!(rx.try_recv(), Ok(Err(ApiError::StreamStalled { stall_ms: 50 }))),
+            "the error used the kept slot"
+        );
     }
 
     #[test]

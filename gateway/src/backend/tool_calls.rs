@@ -38,7 +38,13 @@ impl ToolPlan {
     /// The plan for `tools` under `choice`; `None` when no call may be made.
     /// `answer_schema`: the `response_format` schema a plain answer must follow, if any;
     /// `has_results`: the conversation already holds tool results.
-    pub fn new(tools: &Value, choice: &ToolChoice, parallel: bool, answer_schema: Option<&Value>, has_results: bool) -> Option<ToolPlan> {
+    pub fn new(
+        tools: &Value,
+        choice: &ToolChoice,
+        parallel: bool,
+        answer_schema: Option<&Value>,
+        has_results: bool,
+    ) -> Option<ToolPlan> {
         let offered: Vec<&Value> = tools
             .as_array()?
             .iter()
@@ -55,7 +61,9 @@ impl ToolPlan {
         let calls = calls_schema(&offered, single);
         let grammar = match (choice, answer_schema) {
             (ToolChoice::Auto, None) => format!("start: calls | TEXT\nTEXT: /[^{{](.|\\n)*/\ncalls: %json {calls}\n"),
-            (ToolChoice::Auto, Some(schema)) => format!("start: calls | answer\ncalls: %json {calls}\nanswer: %json {}\n", with_layout(schema)),
+            (ToolChoice::Auto, Some(schema)) => {
+                format!("start: calls | answer\ncalls: %json {calls}\nanswer: %json {}\n", with_layout(schema))
+            }
             _ => format!("start: calls\ncalls: %json {calls}\n"),
         };
         Some(ToolPlan { instruction: instruction(&offered, choice, single, has_results), grammar })
@@ -81,7 +89,9 @@ fn calls_schema(offered: &[&Value], single: bool) -> Value {
         list["maxItems"] = json!(1);
     }
     // In the engine's fixed spacing, which is what [`CallStream`] reads.
-    with_layout(&json!({"type": "object", "properties": {"tool_calls": list}, "required": ["tool_calls"], "additionalProperties": false}))
+    with_layout(
+        &json!({"type": "object", "properties": {"tool_calls": list}, "required": ["tool_calls"], "additionalProperties": false}),
+    )
 }
 
 fn instruction(offered: &[&Value], choice: &ToolChoice, single: bool, has_results: bool) -> String {
@@ -159,7 +169,9 @@ impl CallStream {
     /// Reads `text`, the next piece of output.
     pub fn push(&mut self, text: &str) -> CallOutput {
         match self.mode {
-            Mode::Text => CallOutput { content: Some(text.to_owned()).filter(|t| !t.is_empty()), ..CallOutput::default() },
+            Mode::Text => {
+                CallOutput { content: Some(text.to_owned()).filter(|t| !t.is_empty()), ..CallOutput::default() }
+            }
             Mode::Undecided => {
                 self.pending.push_str(text);
                 if self.pending.starts_with(CALLS_PREFIX) {
@@ -169,7 +181,10 @@ impl CallStream {
                     CallOutput::default()
                 } else {
                     self.mode = Mode::Text;
-                    CallOutput { content: Some(std::mem::take(&mut self.pending)).filter(|t| !t.is_empty()), ..CallOutput::default() }
+                    CallOutput {
+                        content: Some(std::mem::take(&mut self.pending)).filter(|t| !t.is_empty()),
+                        ..CallOutput::default()
+                    }
                 }
             }
             Mode::Calls => {
@@ -244,7 +259,12 @@ fn push_arguments(out: &mut CallOutput, index: u32, text: String) {
         last.function.arguments.get_or_insert_with(String::new).push_str(&text);
         return;
     }
-    out.tool_calls.push(ToolCallChunk { index, id: None, kind: None, function: FunctionChunk { name: None, arguments: Some(text) } });
+    out.tool_calls.push(ToolCallChunk {
+        index,
+        id: None,
+        kind: None,
+        function: FunctionChunk { name: None, arguments: Some(text) },
+    });
 }
 
 /// How many bytes of `text` belong to the JSON value being read from `state` (depth, in a
@@ -322,7 +342,8 @@ mod tests {
     fn calls_stream_out_of_the_answer_in_any_split() {
         let answer = r#"{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris \"}{ \\"}}, {"name": "get_time", "arguments": {}}]}"#;
         for split in [1, 2, 3, 7, answer.len()] {
-            let pieces: Vec<String> = answer.as_bytes().chunks(split).map(|c| String::from_utf8_lossy(c).into_owned()).collect();
+            let pieces: Vec<String> =
+                answer.as_bytes().chunks(split).map(|c| String::from_utf8_lossy(c).into_owned()).collect();
             let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
             let (content, calls) = read(&refs);
             assert_eq!(content, "", "split {split}");
@@ -342,7 +363,13 @@ mod tests {
         let answer = r#"{"tool_calls": [{"name": "echo", "arguments": "a}b"}, {"name": "count", "arguments": 3}]}"#;
         let (content, calls) = read(&[answer]);
         assert_eq!(content, "");
-        assert_eq!(calls, [(Some("call_x".into()), "echo".into(), r#""a}b""#.into()), (Some("call_x".into()), "count".into(), "3".into())]);
+        assert_eq!(
+            calls,
+            [
+                (Some("call_x".into()), "echo".into(), r#""a}b""#.into()),
+                (Some("call_x".into()), "count".into(), "3".into())
+            ]
+        );
     }
 
     #[test]
@@ -359,7 +386,11 @@ mod tests {
         assert!(auto.grammar.starts_with("start: calls | TEXT"), "{}", auto.grammar);
         assert!(auto.instruction.contains("get_weather") && auto.instruction.contains("get_time"));
         let named = ToolPlan::new(&tools(), &ToolChoice::Function("get_time".into()), true, None, false).unwrap();
-        assert!(named.grammar.starts_with("start: calls\n") && !named.grammar.contains("get_weather"), "{}", named.grammar);
+        assert!(
+            named.grammar.starts_with("start: calls\n") && !named.grammar.contains("get_weather"),
+            "{}",
+            named.grammar
+        );
         assert!(named.grammar.contains("\"maxItems\":1"), "{}", named.grammar);
         let required = ToolPlan::new(&tools(), &ToolChoice::Required, true, None, false).unwrap();
         assert!(!required.grammar.contains("maxItems"), "{}", required.grammar);

@@ -50,11 +50,7 @@ impl UpstreamBackend {
     pub async fn complete(&self, request: &ChatRequest, ctx: &RequestContext) -> Result<BackendResponse, ApiError> {
         let mut body = request.raw.clone();
         body.insert("model".into(), Value::String(self.config.upstream_model.clone()));
-        let mut builder = self
-            .client
-            .post(self.url.clone())
-            .header("x-request-id", &ctx.request_id)
-            .json(&body);
+        let mut builder = self.client.post(self.url.clone()).header("x-request-id", &ctx.request_id).json(&body);
         if let Some(key) = &self.config.api_key {
             builder = builder.bearer_auth(key.expose());
         }
@@ -86,10 +82,7 @@ impl UpstreamBackend {
             .map_err(|e| ApiError::BadGateway(format!("upstream answered with invalid JSON: {e}")))?;
         let system_fingerprint = completion.get("system_fingerprint").and_then(Value::as_str).map(str::to_owned);
         let events = completion_events(&completion)?;
-        Ok(BackendResponse {
-            system_fingerprint,
-            events: Box::pin(futures::stream::iter(events.into_iter().map(Ok))),
-        })
+        Ok(BackendResponse { system_fingerprint, events: Box::pin(futures::stream::iter(events.into_iter().map(Ok))) })
     }
 }
 
@@ -177,7 +170,9 @@ impl<S: Stream<Item = reqwest::Result<Bytes>>> SseEvents<S> {
         let mut events: Vec<SseEvent> = Vec::new();
         match tokio::time::timeout(idle, self.body.next()).await {
             Err(_) => self.fail(timeout_error(idle, "between two stream chunks")),
-            Ok(Some(Err(e))) => self.fail(ApiError::BadGateway(format!("upstream stream broke off: {}", error_chain(&e)))),
+            Ok(Some(Err(e))) => {
+                self.fail(ApiError::BadGateway(format!("upstream stream broke off: {}", error_chain(&e))))
+            }
             Ok(Some(Ok(bytes))) => match self.parser.push(&bytes, &mut events) {
                 Ok(()) => self.absorb(events),
                 Err(e) => self.fail(ApiError::BadGateway(format!("upstream stream: {e}"))),
@@ -301,14 +296,19 @@ fn delta_from(index: u32, delta: &Map<String, Value>, logprobs: Option<&Value>) 
 /// The typed `logprobs.content` entries of a choice. An entry that does not fit the type
 /// (no token, a logprob that is not a number) is dropped: nothing of it can be vouched for.
 fn logprob_entries(logprobs: Option<&Value>) -> Vec<TokenLogprob> {
-    let entries = logprobs.and_then(|l| l.get("content")).and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let entries =
+        logprobs.and_then(|l| l.get("content")).and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     entries.iter().filter_map(|e| TokenLogprob::deserialize(e).ok()).collect()
 }
 
 fn parse_usage(v: &Value) -> Option<Usage> {
     let u = v.get("usage").filter(|u| u.is_object())?;
     let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
-    Some(Usage { prompt_tokens: n("prompt_tokens"), completion_tokens: n("completion_tokens"), total_tokens: n("total_tokens") })
+    Some(Usage {
+        prompt_tokens: n("prompt_tokens"),
+        completion_tokens: n("completion_tokens"),
+        total_tokens: n("total_tokens"),
+    })
 }
 
 #[cfg(test)]

@@ -123,7 +123,18 @@ mod tests {
 
     #[test]
     fn statuses_keep_the_contract() {
-        for (status, expected) in [(400, 400), (404, 404), (409, 409), (422, 422), (429, 429), (401, 502), (403, 502), (500, 502), (503, 502), (418, 502)] {
+        for (status, expected) in [
+            (400, 400),
+            (404, 404),
+            (409, 409),
+            (422, 422),
+            (429, 429),
+            (401, 502),
+            (403, 502),
+            (500, 502),
+            (503, 502),
+            (418, 502),
+        ] {
             assert_eq!(from_status(status, b"", "req-1").status().as_u16(), expected, "{status}");
         }
     }
@@ -145,7 +156,15 @@ mod tests {
     fn code_and_param_pass_only_as_plain_identifiers() {
         let e = from_status(400, &body("x", json!("invalid_value"), json!("messages.0.content")), "r");
         assert_eq!((e.code().as_deref(), e.param_name()), (Some("invalid_value"), Some("messages.0.content")));
-        for bad in [json!(CANARY), json!("ghp_ABCdef"), json!("a b"), json!(""), json!("x".repeat(65)), json!(42), json!({"k": "v"})] {
+        for bad in [
+            json!(CANARY),
+            json!("ghp_ABCdef"),
+            json!("a b"),
+            json!(""),
+            json!("x".repeat(65)),
+            json!(42),
+            json!({"k": "v"}),
+        ] {
             let e = from_status(400, &body("x", bad.clone(), bad.clone()), "r");
             assert_eq!((e.code(), e.param_name()), (None, None), "{bad}");
         }

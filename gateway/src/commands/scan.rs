@@ -139,7 +139,11 @@ fn scan_jsonl(rules: &Ruleset, path: &Path, out: &mut impl Write, outcome: &mut 
             Ok(rec) => emit(rules, &rec.id, &rec.text, out, outcome),
             Err(e) => {
                 match std::str::from_utf8(&line) {
-                    Err(bad) => eprintln!("{}:{n}: not UTF-8 (first bad byte at column {})", path.display(), bad.valid_up_to() + 1),
+                    Err(bad) => eprintln!(
+                        "{}:{n}: not UTF-8 (first bad byte at column {})",
+                        path.display(),
+                        bad.valid_up_to() + 1
+                    ),
                     Ok(_) => eprintln!("{}:{n}: not a {{\"id\",\"text\"}} record: {e}", path.display()),
                 }
                 outcome.errors += 1;
@@ -151,7 +155,8 @@ fn scan_jsonl(rules: &Ruleset, path: &Path, out: &mut impl Write, outcome: &mut 
 fn emit(rules: &Ruleset, id: &serde_json::Value, text: &str, out: &mut impl Write, outcome: &mut Outcome) {
     for f in rules.scan(text) {
         let line = Line { id, rule_id: &f.rule_id, start: f.start, end: f.end, severity: f.severity, action: f.action };
-        let written = serde_json::to_writer(&mut *out, &line).map_err(std::io::Error::from).and_then(|()| out.write_all(b"\n"));
+        let written =
+            serde_json::to_writer(&mut *out, &line).map_err(std::io::Error::from).and_then(|()| out.write_all(b"\n"));
         if let Err(e) = written {
             eprintln!("writing findings: {e}");
             outcome.errors += 1;

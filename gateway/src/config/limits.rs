@@ -119,10 +119,7 @@ pub struct ModelCaps {
 impl Default for ModelCaps {
     /// An engine model's caps (the default model's).
     fn default() -> Self {
-        ModelCaps {
-            max_n: DEFAULT_MAX_N,
-            max_tokens_cap: None,
-        }
+        ModelCaps { max_n: DEFAULT_MAX_N, max_tokens_cap: None }
     }
 }
 
@@ -144,24 +141,13 @@ pub(super) fn validate_limits(
     let default = merge(base, global.unwrap_or_default(), "limits", invalid)?;
     let mut by_tenant = BTreeMap::new();
     for (i, id, raw) in tenants {
-        by_tenant.insert(
-            id,
-            merge(default, raw, &format!("tenants[{i}].limits"), invalid)?,
-        );
+        by_tenant.insert(id, merge(default, raw, &format!("tenants[{i}].limits"), invalid)?);
     }
-    Ok(LimitsConfig {
-        default,
-        tenants: by_tenant,
-    })
+    Ok(LimitsConfig { default, tenants: by_tenant })
 }
 
 /// `base` with the keys `raw` sets replaced, each checked; `at` is the table's key path.
-fn merge(
-    base: LimitSettings,
-    raw: RawLimits,
-    at: &str,
-    invalid: &Invalid<'_>,
-) -> Result<LimitSettings, ConfigError> {
+fn merge(base: LimitSettings, raw: RawLimits, at: &str, invalid: &Invalid<'_>) -> Result<LimitSettings, ConfigError> {
     if let Some(n) = raw.max_concurrent_requests {
         if !(1..=1_000_000).contains(&n) {
             return Err(invalid(
@@ -171,35 +157,21 @@ fn merge(
         }
     }
     let per_minute = |key: &str, value: Option<u64>, base: Option<u64>| match value {
-        Some(n) if !(1..=MAX_PER_MINUTE).contains(&n) => Err(invalid(
-            format!("{at}.{key}"),
-            format!("must be between 1 and {MAX_PER_MINUTE}, got {n}"),
-        )),
+        Some(n) if !(1..=MAX_PER_MINUTE).contains(&n) => {
+            Err(invalid(format!("{at}.{key}"), format!("must be between 1 and {MAX_PER_MINUTE}, got {n}")))
+        }
         Some(n) => Ok(Some(n)),
         None => Ok(base),
     };
     Ok(LimitSettings {
-        max_concurrent_requests: raw
-            .max_concurrent_requests
-            .unwrap_or(base.max_concurrent_requests),
-        requests_per_minute: per_minute(
-            "requests_per_minute",
-            raw.requests_per_minute,
-            base.requests_per_minute,
-        )?,
-        tokens_per_minute: per_minute(
-            "tokens_per_minute",
-            raw.tokens_per_minute,
-            base.tokens_per_minute,
-        )?,
+        max_concurrent_requests: raw.max_concurrent_requests.unwrap_or(base.max_concurrent_requests),
+        requests_per_minute: per_minute("requests_per_minute", raw.requests_per_minute, base.requests_per_minute)?,
+        tokens_per_minute: per_minute("tokens_per_minute", raw.tokens_per_minute, base.tokens_per_minute)?,
     })
 }
 
 /// Validates `[server]`.
-pub(super) fn validate_server(
-    raw: Option<RawServer>,
-    invalid: &Invalid<'_>,
-) -> Result<ServerConfig, ConfigError> {
+pub(super) fn validate_server(raw: Option<RawServer>, invalid: &Invalid<'_>) -> Result<ServerConfig, ConfigError> {
     let raw = raw.unwrap_or_default();
     let d = ServerConfig::default();
     let max_connections = raw.max_connections.unwrap_or(d.max_connections);
@@ -211,10 +183,7 @@ pub(super) fn validate_server(
     }
     let timeout = |key: &str, value: Option<u64>, default: u64| match value.unwrap_or(default) {
         ms if (1..=3_600_000).contains(&ms) => Ok(ms),
-        ms => Err(invalid(
-            format!("server.{key}"),
-            format!("must be between 1 and 3600000, got {ms}"),
-        )),
+        ms => Err(invalid(format!("server.{key}"), format!("must be between 1 and 3600000, got {ms}"))),
     };
     let cors_allowed_origins = raw.cors_allowed_origins.unwrap_or_default();
     for (i, origin) in cors_allowed_origins.iter().enumerate() {
@@ -233,11 +202,7 @@ pub(super) fn validate_server(
             raw.header_read_timeout_ms,
             d.header_read_timeout_ms,
         )?,
-        body_read_timeout_ms: timeout(
-            "body_read_timeout_ms",
-            raw.body_read_timeout_ms,
-            d.body_read_timeout_ms,
-        )?,
+        body_read_timeout_ms: timeout("body_read_timeout_ms", raw.body_read_timeout_ms, d.body_read_timeout_ms)?,
     })
 }
 
@@ -266,53 +231,31 @@ pub(super) fn model_caps(
 ) -> Result<(ModelCaps, Option<usize>), ConfigError> {
     let max_n = raw.max_n.unwrap_or(ModelCaps::default().max_n);
     if !(1..=128).contains(&max_n) {
-        return Err(invalid(
-            at("max_n"),
-            format!("must be between 1 and 128, got {max_n}"),
-        ));
+        return Err(invalid(at("max_n"), format!("must be between 1 and 128, got {max_n}")));
     }
     if !upstream {
         for (key, set) in [
             ("max_tokens_cap", raw.max_tokens_cap.is_some()),
-            (
-                "max_stream_event_bytes",
-                raw.max_stream_event_bytes.is_some(),
-            ),
+            ("max_stream_event_bytes", raw.max_stream_event_bytes.is_some()),
         ] {
             if set {
                 return Err(invalid(at(key), "only allowed with backend = \"upstream\" (an engine model's context length bounds its completions)".into()));
             }
         }
-        return Ok((
-            ModelCaps {
-                max_n,
-                max_tokens_cap: None,
-            },
-            None,
-        ));
+        return Ok((ModelCaps { max_n, max_tokens_cap: None }, None));
     }
-    let max_tokens_cap = raw
-        .max_tokens_cap
-        .unwrap_or(DEFAULT_UPSTREAM_MAX_TOKENS_CAP);
+    let max_tokens_cap = raw.max_tokens_cap.unwrap_or(DEFAULT_UPSTREAM_MAX_TOKENS_CAP);
     if max_tokens_cap == 0 {
         return Err(invalid(at("max_tokens_cap"), "must be at least 1".into()));
     }
-    let event_bytes = raw
-        .max_stream_event_bytes
-        .unwrap_or(crate::backend::sse::DEFAULT_MAX_EVENT_BYTES);
+    let event_bytes = raw.max_stream_event_bytes.unwrap_or(crate::backend::sse::DEFAULT_MAX_EVENT_BYTES);
     if !(1024..=1 << 30).contains(&event_bytes) {
         return Err(invalid(
             at("max_stream_event_bytes"),
             format!("must be between 1024 and 1073741824, got {event_bytes}"),
         ));
     }
-    Ok((
-        ModelCaps {
-            max_n,
-            max_tokens_cap: Some(max_tokens_cap),
-        },
-        Some(event_bytes),
-    ))
+    Ok((ModelCaps { max_n, max_tokens_cap: Some(max_tokens_cap) }, Some(event_bytes)))
 }
 
 #[cfg(test)]
@@ -323,32 +266,20 @@ mod tests {
         Config::from_parts(text, "test.toml", &[], &|_| None).map_err(|e| e.to_string())
     }
 
-    const TENANTS: &str = "[[tenants]]\nid = \"a\"\napi_keys = [\"key-one-1\"]\n[[tenants]]\nid = \"b\"\napi_keys = [\"key-two-2\"]\n";
+    const TENANTS: &str =
+        "[[tenants]]\nid = \"a\"\napi_keys = [\"key-one-1\"]\n[[tenants]]\nid = \"b\"\napi_keys = [\"key-two-2\"]\n";
 
     #[test]
     fn defaults_apply_without_tables() {
         let cfg = parse("").unwrap();
         assert_eq!(cfg.limits.default.max_concurrent_requests, 64);
+        assert_eq!((cfg.limits.default.requests_per_minute, cfg.limits.default.tokens_per_minute), (None, None));
         assert_eq!(
-            (
-                cfg.limits.default.requests_per_minute,
-                cfg.limits.default.tokens_per_minute
-            ),
-            (None, None)
-        );
-        assert_eq!(
-            (
-                cfg.server.max_connections,
-                cfg.server.header_read_timeout_ms,
-                cfg.server.body_read_timeout_ms
-            ),
+            (cfg.server.max_connections, cfg.server.header_read_timeout_ms, cfg.server.body_read_timeout_ms),
             (4096, 10_000, 30_000)
         );
         assert_eq!(cfg.models[0].caps.max_n, 8);
-        assert_eq!(
-            cfg.models[0].caps.max_tokens_cap, None,
-            "engine models are bounded by their context"
-        );
+        assert_eq!(cfg.models[0].caps.max_tokens_cap, None, "engine models are bounded by their context");
     }
 
     #[test]
@@ -356,14 +287,7 @@ mod tests {
         let text = format!("[limits]\nrequests_per_minute = 10\ntokens_per_minute = 1000\n{TENANTS}[tenants.limits]\nrequests_per_minute = 99\n");
         let cfg = parse(&text).unwrap();
         let b = cfg.limits.for_tenant("b");
-        assert_eq!(
-            (
-                b.requests_per_minute,
-                b.tokens_per_minute,
-                b.max_concurrent_requests
-            ),
-            (Some(99), Some(1000), 64)
-        );
+        assert_eq!((b.requests_per_minute, b.tokens_per_minute, b.max_concurrent_requests), (Some(99), Some(1000), 64));
         assert_eq!(cfg.limits.for_tenant("a").requests_per_minute, Some(10));
         assert_eq!(cfg.limits.for_tenant("anonymous"), cfg.limits.default);
     }
@@ -371,14 +295,8 @@ mod tests {
     #[test]
     fn bad_values_name_their_key() {
         let err = parse("[limits]\nmax_concurrent_requests = 0\n").unwrap_err();
-        assert!(
-            err.contains("limits.max_concurrent_requests: must be between 1"),
-            "{err}"
-        );
-        let err = parse(&format!(
-            "{TENANTS}[tenants.limits]\ntokens_per_minute = 0\n"
-        ))
-        .unwrap_err();
+        assert!(err.contains("limits.max_concurrent_requests: must be between 1"), "{err}");
+        let err = parse(&format!("{TENANTS}[tenants.limits]\ntokens_per_minute = 0\n")).unwrap_err();
         assert!(err.contains("tenants[1].limits.tokens_per_minute"), "{err}");
         let err = parse("[limits]\nrequests_per_mintue = 3\n").unwrap_err();
         assert!(err.contains("requests_per_mintue"), "{err}");
@@ -393,24 +311,12 @@ mod tests {
         let up = "[[models]]\nid = \"m\"\nbackend = \"upstream\"\nbase_url = \"http://127.0.0.1:9/v1\"\n";
         let cfg = parse(up).unwrap();
         assert_eq!(cfg.models[0].caps.max_tokens_cap, Some(32_768));
-        let crate::config::ModelBackend::Upstream(u) = &cfg.models[0].backend else {
-            panic!("upstream expected")
-        };
+        let crate::config::ModelBackend::Upstream(u) = &cfg.models[0].backend else { panic!("upstream expected") };
         assert_eq!(u.max_stream_event_bytes, 8 * 1024 * 1024);
-        let cfg = parse(&format!(
-            "{up}max_n = 2\nmax_tokens_cap = 100\nmax_stream_event_bytes = 4096\n"
-        ))
-        .unwrap();
-        assert_eq!(
-            (cfg.models[0].caps.max_n, cfg.models[0].caps.max_tokens_cap),
-            (2, Some(100))
-        );
-        let err = parse("[[models]]\nid = \"e\"\nbackend = \"engine\"\nmax_tokens_cap = 10\n")
-            .unwrap_err();
-        assert!(
-            err.contains("models[0].max_tokens_cap: only allowed with backend = \"upstream\""),
-            "{err}"
-        );
+        let cfg = parse(&format!("{up}max_n = 2\nmax_tokens_cap = 100\nmax_stream_event_bytes = 4096\n")).unwrap();
+        assert_eq!((cfg.models[0].caps.max_n, cfg.models[0].caps.max_tokens_cap), (2, Some(100)));
+        let err = parse("[[models]]\nid = \"e\"\nbackend = \"engine\"\nmax_tokens_cap = 10\n").unwrap_err();
+        assert!(err.contains("models[0].max_tokens_cap: only allowed with backend = \"upstream\""), "{err}");
         let err = parse(&format!("{up}max_n = 129\n")).unwrap_err();
         assert!(err.contains("models[0].max_n"), "{err}");
     }
@@ -422,10 +328,21 @@ mod origin_tests {
 
     #[test]
     fn origins_are_scheme_host_and_port_only() {
-        for ok in ["*", "https://app.example.com", "http://localhost:3000", "http://127.0.0.1:8080", "http://[::1]:5173"] {
+        for ok in
+            ["*", "https://app.example.com", "http://localhost:3000", "http://127.0.0.1:8080", "http://[::1]:5173"]
+        {
             assert!(is_origin(ok), "{ok}");
         }
-        for bad in ["", "app.example.com", "https://app.example.com/", "https://a.com/path", "ftp://a.com", "https://a.com:", "https://a.com:99999x", "https://"] {
+        for bad in [
+            "",
+            "app.example.com",
+            "https://app.example.com/",
+            "https://a.com/path",
+            "ftp://a.com",
+            "https://a.com:",
+            "https://a.com:99999x",
+            "https://",
+        ] {
             assert!(!is_origin(bad), "{bad}");
         }
     }

@@ -36,11 +36,19 @@ pub struct ResponsesConfig {
 
 impl Default for ResponsesConfig {
     fn default() -> ResponsesConfig {
-        ResponsesConfig { store: true, ttl_secs: DEFAULT_TTL_SECS, max_stored: DEFAULT_MAX_STORED, max_stored_bytes: DEFAULT_MAX_STORED_BYTES }
+        ResponsesConfig {
+            store: true,
+            ttl_secs: DEFAULT_TTL_SECS,
+            max_stored: DEFAULT_MAX_STORED,
+            max_stored_bytes: DEFAULT_MAX_STORED_BYTES,
+        }
     }
 }
 
-pub(super) fn validate_responses(raw: Option<RawResponses>, invalid: &Invalid<'_>) -> Result<ResponsesConfig, ConfigError> {
+pub(super) fn validate_responses(
+    raw: Option<RawResponses>,
+    invalid: &Invalid<'_>,
+) -> Result<ResponsesConfig, ConfigError> {
     let raw = raw.unwrap_or_default();
     let ttl_secs = raw.ttl_secs.unwrap_or(DEFAULT_TTL_SECS);
     if !(1..=365 * 86_400).contains(&ttl_secs) {
@@ -48,11 +56,17 @@ pub(super) fn validate_responses(raw: Option<RawResponses>, invalid: &Invalid<'_
     }
     let max_stored = raw.max_stored.unwrap_or(DEFAULT_MAX_STORED);
     if max_stored == 0 {
-        return Err(invalid("responses.max_stored".into(), "must be at least 1 (to store none, set responses.store = false)".into()));
+        return Err(invalid(
+            "responses.max_stored".into(),
+            "must be at least 1 (to store none, set responses.store = false)".into(),
+        ));
     }
     let max_stored_bytes = raw.max_stored_bytes.unwrap_or(DEFAULT_MAX_STORED_BYTES);
     if max_stored_bytes < 1024 {
-        return Err(invalid("responses.max_stored_bytes".into(), format!("must be at least 1024, got {max_stored_bytes}")));
+        return Err(invalid(
+            "responses.max_stored_bytes".into(),
+            format!("must be at least 1024, got {max_stored_bytes}"),
+        ));
     }
     Ok(ResponsesConfig { store: raw.store.unwrap_or(true), ttl_secs, max_stored, max_stored_bytes })
 }

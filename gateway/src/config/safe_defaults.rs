@@ -42,12 +42,7 @@ pub struct AdminThrottleConfig {
 
 impl Default for AdminThrottleConfig {
     fn default() -> Self {
-        AdminThrottleConfig {
-            client_failures: 5,
-            global_failures: 50,
-            window_secs: 300,
-            cooldown_secs: 300,
-        }
+        AdminThrottleConfig { client_failures: 5, global_failures: 50, window_secs: 300, cooldown_secs: 300 }
     }
 }
 
@@ -65,19 +60,12 @@ pub(super) fn admin_throttle(
     };
     for (key, value, max) in [
         ("client_failures", u64::from(config.client_failures), 10_000),
-        (
-            "global_failures",
-            u64::from(config.global_failures),
-            1_000_000,
-        ),
+        ("global_failures", u64::from(config.global_failures), 1_000_000),
         ("window_secs", config.window_secs, 86_400),
         ("cooldown_secs", config.cooldown_secs, 86_400),
     ] {
         if !(1..=max).contains(&value) {
-            return Err(invalid(
-                format!("admin_throttle.{key}"),
-                format!("must be between 1 and {max}, got {value}"),
-            ));
+            return Err(invalid(format!("admin_throttle.{key}"), format!("must be between 1 and {max}, got {value}")));
         }
     }
     if config.global_failures < config.client_failures {
@@ -103,22 +91,14 @@ pub(super) fn token(
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Option<Secret>, ConfigError> {
     let token = match (literal, env_name) {
-        (Some(_), Some(_)) => {
-            return Err(invalid(
-                key.to_owned(),
-                format!("set {key} or {key}_env, not both"),
-            ))
-        }
+        (Some(_), Some(_)) => return Err(invalid(key.to_owned(), format!("set {key} or {key}_env, not both"))),
         (Some(token), None) => Some(Secret(token.to_owned())),
-        (None, env_name) => lookup(env_name.unwrap_or(default_env))
-            .filter(|t| !t.is_empty())
-            .map(Secret),
+        (None, env_name) => lookup(env_name.unwrap_or(default_env)).filter(|t| !t.is_empty()).map(Secret),
     };
     match token {
-        Some(t) if t.expose().chars().count() < MIN_TOKEN_CHARS => Err(invalid(
-            key.to_owned(),
-            format!("must be at least {MIN_TOKEN_CHARS} characters long"),
-        )),
+        Some(t) if t.expose().chars().count() < MIN_TOKEN_CHARS => {
+            Err(invalid(key.to_owned(), format!("must be at least {MIN_TOKEN_CHARS} characters long")))
+        }
         other => Ok(other),
     }
 }

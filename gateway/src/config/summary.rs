@@ -4,9 +4,7 @@
 
 use std::fmt::{self, Display, Write as _};
 
-use super::{
-    Config, ModelBackend, ProvenanceConfig, RedisStoreConfig, StoreConfig, UpstreamConfig,
-};
+use super::{Config, ModelBackend, ProvenanceConfig, RedisStoreConfig, StoreConfig, UpstreamConfig};
 use crate::redact::{self, MASK};
 
 /// The effective config, one `key = value` line per setting, grouped by table; secrets `***`.
@@ -25,16 +23,8 @@ impl Display for Summary<'_> {
         let mut out = String::new();
         let _ = writeln!(out, "listen = \"{}\"", c.listen);
         let _ = writeln!(out, "allow_open = {}", c.allow_open);
-        let _ = writeln!(
-            out,
-            "admin_token = {}",
-            redact::presence(c.admin_token.as_ref())
-        );
-        let _ = writeln!(
-            out,
-            "metrics_token = {}",
-            redact::presence(c.metrics_token.as_ref())
-        );
+        let _ = writeln!(out, "admin_token = {}", redact::presence(c.admin_token.as_ref()));
+        let _ = writeln!(out, "metrics_token = {}", redact::presence(c.metrics_token.as_ref()));
         let _ = writeln!(out, "max_body_bytes = {}", c.max_body_bytes);
         let _ = writeln!(out, "data_dir = {:?}", c.data_dir.display().to_string());
         let t = &c.admin_throttle;
@@ -77,10 +67,9 @@ impl Display for Summary<'_> {
             };
         }
         let _ = match &c.store {
-            StoreConfig::Memory { audit_max_len } => writeln!(
-                out,
-                "[store] kind = \"memory\", audit_max_len = {audit_max_len}"
-            ),
+            StoreConfig::Memory { audit_max_len } => {
+                writeln!(out, "[store] kind = \"memory\", audit_max_len = {audit_max_len}")
+            }
             StoreConfig::Redis(r) => writeln!(out, "[store] kind = \"redis\", {}", redis_fields(r)),
         };
         let fw = &c.firewall;
@@ -104,7 +93,11 @@ impl Display for Summary<'_> {
             s.action.as_str()
         );
         let r = &c.responses;
-        let _ = writeln!(out, "[responses] store = {}, ttl_secs = {}, max_stored = {}, max_stored_bytes = {}", r.store, r.ttl_secs, r.max_stored, r.max_stored_bytes);
+        let _ = writeln!(
+            out,
+            "[responses] store = {}, ttl_secs = {}, max_stored = {}, max_stored_bytes = {}",
+            r.store, r.ttl_secs, r.max_stored, r.max_stored_bytes
+        );
         let _ = write!(out, "[canary] placement = {:?}", c.canary.placement);
         f.write_str(&out)
     }

@@ -30,9 +30,7 @@ impl Ask {
     pub fn of(request: &ChatRequest) -> Ask {
         Ask {
             prompt_tokens: (request.prompt_bytes() as u64).div_ceil(BYTES_PER_TOKEN),
-            completion_tokens: request
-                .max_tokens
-                .map_or(0, |m| u64::from(m) * u64::from(request.n)),
+            completion_tokens: request.max_tokens.map_or(0, |m| u64::from(m) * u64::from(request.n)),
         }
     }
 
@@ -55,13 +53,7 @@ pub struct Admission {
 
 impl Admission {
     pub(super) fn new(tenant: Arc<TenantLimiter>, ask: Ask, headers: RateHeaders) -> Admission {
-        Admission {
-            tenant,
-            ask,
-            headers,
-            reported: None,
-            completion_bytes: 0,
-        }
+        Admission { tenant, ask, headers, reported: None, completion_bytes: 0 }
     }
 
     /// The tenant's budgets right after admission, as `x-ratelimit-*` headers.
@@ -82,18 +74,12 @@ impl Admission {
     fn observe(&mut self, event: &BackendEvent) {
         match event {
             BackendEvent::Usage(u) => {
-                self.reported = Some(
-                    u.total_tokens
-                        .max(u.prompt_tokens.saturating_add(u.completion_tokens)),
-                );
+                self.reported = Some(u.total_tokens.max(u.prompt_tokens.saturating_add(u.completion_tokens)));
             }
             BackendEvent::Delta(d) => {
                 let text = d.content.as_ref().map_or(0, String::len)
                     + d.refusal.as_ref().map_or(0, String::len)
-                    + d.tool_calls
-                        .iter()
-                        .filter_map(|c| c.function.arguments.as_ref().map(String::len))
-                        .sum::<usize>();
+                    + d.tool_calls.iter().filter_map(|c| c.function.arguments.as_ref().map(String::len)).sum::<usize>();
                 self.completion_bytes += text as u64;
             }
             BackendEvent::Finish { .. } => {}
@@ -102,18 +88,13 @@ impl Admission {
 
     /// What the request cost: reported usage, else the prompt estimate plus what streamed.
     fn used(&self) -> u64 {
-        self.reported.unwrap_or_else(|| {
-            self.ask.prompt_tokens + self.completion_bytes.div_ceil(BYTES_PER_TOKEN)
-        })
+        self.reported.unwrap_or_else(|| self.ask.prompt_tokens + self.completion_bytes.div_ceil(BYTES_PER_TOKEN))
     }
 }
 
 impl std::fmt::Debug for Admission {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Admission")
-            .field("tenant", &self.tenant.id)
-            .field("ask", &self.ask)
-            .finish_non_exhaustive()
+        f.debug_struct("Admission").field("tenant", &self.tenant.id).field("ask", &self.ask).finish_non_exhaustive()
     }
 }
 
@@ -129,30 +110,20 @@ pub fn check_caps(caps: &ModelCaps, request: &ChatRequest) -> Result<(), ApiErro
     if request.n > caps.max_n {
         return Err(ApiError::param(
             "n",
-            format!(
-                "n must be at most {} for model `{}`, got {}",
-                caps.max_n, request.model, request.n
-            ),
+            format!("n must be at most {} for model `{}`, got {}", caps.max_n, request.model, request.n),
         ));
     }
     if let (Some(cap), Some(asked)) = (caps.max_tokens_cap, request.max_tokens) {
         if asked > cap {
             // Name the field the client used: `max_completion_tokens` wins when both are set.
-            let param = if request
-                .raw
-                .get("max_completion_tokens")
-                .is_some_and(|v| !v.is_null())
-            {
+            let param = if request.raw.get("max_completion_tokens").is_some_and(|v| !v.is_null()) {
                 "max_completion_tokens"
             } else {
                 "max_tokens"
             };
             return Err(ApiError::param(
                 param,
-                format!(
-                    "{param} must be at most {cap} for model `{}`, got {asked}",
-                    request.model
-                ),
+                format!("{param} must be at most {cap} for model `{}`, got {asked}", request.model),
             ));
         }
     }

@@ -37,11 +37,7 @@ impl Bucket {
     /// which config validation guarantees; larger values are clamped to it).
     pub fn full(per_minute: u64, now_ms: u64) -> Bucket {
         let per_minute = per_minute.clamp(1, crate::config::MAX_PER_MINUTE);
-        Bucket {
-            per_minute,
-            level: per_minute as i64 * SCALE,
-            at_ms: now_ms,
-        }
+        Bucket { per_minute, level: per_minute as i64 * SCALE, at_ms: now_ms }
     }
 
     pub fn limit(&self) -> u64 {

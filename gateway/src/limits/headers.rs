@@ -41,10 +41,7 @@ impl RateHeaders {
 
 /// `Retry-After: <seconds>`, rounded up so a client that waits that long is admitted.
 pub fn write_retry_after(headers: &mut HeaderMap, wait_ms: u64) {
-    headers.insert(
-        header::RETRY_AFTER,
-        HeaderValue::from(retry_after_secs(wait_ms)),
-    );
+    headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs(wait_ms)));
 }
 
 /// Whole seconds covering `wait_ms`, at least 1.
@@ -62,11 +59,7 @@ pub fn go_duration(ms: u64) -> String {
         return format!("{ms}ms");
     }
     let (h, m, s, frac) = (ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000);
-    let seconds = if frac == 0 {
-        s.to_string()
-    } else {
-        format!("{s}.{}", format!("{frac:03}").trim_end_matches('0'))
-    };
+    let seconds = if frac == 0 { s.to_string() } else { format!("{s}.{}", format!("{frac:03}").trim_end_matches('0')) };
     match (h, m) {
         (0, 0) => format!("{seconds}s"),
         (0, m) => format!("{m}m{seconds}s"),
@@ -99,12 +92,7 @@ mod tests {
     #[test]
     fn retry_after_rounds_up() {
         assert_eq!(
-            [
-                retry_after_secs(0),
-                retry_after_secs(1),
-                retry_after_secs(1000),
-                retry_after_secs(1001)
-            ],
+            [retry_after_secs(0), retry_after_secs(1), retry_after_secs(1000), retry_after_secs(1001)],
             [1, 1, 1, 2]
         );
     }
@@ -112,15 +100,7 @@ mod tests {
     #[test]
     fn only_configured_budgets_are_written() {
         let mut h = HeaderMap::new();
-        RateHeaders {
-            requests: Some(Quota {
-                limit: 3,
-                remaining: 2,
-                reset_ms: 20_000,
-            }),
-            tokens: None,
-        }
-        .write(&mut h);
+        RateHeaders { requests: Some(Quota { limit: 3, remaining: 2, reset_ms: 20_000 }), tokens: None }.write(&mut h);
         assert_eq!(h["x-ratelimit-limit-requests"], "3");
         assert_eq!(h["x-ratelimit-remaining-requests"], "2");
         assert_eq!(h["x-ratelimit-reset-requests"], "20s");

@@ -153,12 +153,7 @@ impl Limiter {
     }
 
     pub fn with_clock(config: LimitsConfig, clock: Arc<dyn Clock>) -> Limiter {
-        Limiter {
-            config,
-            clock,
-            tenants: Mutex::new(HashMap::new()),
-            refused: Mutex::new(BTreeMap::new()),
-        }
+        Limiter { config, clock, tenants: Mutex::new(HashMap::new()), refused: Mutex::new(BTreeMap::new()) }
     }
 
     /// Admits a request of `tenant` costing `ask`, or says which limit refuses it.
@@ -167,9 +162,7 @@ impl Limiter {
         match limiter.admit(ask) {
             Ok(headers) => Ok(Admission::new(limiter, ask, headers)),
             Err(refused) => {
-                *lock(&self.refused)
-                    .entry((tenant.to_owned(), refused.limit))
-                    .or_default() += 1;
+                *lock(&self.refused).entry((tenant.to_owned(), refused.limit)).or_default() += 1;
                 Err(refused)
             }
         }
@@ -206,7 +199,10 @@ impl Limiter {
     pub fn render_prometheus(&self) -> String {
         let mut out = String::new();
         let name = "crossguard_rate_limited_total";
-        let _ = writeln!(out, "# HELP {name} Requests refused with 429 by a tenant limit, by tenant and limit.\n# TYPE {name} counter");
+        let _ = writeln!(
+            out,
+            "# HELP {name} Requests refused with 429 by a tenant limit, by tenant and limit.\n# TYPE {name} counter"
+        );
         for ((tenant, limit), n) in lock(&self.refused).iter() {
             let _ = writeln!(
                 out,
@@ -239,16 +235,8 @@ impl TenantLimiter {
         }
         let tokens = ask.total();
         let waits = [
-            (
-                LimitKind::RequestsPerMinute,
-                1,
-                st.requests.as_mut().map(|b| b.wait(1, now)),
-            ),
-            (
-                LimitKind::TokensPerMinute,
-                tokens,
-                st.tokens.as_mut().map(|b| b.wait(tokens, now)),
-            ),
+            (LimitKind::RequestsPerMinute, 1, st.requests.as_mut().map(|b| b.wait(1, now))),
+            (LimitKind::TokensPerMinute, tokens, st.tokens.as_mut().map(|b| b.wait(tokens, now))),
         ];
         for (kind, asked, wait) in waits {
             match wait {
@@ -271,9 +259,7 @@ impl TenantLimiter {
             LimitKind::TokensPerMinute => ("tokens per min (TPM)", &st.tokens),
             _ => ("requests per min (RPM)", &st.requests),
         };
-        let (cap, left) = bucket
-            .as_ref()
-            .map_or((0, 0), |b| (b.limit(), b.remaining()));
+        let (cap, left) = bucket.as_ref().map_or((0, 0), |b| (b.limit(), b.remaining()));
         let (message, retry_after_ms) = match wait {
             Wait::Ms(ms) => (
                 format!(
@@ -289,12 +275,7 @@ impl TenantLimiter {
                 None,
             ),
         };
-        RateLimited {
-            limit,
-            message,
-            retry_after_ms,
-            headers: st.headers(),
-        }
+        RateLimited { limit, message, retry_after_ms, headers: st.headers() }
     }
 
     /// Gives back a slot and charges `used` tokens instead of the `reserved` ones.
@@ -311,15 +292,8 @@ impl TenantLimiter {
 
 impl TenantState {
     fn headers(&self) -> RateHeaders {
-        let quota = |b: &Bucket| Quota {
-            limit: b.limit(),
-            remaining: b.remaining(),
-            reset_ms: b.reset_ms(),
-        };
-        RateHeaders {
-            requests: self.requests.as_ref().map(quota),
-            tokens: self.tokens.as_ref().map(quota),
-        }
+        let quota = |b: &Bucket| Quota { limit: b.limit(), remaining: b.remaining(), reset_ms: b.reset_ms() };
+        RateHeaders { requests: self.requests.as_ref().map(quota), tokens: self.tokens.as_ref().map(quota) }
     }
 }
 

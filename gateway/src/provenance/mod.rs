@@ -189,7 +189,11 @@ impl ProvenanceIndex {
         let mut entries: Vec<SnapshotEntry> = Vec::new();
         for shard in self.shards.iter() {
             let shard = shard.read().unwrap_or_else(|p| p.into_inner());
-            entries.extend(shard.iter().flat_map(|(h, o)| o.as_slice().iter().filter(|(_, e)| *e > now).map(move |(w, e)| (*h, *w, *e))));
+            entries.extend(
+                shard
+                    .iter()
+                    .flat_map(|(h, o)| o.as_slice().iter().filter(|(_, e)| *e > now).map(move |(w, e)| (*h, *w, *e))),
+            );
         }
         let buf = snapshot::encode(&tenants, &entries);
         if let Some(dir) = path.parent() {
@@ -213,8 +217,9 @@ impl ProvenanceIndex {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
             Err(e) => return Err(e),
         };
-        let (tenants, mut entries) = snapshot::parse(&bytes)
-            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "not a provenance snapshot, or truncated"))?;
+        let (tenants, mut entries) = snapshot::parse(&bytes).ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidData, "not a provenance snapshot, or truncated")
+        })?;
         let now = now_ms() / 1000;
         let ids: Vec<u32> = tenants.iter().map(|t| self.tenant_id(t)).collect();
         // Oldest first, so that eviction order survives the reload.
@@ -243,7 +248,12 @@ impl ProvenanceIndex {
     /// Indexes `text` under `tenant` in `role` and returns the hashes to share through the
     /// store (see [`ProvenanceIndex::record_hashes`]).
     pub fn record(&self, tenant: &str, role: Role, text: &str) -> Option<FingerprintBatch> {
-        self.record_hashes(tenant, role, Vec::new(), firewall::fingerprints(text, &self.settings.key, self.settings.ngram_words))
+        self.record_hashes(
+            tenant,
+            role,
+            Vec::new(),
+            firewall::fingerprints(text, &self.settings.key, self.settings.ngram_words),
+        )
     }
 
     /// Indexes one text's hashes made with the index's key: `secrets` (e.g.
@@ -253,7 +263,13 @@ impl ProvenanceIndex {
     /// dropped. Returns the hashes to share: those new for this tenant (or raised to
     /// sender) or past half their time to live (so a hot n-gram is re-shared about twice per
     /// TTL, not on every request); `None` when there is nothing to share.
-    pub fn record_hashes(&self, tenant: &str, role: Role, mut secrets: Vec<u64>, ngrams: Vec<u64>) -> Option<FingerprintBatch> {
+    pub fn record_hashes(
+        &self,
+        tenant: &str,
+        role: Role,
+        mut secrets: Vec<u64>,
+        ngrams: Vec<u64>,
+    ) -> Option<FingerprintBatch> {
         let cap = self.settings.max_hashes_per_text.max(1);
         let offered = secrets.len() + ngrams.len();
         secrets.truncate(cap);
@@ -267,8 +283,13 @@ impl ProvenanceIndex {
         let mut to_share = self.upsert_all(&mut hashes, word, expires, now);
         to_share.retain(|(_, up)| up.previous.is_none_or(|old| up.raised || old <= now + self.settings.ttl_secs / 2));
         let hashes: Vec<u64> = to_share.into_iter().map(|(h, _)| h).collect();
-        (!hashes.is_empty())
-            .then(|| FingerprintBatch { tenant: tenant.to_owned(), expires_at_s: expires, replica: self.replica.clone(), role, hashes })
+        (!hashes.is_empty()).then(|| FingerprintBatch {
+            tenant: tenant.to_owned(),
+            expires_at_s: expires,
+            replica: self.replica.clone(),
+            role,
+            hashes,
+        })
     }
 
     /// Inserts `hashes` (sorted and deduplicated here) as owned by `word`, one shard lock at
@@ -472,7 +493,10 @@ mod tests {
         let h = first_hash(TEXT);
         idx.record("globex", Role::Sent, TEXT);
         idx.record("acme", Role::Received, TEXT);
-        assert_eq!(idx.owners(h), OwnerSet { tenants: vec!["globex".into(), "acme".into()], shared_by: 2, model_native: false });
+        assert_eq!(
+            idx.owners(h),
+            OwnerSet { tenants: vec!["globex".into(), "acme".into()], shared_by: 2, model_native: false }
+        );
         let other = "a wholly different sentence that acme only ever received";
         idx.record("acme", Role::Received, other);
         assert_eq!(idx.owners(first_hash(other)).tenants, Vec::<String>::new());
@@ -536,16 +560,34 @@ mod tests {
         let idx = index("r1");
         let h = first_hash(TEXT);
         let now = now_ms() / 1000;
-        idx.merge(&FingerprintBatch { tenant: "old".into(), expires_at_s: now + 5, replica: "r2".into(), role: Role::Sent, hashes: vec![h] });
+        idx.merge(&FingerprintBatch {
+            tenant: "old".into(),
+            expires_at_s: now + 5,
+            replica: "r2".into(),
+            role: Role::Sent,
+            hashes: vec![h],
+        });
         idx.record("acme", Role::Sent, TEXT);
         assert_eq!(idx.owners(h).shared_by, 2);
         assert_eq!(idx.owners_at(h, now + 10).tenants, ["acme"]);
-        idx.merge(&FingerprintBatch { tenant: "gone".into(), expires_at_s: now.saturating_sub(1), replica: "r2".into(), role: Role::Sent, hashes: vec![7] });
+        idx.merge(&FingerprintBatch {
+            tenant: "gone".into(),
+            expires_at_s: now.saturating_sub(1),
+            replica: "r2".into(),
+            role: Role::Sent,
+            hashes: vec![7],
+        });
         assert_eq!(idx.size().hashes, firewall::fingerprints(TEXT, &KEY, 4).len());
     }
 
     fn small(max_hashes: usize, share: f64, per_text: usize) -> ProvenanceIndex {
-        let settings = ProvenanceSettings { ngram_words: 1, max_hashes, max_tenant_share: share, max_hashes_per_text: per_text, ..ProvenanceSettings::new(KEY) };
+        let settings = ProvenanceSettings {
+            ngram_words: 1,
+            max_hashes,
+            max_tenant_share: share,
+            max_hashes_per_text: per_text,
+            ..ProvenanceSettings::new(KEY)
+        };
         ProvenanceIndex::new(settings, "r1")
     }
 
@@ -611,7 +653,10 @@ mod tests {
 
     #[test]
     fn owner_lists_are_truncated_but_counted() {
-        let idx = ProvenanceIndex::new(ProvenanceSettings { ngram_words: 4, max_owners_listed: 2, ..ProvenanceSettings::new(KEY) }, "r1");
+        let idx = ProvenanceIndex::new(
+            ProvenanceSettings { ngram_words: 4, max_owners_listed: 2, ..ProvenanceSettings::new(KEY) },
+            "r1",
+        );
         for t in ["a", "b", "c", "d"] {
             idx.record(t, Role::Sent, TEXT);
         }

@@ -60,7 +60,11 @@ impl Owners {
         };
         let mut out = Upserted { previous: None, raised: false, expiry: expires };
         if let Some((w, e)) = v.iter_mut().find(|(w, _)| tenant_of(*w) == tenant_of(word)) {
-            out = Upserted { previous: Some(*e), raised: *w & RECEIVED != 0 && word & RECEIVED == 0, expiry: (*e).max(expires) };
+            out = Upserted {
+                previous: Some(*e),
+                raised: *w & RECEIVED != 0 && word & RECEIVED == 0,
+                expiry: (*e).max(expires),
+            };
             *w &= word | !RECEIVED;
             *e = out.expiry;
         }
@@ -148,7 +152,14 @@ impl Shard {
 
     /// Sets the owner `word` of `hash` to expire at least at `expires`, evicting first
     /// what the bounds require.
-    pub(super) fn upsert(&mut self, hash: u64, word: u32, expires: u64, limits: Limits, evicted: &mut Evicted) -> Upserted {
+    pub(super) fn upsert(
+        &mut self,
+        hash: u64,
+        word: u32,
+        expires: u64,
+        limits: Limits,
+        evicted: &mut Evicted,
+    ) -> Upserted {
         let tenant = tenant_of(word);
         if let Some(owners) = self.map.get_mut(&hash) {
             if owners.expiry_of(tenant).is_some() {
@@ -159,7 +170,9 @@ impl Shard {
                 return up;
             }
         }
-        if self.queues.get(&tenant).is_some_and(|q| q.live >= limits.max_per_tenant.max(1)) && self.evict_oldest_of(tenant) {
+        if self.queues.get(&tenant).is_some_and(|q| q.live >= limits.max_per_tenant.max(1))
+            && self.evict_oldest_of(tenant)
+        {
             evicted.tenant_share += 1;
         }
         if !self.map.contains_key(&hash) {
@@ -247,7 +260,8 @@ impl Shard {
     }
 
     fn rebuild_fronts(&mut self) {
-        self.fronts = self.queues.iter().filter_map(|(t, q)| q.entries.front().map(|(_, e)| Reverse((*e, *t)))).collect();
+        self.fronts =
+            self.queues.iter().filter_map(|(t, q)| q.entries.front().map(|(_, e)| Reverse((*e, *t)))).collect();
     }
 
     /// Drops owner entries that expired by `now`, oldest first (recorded out of order, a

@@ -9,7 +9,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{error_frame, sse_frame, Closing, Framing};
-use crate::api::response::{ChatChunk, ChunkChoice, Delta, Logprobs, TextChoice, TextCompletion, TextLogprobs, UsageField};
+use crate::api::response::{
+    ChatChunk, ChunkChoice, Delta, Logprobs, TextChoice, TextCompletion, TextLogprobs, UsageField,
+};
 use crate::api::Usage;
 use crate::backend::BackendEvent;
 use crate::error::ApiError;
@@ -98,11 +100,14 @@ impl ChunkFraming {
                     return None;
                 }
                 let offset = self.text_offsets.entry(d.index).or_insert(0);
-                let logprobs = (!d.logprobs.is_empty()).then(|| TextLogprobs::of(&Logprobs::of(&d.logprobs).content, *offset));
+                let logprobs =
+                    (!d.logprobs.is_empty()).then(|| TextLogprobs::of(&Logprobs::of(&d.logprobs).content, *offset));
                 *offset += text.chars().count();
                 TextChoice { text, index: d.index, logprobs, finish_reason: None }
             }
-            BackendEvent::Finish { index, reason } => TextChoice { text: String::new(), index, logprobs: None, finish_reason: Some(reason) },
+            BackendEvent::Finish { index, reason } => {
+                TextChoice { text: String::new(), index, logprobs: None, finish_reason: Some(reason) }
+            }
         };
         Some(self.text_chunk(vec![choice], usage))
     }

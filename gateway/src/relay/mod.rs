@@ -61,7 +61,14 @@ pub fn sse_body<F: Framing>(
     on_end: OnEnd,
 ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send {
     let opening = framing.open(guard.release_fingerprint(backend.system_fingerprint));
-    let state = StreamState { framing, pending: opening, events: Some(backend.events), guard, on_end: Some(on_end), ended: false };
+    let state = StreamState {
+        framing,
+        pending: opening,
+        events: Some(backend.events),
+        guard,
+        on_end: Some(on_end),
+        ended: false,
+    };
     futures::stream::unfold(state, |mut st| async move {
         if st.ended {
             return None;
@@ -174,7 +181,11 @@ pub fn error_frame(error: &ApiError) -> Bytes {
 /// Collects a whole completion for a non-streaming client, scanned by `guard` before any
 /// byte is sent. An error anywhere fails it: nothing has been sent yet, so the client gets
 /// a proper HTTP error instead.
-pub async fn collect(meta: ResponseMeta, backend: BackendResponse, guard: &mut ResponseGuard) -> Result<ChatCompletion, ApiError> {
+pub async fn collect(
+    meta: ResponseMeta,
+    backend: BackendResponse,
+    guard: &mut ResponseGuard,
+) -> Result<ChatCompletion, ApiError> {
     let mut choices: BTreeMap<u32, ChoiceAcc> = BTreeMap::new();
     let mut usage = None;
     let mut events = backend.events;
@@ -290,12 +301,19 @@ mod tests {
 
     fn open_guard(n: u32) -> ResponseGuard {
         let rules = std::sync::Arc::new(firewall::Ruleset::empty());
-        let settings = crate::response_guard::GuardSettings::new(rules, firewall::ScanContext::new("t"), std::sync::Arc::new(firewall::Detectors::default()));
+        let settings = crate::response_guard::GuardSettings::new(
+            rules,
+            firewall::ScanContext::new("t"),
+            std::sync::Arc::new(firewall::Detectors::default()),
+        );
         ResponseGuard::new(crate::response_guard::GuardSettings { choices: n, ..settings })
     }
 
     async fn frames(events: Vec<Result<BackendEvent, ApiError>>, include_usage: bool) -> Vec<String> {
-        let body: Vec<_> = sse_body(ChunkFraming::new(meta(include_usage)), backend(events), open_guard(2), Box::new(|_| {})).collect().await;
+        let body: Vec<_> =
+            sse_body(ChunkFraming::new(meta(include_usage)), backend(events), open_guard(2), Box::new(|_| {}))
+                .collect()
+                .await;
         let joined: String = body.into_iter().map(|b| String::from_utf8(b.unwrap().to_vec()).unwrap()).collect();
         joined.split("\n\n").filter(|f| !f.is_empty()).map(|f| f.trim_start_matches("data: ").to_owned()).collect()
     }
@@ -309,7 +327,8 @@ mod tests {
         )
         .await;
         assert_eq!(f.last().unwrap(), "[DONE]");
-        let chunks: Vec<serde_json::Value> = f[..f.len() - 1].iter().map(|c| serde_json::from_str(c).unwrap()).collect();
+        let chunks: Vec<serde_json::Value> =
+            f[..f.len() - 1].iter().map(|c| serde_json::from_str(c).unwrap()).collect();
         let roles: Vec<_> = chunks.iter().filter(|c| c["choices"][0]["delta"]["role"].is_string()).collect();
         assert_eq!(roles.len(), 2);
         let last = chunks.last().unwrap();
@@ -331,18 +350,23 @@ mod tests {
         };
         let meta = ResponseMeta { id: "cmpl-1".into(), shape: Shape::Text, ..meta(true) };
         let events = vec![with_logprob("Hé"), with_logprob("llo"), Ok(BackendEvent::Usage(usage)), finish(0)];
-        let body: Vec<_> = sse_body(ChunkFraming::new(meta), backend(events), open_guard(1), Box::new(|_| {})).collect().await;
+        let body: Vec<_> =
+            sse_body(ChunkFraming::new(meta), backend(events), open_guard(1), Box::new(|_| {})).collect().await;
         let joined: String = body.into_iter().map(|b| String::from_utf8(b.unwrap().to_vec()).unwrap()).collect();
-        let frames: Vec<&str> = joined.split("\n\n").filter(|f| !f.is_empty()).map(|f| f.trim_start_matches("data: ")).collect();
+        let frames: Vec<&str> =
+            joined.split("\n\n").filter(|f| !f.is_empty()).map(|f| f.trim_start_matches("data: ")).collect();
         assert_eq!(frames.last(), Some(&"[DONE]"));
-        let chunks: Vec<serde_json::Value> = frames[..frames.len() - 1].iter().map(|c| serde_json::from_str(c).unwrap()).collect();
+        let chunks: Vec<serde_json::Value> =
+            frames[..frames.len() - 1].iter().map(|c| serde_json::from_str(c).unwrap()).collect();
         assert!(chunks.iter().all(|c| c["object"] == "text_completion" && c["id"] == "cmpl-1"));
         assert_eq!(chunks[0]["choices"][0]["text"], "Hé");
         assert_eq!(chunks[1]["choices"][0]["logprobs"]["text_offset"][0], 2);
         assert_eq!(chunks[1]["choices"][0]["logprobs"]["tokens"][0], "llo");
         assert_eq!(chunks[2]["choices"][0]["finish_reason"], "stop");
         assert_eq!(chunks[3]["usage"]["total_tokens"], 3);
-        assert!(chunks.iter().all(|c| c["choices"].as_array().is_some_and(|l| l.iter().all(|ch| ch.get("delta").is_none()))));
+        assert!(chunks
+            .iter()
+            .all(|c| c["choices"].as_array().is_some_and(|l| l.iter().all(|ch| ch.get("delta").is_none()))));
     }
 
     #[tokio::test]
@@ -367,9 +391,7 @@ mod tests {
             }))
         };
         let events = vec![text(0, "Hel"), text(0, "lo"), call(Some("c1"), "{\"q\":"), call(None, "1}"), finish(0)];
-        let c = collect(meta(false), backend(events), &mut open_guard(1))
-            .await
-            .unwrap();
+        let c = collect(meta(false), backend(events), &mut open_guard(1)).await.unwrap();
         let v = serde_json::to_value(&c).unwrap();
         assert_eq!(v["choices"][0]["message"]["content"], "Hello");
         assert_eq!(v["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], "{\"q\":1}");
@@ -380,19 +402,28 @@ mod tests {
     #[tokio::test]
     async fn collect_fails_whole_on_error() {
         let mut guard = open_guard(1);
-        let r = collect(meta(false), backend(vec![text(0, "a"), Err(ApiError::GatewayTimeout("slow".into()))]), &mut guard).await;
+        let r =
+            collect(meta(false), backend(vec![text(0, "a"), Err(ApiError::GatewayTimeout("slow".into()))]), &mut guard)
+                .await;
         assert_eq!(r.unwrap_err().status(), 504);
         assert_eq!(guard.backend_error().map(ApiError::kind), Some("upstream_error"), "the guard's outcome holds it");
     }
 
     #[tokio::test]
     async fn an_upstream_error_event_goes_out_as_its_fixed_message_and_is_recorded() {
-        let error = ApiError::UpstreamFailed { status: None, request_id: "req-5".into(), detail: "upstream message GLOB**** (20 chars)".into() };
+        let error = ApiError::UpstreamFailed {
+            status: None,
+            request_id: "req-5".into(),
+            detail: "upstream message GLOB**** (20 chars)".into(),
+        };
         let (tx, rx) = std::sync::mpsc::channel();
         let on_end: OnEnd = Box::new(move |g| {
             let _ = tx.send(g.backend_error().map(|e| e.status().as_u16()));
         });
-        let body: Vec<_> = sse_body(ChunkFraming::new(meta(false)), backend(vec![text(0, "a"), Err(error)]), open_guard(1), on_end).collect().await;
+        let body: Vec<_> =
+            sse_body(ChunkFraming::new(meta(false)), backend(vec![text(0, "a"), Err(error)]), open_guard(1), on_end)
+                .collect()
+                .await;
         let text: String = body.into_iter().map(|b| String::from_utf8(b.unwrap().to_vec()).unwrap()).collect();
         assert!(text.contains("req-5") && !text.contains("GLOB") && !text.contains("[DONE]"), "{text}");
         assert_eq!(rx.recv().unwrap(), Some(502));

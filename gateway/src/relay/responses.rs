@@ -20,7 +20,9 @@ use serde_json::{json, Value};
 
 use super::{Closing, Framing};
 use crate::api::response::{ChatCompletion, FunctionChunk, Logprobs, Message, ToolCallChunk};
-use crate::api::responses::object::{item_id, outcome, ItemStatus, OutputContent, OutputItem, ResponseError, ResponseObject, Status};
+use crate::api::responses::object::{
+    item_id, outcome, ItemStatus, OutputContent, OutputItem, ResponseError, ResponseObject, Status,
+};
 use crate::api::Usage;
 use crate::backend::{BackendEvent, ChoiceDelta, TokenLogprob};
 use crate::error::ApiError;
@@ -111,7 +113,12 @@ impl ResponsesFraming {
             return m.item;
         }
         let index = self.items.len();
-        self.items.push(OutputItem::Message { id: item_id("msg"), status: ItemStatus::InProgress, role: "assistant", content: Vec::new() });
+        self.items.push(OutputItem::Message {
+            id: item_id("msg"),
+            status: ItemStatus::InProgress,
+            role: "assistant",
+            content: Vec::new(),
+        });
         self.message = Some(OpenMessage { item: index, part: None });
         let item = self.item_json(index);
         self.emit(out, "response.output_item.added", json!({"output_index": index, "item": item}));
@@ -128,7 +135,9 @@ impl ResponsesFraming {
             self.close_part(out);
         }
         let part = match kind {
-            Part::Text => OutputContent::OutputText { text: String::new(), annotations: Vec::new(), logprobs: Vec::new() },
+            Part::Text => {
+                OutputContent::OutputText { text: String::new(), annotations: Vec::new(), logprobs: Vec::new() }
+            }
             Part::Refusal => OutputContent::Refusal { refusal: String::new() },
         };
         let at = match &mut self.items[item] {
@@ -140,7 +149,11 @@ impl ResponsesFraming {
         };
         self.message = Some(OpenMessage { item, part: Some((at, kind)) });
         let id = self.id_of(item);
-        self.emit(out, "response.content_part.added", json!({"item_id": id, "output_index": item, "content_index": at, "part": part}));
+        self.emit(
+            out,
+            "response.content_part.added",
+            json!({"item_id": id, "output_index": item, "content_index": at, "part": part}),
+        );
         (item, at)
     }
 
@@ -166,7 +179,11 @@ impl ResponsesFraming {
                 self.emit(out, "response.refusal.done", body);
             }
         }
-        self.emit(out, "response.content_part.done", json!({"item_id": id, "output_index": item, "content_index": at, "part": part}));
+        self.emit(
+            out,
+            "response.content_part.done",
+            json!({"item_id": id, "output_index": item, "content_index": at, "part": part}),
+        );
     }
 
     fn close_message(&mut self, status: ItemStatus, out: &mut Vec<u8>) {
@@ -184,7 +201,8 @@ impl ResponsesFraming {
         let id = self.id_of(item);
         if let OutputItem::FunctionCall { status: s, name, arguments, .. } = &mut self.items[item] {
             *s = status;
-            let body = json!({"item_id": id, "output_index": item, "name": name.clone(), "arguments": arguments.clone()});
+            let body =
+                json!({"item_id": id, "output_index": item, "name": name.clone(), "arguments": arguments.clone()});
             self.emit(out, "response.function_call_arguments.done", body);
         }
         let body = json!({"output_index": item, "item": self.item_json(item)});
@@ -207,7 +225,8 @@ impl ResponsesFraming {
                 all_logprobs.extend(logprobs.iter().cloned());
             }
             let id = self.id_of(item);
-            let body = json!({"item_id": id, "output_index": item, "content_index": at, "delta": text, "logprobs": logprobs});
+            let body =
+                json!({"item_id": id, "output_index": item, "content_index": at, "delta": text, "logprobs": logprobs});
             self.emit(out, "response.output_text.delta", body);
         }
         if let Some(text) = d.refusal.filter(|t| !t.is_empty()) {
@@ -216,7 +235,11 @@ impl ResponsesFraming {
                 refusal.push_str(&text);
             }
             let id = self.id_of(item);
-            self.emit(out, "response.refusal.delta", json!({"item_id": id, "output_index": item, "content_index": at, "delta": text}));
+            self.emit(
+                out,
+                "response.refusal.delta",
+                json!({"item_id": id, "output_index": item, "content_index": at, "delta": text}),
+            );
         }
         for chunk in d.tool_calls {
             let item = match self.calls.get(&chunk.index) {
@@ -268,7 +291,11 @@ impl ResponsesFraming {
             arguments.push_str(&delta);
         }
         let id = self.id_of(item);
-        self.emit(out, "response.function_call_arguments.delta", json!({"item_id": id, "output_index": item, "delta": delta}));
+        self.emit(
+            out,
+            "response.function_call_arguments.delta",
+            json!({"item_id": id, "output_index": item, "delta": delta}),
+        );
     }
 }
 
@@ -338,7 +365,8 @@ pub fn whole_response(started: ResponseObject, completion: ChatCompletion) -> Re
 fn completion_events(completion: ChatCompletion) -> Vec<BackendEvent> {
     let mut events = Vec::new();
     if let Some(choice) = completion.choices.into_iter().next() {
-        let logprobs = choice.logprobs.map(|l| l.content.into_iter().map(TokenLogprob::from).collect()).unwrap_or_default();
+        let logprobs =
+            choice.logprobs.map(|l| l.content.into_iter().map(TokenLogprob::from).collect()).unwrap_or_default();
         let Message { content, refusal, tool_calls, .. } = choice.message;
         events.push(BackendEvent::Delta(ChoiceDelta { index: 0, content, refusal, logprobs, ..Default::default() }));
         for (i, call) in tool_calls.into_iter().enumerate() {
@@ -451,8 +479,16 @@ mod tests {
 
     #[test]
     fn a_call_keeps_the_identity_it_was_announced_with() {
-        let frames = run(vec![call(None, "{\"q\":"), call(Some("late_id"), "1}"), BackendEvent::Finish { index: 0, reason: "tool_calls".into() }]);
-        let added = frames.iter().find(|(k, _)| k == "response.output_item.added").map(|(_, d)| d["item"]["call_id"].clone()).unwrap();
+        let frames = run(vec![
+            call(None, "{\"q\":"),
+            call(Some("late_id"), "1}"),
+            BackendEvent::Finish { index: 0, reason: "tool_calls".into() },
+        ]);
+        let added = frames
+            .iter()
+            .find(|(k, _)| k == "response.output_item.added")
+            .map(|(_, d)| d["item"]["call_id"].clone())
+            .unwrap();
         assert!(added.as_str().is_some_and(|id| id.starts_with("call_")), "{added}");
         let done = &frames.last().unwrap().1["response"]["output"][0];
         assert_eq!((&done["call_id"], done["arguments"].as_str()), (&added, Some("{\"q\":1}")));
@@ -463,7 +499,12 @@ mod tests {
         let lp = |s: &str| crate::backend::TokenLogprob { token: s.into(), logprob: -0.1, top_logprobs: Vec::new() };
         let frames = run(vec![
             BackendEvent::Delta(ChoiceDelta { index: 0, logprobs: vec![lp("\u{fffd}")], ..Default::default() }),
-            BackendEvent::Delta(ChoiceDelta { index: 0, content: Some("é".into()), logprobs: vec![lp("é")], ..Default::default() }),
+            BackendEvent::Delta(ChoiceDelta {
+                index: 0,
+                content: Some("é".into()),
+                logprobs: vec![lp("é")],
+                ..Default::default()
+            }),
             BackendEvent::Finish { index: 0, reason: "stop".into() },
         ]);
         let done = &frames.last().unwrap().1["response"]["output"][0]["content"][0];
@@ -484,7 +525,11 @@ mod tests {
                     role: "assistant".into(),
                     content: content.map(str::to_owned),
                     refusal: None,
-                    tool_calls: vec![ToolCall { id: "call_1".into(), kind: "function".into(), function: FunctionCall { name: "f".into(), arguments: "{}".into() } }],
+                    tool_calls: vec![ToolCall {
+                        id: "call_1".into(),
+                        kind: "function".into(),
+                        function: FunctionCall { name: "f".into(), arguments: "{}".into() },
+                    }],
                 },
                 logprobs: None,
                 finish_reason: Some(finish.into()),
@@ -495,9 +540,16 @@ mod tests {
         let started = || framing().response;
         let v = serde_json::to_value(whole_response(started(), completion(Some("Hi"), "tool_calls"))).unwrap();
         assert_eq!((v["status"].as_str(), v["usage"]["input_tokens"].as_u64()), (Some("completed"), Some(5)));
-        assert_eq!((v["output"][0]["content"][0]["text"].as_str(), v["output"][1]["call_id"].as_str()), (Some("Hi"), Some("call_1")));
-        let v = serde_json::to_value(whole_response(started(), completion(Some("The key is "), "content_filter"))).unwrap();
-        assert_eq!((v["status"].as_str(), v["incomplete_details"]["reason"].as_str()), (Some("incomplete"), Some("content_filter")));
+        assert_eq!(
+            (v["output"][0]["content"][0]["text"].as_str(), v["output"][1]["call_id"].as_str()),
+            (Some("Hi"), Some("call_1"))
+        );
+        let v =
+            serde_json::to_value(whole_response(started(), completion(Some("The key is "), "content_filter"))).unwrap();
+        assert_eq!(
+            (v["status"].as_str(), v["incomplete_details"]["reason"].as_str()),
+            (Some("incomplete"), Some("content_filter"))
+        );
         assert_eq!(v["output"][0]["status"], "completed", "the message was done when the call began");
         assert_eq!(v["output"][1]["status"], "incomplete");
     }
@@ -505,18 +557,41 @@ mod tests {
     #[test]
     fn calls_are_written_one_item_at_a_time() {
         let second = |args: &str| {
-            let chunk = ToolCallChunk { index: 1, id: Some("call_2".into()), kind: None, function: FunctionChunk { name: Some("g".into()), arguments: Some(args.into()) } };
+            let chunk = ToolCallChunk {
+                index: 1,
+                id: Some("call_2".into()),
+                kind: None,
+                function: FunctionChunk { name: Some("g".into()), arguments: Some(args.into()) },
+            };
             BackendEvent::Delta(ChoiceDelta { index: 0, tool_calls: vec![chunk], ..Default::default() })
         };
-        let frames = run(vec![call(Some("call_1"), "{}"), second("{"), call(None, " "), second("}"), BackendEvent::Finish { index: 0, reason: "tool_calls".into() }]);
+        let frames = run(vec![
+            call(Some("call_1"), "{}"),
+            second("{"),
+            call(None, " "),
+            second("}"),
+            BackendEvent::Finish { index: 0, reason: "tool_calls".into() },
+        ]);
         let items: Vec<(&str, u64)> = frames
             .iter()
             .filter(|(k, _)| k.starts_with("response.output_item."))
             .map(|(k, d)| (k.as_str(), d["output_index"].as_u64().unwrap()))
             .collect();
-        assert_eq!(items, [("response.output_item.added", 0), ("response.output_item.done", 0), ("response.output_item.added", 1), ("response.output_item.done", 1)]);
+        assert_eq!(
+            items,
+            [
+                ("response.output_item.added", 0),
+                ("response.output_item.done", 0),
+                ("response.output_item.added", 1),
+                ("response.output_item.done", 1)
+            ]
+        );
         let done = &frames.last().unwrap().1["response"]["output"];
-        assert_eq!((done[0]["arguments"].as_str(), done[1]["arguments"].as_str()), (Some("{} "), Some("{}")), "a late fragment joins the final object");
+        assert_eq!(
+            (done[0]["arguments"].as_str(), done[1]["arguments"].as_str()),
+            (Some("{} "), Some("{}")),
+            "a late fragment joins the final object"
+        );
     }
 
     #[test]

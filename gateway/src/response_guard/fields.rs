@@ -57,7 +57,9 @@ pub(super) struct CallHeader {
 impl CallHeader {
     /// Takes in a fragment's header fields.
     pub(super) fn absorb(&mut self, fragment: &ToolCallChunk) {
-        for (field, part) in [(&mut self.id, &fragment.id), (&mut self.kind, &fragment.kind), (&mut self.name, &fragment.function.name)] {
+        for (field, part) in
+            [(&mut self.id, &fragment.id), (&mut self.kind, &fragment.kind), (&mut self.name, &fragment.function.name)]
+        {
             if let Some(part) = part {
                 field.text.push_str(part);
             }
@@ -82,8 +84,11 @@ impl ResponseGuard {
             }
         };
         let action = findings.iter().map(|f| f.action).max().unwrap_or(Action::Allow);
-        let spans: Vec<(usize, usize, String)> =
-            findings.iter().filter(|f| f.action == Action::Redact).map(|f| (f.start.max(from), f.end, f.rule_id.clone())).collect();
+        let spans: Vec<(usize, usize, String)> = findings
+            .iter()
+            .filter(|f| f.action == Action::Redact)
+            .map(|f| (f.start.max(from), f.end, f.rule_id.clone()))
+            .collect();
         self.findings.extend(findings.into_iter().map(|finding| ChoiceFinding { choice: index, finding }));
         match action {
             Action::Block => FieldVerdict::Block,
@@ -100,7 +105,11 @@ impl ResponseGuard {
         header.announced |= announce;
         let mut out = ToolCallChunk { index: call, id: None, kind: None, function: FunctionChunk::default() };
         if header.announced {
-            for (field, slot) in [(&mut header.id, &mut out.id), (&mut header.kind, &mut out.kind), (&mut header.name, &mut out.function.name)] {
+            for (field, slot) in [
+                (&mut header.id, &mut out.id),
+                (&mut header.kind, &mut out.kind),
+                (&mut header.name, &mut out.function.name),
+            ] {
                 if field.text.len() == field.sent {
                     continue;
                 }
@@ -133,8 +142,9 @@ impl ResponseGuard {
 
 /// `^fp_[A-Za-z0-9]{1,40}$`
 fn is_fingerprint(text: &str) -> bool {
-    text.strip_prefix("fp_")
-        .is_some_and(|body| (1..=MAX_FINGERPRINT_CHARS).contains(&body.len()) && body.bytes().all(|b| b.is_ascii_alphanumeric()))
+    text.strip_prefix("fp_").is_some_and(|body| {
+        (1..=MAX_FINGERPRINT_CHARS).contains(&body.len()) && body.bytes().all(|b| b.is_ascii_alphanumeric())
+    })
 }
 
 /// A backend's finish reason, as the client gets it.
@@ -171,7 +181,9 @@ mod tests {
     #[test]
     fn fingerprints_pass_only_in_their_format() {
         assert!(is_fingerprint("fp_44709d6fcb") && is_fingerprint(&format!("fp_{}", "a".repeat(40))));
-        for bad in ["fp_", "fp_a-b", "cg-0123456789abcdef", "fp_ghp_x", "FP_abc", &format!("fp_{}", "a".repeat(41)), "fp_é"] {
+        for bad in
+            ["fp_", "fp_a-b", "cg-0123456789abcdef", "fp_ghp_x", "FP_abc", &format!("fp_{}", "a".repeat(41)), "fp_é"]
+        {
             assert!(!is_fingerprint(bad), "{bad}");
         }
     }

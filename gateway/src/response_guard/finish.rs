@@ -69,7 +69,11 @@ impl Finisher {
     /// A whole response is ready (or failed): its audit record is written before it is
     /// sent, and when that fails and the tenant fails closed, every choice is withheld.
     /// Returns the completion and whether an audit record names it.
-    pub async fn whole(&self, guard: &mut ResponseGuard, completion: Result<ChatCompletion, ApiError>) -> Result<(ChatCompletion, bool), ApiError> {
+    pub async fn whole(
+        &self,
+        guard: &mut ResponseGuard,
+        completion: Result<ChatCompletion, ApiError>,
+    ) -> Result<(ChatCompletion, bool), ApiError> {
         let audit = self.conclude(guard, Delivery::Whole);
         let mut completion = match completion {
             Ok(c) => c,
@@ -122,7 +126,13 @@ impl Finisher {
         }
         if guard.blocked() {
             let rules: Vec<&str> = guard.findings().iter().map(|f| f.finding.rule_id.as_str()).collect();
-            tracing::warn!(request_id, tenant, ?rules, released_bytes = guard.released_bytes(), "response blocked by the firewall");
+            tracing::warn!(
+                request_id,
+                tenant,
+                ?rules,
+                released_bytes = guard.released_bytes(),
+                "response blocked by the firewall"
+            );
         }
         self.state.protection.on_response(tenant, guard);
         audit_record(&self.record, guard)
@@ -138,8 +148,18 @@ fn audit_record(response: &ResponseRecord, guard: &ResponseGuard) -> Option<Audi
     if action.is_none() && failed_closed.is_none() {
         return None;
     }
-    let ctx = AuditContext { tenant: response.tenant.clone(), model: response.model.clone(), request_id: response.request_id.clone() };
-    let record = AuditRecord::with_id(response.audit_id, ctx, action.unwrap_or(Action::Block), &findings, guard.released_bytes() as u64);
+    let ctx = AuditContext {
+        tenant: response.tenant.clone(),
+        model: response.model.clone(),
+        request_id: response.request_id.clone(),
+    };
+    let record = AuditRecord::with_id(
+        response.audit_id,
+        ctx,
+        action.unwrap_or(Action::Block),
+        &findings,
+        guard.released_bytes() as u64,
+    );
     Some(match failed_closed {
         Some(f) => record.failed_closed(format!("firewall failed: {}", f.reason)),
         None => record,

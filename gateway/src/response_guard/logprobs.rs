@@ -62,7 +62,9 @@ impl ResponseGuard {
         let mut out = Vec::new();
         for judged in self.released_entries(index, blocked) {
             let rebuilt = match judged {
-                Judged::Redacted(entry) => Some(TokenLogprob { token: String::new(), logprob: entry.logprob, top_logprobs: Vec::new() }),
+                Judged::Redacted(entry) => {
+                    Some(TokenLogprob { token: String::new(), logprob: entry.logprob, top_logprobs: Vec::new() })
+                }
                 Judged::Clear { entry, spelled } => match self.rebuild(index, entry, spelled) {
                     Ok(rebuilt) => rebuilt,
                     Err(Blocked) => return (out, true),

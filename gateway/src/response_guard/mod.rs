@@ -66,7 +66,14 @@ impl GuardSettings {
     /// Settings with the defaults a test or a tool wants: fail closed, the firewall's
     /// default holdback, one choice.
     pub fn new(rules: Arc<Ruleset>, ctx: ScanContext, detectors: Arc<Detectors>) -> GuardSettings {
-        GuardSettings { rules, detectors, ctx, fail_mode: FailMode::Closed, max_holdback_bytes: firewall::MAX_HOLDBACK_BYTES, choices: 1 }
+        GuardSettings {
+            rules,
+            detectors,
+            ctx,
+            fail_mode: FailMode::Closed,
+            max_holdback_bytes: firewall::MAX_HOLDBACK_BYTES,
+            choices: 1,
+        }
     }
 }
 
@@ -264,7 +271,14 @@ impl ResponseGuard {
         self.channels.entry((index, channel)).or_insert_with(|| ChannelScan::new(settings, channel))
     }
 
-    fn push(&mut self, index: u32, channel: Channel, text: &str, entries: Vec<TokenLogprob>, signals: Option<&TokenSignals>) -> Step {
+    fn push(
+        &mut self,
+        index: u32,
+        channel: Channel,
+        text: &str,
+        entries: Vec<TokenLogprob>,
+        signals: Option<&TokenSignals>,
+    ) -> Step {
         // An upstream's logprobs give per-token signals too, when its entries spell the text.
         let tokens = match signals {
             None => logprobs::upstream_tokens(text, &entries),
@@ -291,12 +305,20 @@ impl ResponseGuard {
     }
 
     /// Runs one scanner call; a failure is taken as the tenant's fail mode says.
-    fn scan(&mut self, index: u32, channel: Channel, text: &str, call: impl FnOnce(&mut StreamScanner) -> Step) -> Step {
+    fn scan(
+        &mut self,
+        index: u32,
+        channel: Channel,
+        text: &str,
+        call: impl FnOnce(&mut StreamScanner) -> Step,
+    ) -> Step {
         match self.channel(index, channel).scan(text, call) {
             Ok(step) => step,
             Err(reason) => match self.fail(reason) {
                 FailMode::Closed => Step { release: String::new(), findings: Vec::new(), action: Action::Block },
-                FailMode::Open => Step { release: self.channel(index, channel).bypass(), findings: Vec::new(), action: Action::Log },
+                FailMode::Open => {
+                    Step { release: self.channel(index, channel).bypass(), findings: Vec::new(), action: Action::Log }
+                }
             },
         }
     }
@@ -347,7 +369,12 @@ impl ResponseGuard {
             let released = step.release.clone();
             let stop = self.absorb_step(index, channel, step, &mut out);
             if let (Channel::ToolArguments(call), false) = (channel, released.is_empty()) {
-                out.tool_calls.push(ToolCallChunk { index: call, id: None, kind: None, function: FunctionChunk { name: None, arguments: Some(released) } });
+                out.tool_calls.push(ToolCallChunk {
+                    index: call,
+                    id: None,
+                    kind: None,
+                    function: FunctionChunk { name: None, arguments: Some(released) },
+                });
             }
             if stop {
                 return self.blocked_events(index, out);
@@ -429,7 +456,8 @@ strings = ["GLOBEX-CANARY-5d1e2b"]
 "#;
 
     fn settings() -> GuardSettings {
-        let rules = Ruleset::load_sources(&[("test.toml".into(), RULES.into())], Default::default()).expect("test rules load");
+        let rules =
+            Ruleset::load_sources(&[("test.toml".into(), RULES.into())], Default::default()).expect("test rules load");
         GuardSettings::new(Arc::new(rules), ScanContext::new("acme"), Arc::new(Detectors::default()))
     }
 
@@ -492,7 +520,12 @@ strings = ["GLOBEX-CANARY-5d1e2b"]
         let entry = |t: &str| TokenLogprob { token: t.into(), logprob: -0.1, top_logprobs: Vec::new() };
         let mut out = Vec::new();
         for t in ["id ", "rid_", "12345678", " ok"] {
-            out.extend(g.apply(BackendEvent::Delta(ChoiceDelta { index: 0, content: Some(t.into()), logprobs: vec![entry(t)], ..Default::default() })));
+            out.extend(g.apply(BackendEvent::Delta(ChoiceDelta {
+                index: 0,
+                content: Some(t.into()),
+                logprobs: vec![entry(t)],
+                ..Default::default()
+            })));
         }
         out.extend(g.apply(BackendEvent::Finish { index: 0, reason: "stop".into() }));
         let entries: Vec<TokenLogprob> = out
@@ -515,10 +548,24 @@ strings = ["GLOBEX-CANARY-5d1e2b"]
                 None
             }
         }
-        let detectors = Detectors { entropy: Some(firewall::EntropyConfig::new(Arc::new(NoBaseline))), ..Detectors::default() };
-        let mut g = ResponseGuard::new(GuardSettings::new(Arc::new(Ruleset::empty()), ScanContext::new("acme"), Arc::new(detectors)));
-        let entry = |t: &str, lp: f64| TokenLogprob { token: t.into(), logprob: lp, top_logprobs: vec![crate::backend::TopLogprob { token: t.into(), logprob: lp }] };
-        let delta = ChoiceDelta { index: 0, content: Some("Hello world".into()), logprobs: vec![entry("Hello", -0.5), entry(" world", -1.5)], ..Default::default() };
+        let detectors =
+            Detectors { entropy: Some(firewall::EntropyConfig::new(Arc::new(NoBaseline))), ..Detectors::default() };
+        let mut g = ResponseGuard::new(GuardSettings::new(
+            Arc::new(Ruleset::empty()),
+            ScanContext::new("acme"),
+            Arc::new(detectors),
+        ));
+        let entry = |t: &str, lp: f64| TokenLogprob {
+            token: t.into(),
+            logprob: lp,
+            top_logprobs: vec![crate::backend::TopLogprob { token: t.into(), logprob: lp }],
+        };
+        let delta = ChoiceDelta {
+            index: 0,
+            content: Some("Hello world".into()),
+            logprobs: vec![entry("Hello", -0.5), entry(" world", -1.5)],
+            ..Default::default()
+        };
         let mut out = g.apply(BackendEvent::Delta(delta));
         out.extend(g.apply(BackendEvent::Finish { index: 0, reason: "stop".into() }));
         assert_eq!(released(&out), "Hello world");
@@ -536,7 +583,12 @@ strings = ["GLOBEX-CANARY-5d1e2b"]
         let call = |args: &str| {
             BackendEvent::Delta(ChoiceDelta {
                 index: 0,
-                tool_calls: vec![ToolCallChunk { index: 0, id: None, kind: None, function: FunctionChunk { name: None, arguments: Some(args.into()) } }],
+                tool_calls: vec![ToolCallChunk {
+                    index: 0,
+                    id: None,
+                    kind: None,
+                    function: FunctionChunk { name: None, arguments: Some(args.into()) },
+                }],
                 ..Default::default()
             })
         };
@@ -565,7 +617,10 @@ strings = ["GLOBEX-CANARY-5d1e2b"]
     }
 
     fn broken_guard(mode: FailMode) -> ResponseGuard {
-        let detectors = Detectors { ngram: Some(firewall::NgramConfig::new(firewall::NgramKey([0; 16]), Arc::new(Broken))), ..Detectors::default() };
+        let detectors = Detectors {
+            ngram: Some(firewall::NgramConfig::new(firewall::NgramKey([0; 16]), Arc::new(Broken))),
+            ..Detectors::default()
+        };
         let settings = GuardSettings::new(Arc::new(Ruleset::empty()), ScanContext::new("acme"), Arc::new(detectors));
         ResponseGuard::new(GuardSettings { fail_mode: mode, ..settings })
     }
@@ -592,7 +647,10 @@ strings = ["GLOBEX-CANARY-5d1e2b"]
     #[test]
     fn a_block_in_one_choice_leaves_the_other_running() {
         let mut g = guard(2);
-        assert!(g.apply(text(0, "tok_a1b2c3d4e5f6g7h8 ")).iter().any(|e| matches!(e, BackendEvent::Finish { index: 0, .. })));
+        assert!(g
+            .apply(text(0, "tok_a1b2c3d4e5f6g7h8 "))
+            .iter()
+            .any(|e| matches!(e, BackendEvent::Finish { index: 0, .. })));
         assert!(!g.all_finished());
         let out = g.apply(text(1, "fine text "));
         assert_eq!(released(&out), "fine text ");
@@ -602,12 +660,18 @@ strings = ["GLOBEX-CANARY-5d1e2b"]
     const LEAKS: [&str; 2] = ["GLOBEX-CANARY-5d1e2b", "tok_q8w7e6r5t4y3u2i1"];
 
     fn entry(token: &str, top: &[&str]) -> TokenLogprob {
-        let top_logprobs = top.iter().map(|t| crate::backend::TopLogprob { token: (*t).into(), logprob: -2.0 }).collect();
+        let top_logprobs =
+            top.iter().map(|t| crate::backend::TopLogprob { token: (*t).into(), logprob: -2.0 }).collect();
         TokenLogprob { token: token.into(), logprob: -0.25, top_logprobs }
     }
 
     fn call(id: &str, kind: &str, name: &str, arguments: &str) -> ToolCallChunk {
-        ToolCallChunk { index: 0, id: Some(id.into()), kind: Some(kind.into()), function: FunctionChunk { name: Some(name.into()), arguments: Some(arguments.into()) } }
+        ToolCallChunk {
+            index: 0,
+            id: Some(id.into()),
+            kind: Some(kind.into()),
+            function: FunctionChunk { name: Some(name.into()), arguments: Some(arguments.into()) },
+        }
     }
 
     fn delta(d: ChoiceDelta) -> Result<BackendEvent, ApiError> {
@@ -616,7 +680,15 @@ strings = ["GLOBEX-CANARY-5d1e2b"]
 
     /// A backend answer with `leak` placed in one channel: (channel, events, fingerprint).
     fn placed(channel: &str, leak: &str) -> (Vec<Result<BackendEvent, ApiError>>, Option<String>) {
-        let content = |text: &str, logprobs| delta(ChoiceDelta { index: 0, role: Some("assistant".into()), content: Some(text.into()), logprobs, ..Default::default() });
+        let content = |text: &str, logprobs| {
+            delta(ChoiceDelta {
+                index: 0,
+                role: Some("assistant".into()),
+                content: Some(text.into()),
+                logprobs,
+                ..Default::default()
+            })
+        };
         let tools = |c| delta(ChoiceDelta { index: 0, tool_calls: vec![c], ..Default::default() });
         let mut fingerprint = Some("fp_44709d6fcb".to_owned());
         let mut events = match channel {
@@ -627,11 +699,25 @@ strings = ["GLOBEX-CANARY-5d1e2b"]
             "tool-call type" => vec![tools(call("call_1", leak, "lookup", "{}"))],
             "tool-call name in fragments" => {
                 let (a, b) = leak.split_at(leak.len() / 2);
-                let head = ToolCallChunk { index: 0, id: Some("call_1".into()), kind: None, function: FunctionChunk { name: Some(a.into()), arguments: None } };
-                let tail = ToolCallChunk { index: 0, id: None, kind: None, function: FunctionChunk { name: Some(b.into()), arguments: Some("{}".into()) } };
+                let head = ToolCallChunk {
+                    index: 0,
+                    id: Some("call_1".into()),
+                    kind: None,
+                    function: FunctionChunk { name: Some(a.into()), arguments: None },
+                };
+                let tail = ToolCallChunk {
+                    index: 0,
+                    id: None,
+                    kind: None,
+                    function: FunctionChunk { name: Some(b.into()), arguments: Some("{}".into()) },
+                };
                 vec![tools(head), tools(tail)]
             }
-            "refusal" => vec![delta(ChoiceDelta { index: 0, refusal: Some(format!("I cannot share {leak} here.")), ..Default::default() })],
+            "refusal" => vec![delta(ChoiceDelta {
+                index: 0,
+                refusal: Some(format!("I cannot share {leak} here.")),
+                ..Default::default()
+            })],
             "system_fingerprint" => {
                 fingerprint = Some(format!("fp_{leak}"));
                 vec![content("Hello", Vec::new())]
@@ -653,28 +739,48 @@ strings = ["GLOBEX-CANARY-5d1e2b"]
         "system_fingerprint",
     ];
 
-    fn backend(events: Vec<Result<BackendEvent, ApiError>>, fingerprint: Option<String>) -> crate::backend::BackendResponse {
-        crate::backend::BackendResponse { system_fingerprint: fingerprint, events: Box::pin(futures::stream::iter(events)) }
+    fn backend(
+        events: Vec<Result<BackendEvent, ApiError>>,
+        fingerprint: Option<String>,
+    ) -> crate::backend::BackendResponse {
+        crate::backend::BackendResponse {
+            system_fingerprint: fingerprint,
+            events: Box::pin(futures::stream::iter(events)),
+        }
     }
 
     fn meta() -> crate::relay::ResponseMeta {
-        crate::relay::ResponseMeta { id: "chatcmpl-1".into(), created: 1, model: "m".into(), include_usage: false, shape: crate::relay::Shape::Chat }
+        crate::relay::ResponseMeta {
+            id: "chatcmpl-1".into(),
+            created: 1,
+            model: "m".into(),
+            include_usage: false,
+            shape: crate::relay::Shape::Chat,
+        }
     }
 
     /// What a client receives, as raw bytes (the whole SSE body, or the JSON object), and
     /// what the guard saw: (blocked, findings).
-    async fn delivered(events: Vec<Result<BackendEvent, ApiError>>, fingerprint: Option<String>, stream: bool) -> (Vec<u8>, (bool, usize)) {
+    async fn delivered(
+        events: Vec<Result<BackendEvent, ApiError>>,
+        fingerprint: Option<String>,
+        stream: bool,
+    ) -> (Vec<u8>, (bool, usize)) {
         use futures::StreamExt;
         let mut g = guard(1);
         if !stream {
-            let completion = crate::relay::collect(meta(), backend(events, fingerprint), &mut g).await.expect("collects");
+            let completion =
+                crate::relay::collect(meta(), backend(events, fingerprint), &mut g).await.expect("collects");
             return (serde_json::to_vec(&completion).expect("serializes"), (g.blocked(), g.findings().len()));
         }
         let (tx, rx) = std::sync::mpsc::channel();
         let on_end: crate::relay::OnEnd = Box::new(move |g: &ResponseGuard| {
             let _ = tx.send((g.blocked(), g.findings().len()));
         });
-        let body: Vec<_> = crate::relay::sse_body(crate::relay::ChunkFraming::new(meta()), backend(events, fingerprint), g, on_end).collect().await;
+        let body: Vec<_> =
+            crate::relay::sse_body(crate::relay::ChunkFraming::new(meta()), backend(events, fingerprint), g, on_end)
+                .collect()
+                .await;
         let bytes = body.into_iter().flat_map(|b| b.map(|b| b.to_vec()).unwrap_or_default()).collect();
         (bytes, rx.recv().expect("the stream ended"))
     }
@@ -683,7 +789,9 @@ strings = ["GLOBEX-CANARY-5d1e2b"]
     fn strings(v: &serde_json::Value, out: &mut Vec<String>) {
         match v {
             serde_json::Value::String(s) => out.push(s.clone()),
-            serde_json::Value::Array(items) if !items.is_empty() && items.iter().all(|i| i.as_u64().is_some_and(|n| n < 256)) => {
+            serde_json::Value::Array(items)
+                if !items.is_empty() && items.iter().all(|i| i.as_u64().is_some_and(|n| n < 256)) =>
+            {
                 let bytes: Vec<u8> = items.iter().filter_map(|i| i.as_u64()).map(|n| n as u8).collect();
                 out.push(String::from_utf8_lossy(&bytes).into_owned());
             }
@@ -698,7 +806,11 @@ strings = ["GLOBEX-CANARY-5d1e2b"]
 
     fn decoded_strings(raw: &[u8], stream: bool) -> Vec<String> {
         let text = String::from_utf8_lossy(raw);
-        let docs: Vec<&str> = if stream { text.split("\n\n").filter_map(|f| f.strip_prefix("data: ")).filter(|f| *f != "[DONE]").collect() } else { vec![&text] };
+        let docs: Vec<&str> = if stream {
+            text.split("\n\n").filter_map(|f| f.strip_prefix("data: ")).filter(|f| *f != "[DONE]").collect()
+        } else {
+            vec![&text]
+        };
         let mut out = Vec::new();
         for doc in docs {
             strings(&serde_json::from_str(doc).expect("every frame is JSON"), &mut out);
@@ -733,9 +845,28 @@ strings = ["GLOBEX-CANARY-5d1e2b"]
         let tokens = ["The", " weather", " in", " Paris"];
         let logprobs: Vec<TokenLogprob> = tokens.iter().map(|t| entry(t, &[t, " Lyon"])).collect();
         let events = vec![
-            delta(ChoiceDelta { index: 0, role: Some("assistant".into()), content: Some(tokens.concat()), logprobs, ..Default::default() }),
-            delta(ChoiceDelta { index: 0, tool_calls: vec![call("call_abc123", "function", "get_weather", "")], ..Default::default() }),
-            delta(ChoiceDelta { index: 0, tool_calls: vec![ToolCallChunk { index: 0, id: None, kind: None, function: FunctionChunk { name: None, arguments: Some(args.into()) } }], ..Default::default() }),
+            delta(ChoiceDelta {
+                index: 0,
+                role: Some("assistant".into()),
+                content: Some(tokens.concat()),
+                logprobs,
+                ..Default::default()
+            }),
+            delta(ChoiceDelta {
+                index: 0,
+                tool_calls: vec![call("call_abc123", "function", "get_weather", "")],
+                ..Default::default()
+            }),
+            delta(ChoiceDelta {
+                index: 0,
+                tool_calls: vec![ToolCallChunk {
+                    index: 0,
+                    id: None,
+                    kind: None,
+                    function: FunctionChunk { name: None, arguments: Some(args.into()) },
+                }],
+                ..Default::default()
+            }),
             Ok(BackendEvent::Finish { index: 0, reason: "tool_calls".into() }),
         ];
         for stream in [false, true] {
@@ -744,17 +875,36 @@ strings = ["GLOBEX-CANARY-5d1e2b"]
             let decoded = decoded_strings(&raw, stream);
             let text = String::from_utf8_lossy(&raw);
             for expected in ["The weather in Paris", "get_weather", "call_abc123", "fp_44709d6fcb", " Lyon"] {
-                assert!(decoded.iter().any(|s| s == expected) || text.contains(expected), "stream {stream}: {expected} in {text}");
+                assert!(
+                    decoded.iter().any(|s| s == expected) || text.contains(expected),
+                    "stream {stream}: {expected} in {text}"
+                );
             }
             let sent_args: String = if stream {
-                decoded_frames(&raw).iter().filter_map(|c| c["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"].as_str().map(str::to_owned)).collect()
+                decoded_frames(&raw)
+                    .iter()
+                    .filter_map(|c| {
+                        c["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"].as_str().map(str::to_owned)
+                    })
+                    .collect()
             } else {
                 let v: serde_json::Value = serde_json::from_slice(&raw).expect("JSON");
                 assert_eq!(v["choices"][0]["message"]["content"], "The weather in Paris");
-                let sent: Vec<&str> = v["choices"][0]["logprobs"]["content"].as_array().expect("logprobs").iter().filter_map(|e| e["token"].as_str()).collect();
+                let sent: Vec<&str> = v["choices"][0]["logprobs"]["content"]
+                    .as_array()
+                    .expect("logprobs")
+                    .iter()
+                    .filter_map(|e| e["token"].as_str())
+                    .collect();
                 assert_eq!(sent, tokens);
-                assert_eq!(v["choices"][0]["logprobs"]["content"][1]["bytes"], serde_json::json!(" weather".as_bytes()));
-                v["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].as_str().expect("arguments").to_owned()
+                assert_eq!(
+                    v["choices"][0]["logprobs"]["content"][1]["bytes"],
+                    serde_json::json!(" weather".as_bytes())
+                );
+                v["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+                    .as_str()
+                    .expect("arguments")
+                    .to_owned()
             };
             assert_eq!(sent_args, args, "stream {stream}");
         }
@@ -762,20 +912,35 @@ strings = ["GLOBEX-CANARY-5d1e2b"]
 
     fn decoded_frames(raw: &[u8]) -> Vec<serde_json::Value> {
         let text = String::from_utf8_lossy(raw);
-        text.split("\n\n").filter_map(|f| f.strip_prefix("data: ")).filter_map(|f| serde_json::from_str(f).ok()).collect()
+        text.split("\n\n")
+            .filter_map(|f| f.strip_prefix("data: "))
+            .filter_map(|f| serde_json::from_str(f).ok())
+            .collect()
     }
 
     #[test]
     fn a_redact_finding_redacts_a_tool_name_and_drops_a_logprob_token() {
         let mut g = guard(1);
-        let out = g.apply(BackendEvent::Delta(ChoiceDelta { index: 0, tool_calls: vec![call("call_1", "function", "lookup-rid_12345678", "{}")], ..Default::default() }));
+        let out = g.apply(BackendEvent::Delta(ChoiceDelta {
+            index: 0,
+            tool_calls: vec![call("call_1", "function", "lookup-rid_12345678", "{}")],
+            ..Default::default()
+        }));
         let BackendEvent::Delta(d) = &out[0] else { panic!("{out:?}") };
         assert_eq!(d.tool_calls[0].function.name.as_deref(), Some("lookup-[REDACTED:test-redact]"));
         let mut g = guard(1);
-        let content = ChoiceDelta { index: 0, content: Some("id one".into()), logprobs: vec![entry("id", &["rid_12345678", "ok"]), entry("rid_87654321", &[])], ..Default::default() };
+        let content = ChoiceDelta {
+            index: 0,
+            content: Some("id one".into()),
+            logprobs: vec![entry("id", &["rid_12345678", "ok"]), entry("rid_87654321", &[])],
+            ..Default::default()
+        };
         let mut out = g.apply(BackendEvent::Delta(content));
         out.extend(g.apply(BackendEvent::Finish { index: 0, reason: "stop".into() }));
-        let sent: Vec<TokenLogprob> = out.iter().flat_map(|e| if let BackendEvent::Delta(d) = e { d.logprobs.clone() } else { Vec::new() }).collect();
+        let sent: Vec<TokenLogprob> = out
+            .iter()
+            .flat_map(|e| if let BackendEvent::Delta(d) = e { d.logprobs.clone() } else { Vec::new() })
+            .collect();
         assert_eq!(sent.len(), 1, "the odd token's entry is dropped: {sent:?}");
         assert_eq!(sent[0].top_logprobs.iter().map(|t| t.token.as_str()).collect::<Vec<_>>(), ["ok"]);
         assert!(!g.blocked());
@@ -784,15 +949,28 @@ strings = ["GLOBEX-CANARY-5d1e2b"]
     #[test]
     fn odd_metadata_is_normalised() {
         let mut g = guard(1);
-        let out = g.apply(BackendEvent::Delta(ChoiceDelta { index: 0, role: Some("GLOBEX-CANARY".into()), content: Some("hi ".into()), ..Default::default() }));
+        let out = g.apply(BackendEvent::Delta(ChoiceDelta {
+            index: 0,
+            role: Some("GLOBEX-CANARY".into()),
+            content: Some("hi ".into()),
+            ..Default::default()
+        }));
         assert!(matches!(&out[0], BackendEvent::Delta(d) if d.role.as_deref() == Some("assistant")));
         let out = g.apply(BackendEvent::Finish { index: 0, reason: "tok_q8w7e6r5t4y3u2i1".into() });
         assert!(matches!(out.last(), Some(BackendEvent::Finish { reason, .. }) if reason == "stop"));
-        let nan = ChoiceDelta { index: 0, content: Some("x".into()), logprobs: vec![TokenLogprob { token: "x".into(), logprob: f64::NAN, top_logprobs: Vec::new() }], ..Default::default() };
+        let nan = ChoiceDelta {
+            index: 0,
+            content: Some("x".into()),
+            logprobs: vec![TokenLogprob { token: "x".into(), logprob: f64::NAN, top_logprobs: Vec::new() }],
+            ..Default::default()
+        };
         let mut g = guard(1);
         let mut out = g.apply(BackendEvent::Delta(nan));
         out.extend(g.apply(BackendEvent::Finish { index: 0, reason: "stop".into() }));
-        assert!(out.iter().all(|e| !matches!(e, BackendEvent::Delta(d) if !d.logprobs.is_empty())), "a NaN logprob is not sent");
+        assert!(
+            out.iter().all(|e| !matches!(e, BackendEvent::Delta(d) if !d.logprobs.is_empty())),
+            "a NaN logprob is not sent"
+        );
     }
 
     #[test]
@@ -801,7 +979,11 @@ strings = ["GLOBEX-CANARY-5d1e2b"]
         let text = format!("x long_{}", "a".repeat(200));
         let stream_with = |max_holdback_bytes: usize| {
             let mut g = ResponseGuard::new(GuardSettings { max_holdback_bytes, ..settings() });
-            let out: Vec<BackendEvent> = text.as_bytes().chunks(10).flat_map(|c| g.apply(text_event(std::str::from_utf8(c).unwrap_or("")))).collect();
+            let out: Vec<BackendEvent> = text
+                .as_bytes()
+                .chunks(10)
+                .flat_map(|c| g.apply(text_event(std::str::from_utf8(c).unwrap_or(""))))
+                .collect();
             (released(&out), g.blocked())
         };
         assert_eq!(stream_with(firewall::MAX_HOLDBACK_BYTES), ("x ".to_owned(), false), "the whole candidate waits");

@@ -12,8 +12,8 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, RawQuery, State};
 use axum::extract::FromRequestParts;
+use axum::extract::{Path, Query, RawQuery, State};
 use axum::http::request::Parts;
 use axum::Json;
 use serde_json::{json, Value};
@@ -33,7 +33,12 @@ impl FromRequestParts<Arc<AppState>> for Admitted {
 
     async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Admitted, ApiError> {
         let Ok(client) = ClientIp::from_request_parts(parts, state).await;
-        Authenticator::authorize_admin(&parts.headers, state.config.admin_token.as_ref(), &state.login_throttle, client)?;
+        Authenticator::authorize_admin(
+            &parts.headers,
+            state.config.admin_token.as_ref(),
+            &state.login_throttle,
+            client,
+        )?;
         Ok(Admitted)
     }
 }
@@ -45,17 +50,27 @@ fn store_error(e: crate::store::StoreError) -> ApiError {
     }
 }
 
-pub async fn list_audit(State(state): State<Arc<AppState>>, _: Admitted, RawQuery(raw): RawQuery) -> Result<Json<AuditPage>, ApiError> {
+pub async fn list_audit(
+    State(state): State<Arc<AppState>>,
+    _: Admitted,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<AuditPage>, ApiError> {
     // Parsed by hand rather than by the `Query` extractor so that a bad filter is an
     // OpenAI-style 400 naming it, not axum's plain-text rejection.
-    let uri: axum::http::Uri =
-        format!("/?{}", raw.unwrap_or_default()).parse().map_err(|_| ApiError::param("query", "malformed query string"))?;
-    let Query(query): Query<AuditQuery> = Query::try_from_uri(&uri).map_err(|e| ApiError::param("query", e.body_text()))?;
+    let uri: axum::http::Uri = format!("/?{}", raw.unwrap_or_default())
+        .parse()
+        .map_err(|_| ApiError::param("query", "malformed query string"))?;
+    let Query(query): Query<AuditQuery> =
+        Query::try_from_uri(&uri).map_err(|e| ApiError::param("query", e.body_text()))?;
     let page = state.protection.store().list_audit(&query).await.map_err(store_error)?;
     Ok(Json(page))
 }
 
-pub async fn get_audit(State(state): State<Arc<AppState>>, _: Admitted, Path(id): Path<String>) -> Result<Json<AuditRecord>, ApiError> {
+pub async fn get_audit(
+    State(state): State<Arc<AppState>>,
+    _: Admitted,
+    Path(id): Path<String>,
+) -> Result<Json<AuditRecord>, ApiError> {
     match state.protection.store().get_audit(&id).await.map_err(store_error)? {
         Some(record) => Ok(Json(record)),
         None => Err(ApiError::ResourceNotFound(format!("No audit record with id {id:?}."))),

@@ -50,7 +50,13 @@ pub async fn create_text(
     serve(state, request_id, headers, body, Shape::Text).await
 }
 
-async fn serve(state: Arc<AppState>, request_id: String, headers: HeaderMap, body: Body, shape: Shape) -> Result<Response, ApiError> {
+async fn serve(
+    state: Arc<AppState>,
+    request_id: String,
+    headers: HeaderMap,
+    body: Body,
+    shape: Shape,
+) -> Result<Response, ApiError> {
     let tenant = caller(&state, &headers)?;
     let bytes = read_body(&state, &headers, body).await?;
     let mut request = match shape {
@@ -58,9 +64,13 @@ async fn serve(state: Arc<AppState>, request_id: String, headers: HeaderMap, bod
         Shape::Text => ChatRequest::parse_completion(&bytes)?,
     };
     if shape == Shape::Text && state.backend(&request.model)?.kind() != "engine" {
-        return Err(ApiError::param("model", format!("`{}` is served by an upstream: /v1/completions is served for engine models only", request.model)));
+        return Err(ApiError::param(
+            "model",
+            format!("`{}` is served by an upstream: /v1/completions is served for engine models only", request.model),
+        ));
     }
-    let Started { finisher, response, mut guard, rate_headers } = start(&state, &tenant, request_id, &mut request).await?;
+    let Started { finisher, response, mut guard, rate_headers } =
+        start(&state, &tenant, request_id, &mut request).await?;
     let prefix = match shape {
         Shape::Chat => "chatcmpl",
         Shape::Text => "cmpl",
@@ -117,7 +127,12 @@ pub(crate) struct Started {
 
 /// Checks the model's caps and readiness, admits the request under the tenant's limits,
 /// lets the protection pipeline see (and mark) the prompt, and starts the backend.
-pub(crate) async fn start(state: &Arc<AppState>, tenant: &TenantId, request_id: String, request: &mut ChatRequest) -> Result<Started, ApiError> {
+pub(crate) async fn start(
+    state: &Arc<AppState>,
+    tenant: &TenantId,
+    request_id: String,
+    request: &mut ChatRequest,
+) -> Result<Started, ApiError> {
     let backend = state.backend(&request.model)?;
     if let Some(model) = state.config.models.iter().find(|m| m.id == request.model) {
         limits::check_caps(&model.caps, request)?;
@@ -155,7 +170,13 @@ pub(crate) async fn start(state: &Arc<AppState>, tenant: &TenantId, request_id: 
 }
 
 /// The SSE response for a started completion, written by `framing`.
-pub(crate) fn event_stream(framing: impl Framing, response: BackendResponse, guard: ResponseGuard, finisher: Finisher, rate_headers: HeaderMap) -> Response {
+pub(crate) fn event_stream(
+    framing: impl Framing,
+    response: BackendResponse,
+    guard: ResponseGuard,
+    finisher: Finisher,
+    rate_headers: HeaderMap,
+) -> Response {
     // The id is announced before the first byte; a record exists under it only if the
     // firewall ends up blocking or redacting.
     let audit_id = audit_header(finisher.record());
@@ -182,10 +203,8 @@ pub(crate) fn audit_header(record: &ResponseRecord) -> HeaderMap {
 /// Reads the whole body, refusing (413) anything over `limit` bytes — by its declared
 /// length before reading, and by counting while reading when the length is not declared.
 async fn read_limited(body: Body, headers: &HeaderMap, limit: usize) -> Result<bytes::Bytes, ApiError> {
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(ApiError::PayloadTooLarge { limit_bytes: limit });
     }

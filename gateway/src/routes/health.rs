@@ -16,11 +16,8 @@ pub async fn healthz() -> Json<Value> {
 }
 
 pub async fn readyz(State(state): State<Arc<AppState>>) -> (StatusCode, Json<Value>) {
-    let backends: serde_json::Map<String, Value> = state
-        .models
-        .iter()
-        .map(|(id, b)| (id.clone(), json!({"backend": b.kind(), "ready": b.is_ready()})))
-        .collect();
+    let backends: serde_json::Map<String, Value> =
+        state.models.iter().map(|(id, b)| (id.clone(), json!({"backend": b.kind(), "ready": b.is_ready()}))).collect();
     let models_ready = state.models.values().all(|b| b.is_ready());
     // A degraded store (Redis unreachable) does not stop serving from local state: still
     // ready, but said so, for operators and the dashboard. Stale fingerprints do, unless

@@ -39,7 +39,10 @@ pub async fn create(
     let settings = &state.config.responses;
     if !settings.store {
         if request.previous_response_id.is_some() {
-            return Err(ApiError::param("previous_response_id", "stored responses are turned off on this gateway ([responses] store = false)"));
+            return Err(ApiError::param(
+                "previous_response_id",
+                "stored responses are turned off on this gateway ([responses] store = false)",
+            ));
         }
         request.store = false;
         request.echo.store = false;
@@ -63,7 +66,13 @@ pub async fn create(
     if request.stream {
         return Ok(event_stream(ResponsesFraming::new(object, persist), response, guard, finisher, rate_headers));
     }
-    let meta = ResponseMeta { id, created: object.created_at, model: request.model.clone(), include_usage: false, shape: Shape::Chat };
+    let meta = ResponseMeta {
+        id,
+        created: object.created_at,
+        model: request.model.clone(),
+        include_usage: false,
+        shape: Shape::Chat,
+    };
     let collected = relay::collect(meta, response, &mut guard).await;
     let (completion, audited) = finisher.whole(&mut guard, collected).await?;
     let object = relay::whole_response(object, completion);
@@ -77,14 +86,22 @@ pub async fn create(
 
 /// `GET /v1/responses/{id}`: a response the tenant stored. (Authentication only: a
 /// quarantined tenant may still read and delete what it was already given.)
-pub async fn retrieve(State(state): State<Arc<AppState>>, Path(id): Path<String>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+pub async fn retrieve(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
     let tenant = state.auth.authenticate(&headers)?;
     let stored = stored(state.protection.store(), tenant.as_str(), &id).await?.ok_or_else(|| not_found(&id))?;
     Ok(Json(stored.response))
 }
 
 /// `DELETE /v1/responses/{id}`.
-pub async fn delete(State(state): State<Arc<AppState>>, Path(id): Path<String>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+pub async fn delete(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
     let tenant = state.auth.authenticate(&headers)?;
     if !is_response_id(&id) {
         return Err(not_found(&id));
@@ -111,7 +128,13 @@ async fn stored(store: &Store, tenant: &str, id: &str) -> Result<Option<StoredRe
     let Some(json) = store.get_response(tenant, id).await.map_err(unavailable)? else { return Ok(None) };
     serde_json::from_str(&json).map(Some).map_err(|e| {
         // serde's message may quote the record: the log gets its position only.
-        tracing::error!(tenant, response_id = id, line = e.line(), column = e.column(), "a stored response could not be read");
+        tracing::error!(
+            tenant,
+            response_id = id,
+            line = e.line(),
+            column = e.column(),
+            "a stored response could not be read"
+        );
         ApiError::Internal("a stored response could not be read".into())
     })
 }
@@ -128,13 +151,20 @@ fn persister(state: Arc<AppState>, tenant: String, conversation: Vec<Map<String,
             let (store, settings) = (state.protection.store(), &state.config.responses);
             let (ttl_secs, max_bytes) = (settings.ttl_secs, settings.max_stored_bytes);
             let stored = match serde_json::to_string(&record) {
-                Ok(json) if json.len() > max_bytes => Err(format!("the record is {} bytes, over [responses] max_stored_bytes = {max_bytes}", json.len())),
+                Ok(json) if json.len() > max_bytes => {
+                    Err(format!("the record is {} bytes, over [responses] max_stored_bytes = {max_bytes}", json.len()))
+                }
                 Ok(json) => store.put_response(&tenant, &id, json, ttl_secs).await.map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),
             };
             if let Err(error) = stored {
                 state.metrics.observe_protection_event(&tenant, "response_not_stored");
-                tracing::warn!(tenant, response_id = id, error, "the response could not be stored: previous_response_id will not find it");
+                tracing::warn!(
+                    tenant,
+                    response_id = id,
+                    error,
+                    "the response could not be stored: previous_response_id will not find it"
+                );
             }
         })
     })

@@ -64,14 +64,7 @@ pub async fn serve_connections(
         };
         // Without TCP_NODELAY each SSE frame waits for the client's delayed ACK (~40 ms).
         let _ = tcp.set_nodelay(true);
-        tokio::spawn(serve_one(
-            tcp,
-            remote,
-            app.clone(),
-            header_timeout,
-            stop_rx.clone(),
-            slot,
-        ));
+        tokio::spawn(serve_one(tcp, remote, app.clone(), header_timeout, stop_rx.clone(), slot));
     }
     drop(listener);
     let _ = stop_tx.send(true);
@@ -83,10 +76,7 @@ pub async fn serve_connections(
 /// Errors of one connection (reset before it was accepted) need no pause; others do.
 async fn pause_after_accept_error(e: &std::io::Error) {
     use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
-    if !matches!(
-        e.kind(),
-        ConnectionAborted | ConnectionRefused | ConnectionReset
-    ) {
+    if !matches!(e.kind(), ConnectionAborted | ConnectionRefused | ConnectionReset) {
         tracing::warn!(error = %e, "accepting a connection failed; pausing before the next");
         tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
     }
@@ -106,9 +96,7 @@ async fn serve_one(
         request
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(header_timeout);
+    builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
     let connection = builder.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(service));
     tokio::pin!(connection);
     let mut stopping = false;

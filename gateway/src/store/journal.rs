@@ -11,8 +11,8 @@
 //! one before the next append, so a torn line never swallows the record after it.
 
 use std::fs::{File, OpenOptions};
-use std::marker::PhantomData;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -137,7 +137,9 @@ fn read_records<T: Entry>(path: &Path, file: &mut File) -> Result<Vec<T>, StoreE
         }
         match serde_json::from_slice::<T>(text) {
             Ok(r) => records.push(r),
-            Err(e) => tracing::warn!(path = %path.display(), line = number, error = %e, "skipping unreadable journal line"),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), line = number, error = %e, "skipping unreadable journal line")
+            }
         }
     }
     Ok(records)

@@ -18,10 +18,10 @@ use std::sync::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
 use crate::audit::{metric_from_name, metric_name, AuditPage, AuditQuery, AuditRecord};
-use crate::store::journal::Journal;
-use crate::store::retention::{AuditEviction, Class, Retention};
 use crate::config::ResponsesConfig;
+use crate::store::journal::Journal;
 use crate::store::responses::ResponseShelf;
+use crate::store::retention::{AuditEviction, Class, Retention};
 use crate::store::{now_ms, StatEntry, StoreError, Welford};
 
 /// Records kept in memory for listing when none is configured.
@@ -166,7 +166,11 @@ impl MemoryStore {
             }
             stats
                 .iter()
-                .map(|((tenant, metric), value)| StatLine { tenant: tenant.clone(), metric: metric_name(*metric).into(), value: *value })
+                .map(|((tenant, metric), value)| StatLine {
+                    tenant: tenant.clone(),
+                    metric: metric_name(*metric).into(),
+                    value: *value,
+                })
                 .collect()
         };
         let path = self.stats_path.clone();
@@ -177,7 +181,10 @@ impl MemoryStore {
 
     pub fn load_stats(&self) -> Vec<StatEntry> {
         let stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
-        stats.iter().map(|((tenant, metric), value)| StatEntry { tenant: tenant.clone(), metric: *metric, value: *value }).collect()
+        stats
+            .iter()
+            .map(|((tenant, metric), value)| StatEntry { tenant: tenant.clone(), metric: *metric, value: *value })
+            .collect()
     }
 }
 
@@ -195,10 +202,7 @@ fn load_stats_file(path: &Path) -> Result<HashMap<(String, firewall::Metric), We
             Vec::new()
         }
     };
-    Ok(lines
-        .into_iter()
-        .filter_map(|l| Some(((l.tenant, metric_from_name(&l.metric)?), l.value)))
-        .collect())
+    Ok(lines.into_iter().filter_map(|l| Some(((l.tenant, metric_from_name(&l.metric)?), l.value))).collect())
 }
 
 fn write_stats_file(path: &Path, lines: &[StatLine]) -> Result<(), StoreError> {
@@ -216,7 +220,12 @@ mod tests {
     use firewall::{Action, Detail, Metric, Severity};
 
     fn rec(tenant: &str, time_ms: u64, action: Action) -> AuditRecord {
-        AuditRecord::at(time_ms, ctx(tenant), action, &[finding("aws-access-key", "AKIA******** (20 chars)", Detail::None)])
+        AuditRecord::at(
+            time_ms,
+            ctx(tenant),
+            action,
+            &[finding("aws-access-key", "AKIA******** (20 chars)", Detail::None)],
+        )
     }
 
     #[tokio::test]
@@ -227,7 +236,11 @@ mod tests {
         for r in &records {
             store.append_audit(r).await.unwrap();
         }
-        let delta = StatEntry { tenant: "acme".into(), metric: Metric::Surprisal, value: Welford { count: 3, mean: 2.0, m2: 1.5 } };
+        let delta = StatEntry {
+            tenant: "acme".into(),
+            metric: Metric::Surprisal,
+            value: Welford { count: 3, mean: 2.0, m2: 1.5 },
+        };
         store.merge_stats(&[delta.clone(), delta.clone()]).await.unwrap();
         drop(store);
 
@@ -261,7 +274,10 @@ mod tests {
         assert_eq!(times, [8, 6, 4, 2, 0]);
         let q = AuditQuery { action: Some(Action::Block), since_ms: Some(2), ..Default::default() };
         assert_eq!(log.list(&q).unwrap().records.iter().map(|r| r.time_ms()).collect::<Vec<_>>(), [4, 3, 2]);
-        assert!(matches!(log.list(&AuditQuery { cursor: Some("x".into()), ..Default::default() }), Err(StoreError::BadCursor(_))));
+        assert!(matches!(
+            log.list(&AuditQuery { cursor: Some("x".into()), ..Default::default() }),
+            Err(StoreError::BadCursor(_))
+        ));
     }
 
     #[test]
@@ -284,14 +300,21 @@ mod tests {
     #[test]
     fn a_flood_of_low_severity_blocks_evicts_only_its_own_class() {
         let mut log = AuditLog::new(10);
-        let kept = [with_severity("acme", Severity::High), with_severity("acme", Severity::Critical), with_severity("mallory", Severity::High)];
+        let kept = [
+            with_severity("acme", Severity::High),
+            with_severity("acme", Severity::Critical),
+            with_severity("mallory", Severity::High),
+        ];
         kept.iter().for_each(|r| log.push(r.clone()));
         for _ in 0..1000 {
             log.push(with_severity("mallory", Severity::Low));
         }
         assert_eq!(log.len(), 10);
         assert!(kept.iter().all(|r| log.get(r.id()).is_some()), "no high-severity record was evicted");
-        assert_eq!(log.evictions(), [AuditEviction { tenant: "mallory".into(), severity: Severity::Low, evicted: 993 }]);
+        assert_eq!(
+            log.evictions(),
+            [AuditEviction { tenant: "mallory".into(), severity: Severity::Low, evicted: 993 }]
+        );
         // paging still walks every record, newest first
         let q = AuditQuery { limit: 3, ..Default::default() };
         let (mut seen, mut cursor) = (Vec::new(), None);

@@ -166,7 +166,11 @@ pub enum Store {
 impl Store {
     /// The embedded store under `data_dir`, keeping the newest `max_records` audit records
     /// in memory for listing (all of them stay in the file).
-    pub fn memory(data_dir: &std::path::Path, max_records: usize, responses: &crate::config::ResponsesConfig) -> Result<Store, StoreError> {
+    pub fn memory(
+        data_dir: &std::path::Path,
+        max_records: usize,
+        responses: &crate::config::ResponsesConfig,
+    ) -> Result<Store, StoreError> {
         MemoryStore::open(data_dir, max_records, responses).map(Store::Memory)
     }
 
@@ -271,7 +275,9 @@ impl Store {
 
     pub fn health(&self) -> Health {
         match self {
-            Store::Memory(_) => Health { kind: "memory", degraded: false, reason: None, buffered_audit: 0, buffered_fingerprints: 0 },
+            Store::Memory(_) => {
+                Health { kind: "memory", degraded: false, reason: None, buffered_audit: 0, buffered_fingerprints: 0 }
+            }
             Store::Redis(r) => r.health(),
         }
     }
@@ -302,10 +308,7 @@ pub fn spawn_upkeep(store: std::sync::Arc<Store>, every: Duration) -> tokio::tas
 
 /// Milliseconds since the Unix epoch (0 before it).
 pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 #[cfg(test)]

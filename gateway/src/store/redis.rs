@@ -43,9 +43,11 @@ use redis::streams::{StreamId, StreamRangeReply, StreamReadReply};
 use redis::{RedisError, RedisResult, Script, Value};
 
 use crate::audit::{metric_from_name, metric_name, severity_from_name, AuditPage, AuditQuery, AuditRecord};
-use crate::store::spool::Spool;
 use crate::store::retention::{AuditEviction, Class};
-use crate::store::{now_ms, FingerprintBatch, FingerprintCursor, FingerprintPage, Health, Role, StatEntry, StoreError, Welford};
+use crate::store::spool::Spool;
+use crate::store::{
+    now_ms, FingerprintBatch, FingerprintCursor, FingerprintPage, Health, Role, StatEntry, StoreError, Welford,
+};
 
 /// Connection settings and limits.
 #[derive(Debug, Clone)]
@@ -212,7 +214,9 @@ impl RedisStore {
             .set_number_of_retries(1)
             .set_connection_timeout(self.timeout())
             .set_response_timeout(self.timeout());
-        let made = tokio::time::timeout(self.timeout() * 2, ConnectionManager::new_with_config(self.client.clone(), cfg)).await;
+        let made =
+            tokio::time::timeout(self.timeout() * 2, ConnectionManager::new_with_config(self.client.clone(), cfg))
+                .await;
         match made {
             Ok(Ok(c)) => {
                 *slot = Some(c.clone());
@@ -289,7 +293,14 @@ impl RedisStore {
         let mut cmd = redis::cmd("XADD");
         // Trimmed by age: entries older than the TTL hold only expired owners.
         cmd.arg(self.key("fp")).arg("MINID").arg("~").arg(self.live_since()).arg("*");
-        cmd.arg("t").arg(&batch.tenant).arg("x").arg(batch.expires_at_s).arg("r").arg(&batch.replica).arg("h").arg(packed);
+        cmd.arg("t")
+            .arg(&batch.tenant)
+            .arg("x")
+            .arg(batch.expires_at_s)
+            .arg("r")
+            .arg(&batch.replica)
+            .arg("h")
+            .arg(packed);
         if batch.role == Role::Received {
             cmd.arg("k").arg("r");
         }
@@ -324,7 +335,10 @@ impl RedisStore {
         let mut inv = self.merge_script.key(self.key("stats"));
         let mut any = false;
         for d in deltas.iter().filter(|d| d.value.count > 0 && d.value.mean.is_finite() && d.value.m2.is_finite()) {
-            inv.arg(format!("{}:{}", metric_name(d.metric), d.tenant)).arg(d.value.count).arg(d.value.mean).arg(d.value.m2);
+            inv.arg(format!("{}:{}", metric_name(d.metric), d.tenant))
+                .arg(d.value.count)
+                .arg(d.value.mean)
+                .arg(d.value.m2);
             any = true;
         }
         if !any {
@@ -335,7 +349,8 @@ impl RedisStore {
 
     pub async fn load_stats(&self) -> Result<Vec<StatEntry>, StoreError> {
         let key = self.key("stats");
-        let all: Vec<(String, String)> = self.call(|mut c| async move { redis::cmd("HGETALL").arg(key).query_async(&mut c).await }).await?;
+        let all: Vec<(String, String)> =
+            self.call(|mut c| async move { redis::cmd("HGETALL").arg(key).query_async(&mut c).await }).await?;
         Ok(all.iter().filter_map(|(f, v)| parse_stat(f, v)).collect())
     }
 
@@ -372,7 +387,8 @@ impl RedisStore {
 
     async fn load_evictions(&self) -> Result<(), StoreError> {
         let key = self.key("{audit}:evicted");
-        let all: Vec<(String, u64)> = self.call(|mut c| async move { redis::cmd("HGETALL").arg(key).query_async(&mut c).await }).await?;
+        let all: Vec<(String, u64)> =
+            self.call(|mut c| async move { redis::cmd("HGETALL").arg(key).query_async(&mut c).await }).await?;
         let mut evictions: Vec<AuditEviction> = all
             .into_iter()
             .filter_map(|(class, evicted)| {
@@ -387,7 +403,8 @@ impl RedisStore {
 
     pub async fn get_audit(&self, id: &str) -> Result<Option<AuditRecord>, StoreError> {
         let id_key = self.key(&format!("{{audit}}:id:{id}"));
-        let sid: Option<String> = self.call(|mut c| async move { redis::cmd("GET").arg(id_key).query_async(&mut c).await }).await?;
+        let sid: Option<String> =
+            self.call(|mut c| async move { redis::cmd("GET").arg(id_key).query_async(&mut c).await }).await?;
         let Some(sid) = sid else { return Ok(None) };
         let log = self.key("{audit}:log");
         let reply: StreamRangeReply = self
@@ -406,9 +423,11 @@ impl RedisStore {
 
     pub async fn put_response(&self, tenant: &str, id: &str, json: String, ttl_secs: u64) -> Result<(), StoreError> {
         let key = self.response_key(tenant, id);
-        self.call(|mut c| async move { redis::cmd("SET").arg(key).arg(json).arg("EX").arg(ttl_secs.max(1)).query_async::<Value>(&mut c).await })
-            .await
-            .map(drop)
+        self.call(|mut c| async move {
+            redis::cmd("SET").arg(key).arg(json).arg("EX").arg(ttl_secs.max(1)).query_async::<Value>(&mut c).await
+        })
+        .await
+        .map(drop)
     }
 
     pub async fn get_response(&self, tenant: &str, id: &str) -> Result<Option<String>, StoreError> {
@@ -437,7 +456,9 @@ impl RedisStore {
             let log = self.key("{audit}:log");
             let (s, e) = (start.clone(), end.clone());
             let reply: StreamRangeReply = self
-                .call(|mut c| async move { redis::cmd("XREVRANGE").arg(log).arg(e).arg(s).arg("COUNT").arg(BATCH).query_async(&mut c).await })
+                .call(|mut c| async move {
+                    redis::cmd("XREVRANGE").arg(log).arg(e).arg(s).arg("COUNT").arg(BATCH).query_async(&mut c).await
+                })
                 .await?;
             let n = reply.ids.len();
             for entry in &reply.ids {
@@ -473,7 +494,9 @@ impl RedisStore {
         match self.fingerprint_spool.flush(|b| async move { self.send_fingerprints(&b).await }).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(batches = n, "spooled fingerprints shared through redis"),
-            Err(e) => tracing::warn!(error = %e, buffered = self.fingerprint_spool.waiting(), "fingerprint spool not flushed yet"),
+            Err(e) => {
+                tracing::warn!(error = %e, buffered = self.fingerprint_spool.waiting(), "fingerprint spool not flushed yet")
+            }
         }
         if let Err(e) = self.load_evictions().await {
             tracing::debug!(error = %e, "audit eviction counts not read");
@@ -518,7 +541,13 @@ fn parse_batch(entry: &StreamId) -> Option<FingerprintBatch> {
         .collect();
     // `k` = "r" marks a received-only batch; absent (older entries) = sent.
     let role = if field::<String>(entry, "k").as_deref() == Some("r") { Role::Received } else { Role::Sent };
-    Some(FingerprintBatch { tenant: field(entry, "t")?, expires_at_s: field(entry, "x")?, replica: field(entry, "r")?, role, hashes })
+    Some(FingerprintBatch {
+        tenant: field(entry, "t")?,
+        expires_at_s: field(entry, "x")?,
+        replica: field(entry, "r")?,
+        role,
+        hashes,
+    })
 }
 
 fn parse_record(entry: &StreamId) -> Option<AuditRecord> {
@@ -550,6 +579,11 @@ mod tests {
         let s = parse_stat("surprisal:acme:eu", "12 2.5 0.75").unwrap();
         assert_eq!((s.tenant.as_str(), s.metric, s.value.count), ("acme:eu", firewall::Metric::Surprisal, 12));
         assert!(parse_stat("bogus:acme", "1 2 3").is_none() && parse_stat("surprisal:acme", "1 2").is_none());
-        assert!(valid_entry_id("1700000000000-3") && !valid_entry_id("17-") && !valid_entry_id("+") && !valid_entry_id("1-2 x"));
+        assert!(
+            valid_entry_id("1700000000000-3")
+                && !valid_entry_id("17-")
+                && !valid_entry_id("+")
+                && !valid_entry_id("1-2 x")
+        );
     }
 }

@@ -65,7 +65,13 @@ impl Retention {
     /// counts it; `None` when no class holds a record.
     pub(crate) fn evict(&mut self) -> Option<u64> {
         // Most records first; on a tie, the lowest severity.
-        let class = self.classes.iter().filter(|(_, q)| !q.is_empty()).max_by_key(|(c, q)| (q.len(), std::cmp::Reverse(c.severity)))?.0.clone();
+        let class = self
+            .classes
+            .iter()
+            .filter(|(_, q)| !q.is_empty())
+            .max_by_key(|(c, q)| (q.len(), std::cmp::Reverse(c.severity)))?
+            .0
+            .clone();
         let queue = self.classes.get_mut(&class)?;
         let seq = queue.pop_front()?;
         if queue.is_empty() {
@@ -76,7 +82,10 @@ impl Retention {
     }
 
     pub(crate) fn evictions(&self) -> Vec<AuditEviction> {
-        self.evicted.iter().map(|(c, n)| AuditEviction { tenant: c.tenant.clone(), severity: c.severity, evicted: *n }).collect()
+        self.evicted
+            .iter()
+            .map(|(c, n)| AuditEviction { tenant: c.tenant.clone(), severity: c.severity, evicted: *n })
+            .collect()
     }
 }
 
@@ -89,7 +98,12 @@ pub fn render_prometheus(evictions: &[AuditEviction]) -> String {
     );
     for e in evictions {
         let tenant = crate::metrics::escape(&e.tenant);
-        let _ = writeln!(out, "crossguard_audit_evicted_total{{tenant=\"{tenant}\",severity=\"{}\"}} {}", severity_name(e.severity), e.evicted);
+        let _ = writeln!(
+            out,
+            "crossguard_audit_evicted_total{{tenant=\"{tenant}\",severity=\"{}\"}} {}",
+            severity_name(e.severity),
+            e.evicted
+        );
     }
     out
 }
@@ -114,6 +128,8 @@ mod tests {
         assert_eq!(r.evict(), Some(2));
         let ev = r.evictions();
         assert_eq!(ev, [AuditEviction { tenant: "mallory".into(), severity: Severity::Low, evicted: 2 }]);
-        assert!(render_prometheus(&ev).contains("crossguard_audit_evicted_total{tenant=\"mallory\",severity=\"low\"} 2"));
+        assert!(
+            render_prometheus(&ev).contains("crossguard_audit_evicted_total{tenant=\"mallory\",severity=\"low\"} 2")
+        );
     }
 }

@@ -28,7 +28,12 @@ impl<T: Entry> Spool<T> {
         let (journal, spooled) = Journal::<T>::open(&dir.join(format!("{name}.jsonl")))?;
         let flushing_path = dir.join(format!("{name}.flushing.jsonl"));
         let in_flight = if flushing_path.exists() { journal::read_path::<T>(&flushing_path)?.len() } else { 0 };
-        Ok(Spool { journal, flushing_path, waiting: AtomicU64::new((spooled.len() + in_flight) as u64), flush_lock: tokio::sync::Mutex::new(()) })
+        Ok(Spool {
+            journal,
+            flushing_path,
+            waiting: AtomicU64::new((spooled.len() + in_flight) as u64),
+            flush_lock: tokio::sync::Mutex::new(()),
+        })
     }
 
     /// Records waiting for Redis.
@@ -65,7 +70,8 @@ impl<T: Entry> Spool<T> {
             for r in records {
                 send(r).await?;
             }
-            std::fs::remove_file(&self.flushing_path).map_err(|source| StoreError::Io { path: self.flushing_path.clone(), source })?;
+            std::fs::remove_file(&self.flushing_path)
+                .map_err(|source| StoreError::Io { path: self.flushing_path.clone(), source })?;
             let _ = self.waiting.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| Some(b.saturating_sub(n)));
             sent += n;
         }

@@ -12,10 +12,7 @@ use std::time::{Duration, Instant};
 pub const BIN: &str = env!("CARGO_BIN_EXE_crossguard");
 
 pub fn write_config(text: &str) -> tempfile::NamedTempFile {
-    let mut f = tempfile::Builder::new()
-        .suffix(".toml")
-        .tempfile()
-        .expect("temp file");
+    let mut f = tempfile::Builder::new().suffix(".toml").tempfile().expect("temp file");
     std::io::Write::write_all(&mut f, text.as_bytes()).expect("write config");
     f
 }
@@ -61,23 +58,11 @@ impl Served {
                 break addr;
             }
             let exited = child.try_wait().expect("wait");
-            assert!(
-                exited.is_none(),
-                "the gateway exited with {exited:?}: {:?}",
-                lines.lock().expect("log lines")
-            );
-            assert!(
-                Instant::now() < deadline,
-                "the gateway did not log its address"
-            );
+            assert!(exited.is_none(), "the gateway exited with {exited:?}: {:?}", lines.lock().expect("log lines"));
+            assert!(Instant::now() < deadline, "the gateway did not log its address");
             std::thread::sleep(Duration::from_millis(20));
         };
-        Served {
-            child,
-            addr,
-            lines,
-            _config: file,
-        }
+        Served { child, addr, lines, _config: file }
     }
 
     /// `http://127.0.0.1:PORT{path}` (a wildcard listen address is reached on loopback).
@@ -87,9 +72,7 @@ impl Served {
 
     /// Stops the gateway and returns every line it logged.
     pub fn stop(mut self) -> Vec<String> {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
         let deadline = Instant::now() + Duration::from_secs(10);
         while self.child.try_wait().expect("wait").is_none() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));

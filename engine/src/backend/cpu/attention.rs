@@ -41,7 +41,16 @@ pub fn key_scores(q: &[f32], keys: &[f16], stride: usize, scale: f32, out: &mut 
 /// those [`key_scores`] gives it alone. Positions the slices cannot hold score `-inf`;
 /// an `out` too short for `n` positions of every head gets fewer.
 #[allow(clippy::too_many_arguments)]
-pub fn group_key_scores(q: &[f32], head_dim: usize, keys: &[f16], stride: usize, scale: f32, out: &mut [f32], out_stride: usize, n: usize) {
+pub fn group_key_scores(
+    q: &[f32],
+    head_dim: usize,
+    keys: &[f16],
+    stride: usize,
+    scale: f32,
+    out: &mut [f32],
+    out_stride: usize,
+    n: usize,
+) {
     if head_dim == 0 {
         return;
     }
@@ -97,7 +106,15 @@ pub fn accumulate_values(probs: &[f32], values: &[f16], stride: usize, out: &mut
 /// reading each value once for all of them: head `h` weighs positions `0..n` by
 /// `probs[h * probs_stride..][..n]` into `out[h * head_dim..][..head_dim]`, exactly as
 /// [`accumulate_values`] would for it alone.
-pub fn group_accumulate_values(probs: &[f32], probs_stride: usize, n: usize, values: &[f16], stride: usize, out: &mut [f32], head_dim: usize) {
+pub fn group_accumulate_values(
+    probs: &[f32],
+    probs_stride: usize,
+    n: usize,
+    values: &[f16],
+    stride: usize,
+    out: &mut [f32],
+    head_dim: usize,
+) {
     if head_dim == 0 || stride == 0 {
         return;
     }
@@ -261,7 +278,10 @@ mod tests {
             for d in 0..16 {
                 lanes[d % LANES] += q[d] * keys[d * stride + p].to_f32();
             }
-            let tail = q[16] * keys[16 * stride + p].to_f32() + q[17] * keys[17 * stride + p].to_f32() + q[18] * keys[18 * stride + p].to_f32() + q[19] * keys[19 * stride + p].to_f32();
+            let tail = q[16] * keys[16 * stride + p].to_f32()
+                + q[17] * keys[17 * stride + p].to_f32()
+                + q[18] * keys[18 * stride + p].to_f32()
+                + q[19] * keys[19 * stride + p].to_f32();
             let want = (lanes.iter().sum::<f32>() + tail) * 0.5;
             assert_eq!(got.to_bits(), want.to_bits(), "position {p}");
         }
@@ -271,7 +291,9 @@ mod tests {
     fn simd_twins_are_bit_identical_to_the_portable_loops() {
         // Head sizes around the vector width, position counts around 8 and the stride.
         for hd in [1, 7, 8, 16, 24, 64, 72, 128, 136] {
-            for (n, stride) in [(1, 16), (7, 16), (8, 16), (9, 16), (16, 16), (3, 4), (32, 32), (24, 32), (31, 32), (47, 64), (64, 64)] {
+            for (n, stride) in
+                [(1, 16), (7, 16), (8, 16), (9, 16), (16, 16), (3, 4), (32, 32), (24, 32), (31, 32), (47, 64), (64, 64)]
+            {
                 let (q, keys) = (floats(hd, hd as f32), f16s(hd * stride, n as f32));
                 let (mut fast, mut slow) = (vec![0.0; n], vec![0.0; n]);
                 key_scores(&q, &keys, stride, 0.125, &mut fast);
@@ -307,7 +329,10 @@ mod tests {
                         let mut alone = vec![0.0; n];
                         key_scores(&q[h * hd..(h + 1) * hd], &keys, stride, 0.125, &mut alone);
                         assert_eq!(group[h * row..h * row + n], alone[..], "scores heads={heads} h={h} hd={hd} n={n}");
-                        assert!(group[h * row + n..(h + 1) * row].iter().all(|v| *v == 7.0), "wrote past n: heads={heads} h={h}");
+                        assert!(
+                            group[h * row + n..(h + 1) * row].iter().all(|v| *v == 7.0),
+                            "wrote past n: heads={heads} h={h}"
+                        );
                         let mut o = before[h * hd..(h + 1) * hd].to_vec();
                         accumulate_values_portable(&alone, &values, vstride, &mut o);
                         assert_eq!(summed[h * hd..(h + 1) * hd], o[..], "values heads={heads} h={h} hd={hd} n={n}");
@@ -325,7 +350,10 @@ mod tests {
             assert!((got - want).abs() <= 2.0 * (want * f32::EPSILON), "{x}: {got} vs {want}");
         }
         assert_eq!(exp_nonpositive(0.0), 1.0);
-        assert_eq!((exp_nonpositive(-88.0), exp_nonpositive(f32::NEG_INFINITY), exp_nonpositive(f32::NAN)), (0.0, 0.0, 0.0));
+        assert_eq!(
+            (exp_nonpositive(-88.0), exp_nonpositive(f32::NEG_INFINITY), exp_nonpositive(f32::NAN)),
+            (0.0, 0.0, 0.0)
+        );
     }
 
     #[test]
@@ -397,11 +425,16 @@ mod tests {
         // Room for only 4 positions in the second head's row: 4 for each.
         let mut out = vec![1.0; 16 + 4];
         group_key_scores(&floats(16, 0.0), 8, &keys, 16, 1.0, &mut out, 16, 16);
-        assert!(out[..4].iter().chain(&out[16..]).all(|s| s.is_finite() && *s != 1.0) && out[4..16].iter().all(|s| *s == 1.0));
+        assert!(
+            out[..4].iter().chain(&out[16..]).all(|s| s.is_finite() && *s != 1.0)
+                && out[4..16].iter().all(|s| *s == 1.0)
+        );
         // Past the 6 readable positions: -inf in every head's row.
         let mut out = vec![1.0; 2 * 8];
         group_key_scores(&floats(16, 0.0), 8, &keys, 16, 1.0, &mut out, 8, 8);
-        assert!(out.chunks(8).all(|r| r[..6].iter().all(|s| s.is_finite() && *s != 1.0) && r[6..].iter().all(|s| *s == f32::NEG_INFINITY)));
+        assert!(out.chunks(8).all(
+            |r| r[..6].iter().all(|s| s.is_finite() && *s != 1.0) && r[6..].iter().all(|s| *s == f32::NEG_INFINITY)
+        ));
         // Weights for two heads at a stride of 3 but only 4 of them in all: one position.
         let (mut one, mut two) = (vec![0.0; 16], vec![0.0; 16]);
         group_accumulate_values(&[0.5; 4], 3, 3, &values, 10, &mut one, 8);

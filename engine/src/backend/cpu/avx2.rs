@@ -20,13 +20,13 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+use super::packed::SimdKernel;
 #[cfg(target_arch = "x86_64")]
 use super::packed::{Scheme, GROUP, MAX_TILE};
 #[cfg(target_arch = "x86_64")]
-use super::quant::QK;
-use super::packed::SimdKernel;
-#[cfg(target_arch = "x86_64")]
 use super::quant::Q8Block;
+#[cfg(target_arch = "x86_64")]
+use super::quant::QK;
 
 /// The kernel, if this CPU has its features. With `streamed`, a decode tile's weights are
 /// prefetched non-temporally: for weights larger than the last-level cache, which every
@@ -61,7 +61,14 @@ const SIGNED: u8 = 2;
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dispatch<const STREAMED: bool>(s: Scheme, g: *const u8, blocks: usize, a: [*const Q8Block; MAX_TILE], n: usize, out: *mut [f32; GROUP]) {
+unsafe fn dispatch<const STREAMED: bool>(
+    s: Scheme,
+    g: *const u8,
+    blocks: usize,
+    a: [*const Q8Block; MAX_TILE],
+    n: usize,
+    out: *mut [f32; GROUP],
+) {
     // SAFETY (whole body): forwarded from `SimdKernel::call`'s checked contract.
     unsafe {
         // Up to two tokens keep both halves' sums in registers and stream the group once
@@ -71,7 +78,9 @@ unsafe fn dispatch<const STREAMED: bool>(s: Scheme, g: *const u8, blocks: usize,
                 match n {
                     1 => tile::<{ $kind }, $min, $halves, $exact, 1, 2, STREAMED>(g, blocks, s, [a[0]], out),
                     2 => tile::<{ $kind }, $min, $halves, $exact, 2, 2, STREAMED>(g, blocks, s, [a[0], a[1]], out),
-                    3 => tile::<{ $kind }, $min, $halves, $exact, 3, 1, STREAMED>(g, blocks, s, [a[0], a[1], a[2]], out),
+                    3 => {
+                        tile::<{ $kind }, $min, $halves, $exact, 3, 1, STREAMED>(g, blocks, s, [a[0], a[1], a[2]], out)
+                    }
                     _ => tile::<{ $kind }, $min, $halves, $exact, 4, 1, STREAMED>(g, blocks, s, a, out),
                 }
             };
@@ -135,7 +144,15 @@ unsafe fn levels(r: *const u8, step: usize, h: usize) -> __m256i {
 /// (see `Scheme`); see `SimdKernel::call` (and [`kernel`] for `STREAMED`).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile<const KIND: u8, const MIN: bool, const HALVES: bool, const EXACT: bool, const N: usize, const H: usize, const STREAMED: bool>(
+unsafe fn tile<
+    const KIND: u8,
+    const MIN: bool,
+    const HALVES: bool,
+    const EXACT: bool,
+    const N: usize,
+    const H: usize,
+    const STREAMED: bool,
+>(
     g: *const u8,
     blocks: usize,
     s: Scheme,
@@ -190,7 +207,8 @@ unsafe fn tile<const KIND: u8, const MIN: bool, const HALVES: bool, const EXACT:
                                 let hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), low);
                                 for n in 0..N {
                                     p[n][e] = _mm256_add_epi16(p[n][e], _mm256_maddubs_epi16(lo, quad(q[n], 2 * step)));
-                                    p[n][e] = _mm256_add_epi16(p[n][e], _mm256_maddubs_epi16(hi, quad(q[n], 2 * step + 1)));
+                                    p[n][e] =
+                                        _mm256_add_epi16(p[n][e], _mm256_maddubs_epi16(hi, quad(q[n], 2 * step + 1)));
                                 }
                             }
                             for n in 0..N {
@@ -203,15 +221,23 @@ unsafe fn tile<const KIND: u8, const MIN: bool, const HALVES: bool, const EXACT:
                             // A level's bit 4 + k: byte `step` of the row's word in plane k,
                             // spread over the row's 4 bytes and tested against the byte's bit.
                             let planes = if KIND == NIBBLES6 { 2 } else { 1 };
-                            let plane = |k: usize| _mm256_loadu_si256(r.add(GROUP * QK / 2 + GROUP * 4 * k + 32 * h) as *const __m256i);
+                            let plane = |k: usize| {
+                                _mm256_loadu_si256(r.add(GROUP * QK / 2 + GROUP * 4 * k + 32 * h) as *const __m256i)
+                            };
                             let bits = [plane(0), if planes == 2 { plane(1) } else { _mm256_setzero_si256() }];
                             let mut p = [_mm256_setzero_si256(); N];
                             for (step, spread) in spreads.iter().enumerate() {
                                 let x = levels(r, step, h);
-                                let (mut lo, mut hi) = (_mm256_and_si256(x, low), _mm256_and_si256(_mm256_srli_epi16(x, 4), low));
+                                let (mut lo, mut hi) =
+                                    (_mm256_and_si256(x, low), _mm256_and_si256(_mm256_srli_epi16(x, 4), low));
                                 for (k, value) in [sixteen, thirty_two].iter().enumerate().take(planes) {
                                     let spread = _mm256_shuffle_epi8(bits[k], *spread);
-                                    let bit = |mask: __m256i| _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask), *value);
+                                    let bit = |mask: __m256i| {
+                                        _mm256_and_si256(
+                                            _mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask),
+                                            *value,
+                                        )
+                                    };
                                     lo = _mm256_or_si256(lo, bit(low_bits));
                                     hi = _mm256_or_si256(hi, bit(high_bits));
                                 }
@@ -260,12 +286,24 @@ unsafe fn tile<const KIND: u8, const MIN: bool, const HALVES: bool, const EXACT:
                     for e in 0..sets {
                         let at = lb + 2 * GROUP * e + 16 * h;
                         let d = _mm256_cvtph_ps(_mm_loadu_si128(r.add(at) as *const __m128i));
-                        let m = if MIN { _mm256_cvtph_ps(_mm_loadu_si128(r.add(at + 2 * GROUP * sets) as *const __m128i)) } else { d };
+                        let m = if MIN {
+                            _mm256_cvtph_ps(_mm_loadu_si128(r.add(at + 2 * GROUP * sets) as *const __m128i))
+                        } else {
+                            d
+                        };
                         for n in 0..N {
                             let qb = &*q[n];
                             let isum = if HALVES { qb.isum_of(16 * e..16 * e + 16) } else { qb.isum };
-                            let sum = if zero != 0 { _mm256_sub_epi32(acc[n][hh][e], _mm256_set1_epi32(zero * isum)) } else { acc[n][hh][e] };
-                            res[n][hh] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, _mm256_set1_ps(qb.d)), res[n][hh]);
+                            let sum = if zero != 0 {
+                                _mm256_sub_epi32(acc[n][hh][e], _mm256_set1_epi32(zero * isum))
+                            } else {
+                                acc[n][hh][e]
+                            };
+                            res[n][hh] = _mm256_fmadd_ps(
+                                _mm256_cvtepi32_ps(sum),
+                                _mm256_mul_ps(d, _mm256_set1_ps(qb.d)),
+                                res[n][hh],
+                            );
                             if MIN {
                                 let total = if EXACT { qb.d * isum as f32 } else { qb.s };
                                 res[n][hh] = _mm256_fmadd_ps(m, _mm256_set1_ps(total), res[n][hh]);

@@ -19,9 +19,9 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+use super::packed::SimdKernel;
 #[cfg(target_arch = "x86_64")]
 use super::packed::{Scheme, GROUP, MAX_TILE};
-use super::packed::SimdKernel;
 #[cfg(target_arch = "x86_64")]
 use super::quant::{Q8Block, QK};
 
@@ -51,7 +51,10 @@ const L2_PREFETCH_BYTES: usize = 8192;
 /// which every token reads once and which would otherwise push the KV cache out of it.
 pub fn kernel(streamed: bool) -> Option<SimdKernel> {
     #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vnni") {
+    if is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vnni")
+    {
         let raw = if streamed { dispatch::<true> } else { dispatch::<false> };
         // SAFETY: the features `dispatch` is compiled for were just detected.
         return Some(unsafe { SimdKernel::new(raw) });
@@ -62,15 +65,30 @@ pub fn kernel(streamed: bool) -> Option<SimdKernel> {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn dispatch<const STREAMED: bool>(s: Scheme, g: *const u8, blocks: usize, a: [*const Q8Block; MAX_TILE], n: usize, out: *mut [f32; GROUP]) {
+unsafe fn dispatch<const STREAMED: bool>(
+    s: Scheme,
+    g: *const u8,
+    blocks: usize,
+    a: [*const Q8Block; MAX_TILE],
+    n: usize,
+    out: *mut [f32; GROUP],
+) {
     // SAFETY (whole body): forwarded from `SimdKernel::call`'s checked contract.
     unsafe {
         macro_rules! by_n {
             ($nib:expr, $planes:expr, $halves:expr, $min:expr, $exact:expr) => {
                 match n {
                     1 => tile::<$nib, $planes, $halves, $min, $exact, 1, STREAMED>(g, blocks, s.zero, [a[0]], out),
-                    2 => tile::<$nib, $planes, $halves, $min, $exact, 2, STREAMED>(g, blocks, s.zero, [a[0], a[1]], out),
-                    3 => tile::<$nib, $planes, $halves, $min, $exact, 3, STREAMED>(g, blocks, s.zero, [a[0], a[1], a[2]], out),
+                    2 => {
+                        tile::<$nib, $planes, $halves, $min, $exact, 2, STREAMED>(g, blocks, s.zero, [a[0], a[1]], out)
+                    }
+                    3 => tile::<$nib, $planes, $halves, $min, $exact, 3, STREAMED>(
+                        g,
+                        blocks,
+                        s.zero,
+                        [a[0], a[1], a[2]],
+                        out,
+                    ),
                     _ => tile::<$nib, $planes, $halves, $min, $exact, 4, STREAMED>(g, blocks, s.zero, a, out),
                 }
             };
@@ -123,7 +141,15 @@ fn spread_byte(step: usize) -> __m512i {
 /// `d * isum` (see `Scheme`); see `SimdKernel::call` (and [`kernel`] for `STREAMED`).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn tile<const NIB: bool, const PLANES: usize, const HALVES: bool, const MIN: bool, const EXACT: bool, const N: usize, const STREAMED: bool>(
+unsafe fn tile<
+    const NIB: bool,
+    const PLANES: usize,
+    const HALVES: bool,
+    const MIN: bool,
+    const EXACT: bool,
+    const N: usize,
+    const STREAMED: bool,
+>(
     g: *const u8,
     blocks: usize,
     zero: i32,
@@ -168,7 +194,8 @@ unsafe fn tile<const NIB: bool, const PLANES: usize, const HALVES: bool, const M
             let mut acc = [[_mm512_setzero_si512(); 2]; N];
             let mut acc2 = [[_mm512_setzero_si512(); 2]; N];
             if NIB {
-                let planes: [__m512i; PLANES] = std::array::from_fn(|k| _mm512_loadu_si512(r.add(GROUP * QK / 2 + 64 * k) as *const _));
+                let planes: [__m512i; PLANES] =
+                    std::array::from_fn(|k| _mm512_loadu_si512(r.add(GROUP * QK / 2 + 64 * k) as *const _));
                 for (step, spread) in spreads.iter().enumerate() {
                     let x = _mm512_loadu_si512(r.add(64 * step) as *const _);
                     let mut lo = _mm512_and_si512(x, low);
@@ -198,7 +225,11 @@ unsafe fn tile<const NIB: bool, const PLANES: usize, const HALVES: bool, const M
             for e in 0..sets {
                 let at = lb + 2 * GROUP * e;
                 let d = _mm512_cvtph_ps(_mm256_loadu_si256(r.add(at) as *const __m256i));
-                let m = if MIN { _mm512_cvtph_ps(_mm256_loadu_si256(r.add(at + 2 * GROUP * sets) as *const __m256i)) } else { d };
+                let m = if MIN {
+                    _mm512_cvtph_ps(_mm256_loadu_si256(r.add(at + 2 * GROUP * sets) as *const __m256i))
+                } else {
+                    d
+                };
                 for n in 0..N {
                     let qb = &*q[n];
                     let isum = if HALVES { qb.isum_of(16 * e..16 * e + 16) } else { qb.isum };

@@ -179,7 +179,9 @@ pub fn quantize(format: Format, x: &[f32], out: &mut Vec<u8>) {
             let q: Vec<u8> = x
                 .iter()
                 .enumerate()
-                .map(|(e, v)| ((v + dmin * f32::from(m[e / 32])) * inv(d * f32::from(sc[e / 32]))).round().clamp(0.0, top) as u8)
+                .map(|(e, v)| {
+                    ((v + dmin * f32::from(m[e / 32])) * inv(d * f32::from(sc[e / 32]))).round().clamp(0.0, top) as u8
+                })
                 .collect();
             push_f16(out, d);
             push_f16(out, dmin);
@@ -196,8 +198,11 @@ pub fn quantize(format: Format, x: &[f32], out: &mut Vec<u8>) {
             let subs: Vec<f32> = x.chunks_exact(SUB).map(|c| smax(c) / -32.0).collect();
             let d = round_f16(subs.iter().fold(0.0f32, |m, s| if s.abs() > m.abs() { *s } else { m }) / -127.0);
             let sc: Vec<i8> = subs.iter().map(|s| (s * inv(d)).round().clamp(-127.0, 127.0) as i8).collect();
-            let q: Vec<u8> =
-                x.iter().enumerate().map(|(e, v)| ((v * inv(d * f32::from(sc[e / SUB]))).round().clamp(-32.0, 31.0) + 32.0) as u8).collect();
+            let q: Vec<u8> = x
+                .iter()
+                .enumerate()
+                .map(|(e, v)| ((v * inv(d * f32::from(sc[e / SUB]))).round().clamp(-32.0, 31.0) + 32.0) as u8)
+                .collect();
             let mut ql = [0u8; 128];
             let mut qh = [0u8; 64];
             for (e, v) in q.iter().enumerate() {
@@ -214,12 +219,21 @@ pub fn quantize(format: Format, x: &[f32], out: &mut Vec<u8>) {
             let subs: Vec<f32> = x.chunks_exact(SUB).map(|c| smax(c) / -4.0).collect();
             let d = round_f16(subs.iter().fold(0.0f32, |m, s| if s.abs() > m.abs() { *s } else { m }) / -32.0);
             let sc: Vec<i32> = subs.iter().map(|s| (s * inv(d)).round().clamp(-32.0, 31.0) as i32).collect();
-            let q: Vec<i32> = x.iter().enumerate().map(|(e, v)| (v * inv(d * sc[e / SUB] as f32)).round().clamp(-4.0, 3.0) as i32).collect();
+            let q: Vec<i32> = x
+                .iter()
+                .enumerate()
+                .map(|(e, v)| (v * inv(d * sc[e / SUB] as f32)).round().clamp(-4.0, 3.0) as i32)
+                .collect();
             let mut hmask = [0u8; 32];
             let mut qs = [0u8; 64];
             for (e, v) in q.iter().enumerate() {
                 // Levels 0..=3 set the high bit; -4..=-1 store level + 4 with it clear.
-                let low = if *v >= 0 { hmask[e % 32] |= 1 << (e / 32); *v } else { v + 4 };
+                let low = if *v >= 0 {
+                    hmask[e % 32] |= 1 << (e / 32);
+                    *v
+                } else {
+                    v + 4
+                };
                 let (h, k, l) = (e / 128, (e % 128) / 32, e % 32);
                 qs[32 * h + l] |= (low as u8) << (2 * k);
             }
@@ -278,9 +292,18 @@ mod tests {
         let mut seen = Vec::new();
         for case in cases {
             let name = case["type"].as_str().ok_or("type")?;
-            let format = [K_QUANTS.as_slice(), &[Format::BF16]].concat().into_iter().find(|f| format!("{f:?}") == name).ok_or(name.to_owned())?;
+            let format = [K_QUANTS.as_slice(), &[Format::BF16]]
+                .concat()
+                .into_iter()
+                .find(|f| format!("{f:?}") == name)
+                .ok_or(name.to_owned())?;
             let bytes = hex::decode(case["bytes"].as_str().ok_or("bytes")?)?;
-            let want: Vec<f32> = case["values"].as_array().ok_or("values")?.iter().map(|v| v.as_f64().map(|v| v as f32).unwrap_or(f32::NAN)).collect();
+            let want: Vec<f32> = case["values"]
+                .as_array()
+                .ok_or("values")?
+                .iter()
+                .map(|v| v.as_f64().map(|v| v as f32).unwrap_or(f32::NAN))
+                .collect();
             let mut got = vec![f32::NAN; want.len()];
             super::super::quant::dequantize_row(format, &bytes, &mut got);
             for (i, (w, g)) in want.iter().zip(&got).enumerate() {
@@ -298,7 +321,8 @@ mod tests {
     fn encoding_round_trips_within_a_step_of_each_sub_block() {
         for format in K_QUANTS {
             for seed in [0.0f32, 1.3, -2.1] {
-                let x: Vec<f32> = wave(2 * QK_K, seed).iter().enumerate().map(|(i, v)| v * (1.0 + (i / 16) as f32 * 0.2)).collect();
+                let x: Vec<f32> =
+                    wave(2 * QK_K, seed).iter().enumerate().map(|(i, v)| v * (1.0 + (i / 16) as f32 * 0.2)).collect();
                 let mut bytes = Vec::new();
                 for c in x.chunks_exact(QK_K) {
                     quantize(format, c, &mut bytes);
@@ -318,7 +342,10 @@ mod tests {
                 for (c, (xs, bs)) in x.chunks_exact(SUB).zip(back.chunks_exact(SUB)).enumerate() {
                     let span = xs.iter().fold(0.0f32, |m, v| m.max(v.abs())) * 2.0;
                     for (a, b) in xs.iter().zip(bs) {
-                        assert!((a - b).abs() <= span / levels * 1.5 + span * 0.07, "{format:?} sub-block {c}: {a} vs {b}");
+                        assert!(
+                            (a - b).abs() <= span / levels * 1.5 + span * 0.07,
+                            "{format:?} sub-block {c}: {a} vs {b}"
+                        );
                     }
                 }
             }

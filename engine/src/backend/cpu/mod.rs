@@ -93,11 +93,15 @@ impl Matrix {
     /// ones packed side by side in one mapping in huge pages (see `weight_arena`), in the
     /// order given: the order the forward pass reads them keeps its reads sequential.
     pub fn load_all(sources: &[MatrixSource<'_>]) -> Result<Vec<Matrix>> {
-        let row_bytes = sources.iter().map(|s| checked_row_bytes(&s.name, s.format, s.rows, s.cols, s.ggml.len())).collect::<Result<Vec<_>>>()?;
+        let row_bytes = sources
+            .iter()
+            .map(|s| checked_row_bytes(&s.name, s.format, s.rows, s.cols, s.ggml.len()))
+            .collect::<Result<Vec<_>>>()?;
         for s in sources {
             check_scales(&s.name, s.format, s.ggml)?;
         }
-        let sizes: Vec<usize> = sources.iter().map(|s| Packed::packed_bytes(s.format, s.rows, s.cols).unwrap_or(0)).collect();
+        let sizes: Vec<usize> =
+            sources.iter().map(|s| Packed::packed_bytes(s.format, s.rows, s.cols).unwrap_or(0)).collect();
         let regions = weight_arena::lay_out(&sizes, |i, out| {
             if let Some(s) = sources.get(i) {
                 // Floats have no part (and are kept as rows below).
@@ -111,7 +115,11 @@ impl Matrix {
             .zip(regions)
             .map(|((s, row_bytes), region)| {
                 let storage = match Scheme::of(s.format) {
-                    Some(_) => Storage::Packed(Packed::in_region(s.format, s.rows, s.cols, region).ok_or_else(|| Error::Shape { tensor: s.name.clone(), reason: "packed size mismatch".into() })?),
+                    Some(_) => {
+                        Storage::Packed(Packed::in_region(s.format, s.rows, s.cols, region).ok_or_else(|| {
+                            Error::Shape { tensor: s.name.clone(), reason: "packed size mismatch".into() }
+                        })?)
+                    }
                     None => Storage::Rows { row_bytes, data: s.ggml.to_vec() },
                 };
                 Ok(Matrix { name: s.name.clone(), format: s.format, rows: s.rows, cols: s.cols, storage })
@@ -170,7 +178,10 @@ fn checked_row_bytes(name: &str, format: Format, rows: usize, cols: usize, len: 
         reason: format!("{cols} columns is not a whole number of {format:?} blocks"),
     })?;
     if Some(len) != row_bytes.checked_mul(rows) {
-        return Err(Error::Shape { tensor: name.to_owned(), reason: format!("{len} bytes for {rows}x{cols} {format:?}, expected {}", row_bytes.saturating_mul(rows)) });
+        return Err(Error::Shape {
+            tensor: name.to_owned(),
+            reason: format!("{len} bytes for {rows}x{cols} {format:?}, expected {}", row_bytes.saturating_mul(rows)),
+        });
     }
     Ok(row_bytes)
 }
@@ -184,7 +195,10 @@ fn check_scales(name: &str, format: Format, ggml: &[u8]) -> Result<()> {
     }
     match ggml.chunks_exact(format.block_bytes()).position(|b| !packed::scales_fit(format, b)) {
         None => Ok(()),
-        Some(i) => Err(Error::Shape { tensor: name.to_owned(), reason: format!("superblock {i} has a scale past the f16 range") }),
+        Some(i) => Err(Error::Shape {
+            tensor: name.to_owned(),
+            reason: format!("superblock {i} has a scale past the f16 range"),
+        }),
     }
 }
 
@@ -229,7 +243,9 @@ impl Activations {
             }
         };
         match pool {
-            Some(pool) => pool.par_tiles(&mut self.q8, cols / QK, QUANTIZE_TOKEN_STEP, cols / QK, &|rows, _, tile| quantize(rows, tile)),
+            Some(pool) => pool.par_tiles(&mut self.q8, cols / QK, QUANTIZE_TOKEN_STEP, cols / QK, &|rows, _, tile| {
+                quantize(rows, tile)
+            }),
             None => {
                 self.x.extend_from_slice(x);
                 for (row, q) in x.chunks_exact(cols).zip(self.q8.chunks_exact_mut(cols / QK)) {
@@ -373,7 +389,13 @@ impl Cpu {
 
     /// A backend running `kernels`, or `None` if this CPU cannot.
     pub fn with_kernels(threads: usize, kernels: Kernels) -> Option<Cpu> {
-        kernels.available().then(|| Cpu { pool: ThreadPool::new(threads), kernels, simd: kernels.simd(false), streamed: false, kv_ahead: false })
+        kernels.available().then(|| Cpu {
+            pool: ThreadPool::new(threads),
+            kernels,
+            simd: kernels.simd(false),
+            streamed: false,
+            kv_ahead: false,
+        })
     }
 
     /// Sets up the kernels for a model whose products read `weight_bytes` per token:
@@ -422,13 +444,22 @@ impl Cpu {
     pub fn matmul(&self, ws: &[&Matrix], a: &Activations, out: &mut [f32]) -> Result<()> {
         let total: usize = ws.iter().map(|w| w.rows).sum();
         if let Some(w) = ws.iter().find(|w| w.cols != a.cols) {
-            return Err(Error::Shape { tensor: w.name.clone(), reason: format!("{} columns, activations have {}", w.cols, a.cols) });
+            return Err(Error::Shape {
+                tensor: w.name.clone(),
+                reason: format!("{} columns, activations have {}", w.cols, a.cols),
+            });
         }
         if ws.iter().any(|w| !w.takes_quantized()) && a.x.len() != a.tokens() * a.cols {
-            return Err(Error::Shape { tensor: "matmul activations".into(), reason: "a float matrix needs the f32 activations, which were not kept".into() });
+            return Err(Error::Shape {
+                tensor: "matmul activations".into(),
+                reason: "a float matrix needs the f32 activations, which were not kept".into(),
+            });
         }
         if out.len() != a.tokens() * total {
-            return Err(Error::Shape { tensor: "matmul output".into(), reason: format!("{} values for {}x{total}", out.len(), a.tokens()) });
+            return Err(Error::Shape {
+                tensor: "matmul output".into(),
+                reason: format!("{} values for {}x{total}", out.len(), a.tokens()),
+            });
         }
         // Tasks: runs of whole row groups of one matrix (output column spans) by blocks
         // of tokens.
@@ -467,7 +498,10 @@ impl Cpu {
     /// the same shape in whole blocks of rows; a shape that does not fit `a` is an error.
     pub fn matmul_swiglu(&self, gate: &Matrix, up: &Matrix, a: &Activations, out: &mut Activations) -> Result<bool> {
         if let Some(w) = [gate, up].into_iter().find(|w| w.cols != a.cols) {
-            return Err(Error::Shape { tensor: w.name.clone(), reason: format!("{} columns, activations have {}", w.cols, a.cols) });
+            return Err(Error::Shape {
+                tensor: w.name.clone(),
+                reason: format!("{} columns, activations have {}", w.cols, a.cols),
+            });
         }
         let (Storage::Packed(pg), Storage::Packed(pu)) = (&gate.storage, &up.storage) else { return Ok(false) };
         if gate.rows != up.rows || !gate.rows.is_multiple_of(QK) {
@@ -513,7 +547,8 @@ impl Cpu {
                             for k in 0..rows.rows().len() {
                                 let at = (t - first + k) * rows_of;
                                 let (gate, up) = (&mut gates[at..at + rows_of], &ups[at..at + rows_of]);
-                                for ((h, u), b) in gate.chunks_exact_mut(QK).zip(up.chunks_exact(QK)).zip(chunk.clone()) {
+                                for ((h, u), b) in gate.chunks_exact_mut(QK).zip(up.chunks_exact(QK)).zip(chunk.clone())
+                                {
                                     ops::swiglu(h, u);
                                     if let Some(block) = tile.row(t + k).get_mut(b - span.start) {
                                         quant::quantize_q8(h, std::slice::from_mut(block));
@@ -544,7 +579,15 @@ impl Cpu {
 
     /// Writes rows `16 * first..16 * first + width` of `w` times every token of `tokens`
     /// into the tile (whose span is those rows).
-    fn span_times_tokens(&self, w: &Matrix, first: usize, width: usize, a: &Activations, tokens: Range<usize>, tile: &mut pool::Tile<'_>) {
+    fn span_times_tokens(
+        &self,
+        w: &Matrix,
+        first: usize,
+        width: usize,
+        a: &Activations,
+        tokens: Range<usize>,
+        tile: &mut pool::Tile<'_>,
+    ) {
         let p = match &w.storage {
             Storage::Packed(p) => p,
             Storage::Rows { .. } => {
@@ -588,7 +631,11 @@ const TILES: usize = PREFILL_TOKEN_STEP / TILE;
 /// Calls `each(first token of the chunk, tiles)` for every chunk of up to `TILES * TILE`
 /// of `tokens`; its tiles are (first token, its activation rows) of up to [`TILE`]
 /// tokens, checked once for every group a task multiplies them with.
-fn token_tiles<'a>(a: &'a Activations, tokens: Range<usize>, mut each: impl FnMut(usize, &[Option<(usize, ActRows<'a>)>; TILES])) {
+fn token_tiles<'a>(
+    a: &'a Activations,
+    tokens: Range<usize>,
+    mut each: impl FnMut(usize, &[Option<(usize, ActRows<'a>)>; TILES]),
+) {
     for chunk in tokens.clone().step_by(TILES * TILE) {
         let mut tiles: [Option<(usize, ActRows<'a>)>; TILES] = [None; TILES];
         for (slot, t) in tiles.iter_mut().zip((chunk..tokens.end).step_by(TILE)) {
@@ -625,7 +672,6 @@ mod tests {
         Matrix::new("w", format, rows, cols, ggml(format, rows, cols))
     }
 
-
     #[test]
     fn the_fused_feed_forward_product_equals_the_stacked_product_then_swiglu() -> TestResult {
         // 37 blocks of rows: tasks of 10 blocks at one thread (chunks of 4, 4, 2) and 5 at
@@ -637,7 +683,11 @@ mod tests {
             let up = Matrix::new("up", format, rows, cols, ggml(format, rows, cols).into_iter().rev().collect())?;
             for tokens in [1, 3, 4, 33, 70] {
                 let x: Vec<f32> = wave(tokens * cols, tokens as f32);
-                for cpu in [Kernels::Avx512, Kernels::Avx2, Kernels::Portable].iter().flat_map(|k| [1, 2].map(|t| Cpu::with_kernels(t, *k))).flatten() {
+                for cpu in [Kernels::Avx512, Kernels::Avx2, Kernels::Portable]
+                    .iter()
+                    .flat_map(|k| [1, 2].map(|t| Cpu::with_kernels(t, *k)))
+                    .flatten()
+                {
                     let mut a = Activations::default();
                     a.set_quantized(&cpu.pool, &x, cols);
                     let mut gu = vec![0.0; tokens * 2 * rows];
@@ -647,9 +697,17 @@ mod tests {
                     let mut got = Activations::default();
                     assert!(cpu.matmul_swiglu(&gate, &up, &a, &mut got)?);
                     let k = cpu.kernels();
-                    assert_eq!((got.cols, got.tokens(), got.x.len()), (rows, tokens, 0), "{format:?} {k} tokens={tokens}");
+                    assert_eq!(
+                        (got.cols, got.tokens(), got.x.len()),
+                        (rows, tokens, 0),
+                        "{format:?} {k} tokens={tokens}"
+                    );
                     for (i, (g, w)) in got.q8.iter().zip(&want.q8).enumerate() {
-                        assert_eq!((g.d.to_bits(), g.s.to_bits(), g.isum, g.qs), (w.d.to_bits(), w.s.to_bits(), w.isum, w.qs), "{format:?} {k} tokens={tokens} block {i}");
+                        assert_eq!(
+                            (g.d.to_bits(), g.s.to_bits(), g.isum, g.qs),
+                            (w.d.to_bits(), w.s.to_bits(), w.isum, w.qs),
+                            "{format:?} {k} tokens={tokens} block {i}"
+                        );
                     }
                     assert_eq!(got.q8.len(), want.q8.len());
                 }
@@ -696,13 +754,19 @@ mod tests {
                     for r in 0..rows {
                         let row = &data[r * row_bytes..(r + 1) * row_bytes];
                         let (exact, rounding) = if f.uses_q8() {
-                            (quant::dot_q8_scalar(f, row, a.q8_row(t)), scale_rounding(f, magnitude(f, row, a.q8_row(t))))
+                            (
+                                quant::dot_q8_scalar(f, row, a.q8_row(t)),
+                                scale_rounding(f, magnitude(f, row, a.q8_row(t))),
+                            )
                         } else {
                             (quant::dot_float_scalar(f, row, a.x_row(t)), 0.0)
                         };
                         let (g, i) = (got[t * rows + r], t * rows + r);
                         let k = cpu.kernels();
-                        assert!((exact - g).abs() <= 1e-4 * exact.abs().max(1.0) + rounding, "{f:?} {k} vs ggml rows at t={t} r={r}: {exact} vs {g}");
+                        assert!(
+                            (exact - g).abs() <= 1e-4 * exact.abs().max(1.0) + rounding,
+                            "{f:?} {k} vs ggml rows at t={t} r={r}: {exact} vs {g}"
+                        );
                         // Quantizing an activation moves it by at most half a step (amax / 254
                         // of its block) plus the f16 rounding of the step (< amax / 1024).
                         let mut wr = vec![0.0; cols];
@@ -710,7 +774,9 @@ mod tests {
                         let bound: f32 = wr
                             .chunks_exact(QK)
                             .zip(a.x_row(t).chunks_exact(QK))
-                            .map(|(wb, xb)| wb.iter().map(|v| v.abs()).sum::<f32>() * xb.iter().fold(0.0f32, |m, v| m.max(v.abs())))
+                            .map(|(wb, xb)| {
+                                wb.iter().map(|v| v.abs()).sum::<f32>() * xb.iter().fold(0.0f32, |m, v| m.max(v.abs()))
+                            })
                             .sum::<f32>()
                             * (1.0 / 254.0 + 1.0 / 1024.0);
                         let err = (want[i] - g).abs();
@@ -771,7 +837,11 @@ mod tests {
     fn swiglu_into_blocks_equals_swiglu_then_quantizing() -> TestResult {
         let (cols, tokens) = (64, 35);
         // Gate values around zero and past the exponential's range on both sides.
-        let gu: Vec<f32> = wave(tokens * 2 * cols, 3.0).iter().enumerate().map(|(i, v)| if i % 29 == 0 { v * 200.0 } else { v * 4.0 }).collect();
+        let gu: Vec<f32> = wave(tokens * 2 * cols, 3.0)
+            .iter()
+            .enumerate()
+            .map(|(i, v)| if i % 29 == 0 { v * 200.0 } else { v * 4.0 })
+            .collect();
         let mut h = Vec::new();
         for row in gu.chunks_exact(2 * cols) {
             let mut gate = row[..cols].to_vec();
@@ -801,8 +871,14 @@ mod tests {
 
     #[test]
     fn cache_sizes_parse_as_linux_writes_them() {
-        assert_eq!([parse_cache_size("32768K"), parse_cache_size("1M"), parse_cache_size("512")], [Some(32 << 20), Some(1 << 20), Some(512)]);
-        assert_eq!([parse_cache_size(""), parse_cache_size("xK"), parse_cache_size("99999999999999999999M")], [None, None, None]);
+        assert_eq!(
+            [parse_cache_size("32768K"), parse_cache_size("1M"), parse_cache_size("512")],
+            [Some(32 << 20), Some(1 << 20), Some(512)]
+        );
+        assert_eq!(
+            [parse_cache_size(""), parse_cache_size("xK"), parse_cache_size("99999999999999999999M")],
+            [None, None, None]
+        );
     }
 
     #[test]

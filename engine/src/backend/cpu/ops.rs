@@ -21,7 +21,14 @@ pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
 /// Rotation angles for one position: `[dims / 2]` pairs of (cos, sin), with
 /// `theta_i = freq_scale * pos * base^(-2i / dims) / factors[i]` (no factors: 1), the
 /// power built by repeated multiplication and the rest applied in the reference's order.
-pub fn rope_table(pos: usize, dims: usize, base: f32, freq_scale: f32, factors: Option<&[f32]>, out: &mut Vec<(f32, f32)>) {
+pub fn rope_table(
+    pos: usize,
+    dims: usize,
+    base: f32,
+    freq_scale: f32,
+    factors: Option<&[f32]>,
+    out: &mut Vec<(f32, f32)>,
+) {
     out.clear();
     let step = base.powf(-2.0 / dims as f32);
     let mut theta = pos as f32;
@@ -102,7 +109,9 @@ pub fn geglu(gate: &mut [f32], up: &[f32]) {
 /// a prompt's feed-forward would take millions of `tanh`s.
 fn gelu_table() -> &'static [u16] {
     static TABLE: std::sync::OnceLock<Vec<u16>> = std::sync::OnceLock::new();
-    TABLE.get_or_init(|| (0..=u16::MAX).map(|bits| f16::from_f32(gelu_tanh(f16::from_bits(bits).to_f32())).to_bits()).collect())
+    TABLE.get_or_init(|| {
+        (0..=u16::MAX).map(|bits| f16::from_f32(gelu_tanh(f16::from_bits(bits).to_f32())).to_bits()).collect()
+    })
 }
 
 /// `0.5 x (1 + tanh(sqrt(2 / pi) x (1 + 0.044715 x^2)))`, in the reference's f32 order.
@@ -166,7 +175,11 @@ mod tests {
         for &v in &x {
             let want = f64::from(v) / (1.0 + (-f64::from(v)).exp());
             let got = f64::from(silu(v));
-            let close = if want.is_finite() { (got - want).abs() <= 1e-6 * want.abs().max(1e-30) } else { got == want || got.is_nan() && want.is_nan() };
+            let close = if want.is_finite() {
+                (got - want).abs() <= 1e-6 * want.abs().max(1e-30)
+            } else {
+                got == want || got.is_nan() && want.is_nan()
+            };
             assert!(close, "silu({v}) = {got}, want {want}");
         }
         let up: Vec<f32> = (0..x.len()).map(|i| 0.5 + (i % 7) as f32 * 0.25).collect();
@@ -222,7 +235,10 @@ mod tests {
         // Lengths around the SIMD body's width; values that round up, tie, overflow and
         // underflow in f16.
         for n in [0, 1, 7, 8, 9, 31, 32, 33, 64, 100] {
-            let mut r: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 3e-3 + 1.000_488_3).chain([65520.0, 1e-9, -3.1e-5, f32::INFINITY]).collect();
+            let mut r: Vec<f32> = (0..n)
+                .map(|i| (i as f32 * 0.37).sin() * 3e-3 + 1.000_488_3)
+                .chain([65520.0, 1e-9, -3.1e-5, f32::INFINITY])
+                .collect();
             let want: Vec<f32> = r.iter().map(|v| f16::from_f32(*v).to_f32()).collect();
             round_to_f16(&mut r);
             assert_eq!(r, want, "round_to_f16 n={n}");

@@ -57,7 +57,16 @@ const MAX_GROUP: usize = 3;
 /// `keys` holds and every head's row of `out` has room for; `false` without the features.
 #[allow(clippy::too_many_arguments)]
 #[inline]
-pub fn group_key_scores(q: &[f32], hd: usize, keys: &[f16], stride: usize, scale: f32, out: &mut [f32], out_stride: usize, n: usize) -> bool {
+pub fn group_key_scores(
+    q: &[f32],
+    hd: usize,
+    keys: &[f16],
+    stride: usize,
+    scale: f32,
+    out: &mut [f32],
+    out_stride: usize,
+    n: usize,
+) -> bool {
     if !available() {
         return false;
     }
@@ -91,7 +100,16 @@ pub fn group_key_scores(q: &[f32], hd: usize, keys: &[f16], stride: usize, scale
 /// Safety: as [`group_key_scores`], with `q` holding exactly `H` heads.
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn scores_chunk<const H: usize>(q: &[f32], hd: usize, keys: &[f16], stride: usize, scale: f32, out: &mut [f32], out_stride: usize, n: usize) {
+unsafe fn scores_chunk<const H: usize>(
+    q: &[f32],
+    hd: usize,
+    keys: &[f16],
+    stride: usize,
+    scale: f32,
+    out: &mut [f32],
+    out_stride: usize,
+    n: usize,
+) {
     let (k, o) = (keys.as_ptr().cast::<u16>(), out.as_mut_ptr());
     let mut p = 0;
     // SAFETY (whole body): every kernel call scores positions `p..p + width <= n`, inside
@@ -126,7 +144,17 @@ unsafe fn scores_chunk<const H: usize>(q: &[f32], hd: usize, keys: &[f16], strid
         let mut scores = [0.0f32; MAX_GROUP * LANES];
         // SAFETY: the tile holds `hd` rows of 8 values (stride 8); `scores` holds 8
         // positions of each of the `H <= MAX_GROUP` heads at stride 8.
-        unsafe { group_scores_avx2::<H, 1>(q.as_ptr(), hd, tile.as_ptr().cast::<u16>(), LANES, scale, scores.as_mut_ptr(), LANES) };
+        unsafe {
+            group_scores_avx2::<H, 1>(
+                q.as_ptr(),
+                hd,
+                tile.as_ptr().cast::<u16>(),
+                LANES,
+                scale,
+                scores.as_mut_ptr(),
+                LANES,
+            )
+        };
         for h in 0..H {
             out[h * out_stride + p..h * out_stride + n].copy_from_slice(&scores[h * LANES..h * LANES + rest]);
         }
@@ -141,7 +169,15 @@ unsafe fn scores_chunk<const H: usize>(q: &[f32], hd: usize, keys: &[f16], strid
 /// has checked `values` holds and whose weights every head's row of `probs` holds;
 /// `false` without the features.
 #[inline]
-pub fn group_accumulate_values(probs: &[f32], probs_stride: usize, n: usize, values: &[f16], stride: usize, out: &mut [f32], hd: usize) -> bool {
+pub fn group_accumulate_values(
+    probs: &[f32],
+    probs_stride: usize,
+    n: usize,
+    values: &[f16],
+    stride: usize,
+    out: &mut [f32],
+    hd: usize,
+) -> bool {
     if !available() {
         return false;
     }
@@ -168,7 +204,12 @@ pub fn group_accumulate_values(probs: &[f32], probs_stride: usize, n: usize, val
                 let rest = values.get(vectors..).unwrap_or(&[]);
                 for h in h0..h0 + count {
                     let weights = &probs[h * probs_stride..h * probs_stride + n];
-                    attention::accumulate_values_portable(weights, rest, stride, &mut out[h * hd + vectors..(h + 1) * hd]);
+                    attention::accumulate_values_portable(
+                        weights,
+                        rest,
+                        stride,
+                        &mut out[h * hd + vectors..(h + 1) * hd],
+                    );
                 }
             }
         }
@@ -188,7 +229,16 @@ pub fn group_accumulate_values(probs: &[f32], probs_stride: usize, n: usize, val
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn values_chunk<const H: usize>(w: *const f32, ws: usize, n: usize, v: *const u16, stride: usize, o: *mut f32, hd: usize, vectors: usize) {
+unsafe fn values_chunk<const H: usize>(
+    w: *const f32,
+    ws: usize,
+    n: usize,
+    v: *const u16,
+    stride: usize,
+    o: *mut f32,
+    hd: usize,
+    vectors: usize,
+) {
     let mut d = 0;
     // SAFETY (whole body): each call covers dimensions `d..d + width <= vectors`.
     unsafe {
@@ -349,7 +399,15 @@ pub fn round_to_f16(x: &mut [f32]) -> bool {
 /// running total.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn group_scores_avx2<const H: usize, const V: usize>(q: *const f32, hd: usize, keys: *const u16, stride: usize, scale: f32, out: *mut f32, out_stride: usize) {
+unsafe fn group_scores_avx2<const H: usize, const V: usize>(
+    q: *const f32,
+    hd: usize,
+    keys: *const u16,
+    stride: usize,
+    scale: f32,
+    out: *mut f32,
+    out_stride: usize,
+) {
     let chunks = hd / LANES;
     let mut sum = [[_mm256_setzero_ps(); V]; H];
     // SAFETY (whole body): `q` holds `H * hd` floats; every key load reads
@@ -381,7 +439,10 @@ unsafe fn group_scores_avx2<const H: usize, const V: usize>(q: *const f32, hd: u
                 if chunks * LANES < hd {
                     let mut tail = _mm256_setzero_ps();
                     for d in chunks * LANES..hd {
-                        tail = _mm256_add_ps(tail, _mm256_mul_ps(_mm256_set1_ps(*q.add(h * hd + d)), load8(keys.add(d * stride + v * LANES))));
+                        tail = _mm256_add_ps(
+                            tail,
+                            _mm256_mul_ps(_mm256_set1_ps(*q.add(h * hd + d)), load8(keys.add(d * stride + v * LANES))),
+                        );
                     }
                     *sv = _mm256_add_ps(*sv, tail);
                 }
@@ -402,7 +463,15 @@ const WIDE: usize = 16;
 /// its reads jump 256 bytes and each lane's chain of dependent sums runs alone.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn group_scores_avx512<const H: usize>(q: *const f32, hd: usize, keys: *const u16, stride: usize, scale: f32, out: *mut f32, out_stride: usize) {
+unsafe fn group_scores_avx512<const H: usize>(
+    q: *const f32,
+    hd: usize,
+    keys: *const u16,
+    stride: usize,
+    scale: f32,
+    out: *mut f32,
+    out_stride: usize,
+) {
     let chunks = hd / LANES;
     let mut lanes = [[_mm512_setzero_ps(); LANES]; H];
     // SAFETY (whole body): `q` holds `H * hd` floats; every key load reads 16 values at
@@ -426,7 +495,10 @@ unsafe fn group_scores_avx512<const H: usize>(q: *const f32, hd: usize, keys: *c
             if chunks * LANES < hd {
                 let mut tail = _mm512_setzero_ps();
                 for d in chunks * LANES..hd {
-                    tail = _mm512_add_ps(tail, _mm512_mul_ps(_mm512_set1_ps(*q.add(h * hd + d)), load16(keys.add(d * stride))));
+                    tail = _mm512_add_ps(
+                        tail,
+                        _mm512_mul_ps(_mm512_set1_ps(*q.add(h * hd + d)), load16(keys.add(d * stride))),
+                    );
                 }
                 sum = _mm512_add_ps(sum, tail);
             }
@@ -542,7 +614,8 @@ unsafe fn quantize_q8_avx2(x: &[f32], out: &mut [Q8Block]) {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn exp8(x: __m256) -> __m256 {
     let k = &EXP_CONSTANTS;
-    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(x, _mm256_set1_ps(k.log2e)));
+    let n =
+        _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(x, _mm256_set1_ps(k.log2e)));
     let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-k.ln2_hi), x);
     let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-k.ln2_lo), r);
     let mut p = _mm256_set1_ps(k.poly[0]);
@@ -550,7 +623,8 @@ unsafe fn exp8(x: __m256) -> __m256 {
         p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(*c));
     }
     let y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0));
-    let pow2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127))));
+    let pow2 =
+        _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127))));
     // NaN and everything below the floor (masked positions: -inf) give 0.
     let live = _mm256_cmp_ps::<_CMP_GE_OQ>(x, _mm256_set1_ps(attention::EXP_MIN));
     _mm256_and_ps(_mm256_mul_ps(y, pow2), live)

@@ -244,7 +244,9 @@ impl Packed {
                     let record = &mut out[at..at + rec];
                     write_levels(scheme, lane, &b.levels, record);
                     for set in 0..scheme.sets() {
-                        let put = |record: &mut [u8], at: usize, v: f32| record[at..at + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
+                        let put = |record: &mut [u8], at: usize, v: f32| {
+                            record[at..at + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes())
+                        };
                         put(record, scheme.d_at(set, lane), b.d[set]);
                         if scheme.min {
                             put(record, scheme.m_at(set, lane), b.m[set]);
@@ -475,8 +477,18 @@ pub(crate) mod tests {
 
     pub(crate) type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-    pub(crate) const QUANTS: [Format; 10] =
-        [Format::Q4_0, Format::Q4_1, Format::Q5_0, Format::Q5_1, Format::Q8_0, Format::Q2_K, Format::Q3_K, Format::Q4_K, Format::Q5_K, Format::Q6_K];
+    pub(crate) const QUANTS: [Format; 10] = [
+        Format::Q4_0,
+        Format::Q4_1,
+        Format::Q5_0,
+        Format::Q5_1,
+        Format::Q8_0,
+        Format::Q2_K,
+        Format::Q3_K,
+        Format::Q4_K,
+        Format::Q5_K,
+        Format::Q6_K,
+    ];
 
     /// `cols` rounded up to whole blocks of `format` (superblocks for the K-quants).
     pub(crate) fn cols_for(format: Format, cols: usize) -> usize {
@@ -527,7 +539,10 @@ pub(crate) mod tests {
                         dot_group_scalar(p.scheme, p.group(g), &acts[n], &mut want);
                         for lane in 0..GROUP {
                             let (w, o) = (want[lane], out[n][lane]);
-                            assert!((w - o).abs() <= 1e-4 * w.abs().max(1.0), "{f:?} g={g} n={n} lane={lane}: {w} vs {o}");
+                            assert!(
+                                (w - o).abs() <= 1e-4 * w.abs().max(1.0),
+                                "{f:?} g={g} n={n} lane={lane}: {w} vs {o}"
+                            );
                         }
                     }
                 }

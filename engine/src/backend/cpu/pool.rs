@@ -108,7 +108,14 @@ impl Straggle {
         // With no waits, n threads run a step ~0.8 n times faster than one (measured ~1.6x
         // at 2); waiting a share w of the time leaves 0.8 n (1 - w), below 1 past this.
         let max_wait_share = 1.0 - 1.0 / (0.8 * threads.max(2) as f64);
-        Straggle { adaptive, max_wait_share, solo_until: None, backoff: Straggle::FIRST_SOLO, busy: Duration::ZERO, waited: Duration::ZERO }
+        Straggle {
+            adaptive,
+            max_wait_share,
+            solo_until: None,
+            backoff: Straggle::FIRST_SOLO,
+            busy: Duration::ZERO,
+            waited: Duration::ZERO,
+        }
     }
 
     /// Whether the next job runs on the caller alone.
@@ -285,7 +292,8 @@ impl ThreadPool {
             }
             let r0 = (t / n_spans) * row_step;
             let (r, i) = (r0..(r0 + row_step).min(rows), t % n_spans);
-            let mut tile = Tile { base: base.get(), cols, rows: r.clone(), span: span(i), _out: std::marker::PhantomData };
+            let mut tile =
+                Tile { base: base.get(), cols, rows: r.clone(), span: span(i), _out: std::marker::PhantomData };
             task(r, i, &mut tile);
         };
         if tiles <= 1 {

@@ -216,9 +216,7 @@ pub fn dot_q8_scalar(format: Format, row: &[u8], a: &[Q8Block]) -> f32 {
     let bb = format.block_bytes();
     let mut acc = 0.0f32;
     for (b, q) in row.chunks_exact(bb).zip(a) {
-        let dot = |f: &dyn Fn(usize) -> i32| -> i32 {
-            (0..QK).map(|j| f(j) * i32::from(q.qs[j])).sum()
-        };
+        let dot = |f: &dyn Fn(usize) -> i32| -> i32 { (0..QK).map(|j| f(j) * i32::from(q.qs[j])).sum() };
         acc += match format {
             Format::Q4_0 => f16_at(b, 0) * q.d * (dot(&|j| nibble(&b[2..], j)) - 8 * q.isum) as f32,
             Format::Q4_1 => f16_at(b, 0) * q.d * dot(&|j| nibble(&b[4..], j)) as f32 + f16_at(b, 2) * q.s,
@@ -261,11 +259,7 @@ fn dot_k_scalar(format: Format, row: &[u8], a: &[Q8Block]) -> f32 {
 /// Scalar dot product of an F32 or F16 weight row with f32 activations.
 pub fn dot_float_scalar(format: Format, row: &[u8], x: &[f32]) -> f32 {
     match format {
-        Format::F32 => row
-            .chunks_exact(4)
-            .zip(x)
-            .map(|(b, v)| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * v)
-            .sum(),
+        Format::F32 => row.chunks_exact(4).zip(x).map(|(b, v)| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * v).sum(),
         Format::F16 => row.chunks_exact(2).zip(x).map(|(b, v)| f16_at(b, 0) * v).sum(),
         Format::BF16 => row.chunks_exact(2).zip(x).map(|(b, v)| bf16_at(b, 0) * v).sum(),
         _ => 0.0,
@@ -357,7 +351,9 @@ fn quantize_block(format: Format, c: &[f32], out: &mut Vec<u8>) {
     };
     let q: Vec<i32> = c
         .iter()
-        .map(|v| ((v - m) * inv(d) + zero).round().clamp(if format == Format::Q8_0 { -127.0 } else { 0.0 }, levels) as i32)
+        .map(|v| {
+            ((v - m) * inv(d) + zero).round().clamp(if format == Format::Q8_0 { -127.0 } else { 0.0 }, levels) as i32
+        })
         .collect();
     push_f16(out, d);
     if matches!(format, Format::Q4_1 | Format::Q5_1) {
@@ -476,7 +472,11 @@ pub(crate) mod tests {
         quantize_q8(&x, &mut fast);
         quantize_q8_portable(&x, &mut slow);
         for (i, (f, s)) in fast.iter().zip(&slow).enumerate() {
-            assert_eq!((f.d.to_bits(), f.s.to_bits(), f.isum, f.qs), (s.d.to_bits(), s.s.to_bits(), s.isum, s.qs), "block {i}");
+            assert_eq!(
+                (f.d.to_bits(), f.s.to_bits(), f.isum, f.qs),
+                (s.d.to_bits(), s.s.to_bits(), s.isum, s.qs),
+                "block {i}"
+            );
         }
     }
 

@@ -72,7 +72,11 @@ pub(crate) fn lay_out(sizes: &[usize], mut fill: impl FnMut(usize, &mut [u8])) -
         fill(i, &mut map[base + start..base + start + size]);
     }
     let map = Arc::new(map.make_read_only()?);
-    Ok(starts.iter().zip(sizes).map(|(&start, &size)| Region { map: Arc::clone(&map), range: base + start..base + start + size }).collect())
+    Ok(starts
+        .iter()
+        .zip(sizes)
+        .map(|(&start, &size)| Region { map: Arc::clone(&map), range: base + start..base + start + size })
+        .collect())
 }
 
 /// `AnonHugePages` of the mapping of this process that holds `addr`, in bytes.

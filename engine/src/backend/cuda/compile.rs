@@ -59,7 +59,9 @@ fn text(chars: Vec<c_char>) -> String {
 /// ([`Error::CudaUnavailable`]) or the compiler's log ([`Error::KernelCompile`]).
 pub fn compile_family(family: &KernelSource, arch: &str) -> Result<Compiled> {
     if !nvrtc_present() {
-        return Err(Error::CudaUnavailable { reason: "the NVRTC library (libnvrtc.so.12) was not found on the library path".into() });
+        return Err(Error::CudaUnavailable {
+            reason: "the NVRTC library (libnvrtc.so.12) was not found on the library path".into(),
+        });
     }
     let fail = |log: String| Error::KernelCompile { family: family.id, log };
     let src = CString::new(family.source).map_err(|_| fail("the source contains a NUL byte".into()))?;

@@ -68,7 +68,9 @@ impl Cuda {
     /// missing, there is no such device, or the driver refuses to start.
     pub fn open(ordinal: usize) -> Result<Arc<Cuda>> {
         if !driver_present() {
-            return Err(unavailable("the CUDA driver library (libcuda.so.1) was not found: no NVIDIA driver on this machine"));
+            return Err(unavailable(
+                "the CUDA driver library (libcuda.so.1) was not found: no NVIDIA driver on this machine",
+            ));
         }
         if !nvrtc_present() {
             return Err(unavailable("the NVRTC library (libnvrtc.so.12) was not found; install the PyPI package nvidia-cuda-nvrtc-cu12 and put its lib directory on LD_LIBRARY_PATH"));
@@ -84,7 +86,14 @@ impl Cuda {
         let (major, minor) = ctx.compute_capability().map_err(cuda_error("compute capability"))?;
         let name = ctx.name().map_err(cuda_error("device name"))?;
         let stream = ctx.new_stream().map_err(cuda_error("stream"))?;
-        Ok(Arc::new(Cuda { ctx, stream, name, arch: format!("sm_{major}{minor}"), functions: Mutex::default(), modules: Mutex::default() }))
+        Ok(Arc::new(Cuda {
+            ctx,
+            stream,
+            name,
+            arch: format!("sm_{major}{minor}"),
+            functions: Mutex::default(),
+            modules: Mutex::default(),
+        }))
     }
 
     pub fn name(&self) -> &str {

@@ -49,7 +49,11 @@ pub(crate) struct GpuModel {
 
 impl fmt::Debug for GpuModel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GpuModel").field("cuda", &self.cuda).field("kv", &self.kv).field("max_pos", &self.max_pos).finish()
+        f.debug_struct("GpuModel")
+            .field("cuda", &self.cuda)
+            .field("kv", &self.kv)
+            .field("max_pos", &self.max_pos)
+            .finish()
     }
 }
 
@@ -57,9 +61,21 @@ impl GpuModel {
     /// Uploads `model` and allocates the device KV pool, which `pool` then mirrors into
     /// (zero-fills and copies happen on the device from here on).
     /// `graphs`: capture repeated decode steps as CUDA graphs (see `graphs.rs`).
-    pub fn load(cuda: Arc<Cuda>, file: &GgufFile, model: &Llama, pool: &KvPool, max_pos: usize, graphs: bool) -> Result<GpuModel> {
+    pub fn load(
+        cuda: Arc<Cuda>,
+        file: &GgufFile,
+        model: &Llama,
+        pool: &KvPool,
+        max_pos: usize,
+        graphs: bool,
+    ) -> Result<GpuModel> {
         let shape = pool.shape();
-        let geometry = KvGeometry { layers: shape.layers, block_tokens: shape.block_tokens, kv_dim: shape.kv_dim, total_blocks: pool.total_blocks() };
+        let geometry = KvGeometry {
+            layers: shape.layers,
+            block_tokens: shape.block_tokens,
+            kv_dim: shape.kv_dim,
+            total_blocks: pool.total_blocks(),
+        };
         let weights = DeviceWeights::upload(&cuda, file, model, max_pos)?;
         let kv = Arc::new(DeviceKv::new(cuda.clone(), geometry)?);
         if !pool.attach_mirror(kv.clone()) {
@@ -76,13 +92,22 @@ impl GpuModel {
 
     /// `Llama::forward_batch` on the GPU: same admission, same errors per segment, same
     /// `[segments, vocab]` logits (zeros for a failed segment) into `logits`.
-    pub fn forward_batch(&self, model: &Llama, pool: &KvPool, segments: &mut [Segment<'_, '_>], logits: &mut Vec<f32>) -> Result<()> {
+    pub fn forward_batch(
+        &self,
+        model: &Llama,
+        pool: &KvPool,
+        segments: &mut [Segment<'_, '_>],
+        logits: &mut Vec<f32>,
+    ) -> Result<()> {
         let c = &model.config;
         for seg in segments.iter_mut() {
             seg.picked = None;
             seg.error = model.admit(seg).err();
             if seg.error.is_none() && seg.kv.len() + seg.tokens.len() > self.max_pos {
-                seg.error = Some(Error::ContextOverflow { prompt_tokens: seg.kv.len() + seg.tokens.len(), limit: self.max_pos });
+                seg.error = Some(Error::ContextOverflow {
+                    prompt_tokens: seg.kv.len() + seg.tokens.len(),
+                    limit: self.max_pos,
+                });
             }
         }
         // Rows only for callers that need them: a batch of greedy picks moves no logits.
@@ -134,13 +159,22 @@ impl GpuModel {
         if let Some(greedy) = &plan.greedy {
             picks.upload(stream, greedy)?;
         }
-        let key = GraphKey { rows: plan.rows, live, max_visible: plan.max_visible, picks: plan.greedy.as_ref().map(|g| g.top_k) };
+        let key = GraphKey {
+            rows: plan.rows,
+            live,
+            max_visible: plan.max_visible,
+            picks: plan.greedy.as_ref().map(|g| g.top_k),
+        };
         graphs.run(stream, key, &mut || self.launch_step(c, plan, b, meta, picks, kv, tags))?;
         let status = stream.clone_dtoh(&b.status.slice(0..live * 3)).map_err(cuda_error("status download"))?;
         let mut rows = Vec::with_capacity(live);
         for (k, need) in plan.needs.iter().enumerate() {
             let row = match need {
-                RowNeed::Logits => Some(stream.clone_dtoh(&b.logits.slice(k * c.vocab..(k + 1) * c.vocab)).map_err(cuda_error("logits download"))?),
+                RowNeed::Logits => Some(
+                    stream
+                        .clone_dtoh(&b.logits.slice(k * c.vocab..(k + 1) * c.vocab))
+                        .map_err(cuda_error("logits download"))?,
+                ),
                 _ => None,
             };
             rows.push(row);
@@ -155,7 +189,16 @@ impl GpuModel {
 
     /// Every kernel of the step, in order: what a CUDA graph of the step holds.
     #[allow(clippy::too_many_arguments)]
-    fn launch_step(&self, c: &LlamaConfig, plan: &Plan, b: &mut Buffers, meta: &CudaSlice<u32>, picks: &mut Picks, kv: &mut CudaSlice<u16>, tags: &CudaSlice<u32>) -> Result<()> {
+    fn launch_step(
+        &self,
+        c: &LlamaConfig,
+        plan: &Plan,
+        b: &mut Buffers,
+        meta: &CudaSlice<u32>,
+        picks: &mut Picks,
+        kv: &mut CudaSlice<u16>,
+        tags: &CudaSlice<u32>,
+    ) -> Result<()> {
         let cuda = &*self.cuda;
         let live = plan.readable.len();
         let at = &plan.at;
@@ -167,15 +210,35 @@ impl GpuModel {
             tags: tags.slice(0..plan.tags.len()),
             n_seqs: live,
         };
-        let step = LayerStep { c, plan, kv_step, heads: Heads { n_head: c.n_head, n_head_kv: c.n_head_kv, head_dim: c.head_dim } };
+        let step = LayerStep {
+            c,
+            plan,
+            kv_step,
+            heads: Heads { n_head: c.n_head, n_head_kv: c.n_head_kv, head_dim: c.head_dim },
+        };
         launch::embed(cuda, &self.weights.embed, &meta.slice(at.ids.clone()), &mut b.x)?;
         for (li, l) in self.weights.layers.iter().enumerate() {
             self.attention_block(li, l, &step, b, kv)?;
             self.ffn_block(l, &step, b)?;
         }
         // Head: the last row of each live sequence, normalised, times the output matrix.
-        launch::rms_norm_q8_1(cuda, &b.x, Rows::Listed(&meta.slice(at.last.clone())), &self.weights.norm, c.rms_eps, c.n_embd, &mut b.a8)?;
-        launch::matmul(cuda, self.weights.head(), &b.a8, live, &mut b.logits, Output { ld: c.vocab, col_offset: 0, accumulate: false })?;
+        launch::rms_norm_q8_1(
+            cuda,
+            &b.x,
+            Rows::Listed(&meta.slice(at.last.clone())),
+            &self.weights.norm,
+            c.rms_eps,
+            c.n_embd,
+            &mut b.a8,
+        )?;
+        launch::matmul(
+            cuda,
+            self.weights.head(),
+            &b.a8,
+            live,
+            &mut b.logits,
+            Output { ld: c.vocab, col_offset: 0, accumulate: false },
+        )?;
         if let Some(greedy) = &plan.greedy {
             picks.launch(cuda, &b.logits, live, c.vocab, greedy)?;
         }
@@ -184,12 +247,26 @@ impl GpuModel {
 
     /// `x += Wo · attention(rope(Wq·n(x)), rope(Wk·n(x)), Wv·n(x))`, caching K and V;
     /// every cache write and read checked in the kernels.
-    fn attention_block(&self, li: usize, l: &DeviceLayer, s: &LayerStep<'_>, b: &mut Buffers, kv: &mut CudaSlice<u16>) -> Result<()> {
+    fn attention_block(
+        &self,
+        li: usize,
+        l: &DeviceLayer,
+        s: &LayerStep<'_>,
+        b: &mut Buffers,
+        kv: &mut CudaSlice<u16>,
+    ) -> Result<()> {
         let (cuda, c, rows, heads) = (&*self.cuda, s.c, s.plan.rows, s.heads);
         launch::rms_norm_q8_1(cuda, &b.x, Rows::All(rows), &l.attn_norm, c.rms_eps, c.n_embd, &mut b.a8)?;
         let mut offset = 0;
         for m in &l.qkv {
-            launch::matmul(cuda, m, &b.a8, rows, &mut b.qkv, Output { ld: heads.row(), col_offset: offset, accumulate: false })?;
+            launch::matmul(
+                cuda,
+                m,
+                &b.a8,
+                rows,
+                &mut b.qkv,
+                Output { ld: heads.row(), col_offset: offset, accumulate: false },
+            )?;
             offset += m.rows;
         }
         launch::rope(cuda, &mut b.qkv, &self.weights.rope, &s.kv_step.row_pos, heads, c.rope_dims / 2)?;
@@ -213,7 +290,14 @@ impl GpuModel {
         launch::rms_norm_q8_1(cuda, &b.x, Rows::All(rows), &l.ffn_norm, c.rms_eps, c.n_embd, &mut b.a8)?;
         let mut offset = 0;
         for m in &l.gate_up {
-            launch::matmul(cuda, m, &b.a8, rows, &mut b.gu, Output { ld: 2 * ff, col_offset: offset, accumulate: false })?;
+            launch::matmul(
+                cuda,
+                m,
+                &b.a8,
+                rows,
+                &mut b.gu,
+                Output { ld: 2 * ff, col_offset: offset, accumulate: false },
+            )?;
             offset += m.rows;
         }
         launch::swiglu_q8_1(cuda, &b.gu, &mut b.a8, rows, ff)?;
@@ -323,7 +407,8 @@ struct StepOut {
 impl Plan {
     fn build(tenants: &TenantTags, pool: &KvPool, segments: &[Segment<'_, '_>], live: &[usize]) -> Plan {
         let bt = pool.shape().block_tokens;
-        let (mut ids, mut row_seq, mut row_pos, mut last, mut seqs, mut tables) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut ids, mut row_seq, mut row_pos, mut last, mut seqs, mut tables) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut tags = vec![0u32; pool.total_blocks()];
         let (mut readable, mut owners, mut needs) = (Vec::new(), Vec::new(), Vec::new());
         for (k, &i) in live.iter().enumerate() {
@@ -336,7 +421,13 @@ impl Plan {
             row_pos.extend((start..end).map(|p| p as u32));
             last.push((row_pos.len() - 1) as u32);
             let table = seg.kv.blocks();
-            seqs.extend_from_slice(&[tables.len() as u32, table.len() as u32, tenants.tag(&seg.kv.owner().tenant), start as u32, end as u32]);
+            seqs.extend_from_slice(&[
+                tables.len() as u32,
+                table.len() as u32,
+                tenants.tag(&seg.kv.owner().tenant),
+                start as u32,
+                end as u32,
+            ]);
             tables.extend(table.iter().map(|&b| b as u32));
             // Whose blocks attention reads: those covering positions 0..end.
             let mut read = Vec::new();
@@ -357,7 +448,14 @@ impl Plan {
             meta.extend_from_slice(part);
             at
         };
-        let at = Layout { ids: put(&ids), row_seq: put(&row_seq), row_pos: put(&row_pos), last: put(&last), seqs: put(&seqs), tables: put(&tables) };
+        let at = Layout {
+            ids: put(&ids),
+            row_seq: put(&row_seq),
+            row_pos: put(&row_pos),
+            last: put(&last),
+            seqs: put(&seqs),
+            tables: put(&tables),
+        };
         debug_assert_eq!(seqs.len(), live.len() * SEQ_FIELDS);
         let fault = pool.fault();
         let greedy = GreedyPlan::build(&needs);
@@ -408,7 +506,18 @@ impl Picks {
         let f = || stream.alloc_zeros::<f32>(1).map_err(cuda_error("workspace allocation"));
         let u = || stream.alloc_zeros::<u32>(1).map_err(cuda_error("workspace allocation"));
         let part = stream.alloc_zeros::<f64>(1).map_err(cuda_error("workspace allocation"))?;
-        Ok(Picks { spans: u()?, ids: u()?, deltas: f()?, part, log_z: f()?, entropy: f()?, argmax: u()?, pick_logit: f()?, top_ids: u()?, top_logits: f()? })
+        Ok(Picks {
+            spans: u()?,
+            ids: u()?,
+            deltas: f()?,
+            part,
+            log_z: f()?,
+            entropy: f()?,
+            argmax: u()?,
+            pick_logit: f()?,
+            top_ids: u()?,
+            top_logits: f()?,
+        })
     }
 
     /// Grows the buffers for a step; says whether any moved.
@@ -431,18 +540,36 @@ impl Picks {
         stream.memcpy_htod(&g.spans, &mut self.spans.slice_mut(0..g.spans.len())).map_err(cuda_error("pick upload"))?;
         if !g.ids.is_empty() {
             stream.memcpy_htod(&g.ids, &mut self.ids.slice_mut(0..g.ids.len())).map_err(cuda_error("pick upload"))?;
-            stream.memcpy_htod(&g.deltas, &mut self.deltas.slice_mut(0..g.deltas.len())).map_err(cuda_error("pick upload"))?;
+            stream
+                .memcpy_htod(&g.deltas, &mut self.deltas.slice_mut(0..g.deltas.len()))
+                .map_err(cuda_error("pick upload"))?;
         }
         Ok(())
     }
 
     /// Adjusts every live row of `logits`, then takes each row's statistics, pick and top
     /// logits, all on the device.
-    fn launch(&mut self, cuda: &Cuda, logits: &CudaSlice<f32>, live: usize, vocab: usize, g: &GreedyPlan) -> Result<()> {
+    fn launch(
+        &mut self,
+        cuda: &Cuda,
+        logits: &CudaSlice<f32>,
+        live: usize,
+        vocab: usize,
+        g: &GreedyPlan,
+    ) -> Result<()> {
         // Views of the whole buffers: their addresses, all a kernel takes, stay the same
         // from step to step (the spans bound what each row reads).
-        let adjust = launch::Adjustments { spans: self.spans.slice(0..live + 1), ids: self.ids.as_view(), deltas: self.deltas.as_view() };
-        let out = launch::RowStatsOut { log_z: &mut self.log_z, entropy: &mut self.entropy, argmax: &mut self.argmax, pick_logit: &mut self.pick_logit };
+        let adjust = launch::Adjustments {
+            spans: self.spans.slice(0..live + 1),
+            ids: self.ids.as_view(),
+            deltas: self.deltas.as_view(),
+        };
+        let out = launch::RowStatsOut {
+            log_z: &mut self.log_z,
+            entropy: &mut self.entropy,
+            argmax: &mut self.argmax,
+            pick_logit: &mut self.pick_logit,
+        };
         launch::pick(cuda, logits, live, vocab, &adjust, &mut self.part, out)?;
         if g.top_k > 0 {
             launch::top_k(cuda, logits, live, vocab, g.top_k, &mut self.top_ids, &mut self.top_logits)?;
@@ -454,10 +581,14 @@ impl Picks {
     fn download(&self, stream: &Arc<CudaStream>, needs: &[RowNeed], top_k: usize) -> Result<Vec<Option<GreedyRow>>> {
         let live = needs.len();
         let get = |x: &CudaSlice<f32>, n: usize| stream.clone_dtoh(&x.slice(0..n)).map_err(cuda_error("pick download"));
-        let (log_z, entropy, pick_logit) = (get(&self.log_z, live)?, get(&self.entropy, live)?, get(&self.pick_logit, live)?);
+        let (log_z, entropy, pick_logit) =
+            (get(&self.log_z, live)?, get(&self.entropy, live)?, get(&self.pick_logit, live)?);
         let argmax = stream.clone_dtoh(&self.argmax.slice(0..live)).map_err(cuda_error("pick download"))?;
         let (top_ids, top_logits) = if top_k > 0 {
-            (stream.clone_dtoh(&self.top_ids.slice(0..live * top_k)).map_err(cuda_error("pick download"))?, get(&self.top_logits, live * top_k)?)
+            (
+                stream.clone_dtoh(&self.top_ids.slice(0..live * top_k)).map_err(cuda_error("pick download"))?,
+                get(&self.top_logits, live * top_k)?,
+            )
         } else {
             (Vec::new(), Vec::new())
         };
@@ -466,8 +597,15 @@ impl Picks {
             .enumerate()
             .map(|(k, need)| match need {
                 RowNeed::Greedy { top_n, .. } => {
-                    let top = (0..(*top_n).min(top_k)).map(|j| (top_ids[k * top_k + j], top_logits[k * top_k + j])).collect();
-                    Some(GreedyRow { id: argmax[k], id_logit: pick_logit[k], log_z: log_z[k], entropy: entropy[k], top })
+                    let top =
+                        (0..(*top_n).min(top_k)).map(|j| (top_ids[k * top_k + j], top_logits[k * top_k + j])).collect();
+                    Some(GreedyRow {
+                        id: argmax[k],
+                        id_logit: pick_logit[k],
+                        log_z: log_z[k],
+                        entropy: entropy[k],
+                        top,
+                    })
                 }
                 _ => None,
             })
@@ -496,7 +634,11 @@ struct Buffers {
 
 /// Replaces `buf` by a zeroed allocation of `len` when it is smaller; says whether it did
 /// (the buffer moved).
-fn grow<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(stream: &Arc<CudaStream>, buf: &mut CudaSlice<T>, len: usize) -> Result<bool> {
+fn grow<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    stream: &Arc<CudaStream>,
+    buf: &mut CudaSlice<T>,
+    len: usize,
+) -> Result<bool> {
     if buf.len() >= len {
         return Ok(false);
     }
@@ -553,7 +695,10 @@ mod tests {
     fn the_plan_describes_each_live_sequence_its_rows_and_the_owner_tags_of_its_blocks() {
         let pool = pool();
         let tenants = TenantTags::default();
-        let (mut a, mut b) = (SequenceKv::uncached(&pool, Owner::new("alice", "1"), 32), SequenceKv::uncached(&pool, Owner::new("bob", "2"), 32));
+        let (mut a, mut b) = (
+            SequenceKv::uncached(&pool, Owner::new("alice", "1"), 32),
+            SequenceKv::uncached(&pool, Owner::new("bob", "2"), 32),
+        );
         // alice: 5 tokens already written, 1 new (decode); bob: 6 new (prefill).
         a.reserve(&[1, 2, 3, 4, 5]).unwrap_or_else(|e| panic!("{e}"));
         a.commit();

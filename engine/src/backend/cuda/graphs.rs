@@ -69,7 +69,12 @@ impl StepGraphs {
 
     /// Runs a step whose kernels `launch` issues on `stream`: replays its graph, captures
     /// one when `key` repeats the step before, or launches directly.
-    pub fn run(&mut self, stream: &Arc<CudaStream>, key: GraphKey, launch: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+    pub fn run(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        key: GraphKey,
+        launch: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<()> {
         if !self.enabled {
             return launch();
         }
@@ -80,7 +85,9 @@ impl StepGraphs {
         if self.last.replace(key) != Some(key) {
             return launch();
         }
-        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED).map_err(cuda_error("graph capture"))?;
+        stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+            .map_err(cuda_error("graph capture"))?;
         let launched = launch();
         // Always ended, so that a failed launch does not leave the stream capturing.
         let captured = stream.end_capture(CUgraphInstantiate_flags_enum(0));

@@ -66,9 +66,17 @@ impl DeviceKv {
     /// Allocates the whole pool, zeroed.
     pub fn new(cuda: Arc<Cuda>, geometry: KvGeometry) -> Result<DeviceKv> {
         let stream = cuda.stream().clone();
-        let data = stream.alloc_zeros::<u16>(geometry.total_blocks * geometry.block_halves()).map_err(cuda_error("KV pool allocation"))?;
+        let data = stream
+            .alloc_zeros::<u16>(geometry.total_blocks * geometry.block_halves())
+            .map_err(cuda_error("KV pool allocation"))?;
         let tags = stream.alloc_zeros::<u32>(geometry.total_blocks).map_err(cuda_error("KV tag allocation"))?;
-        Ok(DeviceKv { cuda, geometry, memory: Mutex::new(KvMemory { data, tags }), tenants: TenantTags::default(), poisoned: Mutex::default() })
+        Ok(DeviceKv {
+            cuda,
+            geometry,
+            memory: Mutex::new(KvMemory { data, tags }),
+            tenants: TenantTags::default(),
+            poisoned: Mutex::default(),
+        })
     }
 
     /// The device memory, for one step's kernels; fails if a clear was lost.
@@ -87,7 +95,10 @@ impl DeviceKv {
     fn copy_block(&self, from: BlockId, to: BlockId) -> Result<()> {
         let n = self.geometry.block_halves();
         if from.max(to) >= self.geometry.total_blocks {
-            return Err(Error::Cuda { op: "KV block copy", reason: format!("block {} outside the pool", from.max(to)) });
+            return Err(Error::Cuda {
+                op: "KV block copy",
+                reason: format!("block {} outside the pool", from.max(to)),
+            });
         }
         if from == to {
             return Ok(());
@@ -95,7 +106,11 @@ impl DeviceKv {
         let mut m = self.memory.lock().unwrap_or_else(PoisonError::into_inner);
         // Two disjoint views of the one allocation: split between the blocks.
         let (mut low, mut high) = m.data.split_at_mut(from.max(to) * n);
-        let (src, mut dst) = if from < to { (low.slice(from * n..(from + 1) * n), high.slice_mut(0..n)) } else { (high.slice(0..n), low.slice_mut(to * n..(to + 1) * n)) };
+        let (src, mut dst) = if from < to {
+            (low.slice(from * n..(from + 1) * n), high.slice_mut(0..n))
+        } else {
+            (high.slice(0..n), low.slice_mut(to * n..(to + 1) * n))
+        };
         self.cuda.stream().memcpy_dtod(&src, &mut dst).map_err(cuda_error("KV block copy"))
     }
 }
@@ -138,8 +153,15 @@ mod tests {
     }
 
     /// A pool mirrored on the device, every device block and tag filled with a pattern.
-    fn filled(cuda: &Arc<Cuda>, fault: FaultConfig) -> std::result::Result<(KvPool, Arc<DeviceKv>), Box<dyn std::error::Error>> {
-        let pool = KvPool::new(BlockShape { layers: GEO.layers, block_tokens: GEO.block_tokens, kv_dim: GEO.kv_dim, kv_heads: 1 }, GEO.total_blocks, fault)?;
+    fn filled(
+        cuda: &Arc<Cuda>,
+        fault: FaultConfig,
+    ) -> std::result::Result<(KvPool, Arc<DeviceKv>), Box<dyn std::error::Error>> {
+        let pool = KvPool::new(
+            BlockShape { layers: GEO.layers, block_tokens: GEO.block_tokens, kv_dim: GEO.kv_dim, kv_heads: 1 },
+            GEO.total_blocks,
+            fault,
+        )?;
         let kv = Arc::new(DeviceKv::new(cuda.clone(), GEO)?);
         assert!(pool.attach_mirror(kv.clone()));
         {

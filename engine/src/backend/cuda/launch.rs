@@ -31,18 +31,29 @@ const MATMUL_TILE: usize = 16;
 const SHARED_BYTES: usize = 48 * 1024;
 
 fn u32_of(what: &'static str, v: usize) -> Result<u32> {
-    u32::try_from(v).map_err(|_| Error::Cuda { op: what, reason: format!("{v} does not fit the kernel's 32-bit index") })
+    u32::try_from(v)
+        .map_err(|_| Error::Cuda { op: what, reason: format!("{v} does not fit the kernel's 32-bit index") })
 }
 
 fn need<T>(what: &'static str, len: usize, at_least: usize) -> Result<()> {
     if len < at_least {
-        return Err(Error::Cuda { op: what, reason: format!("buffer of {len} {} holds less than the {at_least} the launch needs", std::any::type_name::<T>()) });
+        return Err(Error::Cuda {
+            op: what,
+            reason: format!(
+                "buffer of {len} {} holds less than the {at_least} the launch needs",
+                std::any::type_name::<T>()
+            ),
+        });
     }
     Ok(())
 }
 
 fn config(grid: (usize, usize), threads: u32) -> Result<LaunchConfig> {
-    Ok(LaunchConfig { grid_dim: (u32_of("grid", grid.0.max(1))?, u32_of("grid", grid.1.max(1))?, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 })
+    Ok(LaunchConfig {
+        grid_dim: (u32_of("grid", grid.0.max(1))?, u32_of("grid", grid.1.max(1))?, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    })
 }
 
 /// A quantized weight matrix on the device: ggml rows back to back.
@@ -65,11 +76,21 @@ pub(crate) struct Output {
 }
 
 /// `out (+)= w · a` for `tokens` rows of q8_1 activations `a` (`[tokens, w.cols / 32]`).
-pub(crate) fn matmul(cuda: &Cuda, w: &DeviceMatrix, a: &CudaSlice<u8>, tokens: usize, out: &mut CudaSlice<f32>, into: Output) -> Result<()> {
+pub(crate) fn matmul(
+    cuda: &Cuda,
+    w: &DeviceMatrix,
+    a: &CudaSlice<u8>,
+    tokens: usize,
+    out: &mut CudaSlice<f32>,
+    into: Output,
+) -> Result<()> {
     need::<u8>("matmul activations", a.len(), tokens * w.cols / 32 * Q8_1_BYTES)?;
     need::<u8>("matmul weights", w.data.len(), w.rows * w.cols / 32 * w.format.block_bytes())?;
     if into.col_offset + w.rows > into.ld {
-        return Err(Error::Cuda { op: "matmul", reason: format!("columns {}..{} outside a row of {}", into.col_offset, into.col_offset + w.rows, into.ld) });
+        return Err(Error::Cuda {
+            op: "matmul",
+            reason: format!("columns {}..{} outside a row of {}", into.col_offset, into.col_offset + w.rows, into.ld),
+        });
     }
     need::<f32>("matmul output", out.len(), tokens * into.ld)?;
     let tile = if tokens == 1 { 1 } else { MATMUL_TILE };
@@ -133,7 +154,15 @@ pub(crate) enum Rows<'a, 'b> {
 
 /// RMSNorm of `rows` of `x`, quantized into consecutive q8_1 rows of `out`; `x` `[_, cols]`,
 /// `out` `[_, cols / 32]` blocks.
-pub(crate) fn rms_norm_q8_1(cuda: &Cuda, x: &CudaSlice<f32>, rows: Rows<'_, '_>, weight: &CudaSlice<f32>, eps: f32, cols: usize, out: &mut CudaSlice<u8>) -> Result<()> {
+pub(crate) fn rms_norm_q8_1(
+    cuda: &Cuda,
+    x: &CudaSlice<f32>,
+    rows: Rows<'_, '_>,
+    weight: &CudaSlice<f32>,
+    eps: f32,
+    cols: usize,
+    out: &mut CudaSlice<u8>,
+) -> Result<()> {
     need::<f32>("rms_norm weight", weight.len(), cols)?;
     if !cols.is_multiple_of(32) {
         return Err(Error::Cuda { op: "rms_norm", reason: format!("{cols} columns, not whole q8_1 blocks") });
@@ -186,7 +215,14 @@ impl Heads {
 
 /// RoPE of the query and key heads of `rows` rows of `qkv` in place, at positions `pos`,
 /// with the `[max_pos, pairs, 2]` angle table.
-pub(crate) fn rope(cuda: &Cuda, qkv: &mut CudaSlice<f32>, table: &CudaSlice<f32>, pos: &CudaView<'_, u32>, heads: Heads, pairs: usize) -> Result<()> {
+pub(crate) fn rope(
+    cuda: &Cuda,
+    qkv: &mut CudaSlice<f32>,
+    table: &CudaSlice<f32>,
+    pos: &CudaView<'_, u32>,
+    heads: Heads,
+    pairs: usize,
+) -> Result<()> {
     let rows = pos.len();
     need::<f32>("rope", qkv.len(), rows * heads.row())?;
     if 2 * pairs > heads.head_dim || !table.len().is_multiple_of(2 * pairs.max(1)) {
@@ -194,7 +230,13 @@ pub(crate) fn rope(cuda: &Cuda, qkv: &mut CudaSlice<f32>, table: &CudaSlice<f32>
     }
     let max_pos = u32_of("max_pos", table.len() / (2 * pairs.max(1)))?;
     let f = cuda.function(&kernels::ROPE, "rope_qk")?;
-    let (stride, nq, nkv, hd, p) = (u32_of("row", heads.row())?, u32_of("heads", heads.n_head)?, u32_of("kv heads", heads.n_head_kv)?, u32_of("head_dim", heads.head_dim)?, u32_of("pairs", pairs)?);
+    let (stride, nq, nkv, hd, p) = (
+        u32_of("row", heads.row())?,
+        u32_of("heads", heads.n_head)?,
+        u32_of("kv heads", heads.n_head_kv)?,
+        u32_of("head_dim", heads.head_dim)?,
+        u32_of("pairs", pairs)?,
+    );
     let cfg = config((rows, 1), THREADS)?;
     let mut b = cuda.stream().launch_builder(&f);
     b.arg(qkv).arg(table).arg(pos).arg(&max_pos).arg(&stride).arg(&nq).arg(&nkv).arg(&hd).arg(&p);
@@ -207,7 +249,13 @@ pub(crate) fn rope(cuda: &Cuda, qkv: &mut CudaSlice<f32>, table: &CudaSlice<f32>
 
 /// `h = silu(gate) * up` for `rows` rows, quantized; `gu` `[rows, 2 n_ff]`, `out` `[rows,
 /// n_ff / 32]` q8_1 blocks.
-pub(crate) fn swiglu_q8_1(cuda: &Cuda, gu: &CudaSlice<f32>, out: &mut CudaSlice<u8>, rows: usize, n_ff: usize) -> Result<()> {
+pub(crate) fn swiglu_q8_1(
+    cuda: &Cuda,
+    gu: &CudaSlice<f32>,
+    out: &mut CudaSlice<u8>,
+    rows: usize,
+    n_ff: usize,
+) -> Result<()> {
     if !n_ff.is_multiple_of(32) {
         return Err(Error::Cuda { op: "swiglu", reason: format!("{n_ff} columns, not whole q8_1 blocks") });
     }
@@ -255,7 +303,12 @@ impl KvGeometry {
     }
 
     fn args(&self) -> Result<[u32; 4]> {
-        Ok([u32_of("layers", self.layers)?, u32_of("block_tokens", self.block_tokens)?, u32_of("kv_dim", self.kv_dim)?, u32_of("blocks", self.total_blocks)?])
+        Ok([
+            u32_of("layers", self.layers)?,
+            u32_of("block_tokens", self.block_tokens)?,
+            u32_of("kv_dim", self.kv_dim)?,
+            u32_of("blocks", self.total_blocks)?,
+        ])
     }
 
     fn check(&self, what: &'static str, kv: &CudaSlice<u16>, step: &KvStep<'_>, status: &CudaSlice<u32>) -> Result<()> {
@@ -273,16 +326,34 @@ pub(crate) const SEQ_FIELDS: usize = 5;
 #[allow(clippy::too_many_arguments)] // one per kernel operand group; a struct would only rename them
 /// Writes this step's (rotated) keys and values of `layer` into the paged cache, each
 /// write checked in the kernel; refusals land in `status` (`[n_seqs, 3]`).
-pub(crate) fn kv_append(cuda: &Cuda, qkv: &CudaSlice<f32>, heads: Heads, kv: &mut CudaSlice<u16>, geo: KvGeometry, step: &KvStep<'_>, status: &mut CudaSlice<u32>, layer: usize) -> Result<()> {
+pub(crate) fn kv_append(
+    cuda: &Cuda,
+    qkv: &CudaSlice<f32>,
+    heads: Heads,
+    kv: &mut CudaSlice<u16>,
+    geo: KvGeometry,
+    step: &KvStep<'_>,
+    status: &mut CudaSlice<u32>,
+    layer: usize,
+) -> Result<()> {
     let rows = step.row_pos.len();
     need::<f32>("kv_append", qkv.len(), rows * heads.row())?;
     geo.check("kv_append", kv, step, status)?;
     let f = cuda.function(&kernels::KV_APPEND, "kv_append")?;
-    let (stride, k_off, l) = (u32_of("row", heads.row())?, u32_of("k_offset", heads.n_head * heads.head_dim)?, u32_of("layer", layer)?);
+    let (stride, k_off, l) =
+        (u32_of("row", heads.row())?, u32_of("k_offset", heads.n_head * heads.head_dim)?, u32_of("layer", layer)?);
     let [layers, bt, kv_dim, total] = geo.args()?;
     let cfg = config((rows, 1), THREADS)?;
     let mut b = cuda.stream().launch_builder(&f);
-    b.arg(qkv).arg(&stride).arg(&k_off).arg(kv).arg(&step.tags).arg(&step.tables).arg(&step.seqs).arg(&step.row_seq).arg(&step.row_pos);
+    b.arg(qkv)
+        .arg(&stride)
+        .arg(&k_off)
+        .arg(kv)
+        .arg(&step.tags)
+        .arg(&step.tables)
+        .arg(&step.seqs)
+        .arg(&step.row_seq)
+        .arg(&step.row_pos);
     b.arg(status).arg(&l).arg(&layers).arg(&bt).arg(&kv_dim).arg(&total);
     // SAFETY: kv_append(const float* qkv, u32 row_stride, u32 k_offset, u16* kv, const u32* tags,
     // const u32* tables, const u32* seqs, const u32* row_seq, const u32* row_pos, u32* status,
@@ -309,7 +380,17 @@ pub(crate) struct AttentionArgs {
 /// Checked paged attention of `rows` query rows of `qkv` into q8_1 blocks `out`
 /// (`[rows, q_dim / 32]`, what the output projection reads).
 #[allow(clippy::too_many_arguments)] // as kv_append
-pub(crate) fn attention(cuda: &Cuda, qkv: &CudaSlice<f32>, out: &mut CudaSlice<u8>, scores: &mut CudaSlice<f32>, kv: &CudaSlice<u16>, geo: KvGeometry, step: &KvStep<'_>, status: &mut CudaSlice<u32>, a: AttentionArgs) -> Result<()> {
+pub(crate) fn attention(
+    cuda: &Cuda,
+    qkv: &CudaSlice<f32>,
+    out: &mut CudaSlice<u8>,
+    scores: &mut CudaSlice<f32>,
+    kv: &CudaSlice<u16>,
+    geo: KvGeometry,
+    step: &KvStep<'_>,
+    status: &mut CudaSlice<u32>,
+    a: AttentionArgs,
+) -> Result<()> {
     let rows = step.row_pos.len();
     let h = a.heads;
     let shape_ok = h.head_dim <= THREADS as usize && h.head_dim.is_multiple_of(32) && geo.kv_dim.is_multiple_of(8);
@@ -344,11 +425,18 @@ pub(crate) fn attention(cuda: &Cuda, qkv: &CudaSlice<f32>, out: &mut CudaSlice<u
 }
 
 /// Zero-fills block `id` of the device pool and clears its tag.
-pub(crate) fn zero_fill(cuda: &Cuda, kv: &mut CudaSlice<u16>, tags: &mut CudaSlice<u32>, geo: KvGeometry, id: usize) -> Result<()> {
+pub(crate) fn zero_fill(
+    cuda: &Cuda,
+    kv: &mut CudaSlice<u16>,
+    tags: &mut CudaSlice<u32>,
+    geo: KvGeometry,
+    id: usize,
+) -> Result<()> {
     need::<u16>("zero_fill", kv.len(), geo.total_blocks * geo.block_halves())?;
     need::<u32>("zero_fill", tags.len(), geo.total_blocks)?;
     let f = cuda.function(&kernels::ZERO_FILL, "zero_fill_block")?;
-    let (id, words, total) = (u32_of("block", id)?, (geo.block_halves() / 2) as u64, u32_of("blocks", geo.total_blocks)?);
+    let (id, words, total) =
+        (u32_of("block", id)?, (geo.block_halves() / 2) as u64, u32_of("blocks", geo.total_blocks)?);
     let cfg = config((64, 1), THREADS)?;
     let mut b = cuda.stream().launch_builder(&f);
     b.arg(kv).arg(tags).arg(&id).arg(&words).arg(&total);
@@ -384,7 +472,15 @@ pub(crate) struct RowStatsOut<'a> {
 /// Per row of `[rows, vocab]` logits: log Z and entropy of the raw row, and the argmax of
 /// the row with its adjustments added, with the raw logit there. `part` is the
 /// `[rows, chunks, PICK_PARTS]` workspace of the first stage.
-pub(crate) fn pick(cuda: &Cuda, logits: &CudaSlice<f32>, rows: usize, vocab: usize, adjust: &Adjustments<'_>, part: &mut CudaSlice<f64>, out: RowStatsOut<'_>) -> Result<()> {
+pub(crate) fn pick(
+    cuda: &Cuda,
+    logits: &CudaSlice<f32>,
+    rows: usize,
+    vocab: usize,
+    adjust: &Adjustments<'_>,
+    part: &mut CudaSlice<f64>,
+    out: RowStatsOut<'_>,
+) -> Result<()> {
     let chunks = vocab.div_ceil(PICK_CHUNK);
     need::<f32>("pick", logits.len(), rows * vocab)?;
     need::<u32>("pick spans", adjust.spans.len(), rows + 1)?;
@@ -393,7 +489,10 @@ pub(crate) fn pick(cuda: &Cuda, logits: &CudaSlice<f32>, rows: usize, vocab: usi
         need::<f32>("pick output", len, rows)?;
     }
     if adjust.ids.len() != adjust.deltas.len() {
-        return Err(Error::Cuda { op: "pick", reason: format!("{} ids but {} deltas", adjust.ids.len(), adjust.deltas.len()) });
+        return Err(Error::Cuda {
+            op: "pick",
+            reason: format!("{} ids but {} deltas", adjust.ids.len(), adjust.deltas.len()),
+        });
     }
     let (v, chunk, n) = (u32_of("vocab", vocab)?, u32_of("chunk", PICK_CHUNK)?, u32_of("chunks", chunks)?);
     let f = cuda.function(&kernels::SAMPLING, "pick_partial")?;
@@ -416,7 +515,15 @@ pub(crate) fn pick(cuda: &Cuda, logits: &CudaSlice<f32>, rows: usize, vocab: usi
 }
 
 /// The `k` (<= 32) largest logits of each of `rows` rows, largest first.
-pub(crate) fn top_k(cuda: &Cuda, logits: &CudaSlice<f32>, rows: usize, vocab: usize, k: usize, ids: &mut CudaSlice<u32>, values: &mut CudaSlice<f32>) -> Result<()> {
+pub(crate) fn top_k(
+    cuda: &Cuda,
+    logits: &CudaSlice<f32>,
+    rows: usize,
+    vocab: usize,
+    k: usize,
+    ids: &mut CudaSlice<u32>,
+    values: &mut CudaSlice<f32>,
+) -> Result<()> {
     if k > 32 {
         return Err(Error::Cuda { op: "top_k", reason: format!("k = {k}, at most 32") });
     }

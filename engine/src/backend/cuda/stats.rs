@@ -32,22 +32,39 @@ impl Cuda {
         let dev = s.clone_htod(logits).map_err(cuda_error("upload"))?;
         let alloc = |n: usize| s.alloc_zeros::<f32>(n.max(1)).map_err(cuda_error("allocation"));
         let (mut log_z, mut entropy) = (alloc(rows)?, alloc(rows)?);
-        let (mut argmax, mut pick_logit) = (s.alloc_zeros::<u32>(rows.max(1)).map_err(cuda_error("allocation"))?, alloc(rows)?);
+        let (mut argmax, mut pick_logit) =
+            (s.alloc_zeros::<u32>(rows.max(1)).map_err(cuda_error("allocation"))?, alloc(rows)?);
         let mut ids = s.alloc_zeros::<u32>((rows * k).max(1)).map_err(cuda_error("allocation"))?;
         let mut values = alloc(rows * k)?;
         // No adjustments: every span empty.
         let spans = s.alloc_zeros::<u32>(rows + 1).map_err(cuda_error("allocation"))?;
         let (none_ids, none_deltas) = (s.alloc_zeros::<u32>(1).map_err(cuda_error("allocation"))?, alloc(1)?);
-        let adjust = launch::Adjustments { spans: spans.as_view(), ids: none_ids.as_view(), deltas: none_deltas.as_view() };
-        let mut part = s.alloc_zeros::<f64>(rows * vocab.div_ceil(launch::PICK_CHUNK) * launch::PICK_PARTS).map_err(cuda_error("allocation"))?;
-        let out = launch::RowStatsOut { log_z: &mut log_z, entropy: &mut entropy, argmax: &mut argmax, pick_logit: &mut pick_logit };
+        let adjust =
+            launch::Adjustments { spans: spans.as_view(), ids: none_ids.as_view(), deltas: none_deltas.as_view() };
+        let mut part = s
+            .alloc_zeros::<f64>(rows * vocab.div_ceil(launch::PICK_CHUNK) * launch::PICK_PARTS)
+            .map_err(cuda_error("allocation"))?;
+        let out = launch::RowStatsOut {
+            log_z: &mut log_z,
+            entropy: &mut entropy,
+            argmax: &mut argmax,
+            pick_logit: &mut pick_logit,
+        };
         launch::pick(self, &dev, rows, vocab, &adjust, &mut part, out)?;
         launch::top_k(self, &dev, rows, vocab, k, &mut ids, &mut values)?;
         let get = |x| s.clone_dtoh(x).map_err(cuda_error("download"));
         let (log_z, entropy, values) = (get(&log_z)?, get(&entropy)?, get(&values)?);
-        let (argmax, ids) = (s.clone_dtoh(&argmax).map_err(cuda_error("download"))?, s.clone_dtoh(&ids).map_err(cuda_error("download"))?);
+        let (argmax, ids) = (
+            s.clone_dtoh(&argmax).map_err(cuda_error("download"))?,
+            s.clone_dtoh(&ids).map_err(cuda_error("download"))?,
+        );
         Ok((0..rows)
-            .map(|r| RowStats { log_z: log_z[r], entropy: entropy[r], argmax: argmax[r], top: (0..k).map(|j| (ids[r * k + j], values[r * k + j])).collect() })
+            .map(|r| RowStats {
+                log_z: log_z[r],
+                entropy: entropy[r],
+                argmax: argmax[r],
+                top: (0..k).map(|j| (ids[r * k + j], values[r * k + j])).collect(),
+            })
             .collect())
     }
 }

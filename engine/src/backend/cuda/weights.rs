@@ -56,7 +56,9 @@ pub fn lacks(model: &Llama) -> Option<String> {
     }
     let layers = model.layers.iter().flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down]);
     let mut matrices = layers.chain([&model.embed]).chain(model.output.as_ref());
-    matrices.find(|m| !matches!(m.format, Format::Q4_1 | Format::Q8_0)).map(|m| format!("{:?} weights ({})", m.format, m.name))
+    matrices
+        .find(|m| !matches!(m.format, Format::Q4_1 | Format::Q8_0))
+        .map(|m| format!("{:?} weights ({})", m.format, m.name))
 }
 
 impl DeviceWeights {
@@ -134,7 +136,10 @@ fn bytes<'f>(file: &'f GgufFile, w: &Matrix) -> Result<&'f [u8]> {
     let t = file.tensor(&w.name)?;
     let expected = w.format.row_bytes(w.cols).map(|b| b * w.rows);
     if expected != Some(t.data.len()) {
-        return Err(Error::Shape { tensor: w.name.clone(), reason: format!("{} bytes in the file, {expected:?} expected", t.data.len()) });
+        return Err(Error::Shape {
+            tensor: w.name.clone(),
+            reason: format!("{} bytes in the file, {expected:?} expected", t.data.len()),
+        });
     }
     Ok(t.data)
 }

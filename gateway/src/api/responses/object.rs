@@ -208,7 +208,9 @@ impl ResponseObject {
                 // continuing from it would send a call without its answer.
                 OutputItem::FunctionCall { status, .. } if *status != ItemStatus::Completed => {}
                 OutputItem::FunctionCall { call_id, name, arguments, .. } => {
-                    calls.push(json!({"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}));
+                    calls.push(
+                        json!({"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}),
+                    );
                 }
             }
         }
@@ -252,16 +254,35 @@ mod tests {
     }
 
     fn call(call_id: &str, status: ItemStatus) -> OutputItem {
-        OutputItem::FunctionCall { id: item_id("fc"), call_id: call_id.into(), name: "f".into(), arguments: "{}".into(), status }
+        OutputItem::FunctionCall {
+            id: item_id("fc"),
+            call_id: call_id.into(),
+            name: "f".into(),
+            arguments: "{}".into(),
+            status,
+        }
     }
 
     #[test]
     fn the_stored_turn_holds_the_text_and_the_finished_calls_only() {
         let mut r = started();
         let text = OutputContent::OutputText { text: "Hi".into(), annotations: Vec::new(), logprobs: Vec::new() };
-        let message = OutputItem::Message { id: item_id("msg"), status: ItemStatus::Completed, role: "assistant", content: vec![text] };
-        r.finish(vec![message, call("call_1", ItemStatus::Completed), call("call_2", ItemStatus::Incomplete)], Some("length"), None, 2);
-        assert_eq!((r.status, r.incomplete_details.as_ref().map(|i| i.reason)), (Status::Incomplete, Some("max_output_tokens")));
+        let message = OutputItem::Message {
+            id: item_id("msg"),
+            status: ItemStatus::Completed,
+            role: "assistant",
+            content: vec![text],
+        };
+        r.finish(
+            vec![message, call("call_1", ItemStatus::Completed), call("call_2", ItemStatus::Incomplete)],
+            Some("length"),
+            None,
+            2,
+        );
+        assert_eq!(
+            (r.status, r.incomplete_details.as_ref().map(|i| i.reason)),
+            (Status::Incomplete, Some("max_output_tokens"))
+        );
         let turn = r.assistant_turn();
         assert_eq!(turn["content"], "Hi");
         assert_eq!(turn["tool_calls"].as_array().map(Vec::len), Some(1), "the cut-off call is left out: {turn:?}");

@@ -94,7 +94,8 @@ impl ResponsesRequest {
         }
         refuse_unsupported(&raw)?;
         let get = |key: &str| raw.get(key).filter(|v| !v.is_null());
-        let model = string(get("model"), "model")?.ok_or_else(|| ApiError::param("model", "you must provide a model parameter"))?;
+        let model = string(get("model"), "model")?
+            .ok_or_else(|| ApiError::param("model", "you must provide a model parameter"))?;
         let stream = boolean(get("stream"), "stream")?.unwrap_or(false);
         if get("stream_options").is_some() && !stream {
             return Err(ApiError::param("stream_options", "stream_options is only allowed when stream is true"));
@@ -103,7 +104,10 @@ impl ResponsesRequest {
         let previous_response_id = string(get("previous_response_id"), "previous_response_id")?;
         if let Some(id) = &previous_response_id {
             if !is_response_id(id) {
-                return Err(ApiError::param("previous_response_id", format!("Invalid 'previous_response_id': {id:?} is not a response id.")));
+                return Err(ApiError::param(
+                    "previous_response_id",
+                    format!("Invalid 'previous_response_id': {id:?} is not a response id."),
+                ));
             }
         }
         let instructions = string(get("instructions"), "instructions")?;
@@ -113,18 +117,30 @@ impl ResponsesRequest {
         let (tool_choice, chat_tool_choice) = parse_tool_choice(get("tool_choice"), &tools)?;
         let (text, response_format) = parse_text(get("text"))?;
         let include = parse_include(get("include"))?;
-        let top_logprobs = get("top_logprobs").map(|v| v.as_u64().filter(|k| *k <= 20).ok_or_else(|| range("top_logprobs", "an integer between 0 and 20"))).transpose()?;
-        let max_output_tokens = get("max_output_tokens").map(|v| v.as_u64().filter(|n| *n >= 1).ok_or_else(|| range("max_output_tokens", "an integer of at least 1"))).transpose()?;
+        let top_logprobs = get("top_logprobs")
+            .map(|v| {
+                v.as_u64().filter(|k| *k <= 20).ok_or_else(|| range("top_logprobs", "an integer between 0 and 20"))
+            })
+            .transpose()?;
+        let max_output_tokens = get("max_output_tokens")
+            .map(|v| {
+                v.as_u64().filter(|n| *n >= 1).ok_or_else(|| range("max_output_tokens", "an integer of at least 1"))
+            })
+            .transpose()?;
         let safety_identifier = string(get("safety_identifier"), "safety_identifier")?;
         let user = string(get("user"), "user")?;
         let parallel_tool_calls = boolean(get("parallel_tool_calls"), "parallel_tool_calls")?.unwrap_or(true);
-        let temperature = get("temperature").map(|v| v.as_f64().ok_or_else(|| range("temperature", "a number"))).transpose()?;
+        let temperature =
+            get("temperature").map(|v| v.as_f64().ok_or_else(|| range("temperature", "a number"))).transpose()?;
         let top_p = get("top_p").map(|v| v.as_f64().ok_or_else(|| range("top_p", "a number"))).transpose()?;
         for key in ["service_tier", "prompt_cache_key"] {
             string(get(key), key)?;
         }
         if get("max_tool_calls").is_some() {
-            return Err(ApiError::param("max_tool_calls", "max_tool_calls is not supported: use tool_choice and parallel_tool_calls"));
+            return Err(ApiError::param(
+                "max_tool_calls",
+                "max_tool_calls is not supported: use tool_choice and parallel_tool_calls",
+            ));
         }
 
         // The chat body, `messages` excepted (they depend on the stored conversation).
@@ -193,7 +209,8 @@ impl ResponsesRequest {
         messages.extend(self.input.iter().cloned().map(Value::Object));
         let mut body = self.chat.clone();
         body.insert("messages".into(), Value::Array(messages));
-        let bytes = serde_json::to_vec(&body).map_err(|e| ApiError::Internal(format!("translating the request: {e}")))?;
+        let bytes =
+            serde_json::to_vec(&body).map_err(|e| ApiError::Internal(format!("translating the request: {e}")))?;
         ChatRequest::parse(&bytes).map_err(|e| self.rename(e, history.len()))
     }
 
@@ -207,9 +224,10 @@ impl ResponsesRequest {
                 let message = if param.is_empty() { message } else { message.replace(&param, &renamed) };
                 ApiError::InvalidParam { param: renamed, message }
             }
-            ApiError::ContextLengthExceeded { message, param } => {
-                ApiError::ContextLengthExceeded { message: message.replace("your messages use", "your input uses"), param: self.param_name(&param, history) }
-            }
+            ApiError::ContextLengthExceeded { message, param } => ApiError::ContextLengthExceeded {
+                message: message.replace("your messages use", "your input uses"),
+                param: self.param_name(&param, history),
+            },
             other => other,
         }
     }
@@ -259,20 +277,30 @@ pub fn is_response_id(id: &str) -> bool {
 fn refuse_unsupported(raw: &Map<String, Value>) -> Result<(), ApiError> {
     let get = |key: &str| raw.get(key).filter(|v| !v.is_null());
     if boolean(get("background"), "background")? == Some(true) {
-        return Err(ApiError::param("background", "background responses are not supported: stream the response instead"));
+        return Err(ApiError::param(
+            "background",
+            "background responses are not supported: stream the response instead",
+        ));
     }
     match get("truncation") {
         None => {}
         Some(Value::String(t)) if t == "disabled" => {}
         Some(Value::String(t)) if t == "auto" => {
-            return Err(ApiError::param("truncation", "truncation 'auto' is not supported: a conversation longer than the model's context is refused"))
+            return Err(ApiError::param(
+                "truncation",
+                "truncation 'auto' is not supported: a conversation longer than the model's context is refused",
+            ))
         }
-        Some(_) => return Err(ApiError::param("truncation", "Invalid value for 'truncation': expected 'auto' or 'disabled'.")),
+        Some(_) => {
+            return Err(ApiError::param("truncation", "Invalid value for 'truncation': expected 'auto' or 'disabled'."))
+        }
     }
     match get("reasoning") {
         None => {}
         Some(Value::Object(r)) if r.values().all(Value::is_null) => {}
-        Some(Value::Object(_)) => return Err(ApiError::param("reasoning", "reasoning options are not supported by this gateway's models")),
+        Some(Value::Object(_)) => {
+            return Err(ApiError::param("reasoning", "reasoning options are not supported by this gateway's models"))
+        }
         Some(_) => return Err(type_error("reasoning", "an object")),
     }
     if let Some(options) = get("stream_options") {
@@ -289,7 +317,9 @@ type Messages = Vec<Map<String, Value>>;
 fn parse_input(value: Option<&Value>) -> Result<(Messages, Vec<String>), ApiError> {
     let items = match value {
         None => return Err(ApiError::param("input", "you must provide an input parameter")),
-        Some(Value::String(text)) => return Ok((vec![message("user", Value::String(text.clone()))], vec!["input".to_owned()])),
+        Some(Value::String(text)) => {
+            return Ok((vec![message("user", Value::String(text.clone()))], vec!["input".to_owned()]))
+        }
         Some(Value::Array(items)) => items,
         Some(_) => return Err(type_error("input", "a string or an array of input items")),
     };
@@ -377,7 +407,9 @@ fn parse_content(i: usize, role: &str, content: Option<&Value>) -> Result<(Value
     let parts = match content {
         Some(Value::String(text)) => return Ok((Value::String(text.clone()), None)),
         Some(Value::Array(parts)) => parts,
-        None | Some(Value::Null) => return Err(ApiError::param(format!("input[{i}].content"), format!("input[{i}].content is required"))),
+        None | Some(Value::Null) => {
+            return Err(ApiError::param(format!("input[{i}].content"), format!("input[{i}].content is required")))
+        }
         Some(_) => return Err(type_error(&format!("input[{i}].content"), "a string or an array of content parts")),
     };
     let mut chat_parts = Vec::with_capacity(parts.len());
@@ -387,22 +419,35 @@ fn parse_content(i: usize, role: &str, content: Option<&Value>) -> Result<(Value
         let kind = part.get("type").and_then(Value::as_str).unwrap_or_default();
         match kind {
             "input_text" | "output_text" | "text" => {
-                let text = part.get("text").and_then(Value::as_str).ok_or_else(|| ApiError::param(format!("{at}.text"), format!("{at}.text must be a string")))?;
+                let text = part
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| ApiError::param(format!("{at}.text"), format!("{at}.text must be a string")))?;
                 chat_parts.push(json!({"type": "text", "text": text}));
             }
             "refusal" => {
-                let text = part.get("refusal").and_then(Value::as_str).ok_or_else(|| ApiError::param(format!("{at}.refusal"), format!("{at}.refusal must be a string")))?;
+                let text = part.get("refusal").and_then(Value::as_str).ok_or_else(|| {
+                    ApiError::param(format!("{at}.refusal"), format!("{at}.refusal must be a string"))
+                })?;
                 refusal.get_or_insert_with(String::new).push_str(text);
             }
             "input_image" if role != "assistant" => {
                 let url = part.get("image_url").and_then(Value::as_str).ok_or_else(|| {
-                    ApiError::param(format!("{at}.image_url"), "images are taken by URL (image_url); file ids are not supported")
+                    ApiError::param(
+                        format!("{at}.image_url"),
+                        "images are taken by URL (image_url); file ids are not supported",
+                    )
                 })?;
                 let detail = part.get("detail").and_then(Value::as_str).unwrap_or("auto");
                 chat_parts.push(json!({"type": "image_url", "image_url": {"url": url, "detail": detail}}));
             }
             "" => return Err(ApiError::param(format!("{at}.type"), "each content part needs a string `type`")),
-            other => return Err(ApiError::param(format!("{at}.type"), format!("content parts of type '{other}' are not supported here"))),
+            other => {
+                return Err(ApiError::param(
+                    format!("{at}.type"),
+                    format!("content parts of type '{other}' are not supported here"),
+                ))
+            }
         }
     }
     let all_text = chat_parts.iter().all(|p| p["type"] == "text");
@@ -447,7 +492,10 @@ fn parse_metadata(value: Option<&Value>) -> Result<Map<String, Value>, ApiError>
     for (key, v) in map {
         let ok = key.chars().count() <= 64 && v.as_str().is_some_and(|s| s.chars().count() <= 512);
         if !ok {
-            return Err(ApiError::param(format!("metadata.{key}"), "metadata keys are at most 64 characters and values strings of at most 512"));
+            return Err(ApiError::param(
+                format!("metadata.{key}"),
+                "metadata keys are at most 64 characters and values strings of at most 512",
+            ));
         }
     }
     Ok(map.clone())
@@ -465,7 +513,10 @@ fn parse_tools(value: Option<&Value>) -> Result<(Vec<Value>, Option<Value>), Api
         match tool.get("type").and_then(Value::as_str) {
             Some("function") => {}
             Some(other) => {
-                return Err(ApiError::param(format!("tools[{i}].type"), format!("tools of type '{other}' are not supported: only function tools")))
+                return Err(ApiError::param(
+                    format!("tools[{i}].type"),
+                    format!("tools of type '{other}' are not supported: only function tools"),
+                ))
             }
             None => return Err(ApiError::param(format!("tools[{i}].type"), format!("tools[{i}].type is required"))),
         }
@@ -489,14 +540,23 @@ fn parse_tool_choice(value: Option<&Value>, tools: &[Value]) -> Result<(Value, O
         Value::String(_) => choice.clone(),
         Value::Object(o) => match o.get("type").and_then(Value::as_str) {
             Some("function") => {
-                let name = o.get("name").and_then(Value::as_str).ok_or_else(|| ApiError::param("tool_choice.name", "a function tool_choice needs name"))?;
+                let name = o
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| ApiError::param("tool_choice.name", "a function tool_choice needs name"))?;
                 if !tools.iter().any(|t| t.get("name").and_then(Value::as_str) == Some(name)) {
-                    return Err(ApiError::param("tool_choice.name", format!("tool_choice names '{name}', which is not in tools")));
+                    return Err(ApiError::param(
+                        "tool_choice.name",
+                        format!("tool_choice names '{name}', which is not in tools"),
+                    ));
                 }
                 json!({"type": "function", "function": {"name": name}})
             }
             Some(other) => {
-                return Err(ApiError::param("tool_choice.type", format!("tool_choice of type '{other}' is not supported: use none, auto, required or a function")))
+                return Err(ApiError::param(
+                    "tool_choice.type",
+                    format!("tool_choice of type '{other}' is not supported: use none, auto, required or a function"),
+                ))
             }
             None => return Err(ApiError::param("tool_choice.type", "tool_choice.type is required")),
         },
@@ -536,7 +596,9 @@ fn parse_text(value: Option<&Value>) -> Result<(Value, Option<Value>), ApiError>
             }
             json!({"type": "json_schema", "json_schema": spec})
         }
-        Some(other) => return Err(ApiError::param("text.format.type", format!("text.format of type '{other}' is not supported"))),
+        Some(other) => {
+            return Err(ApiError::param("text.format.type", format!("text.format of type '{other}' is not supported")))
+        }
         None => return Err(ApiError::param("text.format.type", "text.format.type is required")),
     };
     let mut echo = Map::new();
@@ -602,10 +664,14 @@ mod tests {
 
     #[test]
     fn a_string_input_is_one_user_turn_and_instructions_lead() {
-        let r = parse(json!({"model": "m", "input": "hi", "instructions": "be brief", "max_output_tokens": 20})).unwrap();
+        let r =
+            parse(json!({"model": "m", "input": "hi", "instructions": "be brief", "max_output_tokens": 20})).unwrap();
         let chat = r.chat_request(&[]).unwrap();
         assert_eq!(chat.messages.len(), 2);
-        assert_eq!((chat.messages[0]["role"].as_str(), chat.messages[0]["content"].as_str()), (Some("system"), Some("be brief")));
+        assert_eq!(
+            (chat.messages[0]["role"].as_str(), chat.messages[0]["content"].as_str()),
+            (Some("system"), Some("be brief"))
+        );
         assert_eq!(chat.messages[1]["content"], "hi");
         assert_eq!(chat.max_tokens, Some(20));
         assert!(r.store && !r.stream);
@@ -629,7 +695,10 @@ mod tests {
         assert_eq!(chat.messages[0]["content"], "weather in Oslo?");
         assert_eq!(chat.messages[1]["content"], "Checking.");
         assert_eq!(chat.messages[1]["tool_calls"][1]["function"]["name"], "time");
-        assert_eq!((chat.messages[3]["tool_call_id"].as_str(), chat.messages[3]["content"].as_str()), (Some("call_b"), Some("noon")));
+        assert_eq!(
+            (chat.messages[3]["tool_call_id"].as_str(), chat.messages[3]["content"].as_str()),
+            (Some("call_b"), Some("noon"))
+        );
     }
 
     #[test]
@@ -647,7 +716,9 @@ mod tests {
         let chat = r.chat_request(&[]).unwrap();
         assert_eq!(chat.tool_choice, crate::api::ToolChoice::Function("weather".into()));
         assert!(!chat.parallel_tool_calls);
-        assert!(matches!(chat.response_format, crate::api::ResponseFormat::JsonSchema { ref name, strict: true, .. } if name == "out"));
+        assert!(
+            matches!(chat.response_format, crate::api::ResponseFormat::JsonSchema { ref name, strict: true, .. } if name == "out")
+        );
         assert_eq!((chat.logprobs, chat.top_logprobs), (true, 2));
         assert_eq!(r.echo.tools[0]["name"], "weather");
         assert_eq!(r.echo.metadata["run"], "7");
@@ -676,7 +747,10 @@ mod tests {
             (with("input", json!(5)), "input"),
             (with("input", json!([])), "input"),
             (with("input", json!([{"role": "robot", "content": "x"}])), "input[0].role"),
-            (with("input", json!([{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}])), "input[0].content[0].type"),
+            (
+                with("input", json!([{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}])),
+                "input[0].content[0].type",
+            ),
             (with("input", json!([{"type": "function_call", "name": "f", "arguments": "{}"}])), "input[0].call_id"),
             (with("input", json!([{"type": "function_call_output", "call_id": "c", "output": 3}])), "input[0].output"),
             (with("input", json!([{"type": "item_reference", "id": "x"}])), "input[0].type"),
