@@ -97,6 +97,25 @@ fn map_file(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
 }
 
 impl GgufFile {
+    /// Lets the kernel take back this process's pages of `bytes` (a part of this file's
+    /// mapping, such as a tensor's data once it has been packed elsewhere): they stay in the
+    /// page cache and come back on the next read, so only the resident set changes. Loading
+    /// a model then never holds the whole file and its packed copy at once. Does nothing
+    /// for an owned buffer or for bytes outside the mapping.
+    pub fn release(&self, bytes: &[u8]) {
+        let Storage::Mapped(map) = &self.storage else { return };
+        let Some(offset) = (bytes.as_ptr() as usize).checked_sub(map.as_ptr() as usize) else { return };
+        if bytes.is_empty() || offset.checked_add(bytes.len()).is_none_or(|end| end > map.len()) {
+            return;
+        }
+        #[allow(unsafe_code)]
+        // SAFETY: the mapping is a private, read-only mapping of a file that is never written
+        // in place (see `map_file`), so dropping its pages changes no byte a later read sees:
+        // that read faults the same file contents back in. (memmap2 widens the range to whole
+        // pages; a neighbour's page is then read back in the same way.)
+        let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, bytes.len()) };
+    }
+
     /// Opens and validates the GGUF file at `path`, mapping it into memory.
     pub fn open(path: &Path) -> Result<GgufFile> {
         let io_err = |source| Error::Io { path: path.to_path_buf(), source };

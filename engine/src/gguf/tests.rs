@@ -164,6 +164,26 @@ fn opens_from_disk_and_maps() {
 }
 
 #[test]
+fn released_tensor_bytes_read_back_unchanged() {
+    // A tensor over many pages, after the small ones, so that its first and last pages are
+    // shared with its neighbours.
+    let big: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let bytes = tiny().tensor("big", &[50_000], GgmlType::F32, big.clone()).build();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.gguf");
+    std::fs::write(&path, &bytes).unwrap();
+    let norm: Vec<u8> = (0u8..16).collect();
+    for f in [GgufFile::open(&path).unwrap(), GgufFile::from_bytes(bytes).unwrap()] {
+        f.release(f.tensor("big").unwrap().data);
+        f.release(&f.tensor("big").unwrap().data[1000..5000]);
+        f.release(&big);
+        f.release(&[]);
+        assert_eq!(f.tensor("big").unwrap().data, &big[..]);
+        assert_eq!(f.tensor("norm").unwrap().data, &norm[..]);
+    }
+}
+
+#[test]
 fn every_truncation_is_an_error() {
     let bytes = tiny().build();
     for len in 0..bytes.len() {

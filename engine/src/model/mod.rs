@@ -95,7 +95,7 @@ impl Llama {
         names.push(("token_embd.weight".into(), c.vocab, c.n_embd));
         let sources =
             names.iter().map(|(name, rows, cols)| source(file, name, *rows, *cols)).collect::<Result<Vec<_>>>()?;
-        let mut matrices = Matrix::load_all(&sources)?.into_iter();
+        let mut matrices = Matrix::load_all(&sources, |bytes| file.release(bytes))?.into_iter();
         let mut take = || {
             matrices.next().ok_or_else(|| Error::Shape {
                 tensor: "model".into(),

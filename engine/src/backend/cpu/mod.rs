@@ -92,20 +92,26 @@ impl Matrix {
     /// The matrices of `sources`, checked as [`new`](Self::new) checks them, the quantized
     /// ones packed side by side in one mapping in huge pages (see `weight_arena`), in the
     /// order given: the order the forward pass reads them keeps its reads sequential.
-    pub fn load_all(sources: &[MatrixSource<'_>]) -> Result<Vec<Matrix>> {
+    /// `release` is told of each source's bytes once they have been read, checked or packed
+    /// (`GgufFile::release`), so that a model's file and its packed copy are not resident
+    /// together.
+    pub fn load_all(sources: &[MatrixSource<'_>], release: impl Fn(&[u8])) -> Result<Vec<Matrix>> {
         let row_bytes = sources
             .iter()
             .map(|s| checked_row_bytes(&s.name, s.format, s.rows, s.cols, s.ggml.len()))
             .collect::<Result<Vec<_>>>()?;
         for s in sources {
             check_scales(&s.name, s.format, s.ggml)?;
+            if kquant::is_k(s.format) {
+                release(s.ggml);
+            }
         }
         let sizes: Vec<usize> =
             sources.iter().map(|s| Packed::packed_bytes(s.format, s.rows, s.cols).unwrap_or(0)).collect();
         let regions = weight_arena::lay_out(&sizes, |i, out| {
+            // Floats have no part (and are kept as rows below).
             if let Some(s) = sources.get(i) {
-                // Floats have no part (and are kept as rows below).
-                let _ = Packed::pack_into(s.format, s.rows, s.cols, s.ggml, out);
+                pack_in_bands(s, out, &release);
             }
         })
         .map_err(|source| Error::Memory { what: "the model's weights", bytes: sizes.iter().sum(), source })?;
@@ -189,6 +195,27 @@ fn checked_row_bytes(name: &str, format: Format, rows: usize, cols: usize, len: 
 /// Refuses a K-quant matrix with a superblock scale too large for the packed records'
 /// f16 scales (see `packed.rs`): no real model comes near, a crafted file would compute
 /// infinities.
+/// Packs `s` into `out` (its whole part, see `Packed::pack_into`) a band of rows at a time,
+/// telling `release` of each band's source bytes once packed, so that even one large
+/// tensor (a 262k-token embedding) never has its file pages resident all at once.
+fn pack_in_bands(s: &MatrixSource<'_>, out: &mut [u8], release: &impl Fn(&[u8])) {
+    /// Rows per band: whole groups, about a megabyte of a wide matrix.
+    const BAND_ROWS: usize = 64 * GROUP;
+    let (Some(row_bytes), Some(scheme)) = (s.format.row_bytes(s.cols), Scheme::of(s.format)) else { return };
+    if row_bytes == 0 {
+        return;
+    }
+    let group_bytes = (s.cols / QK) * scheme.record_bytes();
+    for (band, ggml) in s.ggml.chunks(BAND_ROWS * row_bytes).enumerate() {
+        let rows = ggml.len() / row_bytes;
+        let at = band * (BAND_ROWS / GROUP) * group_bytes;
+        let part = out.get_mut(at..at + rows.div_ceil(GROUP) * group_bytes);
+        if part.is_some_and(|part| Packed::pack_into(s.format, rows, s.cols, ggml, part).is_some()) {
+            release(ggml);
+        }
+    }
+}
+
 fn check_scales(name: &str, format: Format, ggml: &[u8]) -> Result<()> {
     if !kquant::is_k(format) {
         return Ok(());
@@ -670,6 +697,34 @@ mod tests {
 
     fn matrix(format: Format, rows: usize, cols: usize) -> Result<Matrix> {
         Matrix::new("w", format, rows, cols, ggml(format, rows, cols))
+    }
+
+    #[test]
+    fn load_all_packs_a_large_matrix_band_by_band_as_one_and_releases_every_source_byte() -> TestResult {
+        // Three bands, the last one ending inside a group.
+        let rows = 2 * 64 * GROUP + 3 * GROUP + 5;
+        for format in [Format::Q4_1, Format::Q8_0, Format::Q6_K] {
+            let cols = cols_for(format, 64);
+            let data = ggml(format, rows, cols);
+            let released = std::cell::RefCell::new(Vec::new());
+            let source = MatrixSource { name: "w".into(), format, rows, cols, ggml: &data };
+            let banded = Matrix::load_all(&[source], |b: &[u8]| released.borrow_mut().push(b.as_ptr_range()))?;
+            let (Storage::Packed(whole), [Matrix { storage: Storage::Packed(banded), .. }]) =
+                (matrix(format, rows, cols)?.storage, &banded[..])
+            else {
+                return Err("not packed".into());
+            };
+            for g in 0..whole.groups() {
+                assert_eq!(whole.group(g), banded.group(g), "{format:?} group {g}");
+            }
+            // Every byte of the source was handed back, band after band.
+            let mut spans = released.into_inner();
+            spans.sort_by_key(|r| r.start);
+            let covered =
+                spans.iter().try_fold(data.as_ptr_range().start, |at, r| (r.start <= at).then_some(r.end.max(at)));
+            assert_eq!(covered, Some(data.as_ptr_range().end), "{format:?}");
+        }
+        Ok(())
     }
 
     #[test]
