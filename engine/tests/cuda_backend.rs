@@ -53,7 +53,7 @@ fn engines() -> Result<&'static (Engine, Engine), String> {
 }
 
 fn cases() -> Result<Vec<Value>, serde_json::Error> {
-    let doc: Value = serde_json::from_str(include_str!("../../tests/fixtures/model_reference.json"))?;
+    let doc: Value = serde_json::from_str(include_str!("fixtures/model_reference.json"))?;
     Ok(doc["cases"].as_array().cloned().unwrap_or_default())
 }
 

@@ -45,7 +45,7 @@ fn engine() -> &'static Engine {
 }
 
 fn cases() -> Vec<Value> {
-    let text = include_str!("../../tests/fixtures/model_reference.json");
+    let text = include_str!("fixtures/model_reference.json");
     let doc: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("fixture: {e}"));
     doc["cases"].as_array().cloned().unwrap_or_default()
 }

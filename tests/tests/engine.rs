@@ -41,7 +41,7 @@ async fn complete(gw: &TestGateway, body: Value) -> reqwest::Response {
 }
 
 fn fixture() -> Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/model_reference.json");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../engine/tests/fixtures/model_reference.json");
     serde_json::from_str(&std::fs::read_to_string(path).expect("fixture exists")).expect("fixture is JSON")
 }
 

@@ -204,7 +204,7 @@ mod tests {
 
     #[test]
     fn smollm2_renders_like_jinja2() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/tokenizer_chat_template.json");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tokenizer_chat_template.json");
         let fixture: Fixture = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         let template = smollm2();
         for case in &fixture.cases {

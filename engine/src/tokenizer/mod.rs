@@ -467,7 +467,7 @@ mod tests {
 
     #[test]
     fn ids_match_llama_cpp_on_the_corpus() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/tokenizer_corpus.json");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tokenizer_corpus.json");
         let corpus: Corpus = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         let tk = tokenizer();
         assert_eq!(tk.vocab_size(), corpus.vocab_size);
