@@ -24,7 +24,8 @@
 //! out += &s.finish().release;
 //! assert_eq!(out, "Hello, world");
 //! ```
-// `unsafe` is allowed in one place: the AVX2 twin of the keyword filter (`keywords::avx2`).
+// `unsafe` is allowed in two places: the AVX2 and AVX-512 keyword filter loops (`keywords::x86`)
+// and the wide check for text the canonical view may change (`canon::wide`).
 #![deny(unsafe_code)]
 
 mod canon;

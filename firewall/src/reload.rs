@@ -1,4 +1,8 @@
-//! Hot reload: the gateway watches the rules folder and calls [`ReloadableRuleset::reload`].
+//! Hot reload: the running ruleset, swapped whole for a new one. The gateway compiles its
+//! rule files together with its canaries (`AppState::reload_rules` in the gateway's
+//! `state.rs`, called by its folder watch and admin API) and hands the result to
+//! [`ReloadableRuleset::swap`]; [`ReloadableRuleset::reload`] loads a folder alone, for a
+//! library user without canaries.
 //!
 //! Invariants: readers always get a complete, validated ruleset (`Arc` swap under a
 //! `RwLock`; the lock is held only to clone or replace the `Arc`, never while compiling);

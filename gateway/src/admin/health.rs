@@ -1,7 +1,7 @@
 //! The health page (`/admin/health`): the backends, the store (memory or Redis, degraded
-//! or not), audit evictions, the provenance index, the rules, and a section for the engine's KV pool that
-//! shows what the engine exposes to the gateway today (which models it serves and whether
-//! they are loaded).
+//! or not), audit evictions, the provenance index, the rules, and the KV pool of each model
+//! the engine serves (blocks used, free and held by the prefix cache, zero-fills, prefix
+//! hits, isolation violations), or that it is not loaded yet.
 
 use std::fmt::Write as _;
 use std::sync::Arc;

@@ -1,5 +1,7 @@
-//! The OpenAI wire format: what clients send ([`request`]) and what the gateway answers
-//! ([`response`]). No behaviour lives here beyond parsing and validation.
+//! The OpenAI wire formats: chat completions, what clients send ([`request`]) and what the
+//! gateway answers ([`response`]), and the Responses API ([`responses`]: its requests
+//! validated and translated into the chat request both backends serve). No behaviour lives
+//! here beyond parsing, validation and that translation.
 
 pub mod request;
 pub mod response;

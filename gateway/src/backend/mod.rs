@@ -1,7 +1,8 @@
 //! Backends produce completions as one normalised event stream, whatever their wire:
 //! [`BackendEvent`]s per choice (text and tool-call fragments, finish reasons, usage).
-//! The relay consumes that stream — and the firewall will sit between the two — so
-//! streaming and non-streaming clients, engine and upstream, share one path.
+//! The response guard (`response_guard`) sits between this stream and the relay: every
+//! field passes the firewall before the relay may write it, so streaming and
+//! non-streaming clients, engine and upstream, share one path.
 
 pub mod engine;
 pub mod engine_loop;
@@ -76,7 +77,9 @@ pub type EventStream = Pin<Box<dyn Stream<Item = Result<BackendEvent, ApiError>>
 
 /// What a backend hands the relay once the completion has started.
 pub struct BackendResponse {
-    /// Upstream's `system_fingerprint`, passed through when present.
+    /// A non-streamed upstream answer's `system_fingerprint` (`None` from the engine and from
+    /// streams); the response guard lets the client see it only in a strict `fp_…` format
+    /// that no rule objects to (`response_guard::fields`).
     pub system_fingerprint: Option<String>,
     pub events: EventStream,
 }
