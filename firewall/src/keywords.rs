@@ -440,7 +440,7 @@ mod x86 {
     }
 
     static BEST: std::sync::LazyLock<Simd> =
-        std::sync::LazyLock::new(|| capped(widest(), std::env::var("CROSSGUARD_FIREWALL_SIMD").ok().as_deref()));
+        std::sync::LazyLock::new(|| capped(widest(), std::env::var(crate::SIMD_ENV).ok().as_deref()));
 
     /// `cpu`, lowered to what `setting` names; an unknown setting changes nothing.
     pub(super) fn capped(cpu: Simd, setting: Option<&str>) -> Simd {

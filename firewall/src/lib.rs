@@ -56,6 +56,10 @@ pub use scan::{RuleSamples, SampleFailure, SampleReport};
 pub use stream::{Step, StreamScanner, MAX_HOLDBACK_BYTES};
 pub use verdict::{mask, Action, Detail, DetectorKind, Finding, Severity};
 
+/// The environment variable that caps the keyword loops' SIMD level (`avx2` or `portable`),
+/// so that a host with AVX-512 measures what an AVX2-only host runs.
+pub const SIMD_ENV: &str = "CROSSGUARD_FIREWALL_SIMD";
+
 /// Errors of this crate outside rule loading (which reports [`LoadErrors`]).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -34,6 +34,7 @@ pub const RESERVED_ENV: &[&str] = &[
     "CROSSGUARD_CONFIG",
     "CROSSGUARD_ENABLE_FAULTS",
     "CROSSGUARD_FINGERPRINT_KEY",
+    firewall::SIMD_ENV,
     "CROSSGUARD_LOG",
     "CROSSGUARD_LOG_FORMAT",
     "CROSSGUARD_METRICS_TOKEN",
@@ -1400,6 +1401,12 @@ placement = "system_start"
         for secret in ["zq81", "upstream-secret", "[0, 1, 2", "000102"] {
             assert!(!shown.contains(secret), "{secret} in {shown}");
         }
+    }
+
+    #[test]
+    fn the_firewall_simd_cap_is_not_a_config_key() {
+        // The firewall reads it itself; the overlay must not take it for `firewall_simd`.
+        assert!(parse_env("", &[(firewall::SIMD_ENV, "avx2")]).is_ok());
     }
 
     #[test]
