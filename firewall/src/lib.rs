@@ -9,8 +9,8 @@
 //! Ownership decides the verdict: a tenant's own text and secrets coming back to it are not
 //! a leak ([`OwnerSet`], [`SecretOwnership`], [`secret_fingerprints`]); another tenant's are.
 //!
-//! This crate is synchronous and does no I/O except [`Ruleset::load_dir`] reading the rule
-//! folder. What it needs from the gateway (n-gram owners, tenant baselines) it asks through
+//! This crate is synchronous and does no I/O except reading a rule folder
+//! ([`Ruleset::dir_sources`], behind [`Ruleset::load_dir`]). What it needs from the gateway (n-gram owners, tenant baselines) it asks through
 //! the traits in [`detect`].
 //!
 //! Typical use:

@@ -5,7 +5,8 @@
 //! [`LoadOptions::defer_streaming`] puts that off to first use) and (unless
 //! [`LoadOptions::check_samples`] is off) every sample behaved. There is no partial result:
 //! one bad file means `Err` with all errors, each naming file:line, the rule id and why.
-//! File reading happens only in [`Ruleset::load_dir`]; everything else works on strings, so
+//! File reading happens only in [`Ruleset::dir_sources`] (which [`Ruleset::load_dir`] and the
+//! gateway call); everything else works on strings, so
 //! the built-in set (embedded by `build.rs`) goes through the very same checks.
 
 use std::collections::HashMap;

@@ -2,7 +2,8 @@
 //! engine or any upstream OpenAI-compatible server.
 //!
 //! The request path: [`router`] (request id, metrics, logging) -> [`routes`] (auth via
-//! [`auth`], validation via [`api`]) -> a [`backend`] producing normalised events ->
+//! [`auth`], validation via [`api`], admission and rate limits via [`limits`]) -> a
+//! [`backend`] producing normalised events ->
 //! [`response_guard`] (the firewall: what of each choice may reach the client, and what the
 //! response's end records) -> [`relay`] writing SSE (chat or legacy text chunks, or the
 //! Responses API's events) or one JSON object. A `/v1/responses` request is translated to a

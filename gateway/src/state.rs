@@ -1,6 +1,8 @@
 //! The shared state behind every route: validated config, authenticator, one backend per
-//! model id, metrics. Built once at start-up; immutable afterwards except for what the
-//! pieces guard themselves (metrics counters, backend readiness).
+//! model id, the running rules, protection (canaries, provenance, statistics, audit), limits,
+//! the admin login throttle, metrics. Built once at start-up; afterwards only what the pieces
+//! guard themselves changes: the rules (swapped whole on reload, with the last reload's
+//! record), counters, limit windows, backend readiness.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};

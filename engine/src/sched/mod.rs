@@ -4,7 +4,7 @@
 //! step computes. Every step: admit waiting requests (fair across tenants: the tenant
 //! with the fewest running sequences goes first), give each running sequence its tokens
 //! within the step's token budget (decode tokens first, then prefill chunks), run them as
-//! one batch (`Llama::forward_batch`), then sample, emit events and retire finished
+//! one batch (`Engine::forward_batch`: the CPU model's or the GPU's), then sample, emit events and retire finished
 //! requests. Requests join and leave the batch at any step.
 //!
 //! When the KV pool runs out, the oldest sequence that could not grow keeps its place

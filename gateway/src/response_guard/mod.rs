@@ -19,9 +19,10 @@
 //!   `role` is always `assistant` and a `finish_reason` is one of OpenAI's;
 //! - a block ends its choice with `finish_reason: "content_filter"`; nothing of that
 //!   choice follows, and once every choice is done the backend can be dropped (stopped);
-//! - the tenant's fail mode is consulted in [`ResponseGuard::fail`] only: a scanner that
-//!   fails (panics), or an audit record that is lost, blocks (closed) or lets the channel
-//!   pass unscanned from then on, held text included (open).
+//! - within a response, the tenant's fail mode is consulted in [`ResponseGuard::fail`] only:
+//!   a scanner that fails (panics), or an audit record that is lost, blocks (closed) or lets
+//!   the channel pass unscanned from then on, held text included (open). (Before a request
+//!   starts, `Protection::refusal_when_stale` reads it too.)
 
 mod channel;
 mod fields;
