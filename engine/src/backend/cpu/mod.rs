@@ -8,15 +8,24 @@
 //! matrix-matrix tiles that unpack each weight step once for up to four tokens).
 //! [`matmul_reference`] is the plain f32 path the fast one is tested against.
 //!
+//! Files: `matrix.rs` (weights: shape checks, packing at load), `activations.rs` (token rows
+//! quantized for the products), `kernels.rs` (which SIMD family runs), this file (the
+//! products, split into tasks over the pool); the layouts and kernels themselves in
+//! `packed.rs`, `kquant.rs`, `quant.rs`, `avx2.rs`, `avx512.rs`; attention and the
+//! elementwise operations in `attention.rs`, `ops.rs`, `ops_simd.rs`.
+//!
 //! Invariants: a `Matrix` holds exactly `rows` rows of `cols` elements in `format`;
 //! activations are quantized with the reference's `q8_1` rule, once per product, before
 //! integer products; SIMD kernels run only when detected at run time ([`Kernels`]), and
 //! each is tested against the portable one, itself tested against the ggml reference.
 
+mod activations;
 pub mod attention;
 mod avx2;
 mod avx512;
+mod kernels;
 pub mod kquant;
+mod matrix;
 pub mod ops;
 mod ops_simd;
 pub mod packed;
@@ -24,13 +33,19 @@ pub mod pool;
 pub mod quant;
 mod weight_arena;
 
+pub use activations::Activations;
+pub use kernels::Kernels;
+pub use matrix::{Matrix, MatrixSource};
+
+use kernels::last_level_cache_bytes;
+use matrix::Storage;
 pub use pool::ThreadPool;
 pub use quant::{Format, Q8Block, QK};
 
 use std::ops::Range;
 
 use crate::error::{Error, Result};
-use packed::{ActRows, Packed, Scheme, GROUP};
+use packed::{ActRows, GROUP};
 
 /// Activation rows one kernel call multiplies against a group of weight rows.
 const TILE: usize = packed::MAX_TILE;
@@ -47,347 +62,6 @@ const TASKS_PER_THREAD: usize = 4;
 /// Tokens per task when a batch's activations are quantized in parallel (one token, as in
 /// decode, stays on the caller).
 const QUANTIZE_TOKEN_STEP: usize = 16;
-
-/// A weight matrix `[rows, cols]` (one output per row) in a ggml format.
-#[derive(Debug, Clone)]
-pub struct Matrix {
-    pub name: String,
-    pub format: Format,
-    pub rows: usize,
-    pub cols: usize,
-    storage: Storage,
-}
-
-#[derive(Debug, Clone)]
-enum Storage {
-    /// Float formats: `[rows, row_bytes]` as in the file.
-    Rows { row_bytes: usize, data: Vec<u8> },
-    /// Quantized formats, interleaved for the kernels.
-    Packed(Packed),
-}
-
-/// A matrix as the model file holds it: `rows` ggml rows of `cols` elements of `format`.
-#[derive(Debug)]
-pub struct MatrixSource<'a> {
-    pub name: String,
-    pub format: Format,
-    pub rows: usize,
-    pub cols: usize,
-    pub ggml: &'a [u8],
-}
-
-impl Matrix {
-    /// Checks that `data` (ggml rows, as in the GGUF file) holds exactly `rows x cols`
-    /// elements of `format`, and keeps it in the layout the kernels read.
-    pub fn new(name: &str, format: Format, rows: usize, cols: usize, data: Vec<u8>) -> Result<Matrix> {
-        let row_bytes = checked_row_bytes(name, format, rows, cols, data.len())?;
-        check_scales(name, format, &data)?;
-        let storage = match Packed::pack(format, rows, cols, &data) {
-            Some(p) => Storage::Packed(p),
-            None => Storage::Rows { row_bytes, data },
-        };
-        Ok(Matrix { name: name.to_owned(), format, rows, cols, storage })
-    }
-
-    /// The matrices of `sources`, checked as [`new`](Self::new) checks them, the quantized
-    /// ones packed side by side in one mapping in huge pages (see `weight_arena`), in the
-    /// order given: the order the forward pass reads them keeps its reads sequential.
-    /// `release` is told of each source's bytes once they have been read, checked or packed
-    /// (`GgufFile::release`), so that a model's file and its packed copy are not resident
-    /// together.
-    pub fn load_all(sources: &[MatrixSource<'_>], release: impl Fn(&[u8])) -> Result<Vec<Matrix>> {
-        let row_bytes = sources
-            .iter()
-            .map(|s| checked_row_bytes(&s.name, s.format, s.rows, s.cols, s.ggml.len()))
-            .collect::<Result<Vec<_>>>()?;
-        for s in sources {
-            check_scales(&s.name, s.format, s.ggml)?;
-            if kquant::is_k(s.format) {
-                release(s.ggml);
-            }
-        }
-        let sizes: Vec<usize> =
-            sources.iter().map(|s| Packed::packed_bytes(s.format, s.rows, s.cols).unwrap_or(0)).collect();
-        let regions = weight_arena::lay_out(&sizes, |i, out| {
-            // Floats have no part (and are kept as rows below).
-            if let Some(s) = sources.get(i) {
-                pack_in_bands(s, out, &release);
-            }
-        })
-        .map_err(|source| Error::Memory { what: "the model's weights", bytes: sizes.iter().sum(), source })?;
-        sources
-            .iter()
-            .zip(row_bytes)
-            .zip(regions)
-            .map(|((s, row_bytes), region)| {
-                let storage = match Scheme::of(s.format) {
-                    Some(_) => {
-                        Storage::Packed(Packed::in_region(s.format, s.rows, s.cols, region).ok_or_else(|| {
-                            Error::Shape { tensor: s.name.clone(), reason: "packed size mismatch".into() }
-                        })?)
-                    }
-                    None => Storage::Rows { row_bytes, data: s.ggml.to_vec() },
-                };
-                Ok(Matrix { name: s.name.clone(), format: s.format, rows: s.rows, cols: s.cols, storage })
-            })
-            .collect()
-    }
-
-    /// Bytes of this matrix's weight mapping in huge pages now, for a matrix made by
-    /// [`load_all`](Self::load_all) (`None` otherwise, or where that cannot be read).
-    pub fn mapping_huge_page_bytes(&self) -> Option<usize> {
-        match &self.storage {
-            Storage::Packed(p) => p.mapping_huge_page_bytes(),
-            Storage::Rows { .. } => None,
-        }
-    }
-
-    /// Row `r` as f32 values (`out.len() == cols`); leaves `out` alone if out of range.
-    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
-        match &self.storage {
-            Storage::Packed(p) => p.dequantize_row(r, out),
-            Storage::Rows { .. } => quant::dequantize_row(self.format, self.float_row(r), out),
-        }
-    }
-
-    /// Whether products read this matrix with quantized activations only (no f32 copy).
-    pub fn takes_quantized(&self) -> bool {
-        matches!(self.storage, Storage::Packed(_))
-    }
-
-    /// Bytes of weight data (what one full pass over the matrix reads).
-    pub fn bytes(&self) -> usize {
-        match &self.storage {
-            Storage::Packed(p) => p.bytes(),
-            Storage::Rows { data, .. } => data.len(),
-        }
-    }
-
-    /// Groups of [`GROUP`] rows: the unit of work of a product.
-    fn groups(&self) -> usize {
-        self.rows.div_ceil(GROUP)
-    }
-
-    /// The bytes of row `r` of a float matrix (empty if out of range or quantized).
-    fn float_row(&self, r: usize) -> &[u8] {
-        match &self.storage {
-            Storage::Rows { row_bytes, data } => data.get(r * row_bytes..(r + 1) * row_bytes).unwrap_or(&[]),
-            Storage::Packed(_) => &[],
-        }
-    }
-}
-
-/// The row size of `rows x cols` elements of `format`, if `len` bytes hold exactly them.
-fn checked_row_bytes(name: &str, format: Format, rows: usize, cols: usize, len: usize) -> Result<usize> {
-    let row_bytes = format.row_bytes(cols).ok_or_else(|| Error::Shape {
-        tensor: name.to_owned(),
-        reason: format!("{cols} columns is not a whole number of {format:?} blocks"),
-    })?;
-    if Some(len) != row_bytes.checked_mul(rows) {
-        return Err(Error::Shape {
-            tensor: name.to_owned(),
-            reason: format!("{len} bytes for {rows}x{cols} {format:?}, expected {}", row_bytes.saturating_mul(rows)),
-        });
-    }
-    Ok(row_bytes)
-}
-
-/// Refuses a K-quant matrix with a superblock scale too large for the packed records'
-/// f16 scales (see `packed.rs`): no real model comes near, a crafted file would compute
-/// infinities.
-/// Packs `s` into `out` (its whole part, see `Packed::pack_into`) a band of rows at a time,
-/// telling `release` of each band's source bytes once packed, so that even one large
-/// tensor (a 262k-token embedding) never has its file pages resident all at once.
-fn pack_in_bands(s: &MatrixSource<'_>, out: &mut [u8], release: &impl Fn(&[u8])) {
-    /// Rows per band: whole groups, about a megabyte of a wide matrix.
-    const BAND_ROWS: usize = 64 * GROUP;
-    let (Some(row_bytes), Some(scheme)) = (s.format.row_bytes(s.cols), Scheme::of(s.format)) else { return };
-    if row_bytes == 0 {
-        return;
-    }
-    let group_bytes = (s.cols / QK) * scheme.record_bytes();
-    for (band, ggml) in s.ggml.chunks(BAND_ROWS * row_bytes).enumerate() {
-        let rows = ggml.len() / row_bytes;
-        let at = band * (BAND_ROWS / GROUP) * group_bytes;
-        let part = out.get_mut(at..at + rows.div_ceil(GROUP) * group_bytes);
-        if part.is_some_and(|part| Packed::pack_into(s.format, rows, s.cols, ggml, part).is_some()) {
-            release(ggml);
-        }
-    }
-}
-
-fn check_scales(name: &str, format: Format, ggml: &[u8]) -> Result<()> {
-    if !kquant::is_k(format) {
-        return Ok(());
-    }
-    match ggml.chunks_exact(format.block_bytes()).position(|b| !packed::scales_fit(format, b)) {
-        None => Ok(()),
-        Some(i) => Err(Error::Shape {
-            tensor: name.to_owned(),
-            reason: format!("superblock {i} has a scale past the f16 range"),
-        }),
-    }
-}
-
-/// Activations for a batch of tokens, in 8-bit blocks (for integer products) and, when a
-/// float matrix will read them, in f32.
-#[derive(Debug, Default, Clone)]
-pub struct Activations {
-    pub cols: usize,
-    tokens: usize,
-    /// `[tokens, cols]`, or empty when only quantized products read these activations
-    pub x: Vec<f32>,
-    /// `[tokens, cols / 32]`
-    pub q8: Vec<Q8Block>,
-}
-
-impl Activations {
-    /// Loads `x` (`[tokens, cols]`) and quantizes it; reuses the buffers.
-    pub fn set(&mut self, x: &[f32], cols: usize) {
-        self.load(x, cols, None);
-    }
-
-    /// [`set`](Self::set) without the f32 copy, for products whose matrices are all
-    /// quantized (a prompt's activations are megabytes: the copy is not free), with the
-    /// pool's threads quantizing rows of a batch.
-    pub fn set_quantized(&mut self, pool: &ThreadPool, x: &[f32], cols: usize) {
-        self.load(x, cols, Some(pool));
-    }
-
-    /// Keeps the f32 copy when there is no `pool` (then quantizes on the caller).
-    fn load(&mut self, x: &[f32], cols: usize, pool: Option<&ThreadPool>) {
-        self.cols = cols;
-        self.tokens = x.len().checked_div(cols).unwrap_or(0);
-        self.x.clear();
-        self.q8.resize(self.tokens * cols / QK, Q8Block::default());
-        if !cols.is_multiple_of(QK) {
-            self.x.extend_from_slice(x);
-            return;
-        }
-        let quantize = |rows: Range<usize>, tile: &mut pool::Tile<'_, Q8Block>| {
-            for t in rows {
-                quant::quantize_q8(&x[t * cols..(t + 1) * cols], tile.row(t));
-            }
-        };
-        match pool {
-            Some(pool) => pool.par_tiles(&mut self.q8, cols / QK, QUANTIZE_TOKEN_STEP, cols / QK, &|rows, _, tile| {
-                quantize(rows, tile)
-            }),
-            None => {
-                self.x.extend_from_slice(x);
-                for (row, q) in x.chunks_exact(cols).zip(self.q8.chunks_exact_mut(cols / QK)) {
-                    quant::quantize_q8(row, q);
-                }
-            }
-        }
-    }
-
-    /// Quantizes `silu(gate) * up` of each `[2 * cols]` row of `gu` (gate, then up) block
-    /// by block as it is made: the feed-forward's hidden activations without an f32 pass.
-    /// The blocks equal [`ops::swiglu`] then [`set_quantized`](Self::set_quantized), bit
-    /// for bit (both work element by element, then per block of 32). Rows that are not
-    /// whole blocks (which no quantized matrix takes) are kept in f32 instead, as `set`
-    /// would keep them.
-    pub fn set_swiglu(&mut self, pool: &ThreadPool, gu: &[f32], cols: usize) {
-        self.cols = cols;
-        self.tokens = gu.len().checked_div(2 * cols).unwrap_or(0);
-        self.x.clear();
-        self.q8.resize(self.tokens * cols / QK, Q8Block::default());
-        if !cols.is_multiple_of(QK) {
-            for row in gu.chunks_exact(2 * cols) {
-                let (gate, up) = row.split_at(cols);
-                let at = self.x.len();
-                self.x.extend_from_slice(gate);
-                ops::swiglu(&mut self.x[at..], up);
-            }
-            return;
-        }
-        pool.par_tiles(&mut self.q8, cols / QK, QUANTIZE_TOKEN_STEP, cols / QK, &|rows, _, tile| {
-            let mut h = [0.0f32; QK];
-            for t in rows {
-                let (gate, up) = gu[2 * t * cols..2 * (t + 1) * cols].split_at(cols);
-                for ((g, u), block) in gate.chunks_exact(QK).zip(up.chunks_exact(QK)).zip(tile.row(t).iter_mut()) {
-                    h.copy_from_slice(g);
-                    ops::swiglu(&mut h, u);
-                    quant::quantize_q8(&h, std::slice::from_mut(block));
-                }
-            }
-        });
-    }
-
-    pub fn tokens(&self) -> usize {
-        self.tokens
-    }
-
-    fn q8_row(&self, t: usize) -> &[Q8Block] {
-        let per = self.cols / QK;
-        self.q8.get(t * per..(t + 1) * per).unwrap_or(&[])
-    }
-
-    fn x_row(&self, t: usize) -> &[f32] {
-        self.x.get(t * self.cols..(t + 1) * self.cols).unwrap_or(&[])
-    }
-}
-
-/// The kernel family a backend runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kernels {
-    /// AVX-512 F/BW with VNNI integer dot products.
-    Avx512,
-    /// AVX2, FMA and F16C.
-    Avx2,
-    /// Portable Rust, any CPU.
-    Portable,
-}
-
-impl Kernels {
-    /// The fastest family this CPU runs.
-    pub fn best() -> Kernels {
-        [Kernels::Avx512, Kernels::Avx2].into_iter().find(|k| k.available()).unwrap_or(Kernels::Portable)
-    }
-
-    /// Whether this CPU runs the family.
-    pub fn available(self) -> bool {
-        self == Kernels::Portable || self.simd(false).is_some()
-    }
-
-    /// The family's SIMD kernel, if it has one and this CPU runs it. `streamed` asks
-    /// for weights prefetched past the caches.
-    fn simd(self, streamed: bool) -> Option<packed::SimdKernel> {
-        match self {
-            Kernels::Avx512 => avx512::kernel(streamed),
-            Kernels::Avx2 => avx2::kernel(streamed),
-            Kernels::Portable => None,
-        }
-    }
-}
-
-/// The size of the largest data cache (the last level), as Linux reports it.
-fn last_level_cache_bytes() -> Option<usize> {
-    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
-    let read = |path: std::path::PathBuf| std::fs::read_to_string(path).ok().map(|s| s.trim().to_owned());
-    let sizes = dir.flatten().filter_map(|index| {
-        let path = index.path();
-        if read(path.join("type"))? == "Instruction" {
-            return None;
-        }
-        let level: u32 = read(path.join("level"))?.parse().ok()?;
-        Some((level, parse_cache_size(&read(path.join("size"))?)?))
-    });
-    sizes.max().map(|(_, bytes)| bytes)
-}
-
-/// "32768K", "1M", "512" (bytes).
-fn parse_cache_size(s: &str) -> Option<usize> {
-    let (digits, unit) = match s.strip_suffix('K') {
-        Some(d) => (d, 1 << 10),
-        None => match s.strip_suffix('M') {
-            Some(d) => (d, 1 << 20),
-            None => (s, 1),
-        },
-    };
-    digits.parse::<usize>().ok()?.checked_mul(unit)
-}
 
 /// The CPU backend: its thread pool and the kernel choice made at start-up.
 #[derive(Debug)]
@@ -922,18 +596,6 @@ mod tests {
         }
         assert_eq!((odd.x.as_slice(), odd.tokens()), (h.as_slice(), 3));
         Ok(())
-    }
-
-    #[test]
-    fn cache_sizes_parse_as_linux_writes_them() {
-        assert_eq!(
-            [parse_cache_size("32768K"), parse_cache_size("1M"), parse_cache_size("512")],
-            [Some(32 << 20), Some(1 << 20), Some(512)]
-        );
-        assert_eq!(
-            [parse_cache_size(""), parse_cache_size("xK"), parse_cache_size("99999999999999999999M")],
-            [None, None, None]
-        );
     }
 
     #[test]
