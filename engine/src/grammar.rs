@@ -6,8 +6,8 @@
 //!
 //! The grammars are compiled by `llguidance` (the engine the llama.cpp and vLLM servers
 //! use for the same job) against a view of the vocabulary built once per engine, on the
-//! first request that needs it ([`Grammars`]). A compiled grammar is a starting state;
-//! every choice of a request runs its own copy ([`Constraint`]).
+//! first request that needs it (`Grammars`). A compiled grammar is a starting state;
+//! every choice of a request runs its own copy (`Constraint`).
 //!
 //! JSON comes out in one canonical spacing — `{"a": 1, "b": [1, 2]}`, no newlines — so a
 //! small model cannot wander into whitespace until its token budget runs out. Schema

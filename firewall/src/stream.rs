@@ -15,7 +15,7 @@
 //!   word in progress. Clean prose flows out at once.
 //!
 //! How: pushed text goes through `canon`, which decides how each character reads. The
-//! decided raw text feeds the raw [`Pass`]; from the first character that reads otherwise,
+//! decided raw text feeds the raw `Pass` (`pass.rs`); from the first character that reads otherwise,
 //! a view pass (a copy of the raw pass at that point) is fed the rules view. In each pass
 //! every byte advances the anchored liveness threads; `safe` is the earliest live start of
 //! either pass, in raw offsets; no match can start before it and still grow, so matches

@@ -1,6 +1,6 @@
 //! Binding the listener and serving until shutdown. Start-up problems are [`StartError`]s
 //! with a message fit for the terminal. How connections are accepted and read (the
-//! connection cap, the header read timeout) is [`connections`]'s.
+//! connection cap, the header read timeout) is `connections`'s.
 
 mod connections;
 

@@ -26,7 +26,7 @@ const SYSTEM_MARK: &str = "xq-probe-system-7d1";
 const TOOL_NAME_MARK: &str = "xq_probe_tool_4b2";
 const TOOL_RESULT_MARK: &str = "xq-probe-result-9e5";
 
-/// What one template shows of a conversation, as found by [`Abilities::probe`].
+/// What one template shows of a conversation, as found by `Abilities::probe`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Abilities {
     /// A `system` turn's text reaches the prompt (Gemma 2's template refuses the role).

@@ -6,7 +6,7 @@
 //! `strftime_now(format)`. This module provides that environment, so the prompt text is
 //! the one the model was trained with. What a template cannot show — a role it rejects, a
 //! `null` content it concatenates, tool calls it ignores — is rewritten into what it can
-//! ([`adapt`]); whatever still fails is an [`Error::Template`] (a client error for the
+//! (`adapt`); whatever still fails is an [`Error::Template`] (a client error for the
 //! gateway), never a panic. Tokenizing the rendered prompt is the caller's job
 //! (with `parse_special = true`, so the template's control tokens are recognised).
 

@@ -3,7 +3,7 @@
 //! goes at the steady rate. Time is passed in (milliseconds from any fixed origin), so the
 //! arithmetic is tested without a clock.
 //!
-//! Fixed point: one unit is stored as [`SCALE`] so that one millisecond of refill,
+//! Fixed point: one unit is stored as `SCALE` so that one millisecond of refill,
 //! `per_minute / 60_000` units, is a whole number (`per_minute`). The level may go below
 //! zero when usage reconciled after a response exceeds what was reserved (a debt, repaid
 //! by refill before the next admission), but never below minus one minute's budget.

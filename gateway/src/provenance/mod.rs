@@ -16,7 +16,7 @@
 //! sender, a tenant that received it is listed too (it already has that text).
 //!
 //! Text released to a tenant while nobody had sent it is **model-native**: the model says
-//! it on its own. Such an n-gram is marked (an owner entry under [`NATIVE`]) and answered
+//! it on its own. Such an n-gram is marked (an owner entry under `NATIVE`) and answered
 //! with `model_native`, which the firewall never takes for a leak — so a tenant that later
 //! sends common model phrasing cannot get other tenants' ordinary answers blocked.
 //!
@@ -26,7 +26,7 @@
 //!
 //! The index is split into shards by hash, each behind its own lock, so a lookup waits at
 //! most for one shard's share of one insert, never for a whole prompt; a text's hashes are
-//! inserted shard by shard. Bounds (see [`shard`]): past `max_hashes` the oldest entries
+//! inserted shard by shard. Bounds (see `shard`): past `max_hashes` the oldest entries
 //! are evicted, one tenant holds at most `max_tenant_share` of the index (past it, its own
 //! oldest entries go), and one text records at most `max_hashes_per_text` hashes (an
 //! evenly spread sample; the rest are counted as dropped). Nothing is refused silently:

@@ -24,7 +24,7 @@
 //!
 //! Degraded mode: any connection failure or timeout marks the store degraded. Audit
 //! records and fingerprint batches that cannot reach Redis (or arrive while earlier ones
-//! wait) go to a durable [`Spool`] (`<data_dir>/audit-spool.jsonl`,
+//! wait) go to a durable `Spool` (`<data_dir>/audit-spool.jsonl`,
 //! `<data_dir>/fingerprint-spool.jsonl`); [`RedisStore::upkeep`] reconnects and ships them
 //! until Redis acknowledges each. Thanks to the idempotent append, an audit flush cut short
 //! is simply repeated: no record is lost, none is doubled (a fingerprint batch sent twice
@@ -307,7 +307,7 @@ impl RedisStore {
         self.call(|mut c| async move { cmd.query_async::<Value>(&mut c).await }).await.map(drop)
     }
 
-    /// One page (at most [`BATCH`] entries) of the batches after `cursor` that have not
+    /// One page (at most `BATCH` entries) of the batches after `cursor` that have not
     /// expired; a fresh cursor starts at the TTL's horizon, never at the stream's start.
     pub async fn read_fingerprints(&self, cursor: &FingerprintCursor) -> Result<FingerprintPage, StoreError> {
         let mut last = if cursor.0.is_empty() { self.live_since() } else { cursor.0.clone() };

@@ -6,7 +6,7 @@
 //! class, which is then the largest and pays for every new record, so the flood can evict
 //! neither its own higher-severity records nor any other tenant's; a class is only ever cut
 //! down to the size of the next largest. Both stores apply this policy: the embedded one
-//! with [`Retention`], Redis in its append script (see `store::redis`).
+//! with `Retention`, Redis in its append script (see `store::redis`).
 //!
 //! Owns the class bookkeeping and the eviction counts; the records themselves are the
 //! stores'.
