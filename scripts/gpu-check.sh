@@ -6,7 +6,7 @@
 # same GGUF, profile one decode step per kernel (Nsight Compute, when present), and write a
 # markdown report. Each stage has a time limit; all together stay under 10 minutes.
 #
-#   scripts/gpu-check.sh [--model PATH] [--out DIR] [--prebuilt DIR] [--wheels DIR]
+#   scripts/gpu-check.sh [--model PATH] [--out DIR] [--prebuilt DIR] [--wheels DIR] [--no-profile]
 #   scripts/gpu-check.sh --bundle DIR        # on a build machine: release binaries into DIR
 #
 # --model     the GGUF (default: $CROSSGUARD_MODEL, else the default model in the cache,
@@ -15,6 +15,8 @@
 # --prebuilt  binaries made by --bundle (for a GPU machine that cannot run cargo)
 # --wheels    Python wheels to install first (e.g. `gguf`, which transformers needs to
 #             read the GGUF, on a machine that cannot reach a package index)
+# --no-profile  skip the Nsight Compute timing of one decode step (saves up to 3 minutes of
+#             a short device lease)
 #
 # NVRTC: the CUDA 12 or 13 library from Python's nvidia-cuda-nvrtc packages (torch
 # installs one), .venv, the CUDA toolkit, or the system library path; it is offered to
@@ -31,6 +33,7 @@ OUTDIR="${OUT:-$PWD/gpu-check-out}"
 PREBUILT=""
 BUNDLE=""
 WHEELS=""
+PROFILE=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --model) MODEL="$2"; shift 2 ;;
@@ -38,6 +41,7 @@ while [ $# -gt 0 ]; do
         --prebuilt) PREBUILT="$2"; shift 2 ;;
         --bundle) BUNDLE="$2"; shift 2 ;;
         --wheels) WHEELS="$2"; shift 2 ;;
+        --no-profile) PROFILE=""; shift ;;
         *) die "unknown argument $1 (see the header of $0)" ;;
     esac
 done
@@ -167,7 +171,7 @@ echo "exit $?" >>"$OUTDIR/baseline.err"
 # Where a decode step's time goes: each kernel of one un-graphed step, timed by Nsight
 # Compute (when the machine has it), at batch 1 and 64.
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
-if [ -n "$NCU" ]; then
+if [ -n "$PROFILE" ] && [ -n "$NCU" ]; then
     for batch in 1 64; do
         log "profile: one decode step at batch $batch ($NCU)"
         timeout 90 "$NCU" --profile-from-start off --clock-control none --metrics gpu__time_duration.sum \
