@@ -28,3 +28,16 @@ pub mod template;
 pub mod tokenizer;
 
 pub use error::{Error, Result};
+
+// What a server built on the engine needs, by name at the root: the engine and its
+// requests, the scheduler that batches them, tenants' KV ownership, grammars, the
+// configuration types and the default model. The modules stay public for the rest.
+pub use backend::Device;
+pub use engine::{Engine, EngineOptions, FinishReason, GenerateRequest, Generation, KvOptions, TokenEvent};
+pub use fault::FaultConfig;
+pub use fetch::{default_cache_dir, ensure_default_model};
+pub use grammar::{with_layout as json_schema_with_layout, CompiledGrammar, Grammar};
+pub use kv::{KvStats, Owner, Tenant};
+pub use sample::SamplingParams;
+pub use sched::{JobId, Scheduler, SchedulerConfig, StepStats};
+pub use template::ChatMessage;

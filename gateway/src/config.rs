@@ -305,16 +305,16 @@ pub struct EngineModelConfig {
     pub path: Option<PathBuf>,
     /// Where the forward pass runs: the CPU (default), the GPU (an error at start-up
     /// without one), or the GPU when there is one.
-    pub device: engine::backend::Device,
+    pub device: engine::Device,
     pub threads: Option<usize>,
     pub context_tokens: Option<usize>,
     /// Positions per KV block; `None`: the engine's default.
     pub kv_block_tokens: Option<usize>,
     /// The continuous-batching scheduler's limits: sequences per step, requests waiting
     /// (more are refused with 429), tokens per step.
-    pub batching: engine::sched::SchedulerConfig,
+    pub batching: engine::SchedulerConfig,
     /// KV isolation defences switched off on purpose (all on by default; start-up warns).
-    pub fault: engine::fault::FaultConfig,
+    pub fault: engine::FaultConfig,
     /// How far a request's events may run ahead of a slow streaming client, and how long
     /// it may stall before its generation is cancelled.
     pub streams: crate::backend::engine_loop::StreamLimits,

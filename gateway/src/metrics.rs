@@ -255,14 +255,14 @@ fn describe(out: &mut String, name: &str, kind: &str, help: &str) {
 }
 
 /// `/metrics` lines for the engine KV pools, one label set per engine-served model.
-pub fn render_kv_pools<'a>(pools: impl Iterator<Item = (&'a str, engine::kv::KvStats)>) -> String {
-    let pools: Vec<(&str, engine::kv::KvStats)> = pools.collect();
+pub fn render_kv_pools<'a>(pools: impl Iterator<Item = (&'a str, engine::KvStats)>) -> String {
+    let pools: Vec<(&str, engine::KvStats)> = pools.collect();
     if pools.is_empty() {
         return String::new();
     }
     let mut out = String::new();
     // (series, kind, help, value)
-    type KvSeries = (&'static str, &'static str, &'static str, fn(&engine::kv::KvStats) -> u64);
+    type KvSeries = (&'static str, &'static str, &'static str, fn(&engine::KvStats) -> u64);
     let gauges: [KvSeries; 8] = [
         ("crossguard_engine_kv_blocks_total", "gauge", "KV blocks in the pool.", |k| k.blocks_total as u64),
         ("crossguard_engine_kv_blocks_used", "gauge", "KV blocks held by sequences or the prefix cache.", |k| {

@@ -12,11 +12,10 @@
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use engine::engine::{Engine, EngineOptions, GenerateRequest, KvOptions, TokenEvent};
-use engine::grammar::{CompiledGrammar, Grammar};
-use engine::kv::Owner;
-use engine::sample::SamplingParams;
-use engine::template::ChatMessage;
+use engine::{
+    ChatMessage, CompiledGrammar, Engine, EngineOptions, GenerateRequest, Grammar, KvOptions, Owner, SamplingParams,
+    TokenEvent,
+};
 use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 
@@ -89,7 +88,7 @@ impl EngineBackend {
     }
 
     /// The KV pool's figures, once the model is loaded.
-    pub fn kv_stats(&self) -> Option<engine::kv::KvStats> {
+    pub fn kv_stats(&self) -> Option<engine::KvStats> {
         match self.state.get() {
             Some(Load::Ready(engine)) => Some(engine.kv_stats()),
             _ => None,
@@ -281,7 +280,7 @@ fn engine_of<'a>(state: &'a OnceLock<Load>, model_id: &str) -> Result<&'a Engine
 fn load(config: &EngineModelConfig) -> Result<Engine, String> {
     let path: PathBuf = match &config.path {
         Some(p) => p.clone(),
-        None => engine::fetch::ensure_default_model(&engine::fetch::default_cache_dir()).map_err(|e| e.to_string())?,
+        None => engine::ensure_default_model(&engine::default_cache_dir()).map_err(|e| e.to_string())?,
     };
     let mut options = EngineOptions { device: config.device, ..EngineOptions::default() };
     if let Some(t) = config.threads {
@@ -412,7 +411,7 @@ mod tests {
             logprob: 0.0,
             entropy: 0.0,
             top_logprobs: Vec::new(),
-            owners: owners.iter().map(|o| engine::kv::Tenant::new(o)).collect(),
+            owners: owners.iter().map(|o| engine::Tenant::new(o)).collect(),
         }
     }
 

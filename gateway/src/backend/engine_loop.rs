@@ -1,5 +1,5 @@
 //! The engine's serving loop: one thread per engine-served model drives the engine's
-//! continuous-batching scheduler ([`engine::sched::Scheduler`]). Requests arrive as
+//! continuous-batching scheduler ([`engine::Scheduler`]). Requests arrive as
 //! [`Submission`]s; each choice becomes one scheduler job, and its tokens leave as
 //! [`BackendEvent`]s on the request's own bounded channel ([`StreamLimits::channel`]).
 //!
@@ -23,9 +23,9 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use engine::engine::{Engine, FinishReason, GenerateRequest, Generation, TokenEvent};
-use engine::kv::Owner;
-use engine::sched::{JobId, Scheduler, SchedulerConfig, StepStats};
+use engine::{
+    Engine, FinishReason, GenerateRequest, Generation, JobId, Owner, Scheduler, SchedulerConfig, StepStats, TokenEvent,
+};
 use firewall::TokenSignals;
 use tokio::sync::{mpsc, oneshot};
 

@@ -115,7 +115,7 @@ impl Backend {
     }
 
     /// The engine's KV pool figures (`None` for an upstream, or before the model loads).
-    pub fn kv_stats(&self) -> Option<::engine::kv::KvStats> {
+    pub fn kv_stats(&self) -> Option<::engine::KvStats> {
         match self {
             Backend::Upstream(_) => None,
             Backend::Engine(b) => b.kv_stats(),

@@ -16,7 +16,7 @@
 //! then passes text through as content, or sends each call's id and name as soon as the
 //! name is complete and its arguments as they are generated: the deltas OpenAI streams.
 
-use engine::grammar::with_layout;
+use engine::json_schema_with_layout;
 use serde_json::{json, Map, Value};
 
 use crate::api::response::{FunctionChunk, ToolCallChunk};
@@ -62,7 +62,10 @@ impl ToolPlan {
         let grammar = match (choice, answer_schema) {
             (ToolChoice::Auto, None) => format!("start: calls | TEXT\nTEXT: /[^{{](.|\\n)*/\ncalls: %json {calls}\n"),
             (ToolChoice::Auto, Some(schema)) => {
-                format!("start: calls | answer\ncalls: %json {calls}\nanswer: %json {}\n", with_layout(schema))
+                format!(
+                    "start: calls | answer\ncalls: %json {calls}\nanswer: %json {}\n",
+                    json_schema_with_layout(schema)
+                )
             }
             _ => format!("start: calls\ncalls: %json {calls}\n"),
         };
@@ -89,7 +92,7 @@ fn calls_schema(offered: &[&Value], single: bool) -> Value {
         list["maxItems"] = json!(1);
     }
     // In the engine's fixed spacing, which is what [`CallStream`] reads.
-    with_layout(
+    json_schema_with_layout(
         &json!({"type": "object", "properties": {"tool_calls": list}, "required": ["tool_calls"], "additionalProperties": false}),
     )
 }

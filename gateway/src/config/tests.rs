@@ -199,14 +199,14 @@ fn engine_kv_keys_and_fault_switches_load_and_are_checked() {
     let cfg = parse_with_faults(text).unwrap();
     let ModelBackend::Engine(e) = &cfg.models[0].backend else { panic!("engine expected") };
     assert_eq!(e.kv_block_tokens, Some(32));
-    assert_eq!(e.device, engine::backend::Device::Auto);
+    assert_eq!(e.device, engine::Device::Auto);
     let err = parse_with_faults(&text.replace("\"auto\"", "\"gpu\"")).unwrap_err().to_string();
     assert!(err.contains("models[0].device: \"gpu\" is not a device"), "{err}");
     assert_eq!(e.fault.active(), ["stale_kv", "skip_owner_check"]);
     let defaults = parse("").unwrap();
     let ModelBackend::Engine(e) = &defaults.models[0].backend else { panic!("engine expected") };
     assert!(e.fault.active().is_empty(), "every defence is on by default");
-    assert_eq!(e.device, engine::backend::Device::Cpu);
+    assert_eq!(e.device, engine::Device::Cpu);
     let err = parse_with_faults(&text.replace("0.5", "2.0")).unwrap_err().to_string();
     assert!(err.contains("models[0].fault.stale_kv: must be a probability"), "{err}");
     let err = parse_with_faults(&text.replace("32", "12")).unwrap_err().to_string();
@@ -226,7 +226,7 @@ fn itl_target_defaults_on_and_zero_turns_it_off() {
         Err(e) => Err(e.to_string()),
     };
     let model = "[[models]]\nid = \"m\"\nbackend = \"engine\"\n";
-    assert_eq!(engine(model), Ok(engine::sched::SchedulerConfig::default().itl_target));
+    assert_eq!(engine(model), Ok(engine::SchedulerConfig::default().itl_target));
     assert_eq!(engine(&format!("{model}itl_target_ms = 50\n")), Ok(Some(Duration::from_millis(50))));
     assert_eq!(engine(&format!("{model}itl_target_ms = 0\n")), Ok(None));
     let err = engine(&format!("{model}itl_target_ms = 90000\n")).unwrap_err();

@@ -400,7 +400,7 @@ fn validate_models(
                 }
                 let streams = validate_streams(&m, &at, invalid)?;
                 let fault = validate_fault(m.fault.unwrap_or_default(), &at, invalid)?;
-                let defaults = engine::sched::SchedulerConfig::default();
+                let defaults = engine::SchedulerConfig::default();
                 let mut batching = defaults;
                 for (key, value, slot) in [
                     ("max_batch", m.max_batch, &mut batching.max_running),
@@ -470,12 +470,12 @@ fn validate_fault(
     raw: RawFault,
     at: &dyn Fn(&str) -> String,
     invalid: &Invalid<'_>,
-) -> Result<engine::fault::FaultConfig, ConfigError> {
+) -> Result<engine::FaultConfig, ConfigError> {
     let stale_kv = raw.stale_kv.unwrap_or(0.0);
     if !(0.0..=1.0).contains(&stale_kv) {
         return Err(invalid(at("fault.stale_kv"), format!("must be a probability between 0 and 1, got {stale_kv}")));
     }
-    Ok(engine::fault::FaultConfig {
+    Ok(engine::FaultConfig {
         stale_kv,
         skip_zero_fill: raw.skip_zero_fill.unwrap_or(false),
         skip_owner_check: raw.skip_owner_check.unwrap_or(false),
