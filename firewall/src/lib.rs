@@ -39,6 +39,7 @@ mod reach;
 pub mod reload;
 pub mod rule;
 pub mod ruleset;
+mod samples;
 pub mod scan;
 mod start;
 pub mod stream;
@@ -52,7 +53,7 @@ pub use detect::{
 pub use reload::ReloadableRuleset;
 pub use rule::{Canary, Rule};
 pub use ruleset::{LoadError, LoadErrors, LoadOptions, Origin, Ruleset};
-pub use scan::{RuleSamples, SampleFailure, SampleReport};
+pub use samples::{RuleSamples, SampleFailure, SampleReport};
 pub use stream::{Step, StreamScanner, MAX_HOLDBACK_BYTES};
 pub use verdict::{mask, Action, Detail, DetectorKind, Finding, Severity};
 
