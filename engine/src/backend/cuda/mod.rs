@@ -10,6 +10,9 @@
 //!   when the host pool releases a block;
 //! - `forward.rs`: the forward pass, mirroring `model/forward.rs`, with greedy picks made
 //!   on the device (only picks, or rows that are asked for, are copied back);
+//! - `plan.rs`: a step as the host describes it to the kernels (rows, block tables, owner
+//!   tags, greedy adjustments), built without a GPU;
+//! - `workspace.rs`: the device buffers a step reuses, grown to the largest step seen;
 //! - `graphs.rs`: decode steps captured as CUDA graphs and replayed as one launch;
 //! - `stats.rs`: what sampling reports (log Z, entropy, argmax, top-k), on the GPU.
 //!
@@ -23,8 +26,10 @@ mod forward;
 mod graphs;
 mod kv;
 mod launch;
+mod plan;
 mod stats;
 mod weights;
+mod workspace;
 
 pub use compile::{compile_family, Compiled, DEFAULT_ARCH};
 pub use device::{driver_present, nvrtc_present, Cuda};
