@@ -11,7 +11,7 @@
 //!
 //! This crate is synchronous and does no I/O except reading a rule folder
 //! ([`Ruleset::dir_sources`], behind [`Ruleset::load_dir`]). What it needs from the gateway (n-gram owners, tenant baselines) it asks through
-//! the traits in [`detect`].
+//! two traits, [`NgramOwners`] and [`Baselines`].
 //!
 //! Typical use:
 //! ```
@@ -30,28 +30,30 @@
 
 mod canon;
 mod capture;
-pub mod detect;
-pub mod gitleaks;
+mod detect;
+mod gitleaks;
 mod keywords;
 mod live;
 mod pass;
 mod reach;
-pub mod reload;
-pub mod rule;
-pub mod ruleset;
+mod reload;
+mod rule;
+mod ruleset;
 mod samples;
-pub mod scan;
+mod scan;
 mod start;
-pub mod stream;
-pub mod verdict;
+mod stream;
+mod verdict;
 mod window;
 
+pub use detect::ngram::DEFAULT_N as DEFAULT_NGRAM_WORDS;
 pub use detect::{
     fingerprints, secret_fingerprints, Baseline, Baselines, Detectors, EntropyConfig, Metric, NgramConfig, NgramKey,
-    NgramOwners, Observations, OwnerSet, ProvenanceConfig, ScanContext, SecretOwnership, TokenSignals,
+    NgramOwners, Observations, Observed, OwnerSet, ProvenanceConfig, ScanContext, SecretOwnership, TokenSignals,
 };
+pub use gitleaks::{import as import_gitleaks, Import as GitleaksImport, ImportNote as GitleaksImportNote};
 pub use reload::ReloadableRuleset;
-pub use rule::{Canary, Rule};
+pub use rule::{Canary, RawCanary, Rule};
 pub use ruleset::{LoadError, LoadErrors, LoadOptions, Origin, Ruleset};
 pub use samples::{RuleSamples, SampleFailure, SampleReport};
 pub use stream::{Step, StreamScanner, MAX_HOLDBACK_BYTES};

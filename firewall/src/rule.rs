@@ -126,7 +126,7 @@ pub struct Rule {
     /// the size limit that each pattern alone kept.
     allow_set: Option<Arc<[MetaRegex]>>,
     /// Patterns that exempt a match by its line: searched in the text from the start of
-    /// the match's line (at most [`ALLOW_LINE_LOOKBACK`] bytes before the match) to the
+    /// the match's line (at most `ALLOW_LINE_LOOKBACK` bytes before the match) to the
     /// match's end. They see what `allow` cannot: the name before a keyword
     /// (`NextToken` for a rule whose match starts at `token`), an ARN around it.
     pub allow_line: Vec<Regex>,
@@ -145,7 +145,7 @@ pub const ALLOW_LINE_LOOKBACK: usize = 128;
 impl Rule {
     /// Whether an `allow_line` pattern exempts the match `start..end` of `hay`, judged on
     /// the line before it (see [`Rule::allow_line`]); `hay` must hold the
-    /// [`ALLOW_LINE_LOOKBACK`] bytes before `start` where the text has them.
+    /// `ALLOW_LINE_LOOKBACK` bytes before `start` where the text has them.
     pub fn is_line_allowed(&self, hay: &str, start: usize, end: usize) -> bool {
         if self.allow_line.is_empty() {
             return false;

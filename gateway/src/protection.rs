@@ -333,7 +333,7 @@ impl Protection {
         tenants.sort();
         let mut text = String::new();
         for (i, (tenant, token)) in tenants.into_iter().enumerate() {
-            let table = firewall::rule::RawCanary {
+            let table = firewall::RawCanary {
                 id: format!("injected-canary-{}", i + 1),
                 owner: tenant.clone(),
                 strings: vec![token.clone()],

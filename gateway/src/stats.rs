@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::RwLock;
 
-use firewall::detect::Observations;
+use firewall::Observations;
 use firewall::{Baseline, Baselines, Metric};
 use serde::Serialize;
 

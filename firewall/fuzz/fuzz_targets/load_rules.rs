@@ -26,5 +26,5 @@ fuzz_target!(|data: &[u8]| {
             }
         }
     }
-    let _ = firewall::gitleaks::import(text);
+    let _ = firewall::import_gitleaks(text);
 });

@@ -282,7 +282,7 @@ fn tail_hash(key: &NgramKey, domain: Option<u8>, window: &VecDeque<Word>, k: usi
 }
 
 /// The keyed fingerprints of every n-word window of `text` (none if it has fewer words),
-/// then, when `n` > [`LEAD_WORDS`], of every lead window. The gateway records prompts with
+/// then, when `n` > `LEAD_WORDS`, of every lead window. The gateway records prompts with
 /// this, so recording and checking share one normaliser.
 pub fn fingerprints(text: &str, key: &NgramKey, n: usize) -> Vec<u64> {
     let mut out = Vec::new();

@@ -85,7 +85,7 @@ pub fn import_gitleaks(file: &Path) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let imp = match firewall::gitleaks::import(&text) {
+    let imp = match firewall::import_gitleaks(&text) {
         Ok(i) => i,
         Err(e) => {
             eprintln!("{}: {e}", file.display());

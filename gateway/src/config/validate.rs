@@ -177,7 +177,7 @@ fn validate_provenance(
     invalid: &Invalid<'_>,
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<ProvenanceConfig, ConfigError> {
-    let ngram_words = raw.ngram_words.unwrap_or(firewall::detect::ngram::DEFAULT_N);
+    let ngram_words = raw.ngram_words.unwrap_or(firewall::DEFAULT_NGRAM_WORDS);
     if !(3..=64).contains(&ngram_words) {
         return Err(invalid("provenance.ngram_words".into(), format!("must be between 3 and 64, got {ngram_words}")));
     }

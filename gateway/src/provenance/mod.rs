@@ -69,7 +69,7 @@ pub struct ProvenanceSettings {
 impl ProvenanceSettings {
     pub fn new(key: NgramKey) -> ProvenanceSettings {
         ProvenanceSettings {
-            ngram_words: firewall::detect::ngram::DEFAULT_N,
+            ngram_words: firewall::DEFAULT_NGRAM_WORDS,
             ttl_secs: 86_400,
             key,
             max_hashes: 20_000_000,

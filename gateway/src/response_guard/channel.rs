@@ -80,7 +80,7 @@ impl ChannelScan {
         self.pushed - self.scanner.held_bytes()
     }
 
-    pub(super) fn observations(&self) -> firewall::detect::Observations {
+    pub(super) fn observations(&self) -> firewall::Observations {
         self.scanner.observations()
     }
 

@@ -32,7 +32,7 @@ mod logprobs;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use firewall::detect::Observations;
+use firewall::Observations;
 use firewall::{Action, Detectors, Finding, Ruleset, ScanContext, Step, StreamScanner, TokenSignals};
 
 use crate::api::response::{FunctionChunk, ToolCallChunk};

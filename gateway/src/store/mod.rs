@@ -127,7 +127,7 @@ impl Welford {
     }
 
     /// From the firewall's per-stream accumulator (which exposes the variance, not m2).
-    pub fn from_observed(o: &firewall::detect::Observed) -> Welford {
+    pub fn from_observed(o: &firewall::Observed) -> Welford {
         Welford { count: o.count, mean: o.mean, m2: o.variance() * o.count.saturating_sub(1) as f64 }
     }
 }
@@ -333,7 +333,7 @@ mod tests {
 
     #[test]
     fn welford_from_the_firewalls_accumulator() {
-        let mut o = firewall::detect::Observed::default();
+        let mut o = firewall::Observed::default();
         let mut w = Welford::default();
         for x in [1.0, 2.0, 4.0, 8.0] {
             o.add(x);
