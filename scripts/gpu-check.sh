@@ -72,6 +72,8 @@ for line in sys.stdin:
         shutil.copy(exe, os.path.join(sys.argv[1], sys.argv[2]))' "$dest" "$LIB_TESTS" || return 1
     cargo build --release --locked -p crossguard-engine --example bench_gpu 2>>"$dest/build.log" || return 1
     cp "${CARGO_TARGET_DIR:-target}/release/examples/bench_gpu" "$dest/"
+    # The commit the binaries are built from (the GPU machine's copy of .git may be older).
+    echo "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo -dirty)" >"$dest/commit.txt"
     # Debug info off: the bundle must fit what can be carried to the GPU machine.
     strip "$dest"/bench_gpu "$dest/$LIB_TESTS" "${TESTS[@]/#/$dest/}" 2>/dev/null || true
 }
@@ -131,7 +133,7 @@ export CROSSGUARD_REQUIRE_NVRTC=1 CROSSGUARD_GPU_TESTS=1
 
 {
     echo "date:   $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo "commit: $(cat "${PREBUILT:-/nonexistent}/commit.txt" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo "gpu:    $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'nvidia-smi failed')"
     echo "cpus:   $(nproc)"
     echo "model:  $MODEL"
