@@ -30,7 +30,11 @@ pub struct LoadError {
 
 impl fmt::Display for LoadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}: ", self.file, self.line)?;
+        // Line 0: the error is about the whole file, or about canaries given as values.
+        match self.line {
+            0 => write!(f, "{}: ", self.file)?,
+            line => write!(f, "{}:{line}: ", self.file)?,
+        }
         if let Some(id) = &self.rule_id {
             write!(f, "rule `{id}`: ")?;
         }
@@ -76,7 +80,7 @@ impl Default for LoadOptions {
 }
 
 /// Where a rule was written, for messages and sample reports.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Origin {
     pub file: String,
     pub line: usize,
@@ -84,6 +88,10 @@ pub struct Origin {
     pub must_match_lines: Vec<usize>,
     pub must_not_match_lines: Vec<usize>,
 }
+
+/// What errors and origins of canaries given as values name as their file (see
+/// [`Ruleset::load_sources_with_canaries`]).
+pub const INJECTED_CANARIES: &str = "(injected canaries)";
 
 /// A compiled, validated set of rules and canaries. Immutable; share it through `Arc`.
 #[derive(Debug)]
@@ -176,6 +184,17 @@ impl Ruleset {
 
     /// Loads from `(file name, contents)` pairs; the file names only label messages.
     pub fn load_sources(sources: &[(String, String)], opts: LoadOptions) -> Result<Ruleset, LoadErrors> {
+        Self::load_sources_with_canaries(sources, &[], opts)
+    }
+
+    /// As [`Ruleset::load_sources`], plus canaries given as values (a server's canaries made
+    /// at run time, not written in a rule file). They are checked like a file's `[[canary]]`
+    /// tables and share the ids' namespace; their errors name [`INJECTED_CANARIES`] as file.
+    pub fn load_sources_with_canaries(
+        sources: &[(String, String)],
+        canaries: &[RawCanary],
+        opts: LoadOptions,
+    ) -> Result<Ruleset, LoadErrors> {
         let mut all = Parsed::default();
         let mut allow = AllowCache::default();
         for (file, text) in sources {
@@ -183,6 +202,18 @@ impl Ruleset {
             all.rules.extend(p.rules);
             all.canaries.extend(p.canaries);
             all.errors.extend(p.errors);
+        }
+        for raw in canaries {
+            let origin = Origin { file: INJECTED_CANARIES.into(), line: 0, ..Origin::default() };
+            match raw.clone().compile() {
+                Ok(c) => all.canaries.push((c, origin)),
+                Err(errs) => all.errors.extend(errs.into_iter().map(|FieldError { key, reason }| LoadError {
+                    file: INJECTED_CANARIES.into(),
+                    line: 0,
+                    rule_id: Some(raw.id.clone()),
+                    reason: format!("{key}: {reason}"),
+                })),
+            }
         }
         let duplicates = duplicate_ids(&all);
         all.errors.extend(duplicates);
@@ -484,6 +515,43 @@ strings = ["ACME-CANARY-7f3a9c"]
         assert_eq!(e.len(), 2);
         assert_eq!(e[0].to_string(), "b.toml:2: rule `demo-token`: duplicate id, first defined at a.toml:2");
         assert_eq!(e[1].to_string(), "b.toml:13: rule `acme-canary`: duplicate id, first defined at a.toml:13");
+    }
+
+    fn injected(id: &str, owner: &str, token: &str) -> RawCanary {
+        RawCanary { id: id.into(), owner: owner.into(), strings: vec![token.into()], description: None }
+    }
+
+    #[test]
+    fn canaries_given_as_values_load_and_fire_like_a_files() {
+        let sources = [("a.toml".to_string(), GOOD.to_string())];
+        let extra = [injected("injected-canary-1", "globex", "GLOBEX-CANARY-41c9e2")];
+        let set = Ruleset::load_sources_with_canaries(&sources, &extra, LoadOptions::default());
+        let Ok(set) = set else { panic!("{set:?}") };
+        assert_eq!(set.canaries().len(), 2);
+        let found = set.scan("leaked: GLOBEX-CANARY-41c9e2 and ACME-CANARY-7f3a9c");
+        let mut ids: Vec<&str> = found.iter().map(|f| f.rule_id.as_str()).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, ["acme-canary", "injected-canary-1"]);
+    }
+
+    #[test]
+    fn canaries_given_as_values_are_checked_like_a_files() {
+        let sources = [("a.toml".to_string(), GOOD.to_string())];
+        let extra = [
+            injected("injected-canary-1", "globex", "short"),
+            injected("acme-canary", "globex", "GLOBEX-CANARY-41c9e2"),
+        ];
+        let e = Ruleset::load_sources_with_canaries(&sources, &extra, LoadOptions::default())
+            .err()
+            .map(|e| e.errors.iter().map(ToString::to_string).collect::<Vec<_>>())
+            .unwrap_or_default();
+        assert_eq!(
+            e,
+            [
+                "(injected canaries): rule `injected-canary-1`: strings: canary string of 5 chars is shorter than 8",
+                "(injected canaries): rule `acme-canary`: duplicate id, first defined at a.toml:13",
+            ]
+        );
     }
 
     #[test]

@@ -323,32 +323,21 @@ impl Protection {
         &self.probes
     }
 
-    /// The injected canaries as a rule file (`[[canary]]` tables), to load with the rules;
-    /// `None` when no tenant has one.
-    pub fn canary_rules(&self) -> Option<(String, String)> {
-        if self.canaries.is_empty() {
-            return None;
-        }
+    /// The injected canaries, one per tenant that has one (sorted by tenant), to load with
+    /// the rules.
+    pub fn injected_canaries(&self) -> Vec<firewall::RawCanary> {
         let mut tenants: Vec<(&String, &String)> = self.canaries.iter().collect();
         tenants.sort();
-        let mut text = String::new();
-        for (i, (tenant, token)) in tenants.into_iter().enumerate() {
-            let table = firewall::RawCanary {
+        tenants
+            .into_iter()
+            .enumerate()
+            .map(|(i, (tenant, token))| firewall::RawCanary {
                 id: format!("injected-canary-{}", i + 1),
                 owner: tenant.clone(),
                 strings: vec![token.clone()],
                 description: Some(format!("the canary injected into {tenant}'s system prompts")),
-            };
-            let mut doc = toml::Table::new();
-            doc.insert(
-                "canary".into(),
-                toml::Value::Array(
-                    vec![toml::Value::try_from(table).unwrap_or(toml::Value::Table(Default::default()))],
-                ),
-            );
-            text.push_str(&doc.to_string());
-        }
-        Some(("(injected canaries)".to_owned(), text))
+            })
+            .collect()
     }
 
     /// Before the backend runs: injects the tenant's canary and fingerprints the prompt (its
@@ -506,12 +495,11 @@ fn spawn(task: impl std::future::Future<Output = ()> + Send + 'static) {
 
 /// Loads the rule files (or the built-in ones) plus the injected canaries.
 pub fn load_rules(config: &Config, protection: &Protection) -> Result<Ruleset, firewall::LoadErrors> {
-    let mut sources = match &config.firewall.rules_dir {
+    let sources = match &config.firewall.rules_dir {
         Some(dir) => Ruleset::dir_sources(dir)?,
         None => Ruleset::builtin_sources(),
     };
-    sources.extend(protection.canary_rules());
-    Ruleset::load_sources(&sources, firewall::LoadOptions::default())
+    Ruleset::load_sources_with_canaries(&sources, &protection.injected_canaries(), firewall::LoadOptions::default())
 }
 
 #[cfg(test)]
