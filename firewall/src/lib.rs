@@ -54,7 +54,7 @@ pub use detect::{
 pub use gitleaks::{import as import_gitleaks, Import as GitleaksImport, ImportNote as GitleaksImportNote};
 pub use reload::ReloadableRuleset;
 pub use rule::{Canary, RawCanary, Rule};
-pub use ruleset::{LoadError, LoadErrors, LoadOptions, Origin, Ruleset, INJECTED_CANARIES};
+pub use ruleset::{LoadError, LoadErrors, LoadOptions, Origin, RuleFiles, Ruleset, INJECTED_CANARIES};
 pub use samples::{RuleSamples, SampleFailure, SampleReport};
 pub use stream::{Step, StreamScanner, MAX_HOLDBACK_BYTES};
 pub use verdict::{mask, Action, Detail, DetectorKind, Finding, Severity};

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
@@ -89,6 +89,38 @@ pub struct Origin {
     pub must_not_match_lines: Vec<usize>,
 }
 
+/// Where rule files come from: the set built into the binary, or a folder of `*.toml`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuleFiles {
+    Builtin,
+    Folder(PathBuf),
+}
+
+impl RuleFiles {
+    /// The folder when one is configured, else the built-in files: the one place this
+    /// choice is made (the server, `rules check|test` and `scan` all ask here).
+    pub fn folder_or_builtin(dir: Option<&Path>) -> RuleFiles {
+        dir.map_or(RuleFiles::Builtin, |d| RuleFiles::Folder(d.to_path_buf()))
+    }
+
+    /// Their `(file name, text)` pairs, as [`Ruleset::load_sources`] takes them.
+    pub fn sources(&self) -> Result<Vec<(String, String)>, LoadErrors> {
+        match self {
+            RuleFiles::Builtin => Ok(Ruleset::builtin_sources()),
+            RuleFiles::Folder(dir) => Ruleset::dir_sources(dir),
+        }
+    }
+}
+
+impl fmt::Display for RuleFiles {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RuleFiles::Builtin => f.write_str("built-in rules"),
+            RuleFiles::Folder(dir) => write!(f, "{}", dir.display()),
+        }
+    }
+}
+
 /// What errors and origins of canaries given as values name as their file (see
 /// [`Ruleset::load_sources_with_canaries`]).
 pub const INJECTED_CANARIES: &str = "(injected canaries)";
@@ -124,6 +156,12 @@ struct Parsed {
 }
 
 impl Ruleset {
+    /// Loads `files` plus `canaries` given as values (see
+    /// [`Ruleset::load_sources_with_canaries`]).
+    pub fn load(files: &RuleFiles, canaries: &[RawCanary], opts: LoadOptions) -> Result<Ruleset, LoadErrors> {
+        Self::load_sources_with_canaries(&files.sources()?, canaries, opts)
+    }
+
     /// Loads every `*.toml` directly inside `dir` (sorted by name), with samples checked.
     pub fn load_dir(dir: &Path) -> Result<Ruleset, LoadErrors> {
         Self::load_dir_with(dir, LoadOptions::default())
@@ -552,6 +590,18 @@ strings = ["ACME-CANARY-7f3a9c"]
                 "(injected canaries): rule `acme-canary`: duplicate id, first defined at a.toml:13",
             ]
         );
+    }
+
+    #[test]
+    fn rule_files_are_the_folder_when_given_else_the_builtin_set() {
+        assert_eq!(RuleFiles::folder_or_builtin(None), RuleFiles::Builtin);
+        let dir = Path::new("/etc/crossguard/rules");
+        assert_eq!(RuleFiles::folder_or_builtin(Some(dir)), RuleFiles::Folder(dir.to_path_buf()));
+        assert_eq!(RuleFiles::Builtin.to_string(), "built-in rules");
+        let builtin = RuleFiles::Builtin.sources().map(|s| s.len());
+        assert_eq!(builtin.ok(), Some(Ruleset::builtin_sources().len()));
+        let missing = RuleFiles::Folder("/nonexistent/crossguard-rules".into()).sources();
+        assert!(missing.is_err_and(|e| e.errors[0].reason.starts_with("cannot read the rules folder")));
     }
 
     #[test]

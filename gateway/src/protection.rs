@@ -495,11 +495,8 @@ fn spawn(task: impl std::future::Future<Output = ()> + Send + 'static) {
 
 /// Loads the rule files (or the built-in ones) plus the injected canaries.
 pub fn load_rules(config: &Config, protection: &Protection) -> Result<Ruleset, firewall::LoadErrors> {
-    let sources = match &config.firewall.rules_dir {
-        Some(dir) => Ruleset::dir_sources(dir)?,
-        None => Ruleset::builtin_sources(),
-    };
-    Ruleset::load_sources_with_canaries(&sources, &protection.injected_canaries(), firewall::LoadOptions::default())
+    let files = firewall::RuleFiles::folder_or_builtin(config.firewall.rules_dir.as_deref());
+    Ruleset::load(&files, &protection.injected_canaries(), firewall::LoadOptions::default())
 }
 
 #[cfg(test)]

@@ -5,22 +5,18 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use firewall::{LoadErrors, LoadOptions, Ruleset};
+use firewall::{LoadErrors, LoadOptions, RuleFiles, Ruleset};
+
+fn files(dir: &Path) -> RuleFiles {
+    RuleFiles::folder_or_builtin((!dir.as_os_str().is_empty()).then_some(dir))
+}
 
 fn load(dir: &Path, opts: LoadOptions) -> Result<Ruleset, LoadErrors> {
-    if dir.as_os_str().is_empty() {
-        Ruleset::builtin_with(opts)
-    } else {
-        Ruleset::load_dir_with(dir, opts)
-    }
+    Ruleset::load(&files(dir), &[], opts)
 }
 
 fn label(dir: &Path) -> String {
-    if dir.as_os_str().is_empty() {
-        "built-in rules".into()
-    } else {
-        dir.display().to_string()
-    }
+    files(dir).to_string()
 }
 
 /// `crossguard rules check [DIR]`: validate everything, samples included; exit 1 listing

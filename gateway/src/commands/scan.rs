@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use firewall::{Action, LoadOptions, Ruleset, Severity};
+use firewall::{Action, LoadOptions, RuleFiles, Ruleset, Severity};
 
 pub struct ScanArgs {
     /// Rules folder; `None` = the built-in ruleset.
@@ -51,12 +51,9 @@ pub fn scan(args: &ScanArgs) -> ExitCode {
     // are not built. A rules folder still has its samples checked; the built-in rules had
     // theirs checked by the test suite on the very files embedded in this binary, so
     // checking them again would only add start-up time.
-    let opts = LoadOptions { check_samples: args.rules.is_some(), defer_streaming: true };
-    let loaded = match &args.rules {
-        Some(dir) => Ruleset::load_dir_with(dir, opts),
-        None => Ruleset::builtin_with(opts),
-    };
-    let rules = match loaded {
+    let files = RuleFiles::folder_or_builtin(args.rules.as_deref());
+    let opts = LoadOptions { check_samples: files != RuleFiles::Builtin, defer_streaming: true };
+    let rules = match Ruleset::load(&files, &[], opts) {
         Ok(r) => r,
         Err(e) => {
             eprint!("{e}");
