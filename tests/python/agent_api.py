@@ -292,7 +292,8 @@ def agent_loop(client, model, tools):
 def streamed_call(client, model, tools):
     stream = client.chat.completions.create(
         model=model, messages=[{"role": "user", "content": "Weather in Rome?"}], tools=tools,
-        tool_choice={"type": "function", "function": {"name": "get_weather"}}, stream=True, max_tokens=60)
+        tool_choice={"type": "function", "function": {"name": "get_weather"}}, stream=True, max_tokens=60,
+        temperature=0)
     calls, finish, content = {}, None, ""
     for chunk in stream:
         for c in chunk.choices:
