@@ -164,11 +164,7 @@ impl Ruleset {
 
     /// Loads every `*.toml` directly inside `dir` (sorted by name), with samples checked.
     pub fn load_dir(dir: &Path) -> Result<Ruleset, LoadErrors> {
-        Self::load_dir_with(dir, LoadOptions::default())
-    }
-
-    pub fn load_dir_with(dir: &Path, opts: LoadOptions) -> Result<Ruleset, LoadErrors> {
-        Self::load_sources(&Self::dir_sources(dir)?, opts)
+        Self::load(&RuleFiles::Folder(dir.to_path_buf()), &[], LoadOptions::default())
     }
 
     /// The `(file name, text)` of every `*.toml` directly inside `dir`, sorted by name: what
@@ -208,11 +204,7 @@ impl Ruleset {
 
     /// The default ruleset shipped in the binary (the repository's `rules/*.toml`).
     pub fn builtin() -> Result<Ruleset, LoadErrors> {
-        Self::builtin_with(LoadOptions::default())
-    }
-
-    pub fn builtin_with(opts: LoadOptions) -> Result<Ruleset, LoadErrors> {
-        Self::load_sources(&Self::builtin_sources(), opts)
+        Self::load(&RuleFiles::Builtin, &[], LoadOptions::default())
     }
 
     /// The `(file name, text)` of the rule files built into the binary.
