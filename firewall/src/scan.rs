@@ -69,6 +69,8 @@ pub(crate) struct Engine {
     keyword_lens: Vec<usize>,
     /// [rules] anchored searches for one-shot scanning near keyword hits
     searches: Vec<RuleSearch>,
+    /// Rules without keywords, which every one-shot scan runs (ascending).
+    unkeyed: Vec<u32>,
     /// [patterns] the syntax the liveness automata are built from
     live_patterns: Vec<Hir>,
     /// The streaming liveness automata: determinising them is most of a ruleset's build
@@ -82,8 +84,14 @@ pub(crate) struct Engine {
 /// a tenth of their scanning time allocating these.
 #[derive(Debug, Default)]
 struct Scratch {
-    /// [rules] keyword hits
+    /// [rules] keyword hits; empty between scans
     hits: Vec<Vec<(usize, usize)>>,
+    /// The rules this scan runs: those with a keyword hit, then the unkeyed ones. A text
+    /// hits a few dozen of several hundred rules, and a pass over every rule's state per
+    /// text (a cache line each) cost a twentieth of a scan of LLM-style records.
+    run: Vec<u32>,
+    /// Entries `hits` has room for, all rules together.
+    held: usize,
     /// one rule's start regions at a time
     regions: Vec<(usize, usize)>,
     /// [rules] captures of the anchored searches
@@ -105,6 +113,7 @@ impl Default for Engine {
             keyword_rules: Vec::new(),
             keyword_lens: Vec::new(),
             searches: Vec::new(),
+            unkeyed: Vec::new(),
             live_patterns: Vec::new(),
             live: OnceLock::new(),
             scratch: Mutex::default(),
@@ -178,6 +187,7 @@ impl Engine {
             .iter()
             .map(|r| RuleSearch::new(r.regex.clone(), &r.hir, r.scan_group, r.reach, StartFilter::of(&r.hir)))
             .collect();
+        let unkeyed = (0..rules.len()).filter(|&i| rules[i].keywords.is_empty()).map(|i| i as u32).collect();
         Ok(Engine {
             patterns,
             canary,
@@ -185,6 +195,7 @@ impl Engine {
             keyword_rules,
             keyword_lens,
             searches,
+            unkeyed,
             live_patterns,
             live,
             scratch: Mutex::default(),
@@ -194,6 +205,7 @@ impl Engine {
     fn take_scratch(&self) -> Scratch {
         let kept = self.scratch.lock().unwrap_or_else(PoisonError::into_inner).pop();
         kept.unwrap_or_else(|| Scratch {
+            hits: vec![Vec::new(); self.searches.len()],
             captures: self.searches.iter().map(RuleSearch::captures).collect(),
             ..Scratch::default()
         })
@@ -201,8 +213,7 @@ impl Engine {
 
     fn give_back(&self, scratch: Scratch) {
         // A huge text's hit lists are not worth keeping for the small ones that follow.
-        let held: usize = scratch.hits.iter().map(Vec::capacity).sum::<usize>() + scratch.regions.capacity();
-        if held > MAX_SCRATCH_ENTRIES {
+        if scratch.held + scratch.regions.capacity() > MAX_SCRATCH_ENTRIES {
             return;
         }
         let mut kept = self.scratch.lock().unwrap_or_else(PoisonError::into_inner);
@@ -329,11 +340,19 @@ impl Ruleset {
     fn pattern_findings(&self, text: &str, ctx: &ScanContext, out: &mut Vec<Finding>) {
         let e = &self.engine;
         let mut scratch = e.take_scratch();
-        let Scratch { hits, regions, captures } = &mut scratch;
-        self.keyword_hits(text, hits);
-        for (i, (hits, caps)) in hits.iter_mut().zip(captures.iter_mut()).enumerate() {
-            self.rule_one_shot(i, text, hits, regions, caps, out);
+        let Scratch { hits, run, held, regions, captures } = &mut scratch;
+        let held_before = self.keyword_hits(text, hits, run);
+        run.extend_from_slice(&e.unkeyed);
+        // In rule order, as a pass over every rule would run them.
+        run.sort_unstable();
+        for &i in run.iter() {
+            let i = i as usize;
+            self.rule_one_shot(i, text, &mut hits[i], regions, &mut captures[i], out);
+            hits[i].clear();
         }
+        // Only the lists of rules that ran can have grown.
+        *held = (*held + run.iter().map(|&r| hits[r as usize].capacity()).sum::<usize>()).saturating_sub(held_before);
+        run.clear();
         e.give_back(scratch);
         if e.canary.is_some() {
             self.canary_matches(text, 0, 0, usize::MAX, ctx, out);
@@ -379,15 +398,21 @@ impl Ruleset {
         out.len()
     }
 
-    /// Sets `hits` to `[rules] (start, end) of that rule's keyword hits in text` (unsorted).
-    fn keyword_hits(&self, text: &str, hits: &mut Vec<Vec<(usize, usize)>>) {
+    /// Adds to `hits` (`[rules]`, empty on entry) the `(start, end)` of each rule's keyword
+    /// hits in text (unsorted), and to `touched` every rule that got one. Returns the room
+    /// the touched rules' lists had before.
+    fn keyword_hits(&self, text: &str, hits: &mut [Vec<(usize, usize)>], touched: &mut Vec<u32>) -> usize {
         let e = &self.engine;
-        hits.resize_with(self.rules.len(), Vec::new);
-        hits.iter_mut().for_each(Vec::clear);
+        let mut room_before = 0;
         let mut add = |keyword: usize, start: usize| {
             let end = start + e.keyword_lens[keyword];
             for &r in &e.keyword_rules[keyword] {
-                hits[r as usize].push((start, end));
+                let rule_hits = &mut hits[r as usize];
+                if rule_hits.is_empty() {
+                    touched.push(r);
+                    room_before += rule_hits.capacity();
+                }
+                rule_hits.push((start, end));
             }
         };
         match &e.prefilter {
@@ -397,6 +422,7 @@ impl Ruleset {
             }
             None => {}
         }
+        room_before
     }
 
     /// Finds and confirms the matches of pattern `p` in `hay` that start at or after `from`
@@ -641,6 +667,32 @@ mod tests {
         let Some(rules) = builtin() else { panic!("built-in rules do not load") };
         let mib = rules.memory_usage() as f64 / f64::from(1 << 20);
         assert!(mib < 72.0, "built-in rules' automata take {mib:.1} MiB (budget 72 MiB; 69.9 MiB at 436 rules)");
+    }
+
+    /// Scans run only the rules their text hits, so a kept scratch must come back with
+    /// every hit list empty and its room counted exactly: the bound on what is kept has
+    /// to hold however many scans grew which rules' lists.
+    #[test]
+    fn kept_scratch_is_empty_and_its_room_is_counted() {
+        let Some(rules) = builtin() else { panic!("built-in rules do not load") };
+        let kept = |rules: &Ruleset| rules.engine.scratch.lock().map(|k| k.len()).unwrap_or(0);
+        for text in corpus_texts() {
+            for part in text.split("\n\n").take(200) {
+                rules.scan(part);
+            }
+        }
+        assert_eq!(kept(&rules), 1);
+        if let Ok(k) = rules.engine.scratch.lock() {
+            for s in k.iter() {
+                assert!(s.hits.iter().all(Vec::is_empty) && s.run.is_empty());
+                assert_eq!(s.held, s.hits.iter().map(Vec::capacity).sum::<usize>());
+            }
+        }
+        // 70,000 hits of one keyword: more room than a kept scratch may hold.
+        rules.scan(&"token ".repeat(MAX_SCRATCH_ENTRIES + 5_000));
+        assert_eq!(kept(&rules), 0, "a scratch grown past the bound was kept");
+        rules.scan("api_key = 'x'");
+        assert_eq!(kept(&rules), 1);
     }
 
     #[test]
