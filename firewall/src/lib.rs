@@ -32,6 +32,7 @@ mod canon;
 mod capture;
 mod detect;
 mod gitleaks;
+mod judge;
 mod keywords;
 mod live;
 mod pass;
@@ -52,8 +53,11 @@ pub use detect::{
     NgramOwners, Observations, Observed, OwnerSet, ProvenanceConfig, ScanContext, SecretOwnership, TokenSignals,
 };
 pub use gitleaks::{import as import_gitleaks, Import as GitleaksImport, ImportNote as GitleaksImportNote};
+pub use judge::{
+    context_before as judge_context, letter_pairs, Judge, ModelError as JudgeModelError, FEATURES as JUDGE_FEATURES,
+};
 pub use reload::ReloadableRuleset;
-pub use rule::{Canary, RawCanary, Rule};
+pub use rule::{shannon_entropy, Canary, RawCanary, Rule};
 pub use ruleset::{LoadError, LoadErrors, LoadOptions, Origin, RuleFiles, Ruleset, INJECTED_CANARIES};
 pub use samples::{RuleSamples, SampleFailure, SampleReport};
 pub use stream::{Step, StreamScanner, MAX_HOLDBACK_BYTES};

@@ -68,6 +68,9 @@ pub struct RawRule {
     pub keywords: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_entropy: Option<f64>,
+    /// The generic-secret judge's least score (0..1) for a match to count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge: Option<f64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -120,6 +123,9 @@ pub struct Rule {
     /// whole texts.
     pub(crate) reach: Option<usize>,
     pub min_entropy: Option<f64>,
+    /// The least score of the generic-secret judge ([`crate::Judge`]) for a match to
+    /// count; None: the rule does not ask the judge.
+    pub judge: Option<f32>,
     pub allow: Vec<Regex>,
     /// `allow` as at most two alternations (see [`allow_groups`]), searched instead of
     /// the patterns one by one; None without patterns, or where an alternation outgrows
@@ -331,6 +337,11 @@ impl RawRule {
                 ));
             }
         }
+        if let Some(j) = self.judge {
+            if !(0.0..=1.0).contains(&j) {
+                errs.push(field("judge", format!("judge is the least score for a match, within 0..=1, got {j}")));
+            }
+        }
         let allow = cache.compile_all("allow", &self.allow, &mut errs);
         let allow_line = cache.compile_all("allow_line", &self.allow_line, &mut errs);
         let allow_set = if errs.is_empty() { cache.compile_set(&self.allow) } else { None };
@@ -346,6 +357,7 @@ impl RawRule {
                 keywords,
                 reach,
                 min_entropy: self.min_entropy,
+                judge: self.judge.map(|j| j as f32),
                 allow,
                 allow_set,
                 allow_line,
@@ -630,6 +642,7 @@ mod tests {
             secret_group: None,
             keywords: vec!["Tok".into()],
             min_entropy: None,
+            judge: None,
             allow: vec![],
             allow_line: vec![],
             tags: vec![],

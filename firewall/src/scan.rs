@@ -31,6 +31,7 @@ use regex_syntax::hir::Hir;
 
 use crate::canon;
 use crate::detect::{self, Detectors, ScanContext};
+use crate::judge::{context_before as judge_context, Judge};
 use crate::keywords::KeywordFinder;
 use crate::live::Live;
 use crate::pass::merge_findings;
@@ -574,7 +575,7 @@ impl KeywordCheck<'_> {
 
 /// Decides what a match of `rule` at `found` (offsets into `hay`) counts for: nothing
 /// without a keyword inside it; otherwise the walk takes it, and it is a finding unless
-/// `min_entropy` or an `allow` regex rules the secret out.
+/// `min_entropy`, an `allow` regex or the judge rules the secret out.
 fn judge(
     rule: &Rule,
     hay: &str,
@@ -590,6 +591,7 @@ fn judge(
     if rule.min_entropy.is_some_and(|min| shannon_entropy(secret) < min)
         || rule.is_allowed(secret)
         || rule.is_line_allowed(hay, ms, me)
+        || rule.judge.is_some_and(|min| Judge::builtin().score(judge_context(hay, ms, ss), secret) < min)
     {
         return Verdict::Taken;
     }

@@ -17,12 +17,13 @@ Printed: every miss and false positive, recall per expected kind and precision p
 crossguard rule (weakest first), recall and precision per source, then the totals: recall,
 precision, false positives per MB and the share of clean texts flagged.
 
-Each source's line also counts its misses whose value is placeholder-shaped: a run of four
+Misses of placeholder-shaped values are listed as `miss~`. Each source's line also counts its misses whose value is placeholder-shaped: a run of four
 counting characters (`1234`, `abcd`, `9876`, `a1b2c3`), one character four times in a row,
 or a placeholder word (example, sample, dummy, fake, your, xxxx). Peers' samples hold
 many such values (`abcdef1234567890abcdef1234567890`), which the rules leave alone on
 purpose: a language model writes them in honest answers all the time. The count only
-says how much of the gap is that decision; the score counts them as misses all the same. Exits 1 below the
+says how much of the gap is that decision; the score counts them as misses all the same (a
+last line gives the recall on the other secrets, for reading only). Exits 1 below the
 --min-recall / --min-precision floors, so CI catches a rules change that loses ground.
 The held-back split prints its totals only, unless --list is given: it is for measuring,
 never for tuning.
@@ -79,6 +80,7 @@ class Score:
         self.clean_flagged = 0
         self.lines = []
         self.placeholder_misses = 0
+        self.placeholder_expected = 0
 
     def record(self, r, findings):
         self.bytes += len(r["text"].encode())
@@ -92,9 +94,14 @@ class Score:
             hit = bool(findings) if "start" not in s else any(overlap(f, s) for f in findings)
             if not hit:
                 self.missed[kind] += 1
-                self.placeholder_misses += placeholder_shaped(s.get("value") or r["text"])
+                shaped = placeholder_shaped(s.get("value") or r["text"])
+                self.placeholder_misses += shaped
+                self.placeholder_expected += shaped
                 where = (s["start"], s["end"]) if "start" in s else (0, min(len(r["text"].encode()), 120))
-                self.lines.append(f"miss  {r['id']} [{s['kind']}]: {context(r['text'], *where)}")
+                tag = "miss~" if shaped else "miss "
+                self.lines.append(f"{tag} {r['id']} [{s['kind']}]: {context(r['text'], *where)}")
+            else:
+                self.placeholder_expected += placeholder_shaped(s.get("value") or r["text"])
         for f in findings:
             self.by_rule[f["rule_id"]] += 1
             if not spanless and not any(is_expected(r, f, s) for s in r["secrets"]):
@@ -175,6 +182,10 @@ def report_totals(a, score, recs):
           f"{t['missed']} missed (recall {t['recall']:.4f}); {t['findings']} findings, "
           f"{t['false']} false (precision {t['precision']:.4f}, {t['fp_per_mb']:.1f} per MB); "
           f"{100 * t['clean_flagged']:.1f} % of {t['clean']} clean texts flagged")
+    real = t["expected"] - score.placeholder_expected
+    real_missed = t["missed"] - score.placeholder_misses
+    print(f"{a.split}, placeholder-shaped secrets left out: {real} expected, {real_missed} missed "
+          f"(recall {1 - real_missed / max(real, 1):.4f})")
     if t["recall"] < a.min_recall or t["precision"] < a.min_precision:
         print(f"below the floors: recall >= {a.min_recall}, precision >= {a.min_precision}", file=sys.stderr)
         sys.exit(1)

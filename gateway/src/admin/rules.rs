@@ -230,6 +230,9 @@ pub async fn rule_page(
         if let Some(e) = rule.min_entropy {
             rows.push(("Minimum entropy", format!("{e:.2} bits/char")));
         }
+        if let Some(j) = rule.judge {
+            rows.push(("Judge", format!("keeps secrets the generic-secret judge scores {j:.2} or more")));
+        }
         if !rule.tags.is_empty() {
             rows.push(("Tags", rule.tags.join(", ")));
         }

@@ -1,0 +1,417 @@
+//! The generic-secret judge: how likely a value a generic rule matched (`password = …`,
+//! `api_key: …`) is a credential rather than code, a placeholder or prose.
+//!
+//! A rule opts in with `judge = <min score>`; its regex finds the candidates, and the
+//! judge keeps those scoring at least that. The score is a logistic model over features of
+//! the value's own characters (length, classes, entropy, how English- or code-like its
+//! letter pairs are, counting and keyboard runs, placeholder words, code and path shapes)
+//! and of its line up to the value (which credential word names it, which harmless noun,
+//! prose around it). Whether the value is quoted is left out on purpose: the labelled
+//! texts quote their secrets more often than people do, and the model learnt that instead
+//! of the value's shape. The weights and the letter-pair table are data
+//! (`firewall/data/judge.toml`), trained offline by `examples/train_judge.rs` on labelled
+//! texts and real source files; the feature code below is the only definition of the
+//! features, shared by training and scanning, so the two cannot drift apart.
+//!
+//! Only the text from the start of the match's line (at most
+//! [`crate::rule::ALLOW_LINE_LOOKBACK`] bytes back) to the end of the value is read, the
+//! same window `allow_line` sees: a stream scanner holds that much, so streaming and
+//! one-shot scans judge alike.
+
+use std::sync::OnceLock;
+
+use serde::Deserialize;
+
+use crate::rule::shannon_entropy;
+
+/// The model the binary carries.
+const BUILTIN: &str = include_str!("../data/judge.toml");
+
+/// Feature names, in vector order; the model file lists them too, so weights trained for
+/// another feature set are refused instead of misread.
+pub const FEATURES: [&str; 31] = [
+    "len_ln",
+    "entropy",
+    "lower",
+    "upper",
+    "digit",
+    "symbol",
+    "three_classes",
+    "class_changes",
+    "pair_logp",
+    "rare_pairs",
+    "counting_run",
+    "repeat_run",
+    "keyboard_run",
+    "placeholder_word",
+    "code_punct",
+    "member_access",
+    "identifier_shape",
+    "interpolation",
+    "path_or_url",
+    "hex_only",
+    "digits_only",
+    "has_space",
+    "name_password",
+    "name_secret",
+    "name_token",
+    "name_key",
+    "name_harmless",
+    "vowels",
+    "prose_line",
+    "assign_colon",
+    "hex_named_credential",
+];
+
+/// Number of features.
+pub const N: usize = FEATURES.len();
+
+/// A trained model: standardisation, weights, and the letter-pair table.
+#[derive(Debug, Clone)]
+pub struct Judge {
+    mean: [f32; N],
+    scale: [f32; N],
+    weights: [f32; N],
+    bias: f32,
+    /// ln P(b | a) for lowercase ASCII letters, `[a * 26 + b]`.
+    pairs: Vec<f32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModelFile {
+    features: Vec<String>,
+    mean: Vec<f32>,
+    scale: Vec<f32>,
+    weights: Vec<f32>,
+    bias: f32,
+    pairs: Vec<f32>,
+}
+
+/// Why a model file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("judge model is not valid TOML: {0}")]
+    Syntax(String),
+    #[error("judge model was trained for other features (expected {N}: {expected})", expected = FEATURES.join(", "))]
+    Features,
+    #[error("judge model: `{0}` has the wrong length")]
+    Length(&'static str),
+}
+
+fn array(v: Vec<f32>, what: &'static str) -> Result<[f32; N], ModelError> {
+    v.try_into().map_err(|_| ModelError::Length(what))
+}
+
+impl Judge {
+    /// Reads a model file (the format `train_judge` writes).
+    pub fn from_toml(text: &str) -> Result<Judge, ModelError> {
+        let m: ModelFile = toml::from_str(text).map_err(|e| ModelError::Syntax(e.message().to_string()))?;
+        if m.features.iter().map(String::as_str).ne(FEATURES) {
+            return Err(ModelError::Features);
+        }
+        if m.pairs.len() != 26 * 26 {
+            return Err(ModelError::Length("pairs"));
+        }
+        Ok(Judge {
+            mean: array(m.mean, "mean")?,
+            scale: array(m.scale, "scale")?,
+            weights: array(m.weights, "weights")?,
+            bias: m.bias,
+            pairs: m.pairs,
+        })
+    }
+
+    /// The model built into the binary.
+    pub fn builtin() -> &'static Judge {
+        static MODEL: OnceLock<Judge> = OnceLock::new();
+        // The embedded file is checked by the tests; a bad one must not take scanning
+        // down, so it falls back to a model that keeps every candidate.
+        MODEL.get_or_init(|| Judge::from_toml(BUILTIN).unwrap_or_else(|_| Judge::keep_all()))
+    }
+
+    /// A model that scores every candidate 1: what a rule's regex alone would keep.
+    pub fn keep_all() -> Judge {
+        Judge { mean: [0.0; N], scale: [1.0; N], weights: [0.0; N], bias: 30.0, pairs: vec![0.0; 26 * 26] }
+    }
+
+    /// A model from trained parts (what `train_judge` fits).
+    pub fn from_parts(mean: [f32; N], scale: [f32; N], weights: [f32; N], bias: f32, pairs: Vec<f32>) -> Judge {
+        let pairs = if pairs.len() == 26 * 26 { pairs } else { vec![0.0; 26 * 26] };
+        Judge { mean, scale, weights, bias, pairs }
+    }
+
+    /// The model file for these parts.
+    pub fn to_toml(&self) -> String {
+        let list = |v: &[f32]| v.iter().map(|x| format!("{x:.6}")).collect::<Vec<_>>().join(", ");
+        let names = FEATURES.iter().map(|f| format!("\"{f}\"")).collect::<Vec<_>>().join(", ");
+        format!(
+            "features = [{names}]\nmean = [{}]\nscale = [{}]\nweights = [{}]\nbias = {:.6}\npairs = [{}]\n",
+            list(&self.mean),
+            list(&self.scale),
+            list(&self.weights),
+            self.bias,
+            list(&self.pairs)
+        )
+    }
+
+    /// Probability (0..1) that `value` is a credential, `context` being its line up to
+    /// the value (the name and operator before it).
+    pub fn score(&self, context: &str, value: &str) -> f32 {
+        self.score_features(&self.features(context, value))
+    }
+
+    /// The score of a feature vector.
+    pub fn score_features(&self, x: &[f32; N]) -> f32 {
+        let terms = x.iter().zip(&self.mean).zip(&self.scale).zip(&self.weights);
+        let z = self.bias + terms.map(|(((x, m), s), w)| w * (x - m) / s).sum::<f32>();
+        1.0 / (1.0 + (-z).exp())
+    }
+
+    /// The feature vector of a candidate (see [`FEATURES`]).
+    pub fn features(&self, context: &str, value: &str) -> [f32; N] {
+        value_features(value, &self.pairs, context)
+    }
+}
+
+/// Letter-pair log-probabilities estimated from `text` (add-one smoothed): what
+/// [`Judge`]'s `pair_logp` and `rare_pairs` read.
+pub fn letter_pairs(texts: &[&str]) -> Vec<f32> {
+    let mut counts = vec![1.0f64; 26 * 26];
+    for t in texts {
+        let b = t.as_bytes();
+        for w in b.windows(2) {
+            if let (Some(a), Some(c)) = (letter(w[0]), letter(w[1])) {
+                counts[a * 26 + c] += 1.0;
+            }
+        }
+    }
+    let mut out = vec![0.0f32; 26 * 26];
+    for a in 0..26 {
+        let row: f64 = counts[a * 26..a * 26 + 26].iter().sum();
+        for c in 0..26 {
+            out[a * 26 + c] = (counts[a * 26 + c] / row).ln() as f32;
+        }
+    }
+    out
+}
+
+fn letter(b: u8) -> Option<usize> {
+    b.is_ascii_alphabetic().then(|| usize::from(b.to_ascii_lowercase() - b'a'))
+}
+
+/// A letter pair rarer than this (ln P < -5, about 1 in 150) counts as rare.
+const RARE_PAIR: f32 = -5.0;
+
+const KEYBOARD_ROWS: [&[u8]; 4] = [b"1234567890", b"qwertyuiop", b"asdfghjkl", b"zxcvbnm"];
+
+const PLACEHOLDER_WORDS: [&str; 14] = [
+    "example",
+    "sample",
+    "dummy",
+    "fake",
+    "your",
+    "xxx",
+    "changeme",
+    "placeholder",
+    "redacted",
+    "todo",
+    "test",
+    "secret",
+    "password",
+    "token",
+];
+
+const HARMLESS_NAMES: [&str; 17] = [
+    "id", "name", "user", "url", "uri", "host", "path", "file", "type", "version", "field", "label", "hash", "salt",
+    "public", "format", "length",
+];
+
+fn value_features(v: &str, pairs: &[f32], context: &str) -> [f32; N] {
+    let mut x = [0.0f32; N];
+    let n = v.chars().count().max(1) as f32;
+    let b = v.as_bytes();
+    let (mut lower, mut upper, mut digit, mut symbol) = (0f32, 0f32, 0f32, 0f32);
+    let mut changes = 0f32;
+    let mut last_class = 0u8;
+    for c in v.chars() {
+        let class = if c.is_lowercase() {
+            lower += 1.0;
+            1
+        } else if c.is_uppercase() {
+            upper += 1.0;
+            2
+        } else if c.is_numeric() {
+            digit += 1.0;
+            3
+        } else {
+            symbol += 1.0;
+            4
+        };
+        if last_class != 0 && class != last_class {
+            changes += 1.0;
+        }
+        last_class = class;
+    }
+    let (mut logp, mut rare, mut npairs) = (0f32, 0f32, 0f32);
+    for w in b.windows(2) {
+        if let (Some(a), Some(c)) = (letter(w[0]), letter(w[1])) {
+            let p = pairs.get(a * 26 + c).copied().unwrap_or(0.0);
+            logp += p;
+            rare += f32::from(u8::from(p < RARE_PAIR));
+            npairs += 1.0;
+        }
+    }
+    let low = v.to_ascii_lowercase();
+    let name = context.to_ascii_lowercase();
+    let has = |s: &str, words: &[&str]| words.iter().any(|w| s.contains(w));
+    x[0] = n.ln();
+    x[1] = shannon_entropy(v) as f32;
+    x[2] = lower / n;
+    x[3] = upper / n;
+    x[4] = digit / n;
+    x[5] = symbol / n;
+    x[6] = f32::from(u8::from(lower > 0.0 && upper > 0.0 && digit > 0.0));
+    x[7] = changes / n;
+    x[8] = if npairs > 0.0 { logp / npairs } else { 0.0 };
+    x[9] = if npairs > 0.0 { rare / npairs } else { 0.0 };
+    x[10] = longest_run(b, |p, c| c.is_ascii_alphanumeric() && (c == p + 1 || c + 1 == p)) as f32 / n;
+    x[11] = longest_run(b, |p, c| c == p) as f32 / n;
+    x[12] = longest_run(low.as_bytes(), keyboard_neighbours) as f32 / n;
+    x[13] = f32::from(u8::from(has(&low, &PLACEHOLDER_WORDS)));
+    x[14] = f32::from(u8::from(v.contains(['(', ')', '[', ']', '{', '}', ',', ';'])));
+    x[15] = f32::from(u8::from(member_access(b)));
+    x[16] = f32::from(u8::from(identifier_shape(v)));
+    x[17] =
+        f32::from(u8::from(v.starts_with(['$', '%', '@', '<', ':', '&', '*']) || v.contains("${") || v.contains("{{")));
+    x[18] = f32::from(u8::from(v.contains("://") || v.starts_with(['/', '.', '~']) || v.matches('/').count() >= 2));
+    x[19] = f32::from(u8::from(b.iter().all(u8::is_ascii_hexdigit) && !b.iter().all(u8::is_ascii_digit)));
+    x[20] = f32::from(u8::from(b.iter().all(u8::is_ascii_digit)));
+    x[21] = f32::from(u8::from(v.contains(char::is_whitespace)));
+    x[22] = f32::from(u8::from(has(&name, &["pass", "pwd", "пароль", "passwort", "contraseña", "mot de passe"])));
+    x[23] = f32::from(u8::from(has(&name, &["secret", "private", "credential", "секрет"])));
+    x[24] = f32::from(u8::from(has(&name, &["token", "bearer", "auth", "session", "токен"])));
+    x[25] = f32::from(u8::from(has(&name, &["key", "ключ"])));
+    x[26] = f32::from(u8::from(name_has_harmless_word(&name)));
+    let letters = v.chars().filter(char::is_ascii_alphabetic).count();
+    let vowels = low.chars().filter(|c| "aeiou".contains(*c)).count();
+    x[27] = if letters > 0 { vowels as f32 / letters as f32 } else { 0.0 };
+    x[28] = f32::from(u8::from(context.split_whitespace().filter(|w| w.chars().all(char::is_alphabetic)).count() >= 4));
+    x[29] = f32::from(u8::from(context.trim_end_matches(['"', '\'', '`', ' ', '\t']).ends_with(':')));
+    // Hex is a hash's alphabet as often as a key's: the name tells which (a linear model
+    // cannot combine the two features by itself).
+    x[30] = x[19] * f32::from(u8::from((x[22] + x[23] + x[24] + x[25]) > 0.0 && x[26] == 0.0));
+    x
+}
+
+/// The longest run of bytes where each follows the one before by `step`.
+fn longest_run(b: &[u8], step: impl Fn(u8, u8) -> bool) -> usize {
+    let (mut best, mut run) = (usize::from(!b.is_empty()), 1);
+    for w in b.windows(2) {
+        run = if step(w[0], w[1]) { run + 1 } else { 1 };
+        best = best.max(run);
+    }
+    best
+}
+
+/// Whether `c` is next to `p` on one row of a QWERTY keyboard.
+fn keyboard_neighbours(p: u8, c: u8) -> bool {
+    KEYBOARD_ROWS.iter().any(|row| {
+        let (i, j) = (row.iter().position(|&k| k == p), row.iter().position(|&k| k == c));
+        matches!((i, j), (Some(i), Some(j)) if i.abs_diff(j) == 1)
+    })
+}
+
+/// `name.attr` or `name::item`: a letter, then `.` or `::`, then a letter.
+fn member_access(b: &[u8]) -> bool {
+    b.windows(3).any(|w| w[0].is_ascii_alphabetic() && (w[1] == b'.' || w[1] == b':') && w[2].is_ascii_alphabetic())
+}
+
+/// Letters and underscores only, or camelCase / snake_case words with at most a trailing
+/// number: how identifiers look, and random strings rarely do.
+fn identifier_shape(v: &str) -> bool {
+    let b = v.as_bytes();
+    if b.is_empty() || !b[0].is_ascii_alphabetic() {
+        return false;
+    }
+    let body = v.trim_end_matches(|c: char| c.is_ascii_digit());
+    body.bytes().all(|c| c.is_ascii_alphabetic() || c == b'_' || c == b'-')
+        && body.bytes().filter(u8::is_ascii_uppercase).count() * 3 <= body.len().max(1)
+}
+
+/// Whether the name holds a word that names no secret (`user_id`, `fileName`), as a
+/// whole word or a camelCase part.
+fn name_has_harmless_word(name: &str) -> bool {
+    name.split(|c: char| !c.is_ascii_alphanumeric()).any(|w| HARMLESS_NAMES.contains(&w))
+}
+
+/// The line of `hay` before `value_start`, at most the allow-line look-back, as the judge
+/// reads it.
+pub fn context_before(hay: &str, match_start: usize, value_start: usize) -> &str {
+    let mut from = match_start.saturating_sub(crate::rule::ALLOW_LINE_LOOKBACK);
+    while !hay.is_char_boundary(from) {
+        from -= 1;
+    }
+    let before = hay.get(from..value_start).unwrap_or("");
+    before.rfind('\n').map_or(before, |nl| &before[nl + 1..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_builtin_model_loads() {
+        let m = Judge::from_toml(BUILTIN);
+        assert!(m.is_ok(), "{m:?}");
+    }
+
+    #[test]
+    fn a_model_for_other_features_is_refused() {
+        let m = Judge::keep_all().to_toml().replace("\"len_ln\"", "\"length\"");
+        assert!(matches!(Judge::from_toml(&m), Err(ModelError::Features)));
+        let round = Judge::from_toml(&Judge::keep_all().to_toml());
+        assert!(round.is_ok());
+    }
+
+    #[test]
+    fn the_builtin_model_tells_credentials_from_code_and_placeholders() {
+        let j = Judge::builtin();
+        for (ctx, v) in [
+            ("DB_PASSWORD=", "1jtOm9UH%Qv4ReA"),
+            ("  api_key: \"", "PMWoDrrFbzy9Lz191fAWI3RLU6n80YmH"),
+            ("client_secret = '", "45RvwRf4OpCnD4fC1u-vsOP1wIDiV_H3"),
+        ] {
+            assert!(j.score(ctx, v) > 0.5, "{ctx}{v}: {}", j.score(ctx, v));
+        }
+        for (ctx, v) in [
+            ("  lookerVersion = ", "_messages.StringField(6)"),
+            ("password = ", "get_password()"),
+            ("api_key = \"", "your-api-key-here"),
+            ("SET_PASSWORD = '", "SetPassword"),
+            ("token = ", "self.session_token"),
+        ] {
+            assert!(j.score(ctx, v) < 0.5, "{ctx}{v}: {}", j.score(ctx, v));
+        }
+    }
+
+    #[test]
+    fn context_is_the_line_up_to_the_value_within_the_look_back() {
+        let hay = "first line\n  password = hunter2";
+        let start = hay.find("password").unwrap_or(0);
+        let value = hay.find("hunter2").unwrap_or(0);
+        assert_eq!(context_before(hay, start, value), "  password = ");
+        let long = format!("{}password = x", "é".repeat(200));
+        let start = long.find("password").unwrap_or(0);
+        let ctx = context_before(&long, start, start + 11);
+        assert!(ctx.len() <= crate::rule::ALLOW_LINE_LOOKBACK + 11 && ctx.ends_with("password = "));
+    }
+
+    #[test]
+    fn runs_are_measured() {
+        assert_eq!(longest_run(b"xabcdy", |p, c| c == p + 1), 4);
+        assert_eq!(longest_run(b"qwerty", keyboard_neighbours), 6);
+        assert_eq!(longest_run(b"", |_, _| true), 0);
+        assert!(identifier_shape("get_password") && !identifier_shape("a8Fk29dLq") && !identifier_shape("9abc"));
+    }
+}
