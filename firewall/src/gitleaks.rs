@@ -241,7 +241,8 @@ regex = '''secret(?=[0-9])'''
         assert!(imp.notes.iter().any(|n| n.message.contains("now test it up to the match's end (allow_line)")));
         assert!(imp.notes.iter().any(|n| n.message.contains("paths dropped")));
         // The output loads with our loader.
-        let set = Ruleset::load_sources(&[("imported.toml".into(), imp.toml.clone())], LoadOptions::default());
+        let set =
+            Ruleset::load_sources(&[crate::RuleSource::new("imported.toml", imp.toml.clone())], LoadOptions::default());
         assert!(matches!(&set, Ok(s) if s.len() == 2), "{set:?}\n{}", imp.toml);
         let set = set.unwrap_or_else(|_| Ruleset::empty());
         assert_eq!(set.scan("token ghp_0123456789abcdefghijklmnopqrstuvwxyzAB").len(), 1);

@@ -58,7 +58,7 @@ pub use judge::{
 };
 pub use reload::ReloadableRuleset;
 pub use rule::{shannon_entropy, Canary, RawCanary, Rule};
-pub use ruleset::{LoadError, LoadErrors, LoadOptions, Origin, RuleFiles, Ruleset, INJECTED_CANARIES};
+pub use ruleset::{LoadError, LoadErrors, LoadOptions, Origin, RuleFiles, RuleSource, Ruleset, INJECTED_CANARIES};
 pub use samples::{RuleSamples, SampleFailure, SampleReport};
 pub use stream::{Step, StreamScanner, MAX_HOLDBACK_BYTES};
 pub use verdict::{mask, Action, Detail, DetectorKind, Finding, Severity};

@@ -103,8 +103,8 @@ impl RuleFiles {
         dir.map_or(RuleFiles::Builtin, |d| RuleFiles::Folder(d.to_path_buf()))
     }
 
-    /// Their `(file name, text)` pairs, as [`Ruleset::load_sources`] takes them.
-    pub fn sources(&self) -> Result<Vec<(String, String)>, LoadErrors> {
+    /// Their files' texts, as [`Ruleset::load_sources`] takes them.
+    pub fn sources(&self) -> Result<Vec<RuleSource>, LoadErrors> {
         match self {
             RuleFiles::Builtin => Ok(Ruleset::builtin_sources()),
             RuleFiles::Folder(dir) => Ruleset::dir_sources(dir),
@@ -118,6 +118,20 @@ impl fmt::Display for RuleFiles {
             RuleFiles::Builtin => f.write_str("built-in rules"),
             RuleFiles::Folder(dir) => write!(f, "{}", dir.display()),
         }
+    }
+}
+
+/// One rule file's text, and the name its errors and origins cite (a path, or a label for
+/// built-in and in-memory files).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleSource {
+    pub file: String,
+    pub text: String,
+}
+
+impl RuleSource {
+    pub fn new(file: impl Into<String>, text: impl Into<String>) -> RuleSource {
+        RuleSource { file: file.into(), text: text.into() }
     }
 }
 
@@ -167,9 +181,9 @@ impl Ruleset {
         Self::load(&RuleFiles::Folder(dir.to_path_buf()), &[], LoadOptions::default())
     }
 
-    /// The `(file name, text)` of every `*.toml` directly inside `dir`, sorted by name: what
-    /// [`Ruleset::load_dir`] loads, for callers that add sources of their own.
-    pub fn dir_sources(dir: &Path) -> Result<Vec<(String, String)>, LoadErrors> {
+    /// Every `*.toml` directly inside `dir`, sorted by name: what [`Ruleset::load_dir`]
+    /// loads, for callers that add sources of their own.
+    pub fn dir_sources(dir: &Path) -> Result<Vec<RuleSource>, LoadErrors> {
         let whole = |reason: String| LoadErrors {
             errors: vec![LoadError { file: dir.display().to_string(), line: 0, rule_id: None, reason }],
         };
@@ -187,7 +201,7 @@ impl Ruleset {
         let mut errors = Vec::new();
         for p in paths {
             match std::fs::read_to_string(&p) {
-                Ok(text) => sources.push((p.display().to_string(), text)),
+                Ok(text) => sources.push(RuleSource::new(p.display().to_string(), text)),
                 Err(e) => errors.push(LoadError {
                     file: p.display().to_string(),
                     line: 0,
@@ -207,13 +221,13 @@ impl Ruleset {
         Self::load(&RuleFiles::Builtin, &[], LoadOptions::default())
     }
 
-    /// The `(file name, text)` of the rule files built into the binary.
-    pub fn builtin_sources() -> Vec<(String, String)> {
-        builtin::FILES.iter().map(|(name, text)| (format!("rules/{name}"), (*text).to_string())).collect()
+    /// The rule files built into the binary.
+    pub fn builtin_sources() -> Vec<RuleSource> {
+        builtin::FILES.iter().map(|(name, text)| RuleSource::new(format!("rules/{name}"), *text)).collect()
     }
 
-    /// Loads from `(file name, contents)` pairs; the file names only label messages.
-    pub fn load_sources(sources: &[(String, String)], opts: LoadOptions) -> Result<Ruleset, LoadErrors> {
+    /// Loads rule files' texts; their names only label messages.
+    pub fn load_sources(sources: &[RuleSource], opts: LoadOptions) -> Result<Ruleset, LoadErrors> {
         Self::load_sources_with_canaries(sources, &[], opts)
     }
 
@@ -221,13 +235,13 @@ impl Ruleset {
     /// at run time, not written in a rule file). They are checked like a file's `[[canary]]`
     /// tables and share the ids' namespace; their errors name [`INJECTED_CANARIES`] as file.
     pub fn load_sources_with_canaries(
-        sources: &[(String, String)],
+        sources: &[RuleSource],
         canaries: &[RawCanary],
         opts: LoadOptions,
     ) -> Result<Ruleset, LoadErrors> {
         let mut all = Parsed::default();
         let mut allow = AllowCache::default();
-        for (file, text) in sources {
+        for RuleSource { file, text } in sources {
             let p = parse_file(file, text, &mut allow);
             all.rules.extend(p.rules);
             all.canaries.extend(p.canaries);
@@ -474,7 +488,7 @@ mod tests {
     }
 
     fn load(text: &str) -> Result<Ruleset, LoadErrors> {
-        Ruleset::load_sources(&[("a.toml".to_string(), text.to_string())], LoadOptions::default())
+        Ruleset::load_sources(&[RuleSource::new("a.toml", text)], LoadOptions::default())
     }
 
     #[test]
@@ -540,7 +554,7 @@ strings = ["ACME-CANARY-7f3a9c"]
 
     #[test]
     fn duplicates_across_files_and_every_error_listed() {
-        let two = [("a.toml".to_string(), GOOD.to_string()), ("b.toml".to_string(), GOOD.to_string())];
+        let two = [RuleSource::new("a.toml", GOOD), RuleSource::new("b.toml", GOOD)];
         let e = Ruleset::load_sources(&two, LoadOptions::default()).err().map(|e| e.errors).unwrap_or_default();
         assert_eq!(e.len(), 2);
         assert_eq!(e[0].to_string(), "b.toml:2: rule `demo-token`: duplicate id, first defined at a.toml:2");
@@ -553,7 +567,7 @@ strings = ["ACME-CANARY-7f3a9c"]
 
     #[test]
     fn canaries_given_as_values_load_and_fire_like_a_files() {
-        let sources = [("a.toml".to_string(), GOOD.to_string())];
+        let sources = [RuleSource::new("a.toml", GOOD)];
         let extra = [injected("injected-canary-1", "globex", "GLOBEX-CANARY-41c9e2")];
         let set = Ruleset::load_sources_with_canaries(&sources, &extra, LoadOptions::default());
         let Ok(set) = set else { panic!("{set:?}") };
@@ -566,7 +580,7 @@ strings = ["ACME-CANARY-7f3a9c"]
 
     #[test]
     fn canaries_given_as_values_are_checked_like_a_files() {
-        let sources = [("a.toml".to_string(), GOOD.to_string())];
+        let sources = [RuleSource::new("a.toml", GOOD)];
         let extra = [
             injected("injected-canary-1", "globex", "short"),
             injected("acme-canary", "globex", "GLOBEX-CANARY-41c9e2"),

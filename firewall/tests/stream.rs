@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use firewall::{Action, Detectors, LoadOptions, Ruleset, ScanContext, StreamScanner};
+use firewall::{Action, Detectors, LoadOptions, RuleSource, Ruleset, ScanContext, StreamScanner};
 use proptest::prelude::*;
 
 const KEY: &str = "dbk_Q2w3E4r5T6y7U8i9O0pA";
@@ -205,7 +205,7 @@ must_not_match = ["keybbbbbbbbbbbbbbbbb"]
 
 #[test]
 fn deferred_automata_are_checked_only_when_eager() {
-    let sources = [("exploding.toml".to_string(), EXPLODING_RULE.to_string())];
+    let sources = [RuleSource::new("exploding.toml", EXPLODING_RULE)];
     let eager = Ruleset::load_sources(&sources, LoadOptions::default());
     let reason = eager.err().map(|e| e.to_string()).unwrap_or_default();
     assert!(reason.contains("exploding-automaton") && reason.contains("streaming automaton"), "{reason}");
@@ -215,7 +215,7 @@ fn deferred_automata_are_checked_only_when_eager() {
 
 #[test]
 fn a_pattern_without_an_automaton_streams_held_back_but_exact() {
-    let sources = [("exploding.toml".to_string(), EXPLODING_RULE.to_string())];
+    let sources = [RuleSource::new("exploding.toml", EXPLODING_RULE)];
     let loaded = Ruleset::load_sources(&sources, LoadOptions { defer_streaming: true, ..LoadOptions::default() });
     assert!(loaded.is_ok(), "deferred load failed: {loaded:?}");
     let Ok(rules) = loaded else { return };

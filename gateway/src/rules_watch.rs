@@ -17,14 +17,13 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use firewall::Ruleset;
+use firewall::{RuleSource, Ruleset};
 
 use crate::protection::every;
 use crate::state::AppState;
 
-/// What the folder held at a look: its rule files' (name, text), or why it could not be
-/// read.
-type Seen = Result<Vec<(String, String)>, String>;
+/// What the folder held at a look: its rule files, or why it could not be read.
+type Seen = Result<Vec<RuleSource>, String>;
 
 /// Starts watching `state`'s rule folder, if it has one and watching is on; the task ends
 /// with the state.

@@ -2,14 +2,14 @@
 //! and a line inside it, with a reason.
 #![no_main]
 
-use firewall::{LoadOptions, Ruleset};
+use firewall::{LoadOptions, RuleSource, Ruleset};
 use libfuzzer_sys::fuzz_target;
 
 const FILE: &str = "fuzz.toml";
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
-    let sources = [(FILE.to_string(), text.to_string())];
+    let sources = [RuleSource::new(FILE, text)];
     match Ruleset::load_sources(&sources, LoadOptions::default()) {
         Ok(set) => {
             let _ = set.run_samples();

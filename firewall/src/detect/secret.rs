@@ -114,7 +114,7 @@ strings = ["ACME-CANARY-7f3a9c"]
 "#;
 
     fn rules() -> Ruleset {
-        let loaded = Ruleset::load_sources(&[("t.toml".into(), RULES.into())], LoadOptions::default());
+        let loaded = Ruleset::load_sources(&[crate::RuleSource::new("t.toml", RULES)], LoadOptions::default());
         assert!(loaded.is_ok(), "{loaded:?}");
         loaded.unwrap_or_else(|_| Ruleset::empty())
     }

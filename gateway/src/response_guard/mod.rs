@@ -457,8 +457,8 @@ strings = ["GLOBEX-CANARY-5d1e2b"]
 "#;
 
     fn settings() -> GuardSettings {
-        let rules =
-            Ruleset::load_sources(&[("test.toml".into(), RULES.into())], Default::default()).expect("test rules load");
+        let rules = Ruleset::load_sources(&[firewall::RuleSource::new("test.toml", RULES)], Default::default())
+            .expect("test rules load");
         GuardSettings::new(Arc::new(rules), ScanContext::new("acme"), Arc::new(Detectors::default()))
     }
 
