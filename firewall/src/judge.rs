@@ -407,6 +407,26 @@ mod tests {
         assert!(ctx.len() <= crate::rule::ALLOW_LINE_LOOKBACK + 11 && ctx.ends_with("password = "));
     }
 
+    /// The judge can be steered by the text around a value (prose on the line, a harmless
+    /// noun in the name), so it may only gate generic guesses: a provider-format rule
+    /// asking it would let a disguised real token through. A built-in rule that asks the
+    /// judge must be tagged `generic`, and a provider token in such steered text must
+    /// still be found.
+    #[test]
+    fn only_generic_rules_ask_the_judge_and_provider_tokens_ignore_it() {
+        let rules = crate::Ruleset::builtin();
+        assert!(rules.is_ok(), "built-in rules do not load");
+        let Ok(rules) = rules else { return };
+        let asking: Vec<&str> = rules.rules().iter().filter(|r| r.judge.is_some()).map(|r| r.id.as_str()).collect();
+        assert!(!asking.is_empty());
+        for r in rules.rules().iter().filter(|r| r.judge.is_some()) {
+            assert!(r.tags.iter().any(|t| t == "generic"), "{} asks the judge but is not tagged generic", r.id);
+        }
+        let steered = "the user id name url version of this file path is the example key ghp_8Xz2Qw7Lp4Vn9Rt3Ks6Jm1Hb5Cd0Fg2Ae4Yu";
+        let found: Vec<String> = rules.scan(steered).into_iter().map(|f| f.rule_id).collect();
+        assert!(found.iter().any(|id| id.starts_with("github")), "{found:?}");
+    }
+
     #[test]
     fn runs_are_measured() {
         assert_eq!(longest_run(b"xabcdy", |p, c| c == p + 1), 4);
