@@ -288,7 +288,7 @@ fn value_features(v: &str, pairs: &[f32], context: &str) -> [f32; N] {
     x[19] = f32::from(u8::from(b.iter().all(u8::is_ascii_hexdigit) && !b.iter().all(u8::is_ascii_digit)));
     x[20] = f32::from(u8::from(b.iter().all(u8::is_ascii_digit)));
     x[21] = f32::from(u8::from(v.contains(char::is_whitespace)));
-    x[22] = f32::from(u8::from(has(&name, &["pass", "pwd", "пароль", "passwort", "contraseña", "mot de passe"])));
+    x[22] = f32::from(u8::from(has(&name, &["pass", "pwd", "пароль", "contraseña"])));
     x[23] = f32::from(u8::from(has(&name, &["secret", "private", "credential", "секрет"])));
     x[24] = f32::from(u8::from(has(&name, &["token", "bearer", "auth", "session", "токен"])));
     x[25] = f32::from(u8::from(has(&name, &["key", "ключ"])));
@@ -339,20 +339,17 @@ fn identifier_shape(v: &str) -> bool {
         && body.bytes().filter(u8::is_ascii_uppercase).count() * 3 <= body.len().max(1)
 }
 
-/// Whether the name holds a word that names no secret (`user_id`, `fileName`), as a
-/// whole word or a camelCase part.
+/// Whether the name holds a word that names no secret (`user_id`, `file-path`): a whole
+/// word between non-alphanumerics (the name is lowercased, so camelCase parts are not
+/// split).
 fn name_has_harmless_word(name: &str) -> bool {
     name.split(|c: char| !c.is_ascii_alphanumeric()).any(|w| HARMLESS_NAMES.contains(&w))
 }
 
-/// The line of `hay` before `value_start`, at most the allow-line look-back, as the judge
-/// reads it.
+/// What the judge reads before a value: from the start of the match's line (the context
+/// `allow_line` sees) to the value, from its last line if the match spans several.
 pub fn context_before(hay: &str, match_start: usize, value_start: usize) -> &str {
-    let mut from = match_start.saturating_sub(crate::rule::ALLOW_LINE_LOOKBACK);
-    while !hay.is_char_boundary(from) {
-        from -= 1;
-    }
-    let before = hay.get(from..value_start).unwrap_or("");
+    let before = hay.get(crate::rule::line_start(hay, match_start)..value_start).unwrap_or("");
     before.rfind('\n').map_or(before, |nl| &before[nl + 1..])
 }
 

@@ -148,6 +148,17 @@ pub struct Rule {
 /// one-shot scan of the whole text.
 pub const ALLOW_LINE_LOOKBACK: usize = 128;
 
+/// Where the line holding `start` begins in `hay`, looking back at most
+/// [`ALLOW_LINE_LOOKBACK`] bytes: the context `allow_line` and the judge read.
+pub(crate) fn line_start(hay: &str, start: usize) -> usize {
+    let mut from = start.saturating_sub(ALLOW_LINE_LOOKBACK).min(hay.len());
+    while !hay.is_char_boundary(from) {
+        from -= 1;
+    }
+    let before = hay.get(from..start).unwrap_or("");
+    before.rfind('\n').map_or(from, |nl| from + nl + 1)
+}
+
 impl Rule {
     /// Whether an `allow_line` pattern exempts the match `start..end` of `hay`, judged on
     /// the line before it (see [`Rule::allow_line`]); `hay` must hold the
@@ -156,13 +167,7 @@ impl Rule {
         if self.allow_line.is_empty() {
             return false;
         }
-        let mut from = start.saturating_sub(ALLOW_LINE_LOOKBACK);
-        while !hay.is_char_boundary(from) {
-            from -= 1;
-        }
-        let Some(before) = hay.get(from..start) else { return false };
-        let line_start = before.rfind('\n').map_or(from, |nl| from + nl + 1);
-        hay.get(line_start..end).is_some_and(|line| self.allow_line.iter().any(|re| re.is_match(line)))
+        hay.get(line_start(hay, start)..end).is_some_and(|line| self.allow_line.iter().any(|re| re.is_match(line)))
     }
 
     /// Whether an `allow` pattern exempts `secret`.
