@@ -12,7 +12,6 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
-use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -22,6 +21,7 @@ use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 
 use crate::config::AdminThrottleConfig;
+use crate::metrics::{Exposition, Kind};
 
 /// Most client addresses with failures tracked at once.
 pub const MAX_CLIENTS: usize = 4096;
@@ -158,25 +158,18 @@ impl LoginThrottle {
         });
     }
 
-    /// The throttle's counters in the Prometheus text format.
-    pub fn render_prometheus(&self) -> String {
-        let mut out = String::new();
-        let _ = writeln!(out, "# HELP crossguard_admin_login_failures_total Admin logins refused for a wrong token.");
-        let _ = writeln!(out, "# TYPE crossguard_admin_login_failures_total counter");
-        let _ = writeln!(out, "crossguard_admin_login_failures_total {}", self.failures.load(Ordering::Relaxed));
-        let _ = writeln!(
-            out,
-            "# HELP crossguard_admin_login_throttled_total Admin logins refused with 429 by [admin_throttle]."
+    /// The throttle's counters for `/metrics`.
+    pub fn write_metrics(&self, out: &mut Exposition) {
+        out.family("crossguard_admin_login_failures_total", Kind::Counter, "Admin logins refused for a wrong token.")
+            .sample(&[], self.failures.load(Ordering::Relaxed));
+        let mut f = out.family(
+            "crossguard_admin_login_throttled_total",
+            Kind::Counter,
+            "Admin logins refused with 429 by [admin_throttle].",
         );
-        let _ = writeln!(out, "# TYPE crossguard_admin_login_throttled_total counter");
         for (scope, counter) in [("client", &self.throttled_client), ("global", &self.throttled_global)] {
-            let _ = writeln!(
-                out,
-                "crossguard_admin_login_throttled_total{{scope=\"{scope}\"}} {}",
-                counter.load(Ordering::Relaxed)
-            );
+            f.sample(&[("scope", scope)], counter.load(Ordering::Relaxed));
         }
-        out
     }
 }
 
@@ -222,7 +215,8 @@ mod tests {
         let later = now + Duration::from_secs(119);
         assert_eq!(t.check(ip("10.0.0.1"), later).map_err(|e| e.retry_after_s), Err(1));
         assert_eq!(t.check(ip("10.0.0.1"), now + Duration::from_secs(120)), Ok(()), "the cooldown ends");
-        assert!(t.render_prometheus().contains("crossguard_admin_login_throttled_total{scope=\"client\"} 2"));
+        assert!(Exposition::text_of(|out| t.write_metrics(out))
+            .contains("crossguard_admin_login_throttled_total{scope=\"client\"} 2"));
     }
 
     #[test]

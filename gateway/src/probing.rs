@@ -16,6 +16,8 @@ use std::sync::Mutex;
 
 use firewall::{Action, Detail, Finding};
 
+use crate::metrics::{Exposition, Kind};
+
 /// When a tenant counts as probing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProbeSettings {
@@ -108,32 +110,29 @@ impl ProbeWatch {
         rows
     }
 
-    /// `/metrics` lines: foreign-data blocks, alerts and the current flag, per tenant.
-    pub fn render_prometheus(&self, now_ms: u64) -> String {
-        use std::fmt::Write as _;
+    /// `/metrics` families: foreign-data blocks, alerts and the current flag, per tenant.
+    pub fn write_metrics(&self, out: &mut Exposition, now_ms: u64) {
         let rows = self.rows(now_ms);
-        let mut out = String::from(
-            "# HELP crossguard_foreign_blocks_total Responses blocked for another tenant's data, by asking tenant.\n\
-             # TYPE crossguard_foreign_blocks_total counter\n",
+        let mut f = out.family(
+            "crossguard_foreign_blocks_total",
+            Kind::Counter,
+            "Responses blocked for another tenant's data, by asking tenant.",
         );
         for r in &rows {
-            let _ = writeln!(out, "crossguard_foreign_blocks_total{{tenant=\"{}\"}} {}", r.tenant, r.foreign_blocks);
+            f.sample(&[("tenant", &r.tenant)], r.foreign_blocks);
         }
-        out.push_str(
-            "# HELP crossguard_probing_alerts_total Times a tenant was flagged for probing (too many foreign-data blocks in the window).\n\
-             # TYPE crossguard_probing_alerts_total counter\n",
+        let mut f = out.family(
+            "crossguard_probing_alerts_total",
+            Kind::Counter,
+            "Times a tenant was flagged for probing (too many foreign-data blocks in the window).",
         );
         for r in &rows {
-            let _ = writeln!(out, "crossguard_probing_alerts_total{{tenant=\"{}\"}} {}", r.tenant, r.alerts);
+            f.sample(&[("tenant", &r.tenant)], r.alerts);
         }
-        out.push_str(
-            "# HELP crossguard_tenant_probing 1 while a tenant is flagged for probing.\n\
-             # TYPE crossguard_tenant_probing gauge\n",
-        );
+        let mut f = out.family("crossguard_tenant_probing", Kind::Gauge, "1 while a tenant is flagged for probing.");
         for r in &rows {
-            let _ = writeln!(out, "crossguard_tenant_probing{{tenant=\"{}\"}} {}", r.tenant, u8::from(r.flagged));
+            f.sample(&[("tenant", &r.tenant)], u8::from(r.flagged));
         }
-        out
     }
 }
 
@@ -159,7 +158,8 @@ mod tests {
         assert!(!w.is_flagged("globex", 200));
         let rows = w.rows(300);
         assert_eq!(rows, [ProbeRow { tenant: "acme".into(), flagged: true, alerts: 1, foreign_blocks: 4 }]);
-        assert!(w.render_prometheus(300).contains("crossguard_tenant_probing{tenant=\"acme\"} 1"));
+        assert!(Exposition::text_of(|out| w.write_metrics(out, 300))
+            .contains("crossguard_tenant_probing{tenant=\"acme\"} 1"));
     }
 
     #[test]

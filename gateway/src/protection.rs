@@ -27,6 +27,7 @@ use sha2::{Digest, Sha256};
 use crate::api::ChatRequest;
 use crate::audit::AuditRecord;
 use crate::config::{CanaryPlacement, Config, FailMode, OwnSecrets, ProvenanceUnavailable, StoreConfig};
+use crate::metrics::{Exposition, Kind};
 use crate::probing::{is_foreign_block, ProbeSettings, ProbeWatch};
 use crate::provenance::{ProvenanceIndex, ProvenanceSettings};
 use crate::response_guard::ResponseGuard;
@@ -234,28 +235,33 @@ impl Protection {
         &self.stats
     }
 
-    /// `/metrics` lines of the index, the statistics and the store.
-    pub fn render_prometheus(&self) -> String {
+    /// `/metrics` families of the index, the statistics, the probing watch and the store.
+    pub fn write_metrics(&self, out: &mut Exposition) {
+        self.index.write_metrics(out);
+        crate::store::retention::write_metrics(out, &self.store.audit_evictions());
+        self.stats.write_metrics(out);
+        self.probes.write_metrics(out, crate::store::now_ms());
         let h = self.store.health();
-        format!(
-            "{}{}{}{}# HELP crossguard_store_degraded 1 while the shared store is unreachable (serving from local state).\n\
-             # TYPE crossguard_store_degraded gauge\ncrossguard_store_degraded{{kind=\"{}\"}} {}\n\
-             # HELP crossguard_audit_buffered Audit records held locally, waiting for the store.\n\
-             # TYPE crossguard_audit_buffered gauge\ncrossguard_audit_buffered {}\n\
-             # HELP crossguard_fingerprints_buffered Fingerprint batches held locally, waiting for the store.\n\
-             # TYPE crossguard_fingerprints_buffered gauge\ncrossguard_fingerprints_buffered {}\n\
-             # HELP crossguard_provenance_stale 1 while other replicas' fingerprints are older than provenance.max_staleness_ms.\n\
-             # TYPE crossguard_provenance_stale gauge\ncrossguard_provenance_stale {}\n",
-            self.index.render_prometheus(),
-            crate::store::retention::render_prometheus(&self.store.audit_evictions()),
-            self.stats.render_prometheus(),
-            self.probes.render_prometheus(crate::store::now_ms()),
-            h.kind,
-            u8::from(h.degraded),
-            h.buffered_audit,
-            h.buffered_fingerprints,
-            u8::from(self.provenance_stale().is_some())
+        out.family(
+            "crossguard_store_degraded",
+            Kind::Gauge,
+            "1 while the shared store is unreachable (serving from local state).",
         )
+        .sample(&[("kind", h.kind)], u8::from(h.degraded));
+        out.family("crossguard_audit_buffered", Kind::Gauge, "Audit records held locally, waiting for the store.")
+            .sample(&[], h.buffered_audit);
+        out.family(
+            "crossguard_fingerprints_buffered",
+            Kind::Gauge,
+            "Fingerprint batches held locally, waiting for the store.",
+        )
+        .sample(&[], h.buffered_fingerprints);
+        out.family(
+            "crossguard_provenance_stale",
+            Kind::Gauge,
+            "1 while other replicas' fingerprints are older than provenance.max_staleness_ms.",
+        )
+        .sample(&[], u8::from(self.provenance_stale().is_some()));
     }
 
     /// Why other replicas' fingerprints cannot be trusted now: not pulled for longer than

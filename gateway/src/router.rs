@@ -15,6 +15,7 @@ use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
 
 use crate::auth::Authenticator;
 use crate::error::{ApiError, ApiErrorLog};
+use crate::metrics::{self, Exposition};
 use crate::routes;
 use crate::routes::chat::AUDIT_ID_HEADER;
 use crate::state::AppState;
@@ -91,22 +92,23 @@ fn cors(origins: &[String]) -> Option<CorsLayer> {
 /// (the series name tenants and what was found in their responses).
 async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<impl IntoResponse, ApiError> {
     Authenticator::authorize_metrics(&headers, state.config.metrics_token.as_ref())?;
-    Ok((
-        [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-        state.metrics.render(&format!(
-            "{}{}{}{}{}{}",
-            crate::metrics::render_rules_generation(state.rules.generation()),
-            state.login_throttle.render_prometheus(),
-            state.protection.render_prometheus(),
-            crate::metrics::render_kv_pools(
-                state.models.iter().filter_map(|(id, b)| Some((id.as_str(), b.kv_stats()?)))
-            ),
-            crate::metrics::render_engine_loops(
-                state.models.iter().filter_map(|(id, b)| Some((id.as_str(), b.loop_gauges()?)))
-            ),
-            state.limits.render_prometheus()
-        )),
-    ))
+    Ok(([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], metrics_text(&state)))
+}
+
+/// Every part's metrics, through one writer, in a fixed order.
+fn metrics_text(state: &AppState) -> String {
+    let mut out = Exposition::new();
+    state.metrics.write_metrics(&mut out);
+    metrics::write_rules_generation(&mut out, state.rules.generation());
+    state.login_throttle.write_metrics(&mut out);
+    state.protection.write_metrics(&mut out);
+    metrics::write_kv_pools(&mut out, state.models.iter().filter_map(|(id, b)| Some((id.as_str(), b.kv_stats()?))));
+    metrics::write_engine_loops(
+        &mut out,
+        state.models.iter().filter_map(|(id, b)| Some((id.as_str(), b.loop_gauges()?))),
+    );
+    state.limits.write_metrics(&mut out);
+    out.into_text()
 }
 
 async fn not_found(method: Method, uri: Uri) -> ApiError {

@@ -13,7 +13,6 @@
 //! backwards while a sync is under way or after one fails.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::RwLock;
 
 use firewall::Observations;
@@ -21,6 +20,7 @@ use firewall::{Baseline, Baselines, Metric};
 use serde::Serialize;
 
 use crate::audit::metric_name;
+use crate::metrics::{Exposition, Kind};
 use crate::store::{StatEntry, Store, StoreError, Welford};
 
 /// Tunables.
@@ -182,28 +182,27 @@ impl Statistics {
             .collect()
     }
 
-    /// `/metrics` lines: per-tenant and global count, mean and standard deviation.
-    pub fn render_prometheus(&self) -> String {
+    /// `/metrics` families: per-tenant and global count, mean and standard deviation.
+    pub fn write_metrics(&self, out: &mut Exposition) {
         let rows = self.rows();
-        let mut out = String::with_capacity(256 + rows.len() * 192);
         for (name, help, pick) in [
-            ("samples", "Observations behind the baseline", (|r: &StatRow| r.count as f64) as fn(&StatRow) -> f64),
-            ("mean", "Baseline mean", |r: &StatRow| r.mean),
-            ("stddev", "Baseline standard deviation", |r: &StatRow| r.stddev),
+            (
+                "crossguard_baseline_samples",
+                "Observations behind the baseline, by tenant (none = global) and metric.",
+                (|r: &StatRow| r.count as f64) as fn(&StatRow) -> f64,
+            ),
+            ("crossguard_baseline_mean", "Baseline mean, by tenant (none = global) and metric.", |r: &StatRow| r.mean),
+            (
+                "crossguard_baseline_stddev",
+                "Baseline standard deviation, by tenant (none = global) and metric.",
+                |r: &StatRow| r.stddev,
+            ),
         ] {
-            let _ = writeln!(out, "# HELP crossguard_baseline_{name} {help}, by tenant (none = global) and metric.");
-            let _ = writeln!(out, "# TYPE crossguard_baseline_{name} gauge");
+            let mut f = out.family(name, Kind::Gauge, help);
             for r in &rows {
-                let tenant = r.tenant.as_deref().map(escape_label).unwrap_or_default();
-                let _ = writeln!(
-                    out,
-                    "crossguard_baseline_{name}{{tenant=\"{tenant}\",metric=\"{}\"}} {}",
-                    r.metric,
-                    pick(r)
-                );
+                f.sample(&[("tenant", r.tenant.as_deref().unwrap_or_default()), ("metric", r.metric)], pick(r));
             }
         }
-        out
     }
 }
 
@@ -217,10 +216,6 @@ fn entries(map: &HashMap<String, PerMetric>) -> Vec<StatEntry> {
 }
 
 /// A label value escaped per the exposition format.
-fn escape_label(value: &str) -> String {
-    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
-}
-
 fn as_baseline(w: &Welford) -> Baseline {
     Baseline { mean: w.mean, variance: w.variance(), count: w.count }
 }
@@ -288,7 +283,7 @@ mod tests {
             let row = s.rows().into_iter().find(|r| r.tenant.as_deref() == Some("acme")).unwrap();
             assert_eq!((row.count, row.mean), (5, 3.0));
         }
-        let text = a.render_prometheus();
+        let text = crate::metrics::Exposition::text_of(|out| a.write_metrics(out));
         assert!(text.contains("crossguard_baseline_samples{tenant=\"acme\",metric=\"surprisal\"} 5"), "{text}");
         assert!(text.contains("crossguard_baseline_mean{tenant=\"\",metric=\"surprisal\"} 3"), "{text}");
     }

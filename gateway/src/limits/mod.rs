@@ -25,7 +25,6 @@ pub mod headers;
 mod admission;
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
@@ -36,6 +35,7 @@ use bucket::{Bucket, Wait};
 use headers::{Quota, RateHeaders};
 
 use crate::config::{LimitSettings, LimitsConfig};
+use crate::metrics::{Exposition, Kind};
 
 /// Milliseconds from a fixed origin; injected so tests control time.
 pub trait Clock: Send + Sync {
@@ -195,23 +195,16 @@ impl Limiter {
         lock(&self.tenant(tenant).state).in_flight
     }
 
-    /// The `crossguard_rate_limited_total` lines for `/metrics`.
-    pub fn render_prometheus(&self) -> String {
-        let mut out = String::new();
-        let name = "crossguard_rate_limited_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Requests refused with 429 by a tenant limit, by tenant and limit.\n# TYPE {name} counter"
+    /// The `crossguard_rate_limited_total` family for `/metrics`.
+    pub fn write_metrics(&self, out: &mut Exposition) {
+        let mut f = out.family(
+            "crossguard_rate_limited_total",
+            Kind::Counter,
+            "Requests refused with 429 by a tenant limit, by tenant and limit.",
         );
         for ((tenant, limit), n) in lock(&self.refused).iter() {
-            let _ = writeln!(
-                out,
-                "{name}{{tenant=\"{}\",limit=\"{}\"}} {n}",
-                crate::metrics::escape(tenant),
-                limit.label()
-            );
+            f.sample(&[("tenant", tenant), ("limit", limit.label())], n);
         }
-        out
     }
 }
 

@@ -166,7 +166,7 @@ fn refusals_are_counted_per_tenant_and_limit() {
     let globex = l.admit("globex", ONE).unwrap();
     drop(globex);
     let _ = l.admit("globex", ONE);
-    let text = l.render_prometheus();
+    let text = crate::metrics::Exposition::text_of(|out| l.write_metrics(out));
     assert!(text.contains("crossguard_rate_limited_total{tenant=\"acme\",limit=\"concurrent_requests\"} 2"), "{text}");
     assert!(
         text.contains("crossguard_rate_limited_total{tenant=\"globex\",limit=\"requests_per_minute\"} 1"),

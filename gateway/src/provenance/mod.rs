@@ -46,6 +46,7 @@ use firewall::{NgramKey, NgramOwners, OwnerSet};
 
 use self::shard::{Evicted, Limits, Shard, Upserted, NATIVE, RECEIVED};
 use self::snapshot::SnapshotEntry;
+use crate::metrics::{Exposition, Kind};
 use crate::store::{now_ms, FingerprintBatch, FingerprintCursor, Role, Store, StoreError};
 
 /// How the index fingerprints and how long it remembers.
@@ -383,20 +384,24 @@ impl ProvenanceIndex {
         }
     }
 
-    /// `/metrics` lines for the index.
-    pub fn render_prometheus(&self) -> String {
+    /// `/metrics` families of the index.
+    pub fn write_metrics(&self, out: &mut Exposition) {
         let s = self.size();
-        format!(
-            "# HELP crossguard_provenance_hashes N-gram hashes in the provenance index.\n\
-             # TYPE crossguard_provenance_hashes gauge\ncrossguard_provenance_hashes {}\n\
-             # HELP crossguard_provenance_dropped_total Hashes not indexed: past provenance.max_hashes_per_text in one text.\n\
-             # TYPE crossguard_provenance_dropped_total counter\ncrossguard_provenance_dropped_total {}\n\
-             # HELP crossguard_provenance_evicted_total Owner entries evicted to make room, by cause.\n\
-             # TYPE crossguard_provenance_evicted_total counter\n\
-             crossguard_provenance_evicted_total{{reason=\"full\"}} {}\n\
-             crossguard_provenance_evicted_total{{reason=\"tenant_share\"}} {}\n",
-            s.hashes, s.dropped, s.evicted_full, s.evicted_tenant_share
+        out.family("crossguard_provenance_hashes", Kind::Gauge, "N-gram hashes in the provenance index.")
+            .sample(&[], s.hashes);
+        out.family(
+            "crossguard_provenance_dropped_total",
+            Kind::Counter,
+            "Hashes not indexed: past provenance.max_hashes_per_text in one text.",
         )
+        .sample(&[], s.dropped);
+        out.family(
+            "crossguard_provenance_evicted_total",
+            Kind::Counter,
+            "Owner entries evicted to make room, by cause.",
+        )
+        .sample(&[("reason", "full")], s.evicted_full)
+        .sample(&[("reason", "tenant_share")], s.evicted_tenant_share);
     }
 
     fn owners_at(&self, hash: u64, now: u64) -> OwnerSet {

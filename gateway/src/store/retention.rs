@@ -17,6 +17,7 @@ use firewall::Severity;
 use serde::Serialize;
 
 use crate::audit::{severity_name, AuditRecord};
+use crate::metrics::{Exposition, Kind};
 
 /// One retention class.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -89,23 +90,16 @@ impl Retention {
     }
 }
 
-/// `/metrics` lines for audit evictions.
-pub fn render_prometheus(evictions: &[AuditEviction]) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::from(
-        "# HELP crossguard_audit_evicted_total Audit records evicted from the log to keep it within store.audit_max_len, by tenant and severity.\n\
-         # TYPE crossguard_audit_evicted_total counter\n",
+/// `/metrics` family of audit evictions.
+pub fn write_metrics(out: &mut Exposition, evictions: &[AuditEviction]) {
+    let mut f = out.family(
+        "crossguard_audit_evicted_total",
+        Kind::Counter,
+        "Audit records evicted from the log to keep it within store.audit_max_len, by tenant and severity.",
     );
     for e in evictions {
-        let tenant = crate::metrics::escape(&e.tenant);
-        let _ = writeln!(
-            out,
-            "crossguard_audit_evicted_total{{tenant=\"{tenant}\",severity=\"{}\"}} {}",
-            severity_name(e.severity),
-            e.evicted
-        );
+        f.sample(&[("tenant", &e.tenant), ("severity", severity_name(e.severity))], e.evicted);
     }
-    out
 }
 
 #[cfg(test)]
@@ -128,8 +122,7 @@ mod tests {
         assert_eq!(r.evict(), Some(2));
         let ev = r.evictions();
         assert_eq!(ev, [AuditEviction { tenant: "mallory".into(), severity: Severity::Low, evicted: 2 }]);
-        assert!(
-            render_prometheus(&ev).contains("crossguard_audit_evicted_total{tenant=\"mallory\",severity=\"low\"} 2")
-        );
+        assert!(Exposition::text_of(|out| write_metrics(out, &ev))
+            .contains("crossguard_audit_evicted_total{tenant=\"mallory\",severity=\"low\"} 2"));
     }
 }

@@ -1,49 +1,19 @@
 //! Prometheus metrics in the text exposition format, kept in process without a metrics
 //! crate: counters keyed by a few bounded labels (route template, status, model, tenant
-//! from config — never request text) and one latency histogram per route.
+//! from config — never request text) and one latency histogram per route. Every part of
+//! the gateway with metrics writes them through one [`Exposition`] (`GET /metrics` in
+//! `router.rs` lists the parts in order).
+
+mod exposition;
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Mutex;
 use std::time::Duration;
 
-/// Upper bounds of the latency histogram buckets, in seconds.
-const BUCKETS_S: &[f64] =
-    &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+pub use exposition::{Exposition, Family, Histogram, Kind};
 
-/// A latency histogram over fixed buckets from 0.5 ms to 60 s.
-#[derive(Debug, Default)]
-pub struct Histogram {
-    counts: Vec<u64>,
-    sum_s: f64,
-    count: u64,
-}
-
-impl Histogram {
-    /// Writes the `_bucket`, `_sum` and `_count` lines of series `name` with `labels`
-    /// (already escaped, `key="value"` pairs joined by commas).
-    fn render(&self, out: &mut String, name: &str, labels: &str) {
-        for (bound, c) in BUCKETS_S.iter().zip(&self.counts) {
-            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {c}");
-        }
-        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", self.count);
-        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum_s);
-        let _ = writeln!(out, "{name}_count{{{labels}}} {}", self.count);
-    }
-
-    pub fn observe(&mut self, seconds: f64) {
-        if self.counts.is_empty() {
-            self.counts = vec![0; BUCKETS_S.len()];
-        }
-        for (bound, c) in BUCKETS_S.iter().zip(self.counts.iter_mut()) {
-            if seconds <= *bound {
-                *c += 1;
-            }
-        }
-        self.sum_s += seconds;
-        self.count += 1;
-    }
-}
+use crate::backend::engine_loop::LoopGauges;
 
 #[derive(Debug, Default)]
 struct Inner {
@@ -151,235 +121,193 @@ impl Metrics {
         })
     }
 
-    /// The text exposition of every metric, with `extra` appended (other subsystems').
-    pub fn render(&self, extra: &str) -> String {
-        let mut out = String::with_capacity(4096);
+    /// The request, completion, finding and reload counters.
+    pub fn write_metrics(&self, out: &mut Exposition) {
         self.with(|m| {
-            describe(&mut out, "crossguard_http_requests_total", "counter", "HTTP requests by route and status.");
+            let mut f =
+                out.family("crossguard_http_requests_total", Kind::Counter, "HTTP requests by route and status.");
             for ((route, status), n) in &m.requests {
-                let _ = writeln!(
-                    out,
-                    "crossguard_http_requests_total{{route=\"{}\",status=\"{status}\"}} {n}",
-                    escape(route)
-                );
+                f.sample(&[("route", route), ("status", &status.to_string())], n);
             }
-            describe(
-                &mut out,
+            let mut f = out.family(
                 "crossguard_http_request_duration_seconds",
-                "histogram",
+                Kind::Histogram,
                 "Time to response headers by route.",
             );
             for (route, h) in &m.latency {
-                h.render(&mut out, "crossguard_http_request_duration_seconds", &format!("route=\"{}\"", escape(route)));
+                f.histogram(&[("route", route)], h);
             }
-            describe(
-                &mut out,
+            let mut f = out.family(
                 "crossguard_completions_total",
-                "counter",
+                Kind::Counter,
                 "Chat completions by model, tenant and outcome.",
             );
             for ((model, tenant, outcome), n) in &m.completions {
-                let _ = writeln!(
-                    out,
-                    "crossguard_completions_total{{model=\"{}\",tenant=\"{}\",outcome=\"{outcome}\"}} {n}",
-                    escape(model),
-                    escape(tenant)
-                );
+                f.sample(&[("model", model), ("tenant", tenant), ("outcome", outcome)], n);
             }
-            describe(&mut out, "crossguard_backend_errors_total", "counter", "Backend failures by model and kind.");
+            let mut f =
+                out.family("crossguard_backend_errors_total", Kind::Counter, "Backend failures by model and kind.");
             for ((model, kind), n) in &m.backend_errors {
-                let _ =
-                    writeln!(out, "crossguard_backend_errors_total{{model=\"{}\",kind=\"{kind}\"}} {n}", escape(model));
+                f.sample(&[("model", model), ("kind", kind)], n);
             }
-            describe(
-                &mut out,
+            let mut f = out.family(
                 "crossguard_firewall_findings_total",
-                "counter",
+                Kind::Counter,
                 "Firewall findings by tenant, rule and action.",
             );
             for ((tenant, rule, action), n) in &m.findings {
-                let _ = writeln!(
-                    out,
-                    "crossguard_firewall_findings_total{{tenant=\"{}\",rule=\"{}\",action=\"{action}\"}} {n}",
-                    escape(tenant),
-                    escape(rule)
-                );
+                f.sample(&[("tenant", tenant), ("rule", rule), ("action", action)], n);
             }
-            describe(
-                &mut out,
+            let mut f = out.family(
                 "crossguard_protection_events_total",
-                "counter",
+                Kind::Counter,
                 "Firewall or store failures on the response path, by outcome.",
             );
             for ((tenant, event), n) in &m.protection_events {
-                let _ = writeln!(
-                    out,
-                    "crossguard_protection_events_total{{tenant=\"{}\",event=\"{event}\"}} {n}",
-                    escape(tenant)
-                );
+                f.sample(&[("tenant", tenant), ("event", event)], n);
             }
             // A rejected reload leaves the old rules running and is easy to miss: alert on
             // this counter's `rejected` series.
-            describe(
-                &mut out,
+            let mut f = out.family(
                 "crossguard_rule_reloads_total",
-                "counter",
+                Kind::Counter,
                 "Rule reloads by who asked (rule folder watch, admin API, dashboard) and result.",
             );
             for ((via, result), n) in &m.rule_reloads {
-                let _ =
-                    writeln!(out, "crossguard_rule_reloads_total{{via=\"{}\",result=\"{result}\"}} {n}", escape(via));
+                f.sample(&[("via", via), ("result", result)], n);
             }
         });
-        out.push_str(extra);
-        out
     }
 }
 
-/// `/metrics` lines for the running rules' generation (read from the rules themselves).
-pub fn render_rules_generation(generation: u64) -> String {
-    let mut out = String::new();
-    describe(
-        &mut out,
+/// The running rules' generation (read from the rules themselves).
+pub fn write_rules_generation(out: &mut Exposition, generation: u64) {
+    out.family(
         "crossguard_rules_generation",
-        "gauge",
+        Kind::Gauge,
         "The running rules' generation (one more per reload that loaded).",
-    );
-    let _ = writeln!(out, "crossguard_rules_generation {generation}");
-    out
+    )
+    .sample(&[], generation);
 }
 
-/// The `# HELP` and `# TYPE` lines that open a metric.
-fn describe(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-}
-
-/// `/metrics` lines for the engine KV pools, one label set per engine-served model.
-pub fn render_kv_pools<'a>(pools: impl Iterator<Item = (&'a str, engine::KvStats)>) -> String {
+/// The engine KV pools, one label set per engine-served model.
+pub fn write_kv_pools<'a>(out: &mut Exposition, pools: impl Iterator<Item = (&'a str, engine::KvStats)>) {
     let pools: Vec<(&str, engine::KvStats)> = pools.collect();
     if pools.is_empty() {
-        return String::new();
+        return;
     }
-    let mut out = String::new();
-    // (series, kind, help, value)
-    type KvSeries = (&'static str, &'static str, &'static str, fn(&engine::KvStats) -> u64);
-    let gauges: [KvSeries; 8] = [
-        ("crossguard_engine_kv_blocks_total", "gauge", "KV blocks in the pool.", |k| k.blocks_total as u64),
-        ("crossguard_engine_kv_blocks_used", "gauge", "KV blocks held by sequences or the prefix cache.", |k| {
+    type KvSeries = (&'static str, Kind, &'static str, fn(&engine::KvStats) -> u64);
+    let series: [KvSeries; 8] = [
+        ("crossguard_engine_kv_blocks_total", Kind::Gauge, "KV blocks in the pool.", |k| k.blocks_total as u64),
+        ("crossguard_engine_kv_blocks_used", Kind::Gauge, "KV blocks held by sequences or the prefix cache.", |k| {
             k.blocks_used as u64
         }),
-        ("crossguard_engine_kv_blocks_free", "gauge", "KV blocks on the free list (zeroed).", |k| k.blocks_free as u64),
-        ("crossguard_engine_kv_blocks_cached", "gauge", "Used KV blocks held by the prefix cache.", |k| {
+        ("crossguard_engine_kv_blocks_free", Kind::Gauge, "KV blocks on the free list (zeroed).", |k| {
+            k.blocks_free as u64
+        }),
+        ("crossguard_engine_kv_blocks_cached", Kind::Gauge, "Used KV blocks held by the prefix cache.", |k| {
             k.blocks_cached as u64
         }),
-        ("crossguard_engine_kv_zero_fills_total", "counter", "KV blocks zero-filled on release.", |k| k.zero_fills),
+        ("crossguard_engine_kv_zero_fills_total", Kind::Counter, "KV blocks zero-filled on release.", |k| k.zero_fills),
         (
             "crossguard_engine_kv_isolation_violations_total",
-            "counter",
+            Kind::Counter,
             "KV reads refused by the owner or bounds check.",
             |k| k.isolation_violations,
         ),
         (
             "crossguard_engine_kv_prefix_hits_total",
-            "counter",
+            Kind::Counter,
             "Prompt blocks served from the tenant's prefix cache.",
             |k| k.prefix_hits,
         ),
         (
             "crossguard_engine_kv_stale_handouts_total",
-            "counter",
+            Kind::Counter,
             "Blocks handed out with another tenant's contents (fault injection only).",
             |k| k.stale_handouts,
         ),
     ];
-    for (name, kind, help, get) in gauges {
-        describe(&mut out, name, kind, help);
+    for (name, kind, help, get) in series {
+        let mut f = out.family(name, kind, help);
         for (model, k) in &pools {
-            let _ = writeln!(out, "{name}{{model=\"{}\"}} {}", escape(model), get(k));
+            f.sample(&[("model", model)], get(k));
         }
     }
-    out
 }
 
-/// `/metrics` lines for the engines' serving loops (continuous batching).
-pub fn render_engine_loops<'a>(
-    loops: impl Iterator<Item = (&'a str, &'a crate::backend::engine_loop::LoopGauges)>,
-) -> String {
-    use std::sync::atomic::Ordering::Relaxed;
+/// The engines' serving loops (continuous batching), one label set per engine-served model.
+pub fn write_engine_loops<'a>(out: &mut Exposition, loops: impl Iterator<Item = (&'a str, &'a LoopGauges)>) {
     let loops: Vec<_> = loops.collect();
     if loops.is_empty() {
-        return String::new();
+        return;
     }
-    type Get = fn(&crate::backend::engine_loop::LoopGauges) -> u64;
-    let series: [(&str, &str, &str, Get); 9] = [
-        ("crossguard_engine_queue_depth", "gauge", "Requests waiting for the engine's batch.", |g| {
+    type Get = fn(&LoopGauges) -> u64;
+    let series: [(&str, Kind, &str, Get); 9] = [
+        ("crossguard_engine_queue_depth", Kind::Gauge, "Requests waiting for the engine's batch.", |g| {
             g.queued.load(Relaxed) as u64
         }),
         (
             "crossguard_engine_batch_size",
-            "gauge",
+            Kind::Gauge,
             "Sequences in the engine's running batch (paused ones included).",
             |g| g.running.load(Relaxed) as u64,
         ),
         (
             "crossguard_engine_preemptions_total",
-            "counter",
+            Kind::Counter,
             "Sequences preempted (freed, recomputed later) when KV blocks ran out.",
             |g| g.preemptions.load(Relaxed),
         ),
-        ("crossguard_engine_steps_total", "counter", "Batched forward steps run.", |g| g.steps.load(Relaxed)),
+        ("crossguard_engine_steps_total", Kind::Counter, "Batched forward steps run.", |g| g.steps.load(Relaxed)),
         (
             "crossguard_engine_generated_tokens_total",
-            "counter",
+            Kind::Counter,
             "Tokens generated by finished requests (cancelled ones included).",
             |g| g.tokens.load(Relaxed),
         ),
         (
             "crossguard_engine_paused_requests",
-            "gauge",
+            Kind::Gauge,
             "Requests paused because their streaming client is not reading.",
             |g| g.paused.load(Relaxed) as u64,
         ),
         (
             "crossguard_engine_stream_stalls_total",
-            "counter",
+            Kind::Counter,
             "Times a request was paused because its event buffer was full.",
             |g| g.stalls.load(Relaxed),
         ),
         (
             "crossguard_engine_stream_stall_cancels_total",
-            "counter",
+            Kind::Counter,
             "Requests cancelled after staying paused longer than stream_stall_ms.",
             |g| g.stall_cancels.load(Relaxed),
         ),
         (
             "crossguard_engine_disconnect_cancels_total",
-            "counter",
+            Kind::Counter,
             "Requests cancelled because their client went away before they finished.",
             |g| g.disconnects.load(Relaxed),
         ),
     ];
-    let mut out = String::new();
     for (name, kind, help, get) in series {
-        describe(&mut out, name, kind, help);
+        let mut f = out.family(name, kind, help);
         for (model, g) in &loops {
-            let _ = writeln!(out, "{name}{{model=\"{}\"}} {}", escape(model), get(g));
+            f.sample(&[("model", model)], get(g));
         }
     }
-    let name = "crossguard_engine_step_duration_seconds";
-    let _ = writeln!(out, "# HELP {name} Batched forward steps by kind: `decode` steps advanced streaming sequences (each is an inter-token gap), `prefill` steps only ran prompts.\n# TYPE {name} histogram");
+    let mut f = out.family(
+        "crossguard_engine_step_duration_seconds",
+        Kind::Histogram,
+        "Batched forward steps by kind: `decode` steps advanced streaming sequences (each is an inter-token gap), \
+         `prefill` steps only ran prompts.",
+    );
     for (model, g) in &loops {
-        let model = escape(model);
         let steps = g.step_durations.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        steps.decode.render(&mut out, name, &format!("model=\"{model}\",kind=\"decode\""));
-        steps.prefill.render(&mut out, name, &format!("model=\"{model}\",kind=\"prefill\""));
+        f.histogram(&[("model", model), ("kind", "decode")], &steps.decode);
+        f.histogram(&[("model", model), ("kind", "prefill")], &steps.prefill);
     }
-    out
-}
-
-/// Label values escaped per the exposition format.
-pub(crate) fn escape(value: &str) -> String {
-    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -393,7 +321,7 @@ mod tests {
         m.observe_request("/v1/chat/completions", 200, Duration::from_millis(30));
         m.observe_completion("mock", "acme", "ok");
         m.observe_backend_error("mock", "upstream_error");
-        let text = m.render("");
+        let text = Exposition::text_of(|out| m.write_metrics(out));
         assert!(text.contains("crossguard_http_requests_total{route=\"/v1/chat/completions\",status=\"200\"} 2"));
         assert!(text.contains("le=\"0.005\"} 1"));
         assert!(text.contains("le=\"+Inf\"} 2"));
@@ -404,12 +332,17 @@ mod tests {
     #[test]
     fn rule_reloads_count_by_who_asked_and_result() {
         let m = Metrics::new();
-        assert!(render_rules_generation(1).contains("crossguard_rules_generation 1\n"));
+        let mut generation = Exposition::new();
+        write_rules_generation(&mut generation, 1);
+        assert!(generation.into_text().contains("crossguard_rules_generation 1\n"));
         m.observe_rule_reload("rule folder watch", true);
         m.observe_rule_reload("rule folder watch", false);
         m.observe_rule_reload("rule folder watch", false);
         m.observe_rule_reload("admin API", true);
-        let text = m.render(&render_rules_generation(3));
+        let mut out = Exposition::new();
+        m.write_metrics(&mut out);
+        write_rules_generation(&mut out, 3);
+        let text = out.into_text();
         assert!(
             text.contains("crossguard_rule_reloads_total{via=\"rule folder watch\",result=\"rejected\"} 2"),
             "{text}"
@@ -439,10 +372,5 @@ mod tests {
             hits,
             [FindingCount { tenant: "acme".into(), rule_id: "aws-access-key".into(), action: "block", count: 2 }]
         );
-    }
-
-    #[test]
-    fn label_values_are_escaped() {
-        assert_eq!(escape("a\"b\\c\n"), "a\\\"b\\\\c\\n");
     }
 }
