@@ -28,6 +28,7 @@
 // and the wide check for text the canonical view may change (`canon::wide`).
 #![deny(unsafe_code)]
 
+mod accept;
 mod canon;
 mod capture;
 mod detect;

@@ -1,6 +1,5 @@
-//! Hot reload: the running ruleset, swapped whole for a new one. The gateway compiles its
-//! rule files together with its canaries (`AppState::reload_rules` in the gateway's
-//! `state.rs`, called by its folder watch and admin API) and hands the result to
+//! Hot reload: the running ruleset, swapped whole for a new one. A caller that compiles
+//! its rules with canaries of its own (the gateway's `rules` module) hands the result to
 //! [`ReloadableRuleset::swap`]; [`ReloadableRuleset::reload`] loads a folder alone, for a
 //! library user without canaries.
 //!

@@ -29,17 +29,17 @@ use regex::{Regex, RegexBuilder};
 use regex_automata::Input;
 use regex_syntax::hir::Hir;
 
+use crate::accept::{accept, KeywordCheck};
 use crate::canon;
 use crate::detect::{self, Detectors, ScanContext};
-use crate::judge::{context_before as judge_context, Judge};
 use crate::keywords::KeywordFinder;
 use crate::live::Live;
 use crate::pass::merge_findings;
-use crate::rule::{shannon_entropy, Canary, Rule};
+use crate::rule::{Canary, Rule};
 use crate::ruleset::Ruleset;
 use crate::start::StartFilter;
 use crate::verdict::{mask, Action, Detail, DetectorKind, Finding, Severity};
-use crate::window::{found_in, CaptureScratch, Found, RuleSearch, Verdict};
+use crate::window::{found_in, CaptureScratch, RuleSearch, Verdict};
 
 /// Size limit of the compiled canary alternation (bytes); canary tables can be long.
 const CANARY_REGEX_LIMIT: usize = 16 << 20;
@@ -386,7 +386,7 @@ impl Ruleset {
             hits.sort_unstable_by_key(|&(start, _)| start);
         }
         search.regions(text.as_bytes(), hits, regions);
-        search.walk_regions(text, regions, caps, |found| judge(rule, text, 0, found, KeywordCheck::Hits(hits), out));
+        search.walk_regions(text, regions, caps, |found| accept(rule, text, 0, found, KeywordCheck::Hits(hits), out));
     }
 
     /// How many findings rule `i` alone makes in `text`, found the way one-shot scanning
@@ -513,7 +513,7 @@ fn rule_matches(rule: &Rule, hay: &str, base: usize, from: usize, until: usize, 
         if ms >= until {
             break;
         }
-        at = match judge(rule, hay, base, found, KeywordCheck::Search, out) {
+        at = match accept(rule, hay, base, found, KeywordCheck::Search, out) {
             // Rules cannot match the empty string (the loader rejects them), so this advances.
             Verdict::Taken => me.max(ms + 1),
             Verdict::Passed => next_char(hay, ms),
@@ -546,74 +546,6 @@ fn own_keyword_hits(rule: &Rule, text: &str) -> Vec<(usize, usize)> {
 /// The position of the character after the one starting at `at`.
 fn next_char(hay: &str, at: usize) -> usize {
     hay.get(at..).and_then(|rest| rest.chars().next()).map_or(at + 1, |c| at + c.len_utf8())
-}
-
-/// How [`judge`] tells whether a match holds one of its rule's keywords.
-#[derive(Debug, Clone, Copy)]
-enum KeywordCheck<'a> {
-    /// Search the match for each keyword.
-    Search,
-    /// Every occurrence of the rule's keywords in the text, as `(start, end)` sorted by
-    /// start (what one-shot scanning has found already): a match holds a keyword exactly
-    /// when one of them lies inside it.
-    Hits(&'a [(usize, usize)]),
-}
-
-impl KeywordCheck<'_> {
-    fn holds(self, rule: &Rule, hay: &str, (ms, me): (usize, usize)) -> bool {
-        match self {
-            KeywordCheck::Search => {
-                hay.get(ms..me).is_some_and(|whole| rule.keywords.iter().any(|k| contains_ascii_ci(whole, k)))
-            }
-            KeywordCheck::Hits(hits) => {
-                let first = hits.partition_point(|&(start, _)| start < ms);
-                hits[first..].iter().take_while(|&&(start, _)| start < me).any(|&(_, end)| end <= me)
-            }
-        }
-    }
-}
-
-/// Decides what a match of `rule` at `found` (offsets into `hay`) counts for: nothing
-/// without a keyword inside it; otherwise the walk takes it, and it is a finding unless
-/// `min_entropy`, an `allow` regex or the judge rules the secret out.
-fn judge(
-    rule: &Rule,
-    hay: &str,
-    base: usize,
-    ((ms, me), (ss, se)): Found,
-    keywords: KeywordCheck<'_>,
-    out: &mut Vec<Finding>,
-) -> Verdict {
-    let (Some(_), Some(secret)) = (hay.get(ms..me), hay.get(ss..se)) else { return Verdict::Passed };
-    if !rule.keywords.is_empty() && !keywords.holds(rule, hay, (ms, me)) {
-        return Verdict::Passed;
-    }
-    if rule.min_entropy.is_some_and(|min| shannon_entropy(secret) < min)
-        || rule.is_allowed(secret)
-        || rule.is_line_allowed(hay, ms, me)
-        || rule.judge.is_some_and(|min| Judge::builtin().score(judge_context(hay, ms, ss), secret) < min)
-    {
-        return Verdict::Taken;
-    }
-    out.push(Finding {
-        rule_id: rule.id.clone(),
-        start: base + ss,
-        end: base + se,
-        match_start: base + ms,
-        match_end: base + me,
-        severity: rule.severity,
-        action: rule.action,
-        excerpt: mask(secret),
-        kind: DetectorKind::Secret,
-        detail: Detail::None,
-    });
-    Verdict::Taken
-}
-
-/// Whether `hay` contains `needle` (lowercase ASCII-folded) ASCII case-insensitively.
-fn contains_ascii_ci(hay: &str, needle: &str) -> bool {
-    let (h, n) = (hay.as_bytes(), needle.as_bytes());
-    !n.is_empty() && h.len() >= n.len() && h.windows(n.len()).any(|w| w.eq_ignore_ascii_case(n))
 }
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ pub mod relay;
 pub mod response_guard;
 pub mod router;
 pub mod routes;
-pub mod rules_watch;
+pub mod rules;
 pub mod server;
 pub mod state;
 pub mod stats;

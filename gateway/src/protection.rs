@@ -499,12 +499,6 @@ fn spawn(task: impl std::future::Future<Output = ()> + Send + 'static) {
     }
 }
 
-/// Loads the rule files (or the built-in ones) plus the injected canaries.
-pub fn load_rules(config: &Config, protection: &Protection) -> Result<Ruleset, firewall::LoadErrors> {
-    let files = firewall::RuleFiles::folder_or_builtin(config.firewall.rules_dir.as_deref());
-    Ruleset::load(&files, &protection.injected_canaries(), firewall::LoadOptions::default())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,7 +24,8 @@ use super::time::format_ms;
 use super::AdminError;
 use crate::audit::AuditQuery;
 use crate::metrics::FindingCount;
-use crate::state::{AppState, ReloadRecord};
+use crate::rules::ReloadRecord;
+use crate::state::AppState;
 
 /// Hits per rule id: (total, per action).
 fn hits(counts: &[FindingCount]) -> BTreeMap<&str, (u64, BTreeMap<&'static str, u64>)> {
@@ -53,7 +54,7 @@ pub async fn page(session: Session, State(state): State<Arc<AppState>>) -> Html<
     let generation = state.rules.generation();
     let counts = state.metrics.finding_counts();
     let hits = hits(&counts);
-    let last = state.last_reload();
+    let last = state.rules.last_reload();
 
     let mut body = reload_section(&session, generation, rules.len(), rules.canaries().len(), last.as_ref());
     body.push_str(&files_table(&rules));
@@ -187,7 +188,7 @@ pub async fn reload(
 ) -> Result<Response, AdminError> {
     session.verify_csrf(&form.csrf)?;
     // Rejected files are shown on the list, from the record of this reload.
-    let _ = state.reload_rules_blocking_pool("dashboard").await;
+    let _ = crate::rules::reload_on_blocking_pool(&state, "dashboard").await;
     Ok((StatusCode::SEE_OTHER, [(header::LOCATION, "/admin/rules")]).into_response())
 }
 

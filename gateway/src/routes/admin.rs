@@ -22,7 +22,8 @@ use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 use crate::auth::Authenticator;
 use crate::error::ApiError;
 use crate::login_throttle::ClientIp;
-use crate::state::{AppState, Reloaded};
+use crate::rules::Reloaded;
+use crate::state::AppState;
 
 /// A request that bore the admin token (through the login throttle); extracting it
 /// refuses every other request.
@@ -102,12 +103,12 @@ pub async fn health(State(state): State<Arc<AppState>>, _: Admitted) -> Result<J
 }
 
 pub async fn reload_rules(State(state): State<Arc<AppState>>, _: Admitted) -> Result<Json<Value>, ApiError> {
-    let result = state.reload_rules_blocking_pool("admin API").await;
+    let result = crate::rules::reload_on_blocking_pool(&state, "admin API").await;
     Ok(Json(reload_json(&result, state.rules.generation())))
 }
 
 pub async fn last_reload(State(state): State<Arc<AppState>>, _: Admitted) -> Result<Json<Value>, ApiError> {
-    let last = state.last_reload().map(|r| {
+    let last = state.rules.last_reload().map(|r| {
         let mut v = reload_json(&r.result, r.generation);
         v["at_ms"] = json!(r.at_ms);
         v["via"] = json!(r.via);

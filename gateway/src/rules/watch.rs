@@ -59,7 +59,7 @@ fn check(state: &AppState, dir: &Path, seen: &Mutex<Seen>) {
     }
     match &now {
         Ok(_) => {
-            if let Err(errors) = state.reload_rules("rule folder watch") {
+            if let Err(errors) = super::reload(state, "rule folder watch") {
                 for e in &errors.errors {
                     tracing::warn!(error = %e, "rule file not loaded");
                 }
