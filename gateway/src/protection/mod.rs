@@ -14,25 +14,32 @@
 //! and recognises the same one; an audit record is written for every response whose
 //! findings include a block or a redaction, or that failed closed.
 
+mod canary;
+mod keys;
+mod tasks;
+
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use firewall::{
     Detectors, EntropyConfig, NgramConfig, NgramKey, ProvenanceConfig, Ruleset, ScanContext, SecretOwnership,
 };
-use sha2::{Digest, Sha256};
 
 use crate::api::ChatRequest;
 use crate::audit::AuditRecord;
-use crate::config::{CanaryPlacement, Config, FailMode, OwnSecrets, ProvenanceUnavailable, StoreConfig};
+use crate::config::{Config, FailMode, OwnSecrets, ProvenanceUnavailable, StoreConfig};
 use crate::metrics::{Exposition, Kind};
 use crate::probing::{is_foreign_block, ProbeSettings, ProbeWatch};
 use crate::provenance::{ProvenanceIndex, ProvenanceSettings};
 use crate::response_guard::ResponseGuard;
 use crate::stats::{Statistics, StatsSettings};
-use crate::store::{spawn_upkeep, RedisSettings, Role, Store, StoreError};
+use crate::store::{RedisSettings, Role, Store, StoreError};
+
+use canary::Canaries;
+use keys::local_key;
+pub(crate) use tasks::every;
+use tasks::spawn;
 
 /// Why protection could not start.
 #[derive(Debug, thiserror::Error)]
@@ -49,10 +56,7 @@ pub struct Protection {
     index: Arc<ProvenanceIndex>,
     stats: Arc<Statistics>,
     detectors: Arc<Detectors>,
-    /// Tenant id -> its honeytoken, for tenants with `canary = true`.
-    canaries: HashMap<String, String>,
-    canary_text: String,
-    canary_placement: CanaryPlacement,
+    canaries: Canaries,
     policies: HashMap<String, TenantPolicy>,
     /// Foreign-data blocks per asking tenant: the probing flag and quarantine.
     probes: ProbeWatch,
@@ -75,9 +79,6 @@ struct TenantPolicy {
 
 /// Audit records a slow live subscriber may fall behind by before it misses some.
 const LIVE_BUFFER: usize = 256;
-
-/// How often the embedded store's provenance index is snapshotted (and at shutdown).
-const SNAPSHOT_EVERY: Duration = Duration::from_secs(30);
 
 /// Identity of one response, for its audit record.
 #[derive(Debug, Clone)]
@@ -154,8 +155,6 @@ impl Protection {
             secrets: Some(secrets),
         };
 
-        let canaries =
-            config.tenants.iter().filter(|t| t.canary).map(|t| (t.id.clone(), honeytoken(&key, &t.id))).collect();
         let policies = config
             .tenants
             .iter()
@@ -179,9 +178,7 @@ impl Protection {
             index,
             stats,
             detectors: Arc::new(detectors),
-            canaries,
-            canary_text: config.canary.text.clone(),
-            canary_placement: config.canary.placement,
+            canaries: Canaries::new(config, &key),
             policies,
             probes,
             snapshot,
@@ -189,38 +186,6 @@ impl Protection {
             when_stale: p.unavailable,
             written: tokio::sync::broadcast::channel(LIVE_BUFFER).0,
         })
-    }
-
-    /// Snapshots the provenance index if this store keeps one and it changed.
-    fn save_index(&self) {
-        let Some(path) = &self.snapshot else { return };
-        if let Err(e) = self.index.save(path) {
-            tracing::warn!(path = %path.display(), error = %e, "provenance snapshot not written");
-        }
-    }
-
-    /// Starts the background work: store upkeep (Redis reconnects, audit spool flushes),
-    /// pulling other replicas' fingerprints, merging statistics. The tasks end when the
-    /// protection is dropped.
-    pub fn spawn_background(self: &Arc<Self>, config: &Config) {
-        spawn_upkeep(self.store.clone(), Duration::from_secs(1));
-        if matches!(config.store, StoreConfig::Redis(_)) {
-            every(Arc::downgrade(self), Duration::from_millis(config.provenance.refresh_interval_ms), |p| async move {
-                if let Err(e) = p.index.refresh(&p.store).await {
-                    tracing::debug!(error = %e, "fingerprint refresh failed");
-                }
-            });
-        }
-        if self.snapshot.is_some() {
-            every(Arc::downgrade(self), SNAPSHOT_EVERY, |p| async move {
-                let _ = tokio::task::spawn_blocking(move || p.save_index()).await;
-            });
-        }
-        every(Arc::downgrade(self), Duration::from_millis(config.stats.sync_interval_ms), |p| async move {
-            if let Err(e) = p.stats.sync(&p.store).await {
-                tracing::debug!(error = %e, "statistics sync failed");
-            }
-        });
     }
 
     pub fn store(&self) -> &Arc<Store> {
@@ -332,27 +297,13 @@ impl Protection {
     /// The injected canaries, one per tenant that has one (sorted by tenant), to load with
     /// the rules.
     pub fn injected_canaries(&self) -> Vec<firewall::RawCanary> {
-        let mut tenants: Vec<(&String, &String)> = self.canaries.iter().collect();
-        tenants.sort();
-        tenants
-            .into_iter()
-            .enumerate()
-            .map(|(i, (tenant, token))| firewall::RawCanary {
-                id: format!("injected-canary-{}", i + 1),
-                owner: tenant.clone(),
-                strings: vec![token.clone()],
-                description: Some(format!("the canary injected into {tenant}'s system prompts")),
-            })
-            .collect()
+        self.canaries.as_rule_canaries()
     }
 
     /// Before the backend runs: injects the tenant's canary and fingerprints the prompt (its
     /// n-grams, and the secret values `rules` find in it).
     pub fn on_request(self: &Arc<Self>, tenant: &str, request: &mut ChatRequest, rules: &Ruleset) {
-        if let Some(token) = self.canaries.get(tenant) {
-            let line = self.canary_text.replace("{canary}", token);
-            request.add_system_line(&line, self.canary_placement == CanaryPlacement::SystemStart);
-        }
+        self.canaries.inject(tenant, request);
         self.record(tenant, Role::Sent, &request.prompt_text(), rules);
     }
 
@@ -418,112 +369,5 @@ impl Protection {
                 tracing::error!(error = %e, audit_id = record.id(), "audit record could not be written");
             }
         });
-    }
-}
-
-/// The tenant's honeytoken: derived from the deployment key, so stable across restarts
-/// and replicas, and unguessable without the key.
-fn honeytoken(key: &[u8; 16], tenant: &str) -> String {
-    let digest =
-        Sha256::new().chain_update(b"crossguard canary\0").chain_update(key).chain_update(tenant.as_bytes()).finalize();
-    format!("cg-{}", hex::encode(&digest[..12]))
-}
-
-/// The embedded deployment's fingerprint key: read from `path`, created (random, owner
-/// read-only) on first start.
-fn local_key(path: &Path) -> Result<[u8; 16], ProtectionError> {
-    let err = |reason: String| ProtectionError::Key { path: path.display().to_string(), reason };
-    match std::fs::read_to_string(path) {
-        Ok(text) => hex::decode(text.trim())
-            .ok()
-            .and_then(|b| <[u8; 16]>::try_from(b).ok())
-            .ok_or_else(|| err("does not hold 32 hexadecimal characters; delete it to make a new key".into())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir).map_err(|e| err(format!("cannot create its folder: {e}")))?;
-            }
-            // Two v4 UUIDs hold 244 random bits (OS-seeded); hashing them gives 128 uniform ones.
-            let digest = Sha256::new()
-                .chain_update(uuid::Uuid::new_v4().as_bytes())
-                .chain_update(uuid::Uuid::new_v4().as_bytes())
-                .finalize();
-            let mut key = [0u8; 16];
-            key.copy_from_slice(&digest[..16]);
-            write_private(path, &hex::encode(key)).map_err(|e| err(format!("cannot write: {e}")))?;
-            Ok(key)
-        }
-        Err(e) => Err(err(format!("cannot read: {e}"))),
-    }
-}
-
-impl Drop for Protection {
-    /// The last snapshot, at shutdown.
-    fn drop(&mut self) {
-        self.save_index();
-    }
-}
-
-fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write as _;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(path)?;
-    file.write_all(text.as_bytes())?;
-    file.sync_all()
-}
-
-/// Runs `work` every `period` while `target` is alive.
-pub(crate) fn every<T, F, Fut>(target: Weak<T>, period: Duration, work: F)
-where
-    T: Send + Sync + 'static,
-    F: Fn(Arc<T>) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()> + Send,
-{
-    spawn(async move {
-        let mut tick = tokio::time::interval(period);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let Some(p) = target.upgrade() else { return };
-            work(p).await;
-        }
-    });
-}
-
-/// Spawns on the current runtime; a response dropped outside one (shutdown) records nothing.
-fn spawn(task: impl std::future::Future<Output = ()> + Send + 'static) {
-    if let Ok(handle) = tokio::runtime::Handle::try_current() {
-        handle.spawn(task);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn honeytokens_are_per_tenant_and_per_key() {
-        let a = honeytoken(&[1; 16], "acme");
-        assert_eq!(a, honeytoken(&[1; 16], "acme"));
-        assert_ne!(a, honeytoken(&[1; 16], "globex"));
-        assert_ne!(a, honeytoken(&[2; 16], "acme"));
-        assert_eq!(a.len(), 27);
-    }
-
-    #[test]
-    fn the_local_key_is_made_once_and_kept_private() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("sub/fingerprint.key");
-        let first = local_key(&path).unwrap();
-        assert_eq!(first, local_key(&path).unwrap());
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
-        }
-        std::fs::write(&path, "nope").unwrap();
-        assert!(local_key(&path).unwrap_err().to_string().contains("32 hexadecimal"));
     }
 }
