@@ -193,7 +193,7 @@ fn run() -> Result<(), String> {
         correct as f64 / ys.len() as f64,
         ys.len() - positives
     );
-    let header = "# The generic-secret judge's model (firewall/src/judge.rs), written by\n\
+    let header = "# The generic-secret judge's model (firewall/src/scan/judge.rs), written by\n\
                   # firewall/examples/train_judge.rs (its doc gives the command); retrain, do not edit.\n";
     std::fs::write(&a.out, format!("{header}{}", judge.to_toml())).map_err(|e| format!("{}: {e}", a.out.display()))
 }

@@ -24,43 +24,32 @@
 //! out += &s.finish().release;
 //! assert_eq!(out, "Hello, world");
 //! ```
-// `unsafe` is allowed in two places: the AVX2 and AVX-512 keyword filter loops (`keywords::x86`)
+// `unsafe` is allowed in two places: the AVX2 and AVX-512 keyword filter loops (`scan::keywords::x86`)
 // and the wide check for text the canonical view may change (`canon::wide`).
 #![deny(unsafe_code)]
 
-mod accept;
 mod canon;
-mod capture;
 mod detect;
-mod gitleaks;
-mod judge;
-mod keywords;
-mod live;
-mod pass;
-mod reach;
-mod reload;
-mod rule;
-mod ruleset;
-mod samples;
+mod rules;
 mod scan;
-mod start;
 mod stream;
 mod verdict;
-mod window;
 
 pub use detect::ngram::DEFAULT_N as DEFAULT_NGRAM_WORDS;
 pub use detect::{
     fingerprints, secret_fingerprints, Baseline, Baselines, Detectors, EntropyConfig, Metric, NgramConfig, NgramKey,
     NgramOwners, Observations, Observed, OwnerSet, ProvenanceConfig, ScanContext, SecretOwnership, TokenSignals,
 };
-pub use gitleaks::{import as import_gitleaks, Import as GitleaksImport, ImportNote as GitleaksImportNote};
-pub use judge::{
+pub use rules::gitleaks::{import as import_gitleaks, Import as GitleaksImport, ImportNote as GitleaksImportNote};
+pub use rules::reload::ReloadableRuleset;
+pub use rules::rule::{shannon_entropy, Canary, RawCanary, Rule};
+pub use rules::ruleset::{
+    LoadError, LoadErrors, LoadOptions, Origin, RuleFiles, RuleSource, Ruleset, INJECTED_CANARIES,
+};
+pub use rules::samples::{RuleSamples, SampleFailure, SampleReport};
+pub use scan::judge::{
     context_before as judge_context, letter_pairs, Judge, ModelError as JudgeModelError, FEATURES as JUDGE_FEATURES,
 };
-pub use reload::ReloadableRuleset;
-pub use rule::{shannon_entropy, Canary, RawCanary, Rule};
-pub use ruleset::{LoadError, LoadErrors, LoadOptions, Origin, RuleFiles, RuleSource, Ruleset, INJECTED_CANARIES};
-pub use samples::{RuleSamples, SampleFailure, SampleReport};
 pub use stream::{Step, StreamScanner, MAX_HOLDBACK_BYTES};
 pub use verdict::{mask, Action, Detail, DetectorKind, Finding, Severity};
 

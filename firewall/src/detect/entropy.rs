@@ -19,7 +19,7 @@ use serde::Serialize;
 use statrs::distribution::{ContinuousCDF, Normal};
 
 use crate::detect::{ScanContext, TokenSignals};
-use crate::rule::shannon_entropy;
+use crate::rules::rule::shannon_entropy;
 use crate::verdict::{mask, Action, Detail, DetectorKind, Finding, Severity};
 
 /// Rule id of entropy findings.

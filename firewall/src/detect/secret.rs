@@ -19,7 +19,7 @@ use siphasher::sip::SipHasher13;
 
 use crate::canon;
 use crate::detect::{NgramKey, NgramOwners, ScanContext};
-use crate::ruleset::Ruleset;
+use crate::rules::ruleset::Ruleset;
 use crate::verdict::{Action, Detail, DetectorKind, Finding, Severity};
 
 /// Shortest recorded prefix, as a share of the value's characters (rounded up).
@@ -95,7 +95,7 @@ mod tests {
     use super::*;
     use crate::detect::ngram::tests::{MapOwners, KEY};
     use crate::detect::OwnerSet;
-    use crate::ruleset::LoadOptions;
+    use crate::rules::ruleset::LoadOptions;
 
     const RULES: &str = r#"
 [[rule]]

@@ -32,7 +32,7 @@ use regex_automata::util::primitives::StateID;
 use regex_automata::{Anchored, Input, MatchKind};
 use regex_syntax::hir::{Class, ClassUnicode, ClassUnicodeRange, Hir, HirKind, Repetition};
 
-use crate::start::{Openings, StartFilter};
+use crate::scan::start_filter::{Openings, StartFilter};
 
 /// Size limit for one pattern's liveness DFA and for its determinisation (bytes).
 pub const LIVE_DFA_LIMIT: usize = 16 << 20;
@@ -478,13 +478,13 @@ impl Taken<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::start::StartFilter;
+    use crate::scan::start_filter::StartFilter;
 
     fn live(patterns: &[&str]) -> Live {
         let hirs = patterns
             .iter()
             .filter_map(|p| regex_syntax::parse(p).ok())
-            .map(|h| crate::rule::ascii_twin(&h))
+            .map(|h| crate::rules::rule::ascii_twin(&h))
             .collect::<Vec<_>>();
         assert_eq!(hirs.len(), patterns.len());
         let built = Live::build(&hirs).map_err(|e| format!("{e:?}"));

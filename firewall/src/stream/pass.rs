@@ -13,14 +13,14 @@
 
 use crate::canon::SpanMap;
 use crate::detect::ScanContext;
-use crate::live::{Live, Threads};
-use crate::ruleset::Ruleset;
+use crate::rules::ruleset::Ruleset;
+use crate::stream::liveness::{Live, Threads};
 use crate::verdict::Finding;
 
 /// Bytes kept before the earliest search start, for look-behind: `\b` needs one char,
 /// `allow_line` patterns the line before a match (up to `ALLOW_LINE_LOOKBACK` bytes, and
 /// up to 3 more where that cut falls inside a character).
-const LOOKBEHIND_BYTES: usize = crate::rule::ALLOW_LINE_LOOKBACK + 8;
+const LOOKBEHIND_BYTES: usize = crate::rules::rule::ALLOW_LINE_LOOKBACK + 8;
 
 #[derive(Debug, Clone)]
 pub(crate) struct Pass {

@@ -12,7 +12,7 @@
 
 use toml::{Table, Value};
 
-use crate::rule::{is_kebab, RawRule, RuleAction, SecretGroup};
+use crate::rules::rule::{is_kebab, RawRule, RuleAction, SecretGroup};
 use crate::verdict::Severity;
 use crate::Error;
 
@@ -167,7 +167,7 @@ fn convert(t: &Table, global: &Allow, notes: &mut Vec<ImportNote>) -> Result<Raw
     };
     match raw.clone().compile() {
         Ok(rule) => {
-            if let Err(e) = crate::live::LiveDfa::build(&rule.hir) {
+            if let Err(e) = crate::stream::liveness::LiveDfa::build(&rule.hir) {
                 return Err(skip(e));
             }
             notes.push(ImportNote { rule_id: Some(id), message: "no samples: add must_match / must_not_match".into() });
@@ -195,7 +195,7 @@ fn kebab(id: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ruleset::{LoadOptions, Ruleset};
+    use crate::rules::ruleset::{LoadOptions, Ruleset};
 
     const GITLEAKS: &str = r#"
 title = "test"

@@ -7,14 +7,14 @@
 //! position without changing a single result.
 //!
 //! For a rule whose keyword reach is `P` (every match has a keyword starting at most `P`
-//! bytes after its start, see `reach`), every match starts within `[hit - P, hit]` of a
+//! bytes after its start, see `keyword_reach`), every match starts within `[hit - P, hit]` of a
 //! keyword hit. Every byte between such a start and the hit is part of the match, so a
 //! region also ends, going back, at the last byte no match of the rule can hold (a newline,
 //! for the generic `password = …` rules). Those *regions*, merged, are the only positions
 //! tried here. A rule without a bounded reach is walked over the whole text by the caller
 //! with an unanchored search, which visits the same positions in one pass. Inside a region, a position where no match
 //! can start (by its byte and, for matches opening with `^` or `\b`, the byte before; see
-//! `start`) is skipped without a try: the regex would fail there anyway.
+//! `start_filter`) is skipped without a try: the regex would fail there anyway.
 //!
 //! Invariant: for any text, [`RuleSearch::walk_regions`] reports exactly the matches that
 //! the unanchored walk over the whole text (`scan::rule_matches`) reports; the tests of
@@ -27,8 +27,8 @@ use regex_automata::util::captures::Captures;
 use regex_automata::{Anchored, Input};
 use regex_syntax::hir::{Class, Hir, HirKind};
 
-use crate::capture::{SecretScratch, SecretSearch};
-use crate::start::StartFilter;
+use crate::scan::secret_span::{SecretScratch, SecretSearch};
+use crate::scan::start_filter::StartFilter;
 
 /// A match: whole-match span and secret span, byte offsets into the text.
 pub(crate) type Found = ((usize, usize), (usize, usize));
@@ -201,7 +201,7 @@ mod tests {
 
     fn search(pattern: &str, reach: usize) -> RuleSearch {
         let hir = regex_syntax::parse(pattern).expect("pattern parses");
-        let regex = crate::rule::compile_hir(&hir, false).expect("pattern compiles");
+        let regex = crate::rules::rule::compile_hir(&hir, false).expect("pattern compiles");
         RuleSearch::new(Arc::new(regex), &hir, 0, Some(reach), StartFilter::of(&hir))
     }
 

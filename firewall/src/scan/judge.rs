@@ -14,7 +14,7 @@
 //! features, shared by training and scanning, so the two cannot drift apart.
 //!
 //! Only the text from the start of the match's line (at most
-//! [`crate::rule::ALLOW_LINE_LOOKBACK`] bytes back) to the end of the value is read, the
+//! [`crate::rules::rule::ALLOW_LINE_LOOKBACK`] bytes back) to the end of the value is read, the
 //! same window `allow_line` sees: a stream scanner holds that much, so streaming and
 //! one-shot scans judge alike.
 
@@ -22,10 +22,10 @@ use std::sync::OnceLock;
 
 use serde::Deserialize;
 
-use crate::rule::shannon_entropy;
+use crate::rules::rule::shannon_entropy;
 
 /// The model the binary carries.
-const BUILTIN: &str = include_str!("../data/judge.toml");
+const BUILTIN: &str = include_str!("../../data/judge.toml");
 
 /// Feature names, in vector order; the model file lists them too, so weights trained for
 /// another feature set are refused instead of misread.
@@ -349,7 +349,7 @@ fn name_has_harmless_word(name: &str) -> bool {
 /// What the judge reads before a value: from the start of the match's line (the context
 /// `allow_line` sees) to the value, from its last line if the match spans several.
 pub fn context_before(hay: &str, match_start: usize, value_start: usize) -> &str {
-    let before = hay.get(crate::rule::line_start(hay, match_start)..value_start).unwrap_or("");
+    let before = hay.get(crate::rules::rule::line_start(hay, match_start)..value_start).unwrap_or("");
     before.rfind('\n').map_or(before, |nl| &before[nl + 1..])
 }
 
@@ -401,7 +401,7 @@ mod tests {
         let long = format!("{}password = x", "é".repeat(200));
         let start = long.find("password").unwrap_or(0);
         let ctx = context_before(&long, start, start + 11);
-        assert!(ctx.len() <= crate::rule::ALLOW_LINE_LOOKBACK + 11 && ctx.ends_with("password = "));
+        assert!(ctx.len() <= crate::rules::rule::ALLOW_LINE_LOOKBACK + 11 && ctx.ends_with("password = "));
     }
 
     /// The judge can be steered by the text around a value (prose on the line, a harmless

@@ -1,7 +1,7 @@
 //! `rules test`: every rule's `must_match` and `must_not_match` samples, scanned the way
 //! one-shot scanning goes, with each failure's file and line.
 
-use crate::ruleset::{LoadError, Ruleset};
+use crate::rules::ruleset::{LoadError, Ruleset};
 
 impl Ruleset {
     /// Runs every rule's samples and reports per rule.

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use crate::ruleset::{LoadErrors, Ruleset};
+use crate::rules::ruleset::{LoadErrors, Ruleset};
 
 #[derive(Debug)]
 pub struct ReloadableRuleset {

@@ -20,7 +20,7 @@ use regex_automata::meta::Regex as MetaRegex;
 use regex_syntax::hir::{Hir, Look};
 use serde::{Deserialize, Serialize};
 
-use crate::reach::keyword_reach;
+use crate::scan::keyword_reach::keyword_reach;
 use crate::verdict::{Action, Severity};
 
 /// Compiled-program size limit for every rule and allow regex (bytes).
@@ -119,7 +119,7 @@ pub struct Rule {
     /// ASCII-lowercased keywords; empty = the rule runs on every text.
     pub keywords: Vec<String>,
     /// How far past a match's start its first keyword can begin, at most (see
-    /// `reach.rs`); `None` when unbounded (or no keywords): the rule is searched over
+    /// `scan/keyword_reach.rs`); `None` when unbounded (or no keywords): the rule is searched over
     /// whole texts.
     pub(crate) reach: Option<usize>,
     pub min_entropy: Option<f64>,
@@ -399,7 +399,7 @@ fn group_is_whole_match(hir: &Hir, group: usize) -> bool {
 /// * A case-insensitive ASCII letter (`(?i)k` = `k`, `K` and the Kelvin sign) matches only
 ///   its two ASCII cases. Keywords are ASCII case-insensitive, so a match spelled with the
 ///   Kelvin sign or the long s could never count through that word anyway; without them a
-///   `(?i)` word is a plain keyword, which is what lets `reach` bound where matches start.
+///   `(?i)` word is a plain keyword, which is what lets `keyword_reach` bound where matches start.
 pub(crate) fn ascii_twin(hir: &Hir) -> Hir {
     use regex_syntax::hir::{HirKind, Look};
     match hir.kind() {

@@ -10,7 +10,7 @@
 //! * at most three words of a foreign sentence reach the client before its n-gram blocks
 //!   (see `detect::ngram`, leads);
 //! * only what could still become part of a match is held back: text after the earliest
-//!   position at which some pattern may be in progress (see `live`), the run of look-alikes
+//!   position at which some pattern may be in progress (see `liveness`), the run of look-alikes
 //!   whose reading is not decided yet (see `canon`), and, when the n-gram detector runs, the
 //!   word in progress. Clean prose flows out at once.
 //!
@@ -24,14 +24,17 @@
 //! findings are then attributed to their owner, and only then is release or block decided,
 //! so a tenant's own secret is let through. Redaction and blocking act on raw spans.
 
+pub(crate) mod liveness;
+pub(crate) mod pass;
+
 use std::sync::Arc;
 
 use crate::canon::{self, Canon, Decoded, Piece};
 use crate::detect::entropy::{EntropyState, Observations};
 use crate::detect::ngram::NgramState;
 use crate::detect::{provenance, secret, Detectors, ScanContext, TokenSignals};
-use crate::pass::{floor_char, merge_findings, Pass, ViewPass};
-use crate::ruleset::Ruleset;
+use crate::rules::ruleset::Ruleset;
+use crate::stream::pass::{floor_char, merge_findings, Pass, ViewPass};
 use crate::verdict::{Action, Finding};
 
 /// Default bound on held-back bytes. A candidate match still growing past it is abandoned:

@@ -22,7 +22,7 @@ use regex_automata::util::captures::Captures;
 use regex_automata::{Anchored, Input};
 use regex_syntax::hir::{Capture, Hir, HirKind, Repetition};
 
-use crate::rule::REGEX_SIZE_LIMIT;
+use crate::rules::rule::REGEX_SIZE_LIMIT;
 
 /// Counted repetitions with at least this many optional iterations lose their bound: each
 /// optional iteration is an NFA state or more, and narrower ones cost little.
@@ -115,7 +115,7 @@ mod tests {
         let hir = regex_syntax::parse(pattern).map_err(|e| e.to_string());
         assert!(hir.is_ok(), "{hir:?}");
         let hir = hir.unwrap_or_else(|_| Hir::empty());
-        let meta = crate::rule::compile_hir(&hir, false).map_err(|e| e.to_string());
+        let meta = crate::rules::rule::compile_hir(&hir, false).map_err(|e| e.to_string());
         assert!(meta.is_ok(), "{meta:?}");
         (SecretSearch::new(&hir), meta.unwrap_or_else(|_| regex_automata::meta::Regex::new("x").expect("x compiles")))
     }

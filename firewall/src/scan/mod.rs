@@ -11,7 +11,7 @@
 //! One-shot scanning finds every keyword occurrence first (with `keywords::KeywordFinder`
 //! where AVX2 runs it, else an aho-corasick automaton); a rule with no hit cannot count any
 //! match and is skipped, and a rule whose keyword reach is bounded (see
-//! `reach`) is tried only in the regions before its hits (see `window`). The others, and
+//! `keyword_reach`) is tried only in the regions before its hits (see `near_keywords`). The others, and
 //! rules without keywords, take one unanchored pass over the text, which visits the same
 //! positions (`Ruleset::pattern_matches`). The stream scanner calls that pass on its
 //! window with a start bound, which is why streaming and one-shot results cannot drift.
@@ -21,6 +21,14 @@
 //! raw finding is left out. Canary strings are matched case-insensitively in their
 //! rules-view form.
 
+pub(crate) mod accept;
+pub(crate) mod judge;
+pub(crate) mod keyword_reach;
+pub(crate) mod keywords;
+pub(crate) mod near_keywords;
+pub(crate) mod secret_span;
+pub(crate) mod start_filter;
+
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock, PoisonError};
 
@@ -29,17 +37,17 @@ use regex::{Regex, RegexBuilder};
 use regex_automata::Input;
 use regex_syntax::hir::Hir;
 
-use crate::accept::{accept, KeywordCheck};
 use crate::canon;
 use crate::detect::{self, Detectors, ScanContext};
-use crate::keywords::KeywordFinder;
-use crate::live::Live;
-use crate::pass::merge_findings;
-use crate::rule::{Canary, Rule};
-use crate::ruleset::Ruleset;
-use crate::start::StartFilter;
+use crate::rules::rule::{Canary, Rule};
+use crate::rules::ruleset::Ruleset;
+use crate::scan::accept::{accept, KeywordCheck};
+use crate::scan::keywords::KeywordFinder;
+use crate::scan::near_keywords::{found_in, CaptureScratch, RuleSearch, Verdict};
+use crate::scan::start_filter::StartFilter;
+use crate::stream::liveness::Live;
+use crate::stream::pass::merge_findings;
 use crate::verdict::{mask, Action, Detail, DetectorKind, Finding, Severity};
-use crate::window::{found_in, CaptureScratch, RuleSearch, Verdict};
 
 /// Size limit of the compiled canary alternation (bytes); canary tables can be long.
 const CANARY_REGEX_LIMIT: usize = 16 << 20;

@@ -3,10 +3,10 @@
 //! `min_entropy`, the `allow` and `allow_line` exemptions and, for rules that ask it, the
 //! generic-secret judge's least score (`rules/README.md`, "How a rule matches").
 
-use crate::judge::{context_before as judge_context, Judge};
-use crate::rule::{shannon_entropy, Rule};
+use crate::rules::rule::{shannon_entropy, Rule};
+use crate::scan::judge::{context_before as judge_context, Judge};
+use crate::scan::near_keywords::{Found, Verdict};
 use crate::verdict::{mask, Detail, DetectorKind, Finding};
-use crate::window::{Found, Verdict};
 
 /// How [`accept`] tells whether a match holds one of its rule's keywords.
 #[derive(Debug, Clone, Copy)]

@@ -2,7 +2,7 @@
 //! regex.
 //!
 //! One-shot scanning tries a rule's regex anchored at every position shortly before each
-//! keyword hit (see `window`); most of those tries fail at once. [`StartFilter`] rejects
+//! keyword hit (see `near_keywords`); most of those tries fail at once. [`StartFilter`] rejects
 //! such positions for the price of a table look-up: a match can start at `s` only if the
 //! byte at `s` is one the pattern can begin with, and, where the match opens with a line or
 //! word assertion (`(?m)^`, `\b`), only if that assertion can hold at `s`. Without the
@@ -11,9 +11,9 @@
 //!
 //! The filter is read off the syntax tree and over-approximates: it never rejects a real
 //! start. Bytes are those of the relaxed pattern (non-ASCII parts of large classes widened
-//! to every UTF-8 lead byte, as in `live`); assertions it does not know, and every assertion
+//! to every UTF-8 lead byte, as in `stream::liveness`); assertions it does not know, and every assertion
 //! after the first byte, are simply not used. The union of its byte sets equals the first
-//! bytes of the streaming automaton (a test in `live` checks it).
+//! bytes of the streaming automaton (a test in `stream::liveness` checks it).
 
 use regex_syntax::hir::{Class, Hir, HirKind, Look};
 
@@ -193,7 +193,7 @@ impl StartFilter {
                 None
             }
             HirKind::Class(Class::Unicode(c)) => {
-                let exact = crate::live::keeps_exact(c);
+                let exact = crate::stream::liveness::keeps_exact(c);
                 for r in c.iter() {
                     let (lo, hi) = (r.start() as u32, r.end() as u32);
                     if lo < 0x80 {
@@ -234,7 +234,8 @@ mod tests {
     fn filter(pattern: &str) -> StartFilter {
         let hir = regex_syntax::parse(pattern).map_err(|e| e.to_string());
         assert!(hir.is_ok(), "{hir:?}");
-        hir.map(|h| StartFilter::of(&crate::rule::ascii_twin(&h))).unwrap_or_else(|_| StartFilter::of(&Hir::empty()))
+        hir.map(|h| StartFilter::of(&crate::rules::rule::ascii_twin(&h)))
+            .unwrap_or_else(|_| StartFilter::of(&Hir::empty()))
     }
 
     fn starts(pattern: &str, text: &str) -> Vec<usize> {

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::rule::{AllowCache, Canary, FieldError, RawCanary, RawRule, Rule};
+use crate::rules::rule::{AllowCache, Canary, FieldError, RawCanary, RawRule, Rule};
 use crate::scan::{Engine, LiveBuild};
 
 /// One problem in the rule files.
