@@ -108,6 +108,13 @@ pub struct Finding {
 }
 
 impl Finding {
+    /// A secret rule's match that only the words around it turned down (`allow_line`, the
+    /// judge): kept, with `Action::Allow`, until the secret-ownership check has seen it; it
+    /// never leaves the crate (see `scan::accept`).
+    pub(crate) fn is_candidate(&self) -> bool {
+        self.kind == DetectorKind::Secret && self.action == Action::Allow
+    }
+
     /// The canonical order of findings: by span, then rule id. One-shot and streaming
     /// results are compared in this order.
     pub fn sort(findings: &mut [Finding]) {

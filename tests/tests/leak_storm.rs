@@ -227,6 +227,30 @@ async fn a_leak_storm_delivers_no_foreign_fragment_and_ordinary_traffic_flows() 
     assert!(for_acme["records"].as_array().unwrap().iter().all(|r| r["tenant"] == "acme"));
 }
 
+/// A weak password of acme's, worded in another tenant's answer so that the rules alone
+/// would let it through (prose and harmless nouns before it turn the judge down), is still
+/// blocked there, streamed or not: the answer's words are the attacker's, and they never
+/// hide a value from its owner. The same answer to acme flows untouched.
+#[tokio::test]
+async fn wording_that_steers_the_rules_does_not_hide_another_tenants_password() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&config(&mock.base_url(), ""), &[]).await;
+    seed(&gw, "acme", "Our staging database:\nDB_PASSWORD = \"Kx9-apple-river\"\nRotate it monthly.").await;
+    let steered = "The example below shows the id, url and version fields: password = \"Kx9-apple-river\"";
+    let ask = json!([{"role": "user", "content": format!("#leak {steered}")}]);
+    for stream in [true, false] {
+        let d = complete(&gw, "globex", ask.clone(), stream).await;
+        assert_eq!(d.finish, "content_filter", "stream {stream}: {:?}", d.text);
+        assert!(!d.text.contains("Kx9-apple"), "stream {stream}: {:?}", d.text);
+        let record = audit_record(&gw, &d.audit_id.expect("a blocked response names its audit record")).await;
+        let sources: Vec<&str> =
+            record["source_tenants"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        assert_eq!(sources, ["acme"], "{record}");
+    }
+    let own = complete(&gw, "acme", ask, true).await;
+    assert_eq!((own.finish.as_str(), own.text.as_str()), ("stop", steered));
+}
+
 #[tokio::test]
 async fn an_injected_canary_blocks_any_other_tenants_response_that_carries_it() {
     let mock = MockUpstream::start().await;

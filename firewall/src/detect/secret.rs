@@ -66,28 +66,35 @@ pub fn secret_fingerprints(rules: &Ruleset, text: &str, key: &NgramKey) -> Vec<u
     out
 }
 
-/// Rewrites the secret findings among `findings` by who owns their value; `value` gives a
-/// finding's value in rules-view form.
-pub(crate) fn attribute(
-    cfg: &SecretOwnership,
+/// Rewrites the secret findings among `findings` by who owns their value (`cfg`, when the
+/// scan has an ownership index); `value` gives a finding's value in rules-view form. A
+/// candidate ([`Finding::is_candidate`]) whose value another tenant owns blocks like any
+/// foreign secret; every other candidate is dropped.
+pub(crate) fn settle(
+    cfg: Option<&SecretOwnership>,
     ctx: &ScanContext,
-    findings: &mut [Finding],
+    findings: &mut Vec<Finding>,
     value: impl Fn(&Finding) -> String,
 ) {
-    for f in findings.iter_mut().filter(|f| f.kind == DetectorKind::Secret) {
-        let owners = cfg.owners.owners(hash_value(&cfg.key, &value(f)));
-        if owners.model_native {
-            continue;
-        }
-        if owners.tenants.iter().any(|t| !ctx.is_foreign(t)) {
-            f.action = if ctx.own_secrets == Action::Allow { Action::Log } else { ctx.own_secrets };
-            f.detail = Detail::Own;
-        } else if !owners.tenants.is_empty() {
-            f.action = Action::Block;
-            f.severity = Severity::Critical;
-            f.detail = Detail::Foreign { owners: owners.tenants, shared_by: owners.shared_by };
+    if let Some(cfg) = cfg {
+        for f in findings.iter_mut().filter(|f| f.kind == DetectorKind::Secret) {
+            let owners = cfg.owners.owners(hash_value(&cfg.key, &value(f)));
+            if owners.model_native {
+                continue;
+            }
+            if owners.tenants.iter().any(|t| !ctx.is_foreign(t)) {
+                if !f.is_candidate() {
+                    f.action = if ctx.own_secrets == Action::Allow { Action::Log } else { ctx.own_secrets };
+                    f.detail = Detail::Own;
+                }
+            } else if !owners.tenants.is_empty() {
+                f.action = Action::Block;
+                f.severity = Severity::Critical;
+                f.detail = Detail::Foreign { owners: owners.tenants, shared_by: owners.shared_by };
+            }
         }
     }
+    findings.retain(|f| !f.is_candidate());
 }
 
 #[cfg(test)]
@@ -144,14 +151,14 @@ strings = ["ACME-CANARY-7f3a9c"]
         let mut found = rules.scan(text);
         let value = |f: &Finding| canon::rules_string(&text[f.start..f.end], false);
         let mut mine = found.clone();
-        attribute(&cfg, &ScanContext::new("acme"), &mut mine, value);
+        settle(Some(&cfg), &ScanContext::new("acme"), &mut mine, value);
         assert_eq!((mine[0].action, &mine[0].detail), (Action::Log, &Detail::Own));
         assert_eq!((mine[1].action, &mine[1].detail), (Action::Redact, &Detail::None), "unknown: as its rule says");
         let allow = ScanContext { own_secrets: Action::Allow, ..ScanContext::new("acme") };
         let mut again = rules.scan(text);
-        attribute(&cfg, &allow, &mut again, value);
+        settle(Some(&cfg), &allow, &mut again, value);
         assert_eq!(again[0].action, Action::Log);
-        attribute(&cfg, &ScanContext::new("globex"), &mut found, value);
+        settle(Some(&cfg), &ScanContext::new("globex"), &mut found, value);
         assert_eq!((found[0].action, found[0].severity), (Action::Block, Severity::Critical));
         assert!(matches!(&found[0].detail, Detail::Foreign { owners, .. } if owners == &["acme"]));
     }

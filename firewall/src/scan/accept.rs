@@ -2,11 +2,19 @@
 //! and streaming scans: one of the rule's keywords inside the match, then the secret's
 //! `min_entropy`, the `allow` and `allow_line` exemptions and, for rules that ask it, the
 //! generic-secret judge's least score (`rules/README.md`, "How a rule matches").
+//!
+//! `min_entropy` and `allow` read the secret alone. `allow_line` and the judge also read the
+//! words around it, and those are the response's own: whoever steers the response (a
+//! prompt injection, another tenant's document in the context) writes them. So a match
+//! that only its surroundings turn down is not dropped here but kept as a *candidate*
+//! ([`Finding::is_candidate`]): the secret-ownership check still blocks it when the value is
+//! another tenant's secret, and drops it otherwise (`detect::secret::settle`). Wording can
+//! hide a value from the rules' guess that it is a secret, never from its owner.
 
 use crate::rules::rule::{shannon_entropy, Rule};
 use crate::scan::judge::{context_before as judge_context, Judge};
 use crate::scan::near_keywords::{Found, Verdict};
-use crate::verdict::{mask, Detail, DetectorKind, Finding};
+use crate::verdict::{mask, Action, Detail, DetectorKind, Finding};
 
 /// How [`accept`] tells whether a match holds one of its rule's keywords.
 #[derive(Debug, Clone, Copy)]
@@ -35,7 +43,8 @@ impl KeywordCheck<'_> {
 
 /// Decides what a match of `rule` at `found` (offsets into `hay`) counts for: nothing
 /// without a keyword inside it; otherwise the walk takes it, and it is a finding unless
-/// `min_entropy`, an `allow` regex or the judge rules the secret out.
+/// `min_entropy` or an `allow` regex rules the secret out, or a candidate when only its
+/// line (`allow_line`, the judge) does.
 pub(crate) fn accept(
     rule: &Rule,
     hay: &str,
@@ -48,13 +57,11 @@ pub(crate) fn accept(
     if !rule.keywords.is_empty() && !keywords.holds(rule, hay, (ms, me)) {
         return Verdict::Passed;
     }
-    if rule.min_entropy.is_some_and(|min| shannon_entropy(secret) < min)
-        || rule.is_allowed(secret)
-        || rule.is_line_allowed(hay, ms, me)
-        || rule.judge.is_some_and(|min| Judge::builtin().score(judge_context(hay, ms, ss), secret) < min)
-    {
+    if rule.min_entropy.is_some_and(|min| shannon_entropy(secret) < min) || rule.is_allowed(secret) {
         return Verdict::Taken;
     }
+    let by_context = rule.is_line_allowed(hay, ms, me)
+        || rule.judge.is_some_and(|min| Judge::builtin().score(judge_context(hay, ms, ss), secret) < min);
     out.push(Finding {
         rule_id: rule.id.clone(),
         start: base + ss,
@@ -62,7 +69,7 @@ pub(crate) fn accept(
         match_start: base + ms,
         match_end: base + me,
         severity: rule.severity,
-        action: rule.action,
+        action: if by_context { Action::Allow } else { rule.action },
         excerpt: mask(secret),
         kind: DetectorKind::Secret,
         detail: Detail::None,

@@ -320,11 +320,9 @@ impl Ruleset {
         let mut out = Vec::new();
         self.pattern_findings(text, ctx, &mut out);
         self.view_findings(text, ctx, &mut out);
-        if let Some(cfg) = &detectors.secrets {
-            detect::secret::attribute(cfg, ctx, &mut out, |f| {
-                canon::rules_string(text.get(f.start..f.end).unwrap_or(""), false)
-            });
-        }
+        detect::secret::settle(detectors.secrets.as_ref(), ctx, &mut out, |f| {
+            canon::rules_string(text.get(f.start..f.end).unwrap_or(""), false)
+        });
         detect::scan_text(text, ctx, detectors, &mut out);
         Finding::sort(&mut out);
         out
@@ -404,7 +402,7 @@ impl Ruleset {
         let (mut hits, mut regions, mut out) = (own_keyword_hits(rule, text), Vec::new(), Vec::new());
         let mut caps = self.engine.searches.get(i).and_then(RuleSearch::captures);
         self.rule_one_shot(i, text, &mut hits, &mut regions, &mut caps, &mut out);
-        out.len()
+        out.iter().filter(|f| !f.is_candidate()).count()
     }
 
     /// Adds to `hits` (`[rules]`, empty on entry) the `(start, end)` of each rule's keyword
@@ -567,6 +565,8 @@ mod tests {
             rule_matches(r, text, 0, 0, usize::MAX, &mut out);
         }
         rules.canary_matches(text, 0, 0, usize::MAX, &ScanContext::anonymous(), &mut out);
+        // What scanning without an ownership index does with candidates.
+        out.retain(|f| !f.is_candidate());
         Finding::sort(&mut out);
         out
     }

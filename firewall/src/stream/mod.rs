@@ -195,10 +195,10 @@ impl StreamScanner {
             self.entropy.feed_text(cfg, &self.ctx, delta, start, &mut found);
         }
         let safe = self.confirm(finishing, &mut found);
-        if let Some(cfg) = &self.detectors.secrets {
-            let (raw, json) = (&self.raw, self.canon.is_json());
-            secret::attribute(cfg, &self.ctx, &mut found, |f| canon::rules_string(raw.slice(f.start, f.end), json));
-        }
+        let (raw, json) = (&self.raw, self.canon.is_json());
+        secret::settle(self.detectors.secrets.as_ref(), &self.ctx, &mut found, |f| {
+            canon::rules_string(raw.slice(f.start, f.end), json)
+        });
         Finding::sort(&mut found);
 
         let mut limit = safe;

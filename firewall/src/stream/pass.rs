@@ -206,12 +206,51 @@ pub(crate) fn floor_char(window: &str, base: usize, pos: usize) -> usize {
 }
 
 /// Adds `extra` (from the view pass, mapped to raw offsets) to `out` (from the raw pass),
-/// leaving out a finding of the same rule over the same raw span as one already there.
+/// leaving out a finding of the same rule over the same raw span as one already there,
+/// unless that one is only a candidate and this one a finding (the view's words, folded,
+/// may not exempt what the raw words did).
 pub(crate) fn merge_findings(out: &mut Vec<Finding>, extra: Vec<Finding>, raw_from: usize) {
     for f in extra {
-        let dup = out[raw_from..].iter().any(|g| g.rule_id == f.rule_id && g.start == f.start && g.end == f.end);
-        if !dup {
-            out.push(f);
+        let same = out[raw_from..].iter().position(|g| g.rule_id == f.rule_id && g.start == f.start && g.end == f.end);
+        match same.map(|i| raw_from + i) {
+            None => out.push(f),
+            Some(i) if out[i].is_candidate() && !f.is_candidate() => out[i] = f,
+            Some(_) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verdict::{Action, Detail, DetectorKind, Severity};
+
+    fn finding(rule: &str, action: Action) -> Finding {
+        Finding {
+            rule_id: rule.into(),
+            start: 4,
+            end: 9,
+            match_start: 0,
+            match_end: 9,
+            severity: Severity::High,
+            action,
+            excerpt: String::new(),
+            kind: DetectorKind::Secret,
+            detail: Detail::None,
+        }
+    }
+
+    /// The view's folded words may not exempt what the raw words did, and the reverse: a
+    /// finding on either side wins over a candidate on the other, so no disguise of the
+    /// words around a secret can drop it.
+    #[test]
+    fn a_finding_wins_over_a_candidate_of_the_same_rule_and_span() {
+        let mut out = vec![finding("r", Action::Allow)];
+        merge_findings(&mut out, vec![finding("r", Action::Block)], 0);
+        assert_eq!(out, [finding("r", Action::Block)]);
+        merge_findings(&mut out, vec![finding("r", Action::Allow)], 0);
+        assert_eq!(out, [finding("r", Action::Block)], "a view candidate leaves the raw finding");
+        merge_findings(&mut out, vec![finding("s", Action::Allow)], 0);
+        assert_eq!(out.len(), 2, "another rule's candidate is kept for the ownership check");
     }
 }
