@@ -23,6 +23,7 @@ pub mod kv;
 pub mod model;
 pub mod sample;
 pub mod sched;
+pub mod serve;
 pub mod stop;
 pub mod template;
 pub mod tokenizer;
@@ -40,4 +41,5 @@ pub use grammar::{with_layout as json_schema_with_layout, CompiledGrammar, Gramm
 pub use kv::{KvStats, Owner, Tenant};
 pub use sample::SamplingParams;
 pub use sched::{JobId, Scheduler, SchedulerConfig, StepStats};
+pub use serve::{serve, Client as ServeClient, Failure as ServeFailure, Refusal, ServeGauges, Submission};
 pub use template::ChatMessage;

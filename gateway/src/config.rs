@@ -317,7 +317,7 @@ pub struct EngineModelConfig {
     pub fault: engine::FaultConfig,
     /// How far a request's events may run ahead of a slow streaming client, and how long
     /// it may stall before its generation is cancelled.
-    pub streams: crate::backend::engine_loop::StreamLimits,
+    pub streams: crate::backend::engine_client::StreamLimits,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

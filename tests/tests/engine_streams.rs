@@ -13,7 +13,7 @@ use crossguard_e2e::TestGateway;
 use futures::StreamExt;
 use gateway::api::ChatRequest;
 use gateway::auth::TenantId;
-use gateway::backend::engine_loop::LoopGauges;
+use gateway::backend::engine_client::LoopGauges;
 use gateway::backend::{BackendEvent, EngineBackend, EventStream, RequestContext};
 use gateway::config::{Config, ModelBackend};
 use gateway::error::ApiError;
@@ -79,7 +79,7 @@ async fn wait_gauge(backend: &EngineBackend, name: &str, get: fn(&LoopGauges) ->
 }
 
 fn paused(g: &LoopGauges) -> u64 {
-    g.paused.load(Relaxed) as u64
+    g.serve.paused.load(Relaxed) as u64
 }
 
 /// KV blocks held by sequences (used, less what only the prefix cache holds).
@@ -103,10 +103,10 @@ async fn a_client_that_stops_reading_pauses_then_loses_its_sequence() {
     let mut events = paused_stream(&backend, max_tokens).await;
     assert!(blocks_in_sequences(&backend) > 0, "the paused sequence keeps its blocks");
     // The stall bound counts from the last pause: a cancel means it stayed paused that long.
-    wait_gauge(&backend, "stall cancels", |g| g.stall_cancels.load(Relaxed), 1, Duration::from_secs(30)).await;
+    wait_gauge(&backend, "stall cancels", |g| g.serve.stall_cancels.load(Relaxed), 1, Duration::from_secs(30)).await;
     assert_eq!(paused(backend.gauges()), 0);
     assert_eq!(blocks_in_sequences(&backend), 0, "the cancelled sequence's blocks are back in the pool");
-    let generated = backend.gauges().tokens.load(Relaxed);
+    let generated = backend.gauges().serve.tokens.load(Relaxed);
     assert!(
         generated <= 16,
         "the engine generated {generated} of {max_tokens} tokens for a client that read one event (buffer: 4)"
@@ -136,10 +136,10 @@ async fn a_paused_client_takes_no_slot_and_frees_its_blocks_when_it_leaves() {
     assert_eq!(paused(backend.gauges()), 1, "still paused");
     assert!(blocks_in_sequences(&backend) > 0);
     drop(slow);
-    wait_gauge(&backend, "disconnect cancels", |g| g.disconnects.load(Relaxed), 1, Duration::from_secs(30)).await;
+    wait_gauge(&backend, "disconnect cancels", |g| g.serve.disconnects.load(Relaxed), 1, Duration::from_secs(30)).await;
     assert_eq!(blocks_in_sequences(&backend), 0, "the departed client's blocks are back in the pool");
     assert_eq!(paused(backend.gauges()), 0);
-    assert_eq!(backend.gauges().stall_cancels.load(Relaxed), 0);
+    assert_eq!(backend.gauges().serve.stall_cancels.load(Relaxed), 0);
 }
 
 #[tokio::test]

@@ -1,8 +1,8 @@
 //! The engine backend: the in-process model. Loading happens on its own thread after the
 //! server starts (fetching the default model first when it is missing), so `/readyz`
 //! answers 503 until the model can serve; the same thread then runs the serving loop
-//! ([`super::engine_loop`]): continuous batching across every request, off the async
-//! workers. A full queue is a 429 with `Retry-After`; each request's events flow through a
+//! ([`engine::serve`], each request's events through [`super::engine_client`]): continuous
+//! batching across every request, off the async workers. A full queue is a 429 with `Retry-After`; each request's events flow through a
 //! bounded channel, so a client that stops reading pauses its sequences and one that goes
 //! away has them cancelled (see the loop's invariants). Each sequence is owned by the
 //! request's tenant, and each token's KV owners (the engine's provenance) reach the
@@ -13,13 +13,13 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use engine::{
-    ChatMessage, CompiledGrammar, Engine, EngineOptions, GenerateRequest, Grammar, KvOptions, Owner, SamplingParams,
-    TokenEvent,
+    ChatMessage, CompiledGrammar, Engine, EngineOptions, GenerateRequest, Grammar, KvOptions, Owner, Refusal,
+    SamplingParams, Submission, TokenEvent,
 };
 use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 
-use super::engine_loop::{self, LoopGauges, StreamLimits, Submission};
+use super::engine_client::{EngineClient, LoopGauges, StreamLimits};
 use super::tool_calls::ToolPlan;
 use super::{BackendResponse, RequestContext, TokenLogprob, TopLogprob};
 use crate::api::{ChatRequest, ResponseFormat, ToolChoice};
@@ -38,7 +38,7 @@ pub struct EngineBackend {
     model_id: String,
     state: Arc<OnceLock<Load>>,
     /// To the serving loop.
-    submit: std::sync::mpsc::Sender<Submission>,
+    submit: std::sync::mpsc::Sender<Submission<EngineClient>>,
     gauges: Arc<LoopGauges>,
     streams: StreamLimits,
 }
@@ -51,7 +51,7 @@ impl EngineBackend {
         let streams = config.streams;
         let config = config.clone();
         let id = model_id.to_owned();
-        let (submit, submissions) = std::sync::mpsc::channel::<Submission>();
+        let (submit, submissions) = std::sync::mpsc::channel::<Submission<EngineClient>>();
         let gauges = Arc::new(LoopGauges::default());
         let loop_gauges = gauges.clone();
         std::thread::Builder::new()
@@ -70,7 +70,15 @@ impl EngineBackend {
                 let _ = slot.set(outcome);
                 if let Some(Load::Ready(engine)) = slot.get() {
                     // Until the backend (every sender) is dropped.
-                    engine_loop::serve(engine, config.batching, config.streams, &submissions, &loop_gauges);
+                    let on_step = |step| loop_gauges.observe_step(step);
+                    engine::serve(
+                        engine,
+                        config.batching,
+                        config.streams.stall,
+                        &submissions,
+                        &loop_gauges.serve,
+                        &on_step,
+                    );
                 }
             })
             .map_err(|e| tracing::error!(error = %e, "cannot start the model loading thread"))
@@ -122,7 +130,7 @@ impl EngineBackend {
             let text: Vec<String> = chat_messages(&request.messages)?.into_iter().filter_map(|m| m.content).collect();
             let (state, model_id) = (self.state.clone(), self.model_id.clone());
             let prompt = tokio::task::spawn_blocking(move || {
-                engine_of(&state, &model_id)?.text_prompt(&text.join("\n")).map_err(map_engine_error)
+                engine_of(&state, &model_id)?.text_prompt(&text.join("\n")).map_err(|e| map_engine_error(&e))
             })
             .await
             .map_err(|e| ApiError::Internal(format!("prompt tokenising task failed: {e}")))??;
@@ -150,13 +158,13 @@ impl EngineBackend {
         };
         let read_calls = plan.is_some();
         if grammar.is_none() && prompt_bytes(&messages, tools.as_ref()) <= INLINE_PROMPT_BYTES {
-            let prompt = self.engine()?.chat_prompt(&messages, tools.as_ref()).map_err(map_engine_error)?;
+            let prompt = self.engine()?.chat_prompt(&messages, tools.as_ref()).map_err(|e| map_engine_error(&e))?;
             return Ok(Prepared { prompt, grammar: None, read_calls });
         }
         let (state, model_id) = (self.state.clone(), self.model_id.clone());
         tokio::task::spawn_blocking(move || {
             let engine = engine_of(&state, &model_id)?;
-            let prompt = engine.chat_prompt(&messages, tools.as_ref()).map_err(map_engine_error)?;
+            let prompt = engine.chat_prompt(&messages, tools.as_ref()).map_err(|e| map_engine_error(&e))?;
             let compiled = grammar
                 .map(|(grammar, param)| engine.compile_grammar(&grammar).map_err(|e| grammar_error(e, param)))
                 .transpose()?;
@@ -199,11 +207,14 @@ impl EngineBackend {
         let (accepted, answer) = oneshot::channel();
         let submission = Submission {
             owner: Owner::new(ctx.tenant.as_str(), &ctx.request_id),
+            client: EngineClient::new(events, plans.len(), request.logprobs, read_calls),
             plans,
-            want_logprobs: request.logprobs,
-            read_calls,
-            events,
-            accepted,
+            accepted: Box::new(move |queued: Result<(), Refusal>| {
+                let _ = accepted.send(queued.map_err(|refusal| match refusal {
+                    Refusal::Busy { queued } => ApiError::EngineBusy { queued, retry_after_s: 1 },
+                    Refusal::Engine(e) => map_engine_error(&e),
+                }));
+            }),
         };
         let stopped = || ApiError::Unavailable(format!("The engine serving `{}` has stopped.", self.model_id));
         self.submit.send(submission).map_err(|_| stopped())?;
@@ -263,7 +274,7 @@ fn output_grammar(format: &ResponseFormat) -> Option<(Grammar, &'static str)> {
 fn grammar_error(e: engine::Error, param: &str) -> ApiError {
     match e {
         engine::Error::Grammar { reason } => ApiError::param(param, format!("{param} cannot be enforced: {reason}")),
-        other => map_engine_error(other),
+        other => map_engine_error(&other),
     }
 }
 
@@ -382,7 +393,7 @@ fn text_parts(i: usize, parts: &[Value]) -> Result<String, ApiError> {
     Ok(out)
 }
 
-pub(super) fn map_engine_error(e: engine::Error) -> ApiError {
+pub(super) fn map_engine_error(e: &engine::Error) -> ApiError {
     match e {
         engine::Error::Template { reason } => {
             ApiError::param("messages", format!("the model's chat template cannot render these messages: {reason}"))
@@ -390,11 +401,11 @@ pub(super) fn map_engine_error(e: engine::Error) -> ApiError {
         engine::Error::ContextOverflow { prompt_tokens, limit } => ApiError::context_length(format!(
             "This model's maximum context length is {limit} tokens; your messages use {prompt_tokens}."
         )),
-        engine::Error::InvalidRequest { reason } => ApiError::param("messages", reason),
+        engine::Error::InvalidRequest { reason } => ApiError::param("messages", reason.clone()),
         engine::Error::KvExhausted { .. } => {
             ApiError::Unavailable("The engine's KV cache is full; retry shortly.".into())
         }
-        engine::Error::Grammar { reason } => ApiError::param("response_format", reason),
+        engine::Error::Grammar { reason } => ApiError::param("response_format", reason.clone()),
         other => ApiError::Internal(format!("engine: {other}")),
     }
 }

@@ -5,7 +5,7 @@
 //! non-streaming clients, engine and upstream, share one path.
 
 pub mod engine;
-pub mod engine_loop;
+pub mod engine_client;
 pub mod sse;
 pub mod tool_calls;
 pub mod upstream;
@@ -123,7 +123,7 @@ impl Backend {
     }
 
     /// The engine's serving loop gauges (`None` for an upstream).
-    pub fn loop_gauges(&self) -> Option<&engine_loop::LoopGauges> {
+    pub fn loop_gauges(&self) -> Option<&engine_client::LoopGauges> {
         match self {
             Backend::Upstream(_) => None,
             Backend::Engine(b) => Some(b.gauges()),

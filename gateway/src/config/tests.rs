@@ -247,7 +247,7 @@ fn stream_limits_default_and_are_checked() {
         Err(e) => Err(e.to_string()),
     };
     let model = "[[models]]\nid = \"m\"\nbackend = \"engine\"\n";
-    let defaults = crate::backend::engine_loop::StreamLimits::default();
+    let defaults = crate::backend::engine_client::StreamLimits::default();
     assert_eq!(streams(model), Ok(defaults));
     assert_eq!((defaults.buffer_events, defaults.stall), (256, Duration::from_secs(30)));
     let set = streams(&format!("{model}stream_buffer_events = 8\nstream_stall_ms = 500\n")).unwrap();

@@ -447,8 +447,8 @@ fn validate_streams(
     m: &RawModel,
     at: &dyn Fn(&str) -> String,
     invalid: &Invalid<'_>,
-) -> Result<crate::backend::engine_loop::StreamLimits, ConfigError> {
-    let mut streams = crate::backend::engine_loop::StreamLimits::default();
+) -> Result<crate::backend::engine_client::StreamLimits, ConfigError> {
+    let mut streams = crate::backend::engine_client::StreamLimits::default();
     match m.stream_buffer_events {
         Some(n) if !(1..=65_536).contains(&n) => {
             return Err(invalid(at("stream_buffer_events"), format!("must be between 1 and 65536, got {n}")))
