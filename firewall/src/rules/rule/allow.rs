@@ -1,0 +1,118 @@
+//! The exemptions: `allow` patterns that a secret matches (compiled once per load and
+//! searched as at most two alternations) and `allow_line` patterns that the line before a
+//! match matches, within a bounded look-back that streaming keeps.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use regex::Regex;
+use regex_automata::meta::Regex as MetaRegex;
+use regex_syntax::hir::{Hir, Look};
+
+use super::compile::{compile_hir, compile_regex};
+use super::{field, FieldError, Rule};
+
+/// How far before a match `allow_line` patterns see, at most. Bounded so that a stream
+/// scanner keeps only this much released text to judge by the same context as a
+/// one-shot scan of the whole text.
+pub const ALLOW_LINE_LOOKBACK: usize = 128;
+
+/// Where the line holding `start` begins in `hay`, looking back at most
+/// [`ALLOW_LINE_LOOKBACK`] bytes: the context `allow_line` and the judge read.
+pub(crate) fn line_start(hay: &str, start: usize) -> usize {
+    let mut from = start.saturating_sub(ALLOW_LINE_LOOKBACK).min(hay.len());
+    while !hay.is_char_boundary(from) {
+        from -= 1;
+    }
+    let before = hay.get(from..start).unwrap_or("");
+    before.rfind('\n').map_or(from, |nl| from + nl + 1)
+}
+
+impl Rule {
+    /// Whether an `allow_line` pattern exempts the match `start..end` of `hay`, judged on
+    /// the line before it (see [`Rule::allow_line`]); `hay` must hold the
+    /// `ALLOW_LINE_LOOKBACK` bytes before `start` where the text has them.
+    pub fn is_line_allowed(&self, hay: &str, start: usize, end: usize) -> bool {
+        if self.allow_line.is_empty() {
+            return false;
+        }
+        hay.get(line_start(hay, start)..end).is_some_and(|line| self.allow_line.iter().any(|re| re.is_match(line)))
+    }
+
+    /// Whether an `allow` pattern exempts `secret`.
+    pub fn is_allowed(&self, secret: &str) -> bool {
+        match &self.allow_set {
+            Some(groups) => groups.iter().any(|re| re.is_match(secret)),
+            None => self.allow.iter().any(|a| a.is_match(secret)),
+        }
+    }
+}
+
+/// Compiled `allow` patterns by their source, for one load: the default rules repeat a few
+/// lists (58 distinct patterns among 269, 21 distinct lists among 38 rules), and a clone
+/// shares the compiled program.
+#[derive(Debug, Default)]
+pub(crate) struct AllowCache {
+    patterns: HashMap<String, Regex>,
+    /// [`allow_groups`] by the list's patterns; None where they outgrow the size limit.
+    sets: HashMap<Vec<String>, Option<Arc<[MetaRegex]>>>,
+}
+
+impl AllowCache {
+    pub(super) fn compile(&mut self, pattern: &str) -> Result<Regex, String> {
+        if let Some(re) = self.patterns.get(pattern) {
+            return Ok(re.clone());
+        }
+        let re = compile_regex(pattern)?;
+        self.patterns.insert(pattern.to_string(), re.clone());
+        Ok(re)
+    }
+
+    /// Every pattern of the list under `key`; each one that does not compile is an error.
+    pub(super) fn compile_all(
+        &mut self,
+        key: &'static str,
+        patterns: &[String],
+        errs: &mut Vec<FieldError>,
+    ) -> Vec<Regex> {
+        let mut out = Vec::with_capacity(patterns.len());
+        for p in patterns {
+            match self.compile(p) {
+                Ok(re) => out.push(re),
+                Err(e) => errs.push(field(key, format!("bad {key} regex `{p}`: {e}"))),
+            }
+        }
+        out
+    }
+
+    /// The alternations of `patterns` (each compiled alone already), built once per list.
+    pub(super) fn compile_set(&mut self, patterns: &[String]) -> Option<Arc<[MetaRegex]>> {
+        if patterns.is_empty() {
+            return None;
+        }
+        if let Some(set) = self.sets.get(patterns) {
+            return set.clone();
+        }
+        let set = allow_groups(patterns).map(Arc::from);
+        self.sets.insert(patterns.to_vec(), set.clone());
+        set
+    }
+}
+
+/// An `allow` list as alternations that match wherever one of its patterns matches: one
+/// of the patterns anchored at the text's start (`^…`, which fail after a byte or two)
+/// and one of the rest (whose literals the regex engine then finds with one prefilter).
+/// A list of a dozen patterns is judged in two searches instead of twelve; one
+/// alternation of all twelve cost more than the twelve on long secrets (a lazy DFA over
+/// every byte instead of prefilters that skip them). Parsed as `regex::Regex` parses,
+/// so each alternative matches what its pattern matches (flags stay inside it).
+pub(super) fn allow_groups(patterns: &[String]) -> Option<Vec<MetaRegex>> {
+    let hirs = patterns.iter().map(|p| regex_syntax::parse(p).ok()).collect::<Option<Vec<Hir>>>()?;
+    let (anchored, other): (Vec<Hir>, Vec<Hir>) =
+        hirs.into_iter().partition(|h| h.properties().look_set_prefix().contains(Look::Start));
+    [anchored, other]
+        .into_iter()
+        .filter(|g| !g.is_empty())
+        .map(|g| compile_hir(&Hir::alternation(g), true).ok())
+        .collect()
+}

@@ -1,0 +1,244 @@
+//! Validating one rule or canary and compiling it: the regex under the size limit and in
+//! its ASCII twin, the secret group, keywords, entropy and judge bounds, the exemptions.
+
+use std::sync::Arc;
+
+use regex::{Regex, RegexBuilder};
+use regex_automata::meta::Regex as MetaRegex;
+use regex_syntax::hir::Hir;
+
+use super::allow::AllowCache;
+use super::{
+    field, is_kebab, Canary, FieldError, RawCanary, RawRule, Rule, SecretGroup, MIN_CANARY_LEN, REGEX_SIZE_LIMIT,
+};
+use crate::scan::keyword_reach::keyword_reach;
+
+/// Compiles a regex under the size limit, reporting the regex crate's message on one line.
+pub(crate) fn compile_regex(pattern: &str) -> Result<Regex, String> {
+    RegexBuilder::new(pattern).size_limit(REGEX_SIZE_LIMIT).build().map_err(|e| one_line(&e.to_string()))
+}
+
+/// Compiles a parsed pattern under the same size limit. A pattern whose every match
+/// starts within a known reach of a keyword hit is tried anchored at chosen positions in
+/// one-shot scans, and otherwise only over short windows, so it is built without a literal
+/// prefilter (`prefilter: false`): nothing it runs would consult one, and building them
+/// is ~9 % of loading the default rules.
+pub(crate) fn compile_hir(hir: &Hir, prefilter: bool) -> Result<MetaRegex, String> {
+    MetaRegex::builder()
+        .configure(MetaRegex::config().nfa_size_limit(Some(REGEX_SIZE_LIMIT)).auto_prefilter(prefilter))
+        .build_from_hir(hir)
+        .map_err(|e| one_line(&e.to_string()))
+}
+
+fn one_line(message: &str) -> String {
+    message.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
+}
+
+impl RawRule {
+    /// Validates everything that can be checked on the rule alone; every problem is listed.
+    pub fn compile(self) -> Result<Rule, Vec<FieldError>> {
+        self.compile_sharing(&mut AllowCache::default())
+    }
+
+    /// [`RawRule::compile`], taking `allow` patterns compiled already from `cache`.
+    pub(crate) fn compile_sharing(self, cache: &mut AllowCache) -> Result<Rule, Vec<FieldError>> {
+        let mut errs = Vec::new();
+        if !is_kebab(&self.id) {
+            errs.push(field("id", format!("id `{}` is not kebab-case (a-z, 0-9, single hyphens)", self.id)));
+        }
+        if self.description.trim().is_empty() {
+            errs.push(field("description", "description is empty"));
+        }
+        let hir = regex_syntax::ParserBuilder::new().build().parse(&self.regex).ok().map(|h| ascii_twin(&h));
+        let keywords = check_keywords(&self.keywords).map_err(|e| errs.push(e)).ok();
+        let reach = match (&hir, &keywords) {
+            (Some(h), Some(k)) => keyword_reach(h, k),
+            _ => None,
+        };
+        // The regex that runs is the ASCII-boundary twin of the one written (same groups,
+        // never larger), so only the twin is compiled; the one written is compiled when
+        // the twin fails, to word the error in terms of what the author wrote.
+        let regex = match hir.as_ref().map(|h| compile_hir(h, reach.is_none())) {
+            Some(Ok(re)) => Some(Arc::new(re)),
+            twin => {
+                let twin_error = twin.and_then(Result::err);
+                let e = compile_regex(&self.regex)
+                    .err()
+                    .or(twin_error)
+                    .unwrap_or_else(|| "the pattern does not parse".into());
+                errs.push(field("regex", format!("bad regex: {e}")));
+                None
+            }
+        };
+        if let Some(h) = &hir {
+            if h.properties().minimum_len() == Some(0) {
+                errs.push(field("regex", "regex can match the empty string"));
+            }
+        }
+        let secret_group =
+            regex.as_ref().and_then(|re| resolve_group(re, self.secret_group.as_ref()).map_err(|e| errs.push(e)).ok());
+        if let Some(e) = self.min_entropy {
+            if !(0.0..=8.0).contains(&e) {
+                errs.push(field(
+                    "min_entropy",
+                    format!("min_entropy must be within 0..=8 bits per character, got {e}"),
+                ));
+            }
+        }
+        if let Some(j) = self.judge {
+            if !(0.0..=1.0).contains(&j) {
+                errs.push(field("judge", format!("judge is the least score for a match, within 0..=1, got {j}")));
+            }
+        }
+        let allow = cache.compile_all("allow", &self.allow, &mut errs);
+        let allow_line = cache.compile_all("allow_line", &self.allow_line, &mut errs);
+        let allow_set = if errs.is_empty() { cache.compile_set(&self.allow) } else { None };
+        match (regex, hir, secret_group, keywords) {
+            (Some(regex), Some(hir), Some(secret_group), Some(keywords)) if errs.is_empty() => Ok(Rule {
+                id: self.id,
+                description: self.description,
+                severity: self.severity,
+                action: self.action.into(),
+                regex,
+                secret_group,
+                scan_group: if group_is_whole_match(&hir, secret_group) { 0 } else { secret_group },
+                keywords,
+                reach,
+                min_entropy: self.min_entropy,
+                judge: self.judge.map(|j| j as f32),
+                allow,
+                allow_set,
+                allow_line,
+                tags: self.tags,
+                must_match: self.must_match,
+                must_not_match: self.must_not_match,
+                hir,
+            }),
+            _ => Err(errs),
+        }
+    }
+}
+
+/// Whether capture group `group` spans every match of `hir` whole: the pattern is that
+/// group, possibly between zero-width assertions (or inside other groups that are).
+fn group_is_whole_match(hir: &Hir, group: usize) -> bool {
+    use regex_syntax::hir::HirKind;
+    match hir.kind() {
+        HirKind::Capture(c) => c.index as usize == group || group_is_whole_match(&c.sub, group),
+        HirKind::Concat(parts) => {
+            let mut wide = parts.iter().filter(|p| !matches!(p.kind(), HirKind::Look(_) | HirKind::Empty));
+            matches!((wide.next(), wide.next()), (Some(p), None) if group_is_whole_match(p, group))
+        }
+        _ => false,
+    }
+}
+
+/// The regex that runs: the one written, with two ASCII narrowings (same groups).
+///
+/// * Unicode word-boundary assertions (`\b`, `\B`, `\b{start}`, ...) become their ASCII
+///   forms. Secrets are ASCII, and a Unicode `\b` makes the regex engine abandon its DFA on
+///   the first non-ASCII byte (Russian prose ran ~100x slower); with ASCII boundaries a
+///   non-ASCII letter next to a token counts as a boundary, which can only add findings.
+/// * A case-insensitive ASCII letter (`(?i)k` = `k`, `K` and the Kelvin sign) matches only
+///   its two ASCII cases. Keywords are ASCII case-insensitive, so a match spelled with the
+///   Kelvin sign or the long s could never count through that word anyway; without them a
+///   `(?i)` word is a plain keyword, which is what lets `keyword_reach` bound where matches start.
+pub(crate) fn ascii_twin(hir: &Hir) -> Hir {
+    use regex_syntax::hir::{HirKind, Look};
+    match hir.kind() {
+        HirKind::Look(l) => Hir::look(match l {
+            Look::WordUnicode => Look::WordAscii,
+            Look::WordUnicodeNegate => Look::WordAsciiNegate,
+            Look::WordStartUnicode => Look::WordStartAscii,
+            Look::WordEndUnicode => Look::WordEndAscii,
+            Look::WordStartHalfUnicode => Look::WordStartHalfAscii,
+            Look::WordEndHalfUnicode => Look::WordEndHalfAscii,
+            other => *other,
+        }),
+        HirKind::Class(regex_syntax::hir::Class::Unicode(c)) => {
+            ascii_letter_pair(c).map_or_else(|| hir.clone(), |pair| Hir::class(regex_syntax::hir::Class::Unicode(pair)))
+        }
+        HirKind::Empty | HirKind::Literal(_) | HirKind::Class(_) => hir.clone(),
+        HirKind::Repetition(r) => {
+            Hir::repetition(regex_syntax::hir::Repetition { sub: Box::new(ascii_twin(&r.sub)), ..r.clone() })
+        }
+        HirKind::Capture(c) => {
+            Hir::capture(regex_syntax::hir::Capture { sub: Box::new(ascii_twin(&c.sub)), ..c.clone() })
+        }
+        HirKind::Concat(v) => Hir::concat(v.iter().map(ascii_twin).collect()),
+        HirKind::Alternation(v) => Hir::alternation(v.iter().map(ascii_twin).collect()),
+    }
+}
+
+/// `Some([xX])` when `c` is exactly the case fold of one ASCII letter: both ASCII cases,
+/// plus only the non-ASCII simple folds `K` (U+212A) and `ſ` (U+017F).
+fn ascii_letter_pair(c: &regex_syntax::hir::ClassUnicode) -> Option<regex_syntax::hir::ClassUnicode> {
+    use regex_syntax::hir::{ClassUnicode, ClassUnicodeRange};
+    let mut ascii = Vec::new();
+    for r in c.iter() {
+        for ch in r.start()..=r.end() {
+            if ch.is_ascii() {
+                ascii.push(ch);
+            } else if ch != '\u{212A}' && ch != '\u{17F}' {
+                return None;
+            }
+            if ascii.len() > 2 {
+                return None;
+            }
+        }
+    }
+    let [a, b] = ascii[..] else { return None };
+    let pair = a.is_ascii_alphabetic() && a.eq_ignore_ascii_case(&b) && a != b;
+    pair.then(|| ClassUnicode::new([ClassUnicodeRange::new(a, a), ClassUnicodeRange::new(b, b)]))
+}
+
+fn resolve_group(re: &MetaRegex, group: Option<&SecretGroup>) -> Result<usize, FieldError> {
+    match group {
+        None => Ok(0),
+        Some(SecretGroup::Index(i)) if *i < re.captures_len() => Ok(*i),
+        Some(SecretGroup::Index(i)) => Err(field(
+            "secret_group",
+            format!("secret_group {i} does not exist: the regex has {} capture group(s)", re.captures_len() - 1),
+        )),
+        Some(SecretGroup::Name(n)) => re
+            .group_info()
+            .pattern_names(regex_automata::PatternID::ZERO)
+            .position(|c| c == Some(n.as_str()))
+            .ok_or_else(|| field("secret_group", format!("secret_group `{n}` names no capture group of the regex"))),
+    }
+}
+
+fn check_keywords(keywords: &[String]) -> Result<Vec<String>, FieldError> {
+    if let Some(k) = keywords.iter().find(|k| k.trim().is_empty()) {
+        return Err(field("keywords", format!("empty keyword `{k}`")));
+    }
+    Ok(keywords.iter().map(|k| k.to_ascii_lowercase()).collect())
+}
+
+impl RawCanary {
+    pub fn compile(self) -> Result<Canary, Vec<FieldError>> {
+        let mut errs = Vec::new();
+        if !is_kebab(&self.id) {
+            errs.push(field("id", format!("id `{}` is not kebab-case (a-z, 0-9, single hyphens)", self.id)));
+        }
+        if self.owner.trim().is_empty() {
+            errs.push(field("owner", "owner (a tenant id) is empty"));
+        }
+        if self.strings.is_empty() {
+            errs.push(field("strings", "a canary needs at least one string"));
+        }
+        for s in &self.strings {
+            if s.chars().count() < MIN_CANARY_LEN {
+                errs.push(field(
+                    "strings",
+                    format!("canary string of {} chars is shorter than {MIN_CANARY_LEN}", s.chars().count()),
+                ));
+            }
+        }
+        if errs.is_empty() {
+            Ok(Canary { id: self.id, owner: self.owner, strings: self.strings })
+        } else {
+            Err(errs)
+        }
+    }
+}
