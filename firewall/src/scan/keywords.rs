@@ -3,8 +3,8 @@
 //!
 //! One-shot scanning needs the start of each keyword occurrence (overlapping ones too) to
 //! pick the rules worth trying. An Aho-Corasick DFA over the default rules' ~470 keywords
-//! does that at about 450 MiB/s on prose here: its tables outgrow the L1 cache, and every
-//! byte is a dependent table walk. [`KeywordFinder`] instead looks at the four bytes from each
+//! does that slowly for what it is: its tables outgrow the L1 cache, and every byte is a
+//! dependent table walk. [`KeywordFinder`] instead looks at the four bytes from each
 //! position independently:
 //!
 //! * bytes are folded with `| 0x20`, which maps an ASCII capital to its small letter (and
@@ -21,15 +21,15 @@
 //!
 //! The loop carries no state from one position to the next, so the CPU overlaps them. It
 //! reports exactly what an overlapping case-insensitive Aho-Corasick search reports (tests
-//! compare the two), about 2.3 times as fast with AVX2. Without AVX2 the portable loop is
-//! slower than the automaton (384 against 453 MiB/s on prose), so the caller keeps the
+//! compare the two), several times as fast with AVX2 (figures: BENCHMARKS.md, "Firewall
+//! scanning"). Without AVX2 the portable loop is slower than the automaton, so the caller keeps the
 //! automaton there (see [`KeywordFinder::is_accelerated`]); the portable loop still does
 //! the last bytes of every text and is the twin the SIMD loops are tested against. Where the
 //! filter would be too full to skip anything (keyword sets with one-byte words, or many
 //! two-byte ones) [`KeywordFinder::build`] declines.
 
 /// The filter has 2^FILTER_BITS 32-bit words (the unit AVX2 gathers): 64 KiB.
-/// Measured on prose: 2^13 words (the L1 cache) scan 12 % slower, 2^15 no faster.
+/// Measured on prose: 2^13 words (the L1 cache) scan slower, 2^15 no faster.
 const FILTER_BITS: u32 = 14;
 const FILTER_WORDS: usize = 1 << FILTER_BITS;
 type Filter = [u32; FILTER_WORDS];

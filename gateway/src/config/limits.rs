@@ -234,14 +234,8 @@ pub(super) fn model_caps(
         return Err(invalid(at("max_n"), format!("must be between 1 and 128, got {max_n}")));
     }
     if !upstream {
-        for (key, set) in [
-            ("max_tokens_cap", raw.max_tokens_cap.is_some()),
-            ("max_stream_event_bytes", raw.max_stream_event_bytes.is_some()),
-        ] {
-            if set {
-                return Err(invalid(at(key), "only allowed with backend = \"upstream\" (an engine model's context length bounds its completions)".into()));
-            }
-        }
+        // An engine model's context length bounds its completions; its table has no caps
+        // of the upstream kind (see `RawEngineModel`).
         return Ok((ModelCaps { max_n, max_tokens_cap: None }, None));
     }
     let max_tokens_cap = raw.max_tokens_cap.unwrap_or(DEFAULT_UPSTREAM_MAX_TOKENS_CAP);

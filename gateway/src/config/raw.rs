@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use super::{limits, responses, safe_defaults, CanaryPlacement, FailMode, OwnSecrets, ProvenanceUnavailable};
@@ -22,8 +23,9 @@ pub(super) struct RawConfig {
     pub(super) data_dir: Option<PathBuf>,
     #[serde(default)]
     pub(super) tenants: Vec<RawTenant>,
+    /// Each read as a [`RawModel`] once its `backend` is known (see [`RawModel::from_table`]).
     #[serde(default)]
-    pub(super) models: Vec<RawModel>,
+    pub(super) models: Vec<toml::Table>,
     pub(super) store: Option<RawStore>,
     pub(super) firewall: Option<RawFirewall>,
     pub(super) provenance: Option<RawProvenance>,
@@ -98,19 +100,35 @@ pub(super) struct RawTenant {
     pub(super) limits: Option<limits::RawLimits>,
 }
 
+/// A `[[models]]` table, by its `backend`: each kind has the keys it may hold, and a key of
+/// the other kind is an error that says which backend allows it.
+#[derive(Debug)]
+pub(super) enum RawModel {
+    Upstream(RawUpstreamModel),
+    Engine(RawEngineModel),
+}
+
+/// `backend = "upstream"`: an OpenAI-compatible server.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawModel {
+pub(super) struct RawUpstreamModel {
     pub(super) id: String,
-    pub(super) backend: BackendKind,
-    // upstream
     pub(super) base_url: Option<String>,
     pub(super) api_key_env: Option<String>,
     pub(super) upstream_model: Option<String>,
     pub(super) connect_timeout_ms: Option<u64>,
     pub(super) first_byte_timeout_ms: Option<u64>,
     pub(super) idle_timeout_ms: Option<u64>,
-    // engine
+    pub(super) max_n: Option<u32>,
+    pub(super) max_tokens_cap: Option<u32>,
+    pub(super) max_stream_event_bytes: Option<usize>,
+}
+
+/// `backend = "engine"`: the in-process engine.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEngineModel {
+    pub(super) id: String,
     pub(super) path: Option<PathBuf>,
     pub(super) device: Option<String>,
     pub(super) threads: Option<usize>,
@@ -121,12 +139,83 @@ pub(super) struct RawModel {
     pub(super) step_tokens: Option<usize>,
     pub(super) itl_target_ms: Option<u64>,
     pub(super) fault: Option<RawFault>,
-    // both
     pub(super) max_n: Option<u32>,
-    pub(super) max_tokens_cap: Option<u32>,
-    pub(super) max_stream_event_bytes: Option<usize>,
     pub(super) stream_buffer_events: Option<usize>,
     pub(super) stream_stall_ms: Option<u64>,
+}
+
+/// Where a model table went wrong: the key path under `models[i]` and why.
+pub(super) type ModelError = (String, String);
+
+impl RawModel {
+    /// Reads one `[[models]]` table; `at` turns a key into its path (`models[0].fault`).
+    pub(super) fn from_table(mut table: toml::Table, at: &dyn Fn(&str) -> String) -> Result<RawModel, ModelError> {
+        let backend = match table.remove("backend") {
+            Some(toml::Value::String(b)) => b,
+            Some(other) => return Err((at("backend"), format!("expected \"upstream\" or \"engine\", got {other}"))),
+            None => return Err((at("backend"), "missing: \"upstream\" or \"engine\"".to_owned())),
+        };
+        match backend.as_str() {
+            "upstream" => read_kind::<RawUpstreamModel, RawEngineModel>(table, "engine", at).map(RawModel::Upstream),
+            "engine" => read_kind::<RawEngineModel, RawUpstreamModel>(table, "upstream", at).map(RawModel::Engine),
+            other => Err((at("backend"), format!("unknown variant `{other}`, expected `upstream` or `engine`"))),
+        }
+    }
+
+    pub(super) fn id(&self) -> &str {
+        match self {
+            RawModel::Upstream(m) => &m.id,
+            RawModel::Engine(m) => &m.id,
+        }
+    }
+}
+
+/// Reads `table` as a model of kind `T`; a key that only kind `Other` (`other`) has is
+/// reported as belonging to it, the rest as serde reports them, at their path.
+fn read_kind<T: DeserializeOwned, Other: DeserializeOwned>(
+    table: toml::Table,
+    other: &str,
+    at: &dyn Fn(&str) -> String,
+) -> Result<T, ModelError> {
+    let (own, theirs) = (field_names::<T>(), field_names::<Other>());
+    if let Some(key) = table.keys().find(|k| !own.contains(&k.as_str()) && theirs.contains(&k.as_str())) {
+        return Err((at(key), format!("only allowed with backend = \"{other}\"")));
+    }
+    serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+        let path = e.path().to_string();
+        let key = if path == "." { at("").trim_end_matches('.').to_owned() } else { at(&path) };
+        (key, e.into_inner().to_string())
+    })
+}
+
+/// The field names of struct `T`, as its `Deserialize` implementation lists them (asked of
+/// a deserializer that only records them), so the two model kinds' keys are written once:
+/// in their structs.
+fn field_names<T: DeserializeOwned>() -> &'static [&'static str] {
+    use serde::de::{Error as _, Visitor};
+    struct Probe<'a>(&'a mut &'static [&'static str]);
+    impl<'de> serde::Deserializer<'de> for Probe<'_> {
+        type Error = serde::de::value::Error;
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+            Err(Self::Error::custom("not a struct"))
+        }
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Self::Error> {
+            *self.0 = fields;
+            Err(Self::Error::custom("fields recorded"))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option
+            unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
+        }
+    }
+    let mut fields: &'static [&'static str] = &[];
+    let _ = T::deserialize(Probe(&mut fields));
+    fields
 }
 
 /// `[models.fault]`: switches that disable one KV isolation defence each (tests only).
@@ -138,13 +227,6 @@ pub(super) struct RawFault {
     pub(super) skip_owner_check: Option<bool>,
     pub(super) skip_bounds_check: Option<bool>,
     pub(super) unsalted_prefix_cache: Option<bool>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub(super) enum BackendKind {
-    Upstream,
-    Engine,
 }
 
 #[derive(Debug, Deserialize)]

@@ -317,134 +317,117 @@ fn validate_tenants(raw: Vec<RawTenant>, invalid: &Invalid<'_>) -> Result<Vec<Te
 }
 
 fn validate_models(
-    raw: Vec<RawModel>,
+    raw: Vec<toml::Table>,
     invalid: &Invalid<'_>,
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Vec<ModelConfig>, ConfigError> {
     let mut ids = HashSet::new();
     let mut models = Vec::with_capacity(raw.len());
-    for (i, m) in raw.into_iter().enumerate() {
+    for (i, table) in raw.into_iter().enumerate() {
         let at = |k: &str| format!("models[{i}].{k}");
-        check_model_id(&m.id, &at("id"), invalid)?;
-        if !ids.insert(m.id.clone()) {
-            return Err(invalid(at("id"), format!("duplicate model id {:?}", m.id)));
+        let m = RawModel::from_table(table, &at).map_err(|(key, message)| invalid(key, message))?;
+        check_model_id(m.id(), &at("id"), invalid)?;
+        if !ids.insert(m.id().to_owned()) {
+            return Err(invalid(at("id"), format!("duplicate model id {:?}", m.id())));
         }
-        let raw_caps = limits::RawModelCaps {
-            max_n: m.max_n,
-            max_tokens_cap: m.max_tokens_cap,
-            max_stream_event_bytes: m.max_stream_event_bytes,
-        };
-        let (caps, event_bytes) = limits::model_caps(raw_caps, m.backend == BackendKind::Upstream, &at, invalid)?;
-        let backend = match m.backend {
-            BackendKind::Upstream => {
-                let engine_keys = [
-                    ("path", m.path.is_some()),
-                    ("device", m.device.is_some()),
-                    ("threads", m.threads.is_some()),
-                    ("context_tokens", m.context_tokens.is_some()),
-                    ("kv_block_tokens", m.kv_block_tokens.is_some()),
-                    ("max_batch", m.max_batch.is_some()),
-                    ("max_queued", m.max_queued.is_some()),
-                    ("step_tokens", m.step_tokens.is_some()),
-                    ("itl_target_ms", m.itl_target_ms.is_some()),
-                    ("fault", m.fault.is_some()),
-                    ("stream_buffer_events", m.stream_buffer_events.is_some()),
-                    ("stream_stall_ms", m.stream_stall_ms.is_some()),
-                ];
-                for (key, set) in engine_keys {
-                    if set {
-                        return Err(invalid(at(key), "only allowed with backend = \"engine\"".into()));
-                    }
-                }
-                let up = validate_upstream(&m, &at, invalid, lookup)?;
-                ModelBackend::Upstream(UpstreamConfig {
-                    max_stream_event_bytes: event_bytes.unwrap_or(up.max_stream_event_bytes),
-                    ..up
-                })
-            }
-            BackendKind::Engine => {
-                for (key, set) in [
-                    ("base_url", m.base_url.is_some()),
-                    ("api_key_env", m.api_key_env.is_some()),
-                    ("upstream_model", m.upstream_model.is_some()),
-                ] {
-                    if set {
-                        return Err(invalid(at(key), "only allowed with backend = \"upstream\"".into()));
-                    }
-                }
-                if m.threads == Some(0) {
-                    return Err(invalid(at("threads"), "must be at least 1".into()));
-                }
-                let device = m
-                    .device
-                    .as_deref()
-                    .map(str::parse)
-                    .transpose()
-                    .map_err(|e: String| invalid(at("device"), e))?
-                    .unwrap_or_default();
-                if let Some(n) = m.context_tokens {
-                    if !(64..=1 << 20).contains(&n) {
-                        return Err(invalid(at("context_tokens"), format!("must be between 64 and 1048576, got {n}")));
-                    }
-                }
-                if let Some(n) = m.kv_block_tokens {
-                    if !n.is_power_of_two() || n > 1024 {
-                        return Err(invalid(
-                            at("kv_block_tokens"),
-                            format!("must be a power of two between 1 and 1024, got {n}"),
-                        ));
-                    }
-                }
-                if m.fault.is_some() {
-                    safe_defaults::check_faults_enabled(at("fault"), invalid, lookup)?;
-                }
-                let streams = validate_streams(&m, &at, invalid)?;
-                let fault = validate_fault(m.fault.unwrap_or_default(), &at, invalid)?;
-                let defaults = engine::SchedulerConfig::default();
-                let mut batching = defaults;
-                for (key, value, slot) in [
-                    ("max_batch", m.max_batch, &mut batching.max_running),
-                    ("max_queued", m.max_queued, &mut batching.max_queued),
-                    ("step_tokens", m.step_tokens, &mut batching.step_tokens),
-                ] {
-                    match value {
-                        Some(n) if !(1..=1 << 20).contains(&n) => {
-                            return Err(invalid(at(key), format!("must be between 1 and 1048576, got {n}")))
-                        }
-                        Some(n) => *slot = n,
-                        None => {}
-                    }
-                }
-                match m.itl_target_ms {
-                    Some(ms) if ms > 60_000 => {
-                        return Err(invalid(
-                            at("itl_target_ms"),
-                            format!("must be between 0 (off) and 60000, got {ms}"),
-                        ))
-                    }
-                    Some(0) => batching.itl_target = None,
-                    Some(ms) => batching.itl_target = Some(Duration::from_millis(ms)),
-                    None => {}
-                }
-                ModelBackend::Engine(EngineModelConfig {
-                    path: m.path,
-                    device,
-                    threads: m.threads,
-                    context_tokens: m.context_tokens,
-                    kv_block_tokens: m.kv_block_tokens,
-                    batching,
-                    fault,
-                    streams,
-                })
-            }
-        };
-        models.push(ModelConfig { id: m.id, backend, caps });
+        models.push(match m {
+            RawModel::Upstream(m) => validate_upstream_model(m, &at, invalid, lookup)?,
+            RawModel::Engine(m) => validate_engine_model(m, &at, invalid, lookup)?,
+        });
     }
     Ok(models)
 }
 
+fn validate_upstream_model(
+    m: RawUpstreamModel,
+    at: &dyn Fn(&str) -> String,
+    invalid: &Invalid<'_>,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<ModelConfig, ConfigError> {
+    let raw_caps = limits::RawModelCaps {
+        max_n: m.max_n,
+        max_tokens_cap: m.max_tokens_cap,
+        max_stream_event_bytes: m.max_stream_event_bytes,
+    };
+    let (caps, event_bytes) = limits::model_caps(raw_caps, true, at, invalid)?;
+    let up = validate_upstream(&m, at, invalid, lookup)?;
+    let backend = ModelBackend::Upstream(UpstreamConfig {
+        max_stream_event_bytes: event_bytes.unwrap_or(up.max_stream_event_bytes),
+        ..up
+    });
+    Ok(ModelConfig { id: m.id, backend, caps })
+}
+
+fn validate_engine_model(
+    m: RawEngineModel,
+    at: &dyn Fn(&str) -> String,
+    invalid: &Invalid<'_>,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<ModelConfig, ConfigError> {
+    let raw_caps = limits::RawModelCaps { max_n: m.max_n, max_tokens_cap: None, max_stream_event_bytes: None };
+    let (caps, _) = limits::model_caps(raw_caps, false, at, invalid)?;
+    if m.threads == Some(0) {
+        return Err(invalid(at("threads"), "must be at least 1".into()));
+    }
+    let device = m
+        .device
+        .as_deref()
+        .map(str::parse)
+        .transpose()
+        .map_err(|e: String| invalid(at("device"), e))?
+        .unwrap_or_default();
+    if let Some(n) = m.context_tokens {
+        if !(64..=1 << 20).contains(&n) {
+            return Err(invalid(at("context_tokens"), format!("must be between 64 and 1048576, got {n}")));
+        }
+    }
+    if let Some(n) = m.kv_block_tokens {
+        if !n.is_power_of_two() || n > 1024 {
+            return Err(invalid(at("kv_block_tokens"), format!("must be a power of two between 1 and 1024, got {n}")));
+        }
+    }
+    if m.fault.is_some() {
+        safe_defaults::check_faults_enabled(at("fault"), invalid, lookup)?;
+    }
+    let streams = validate_streams(&m, at, invalid)?;
+    let fault = validate_fault(m.fault.unwrap_or_default(), at, invalid)?;
+    let mut batching = engine::SchedulerConfig::default();
+    for (key, value, slot) in [
+        ("max_batch", m.max_batch, &mut batching.max_running),
+        ("max_queued", m.max_queued, &mut batching.max_queued),
+        ("step_tokens", m.step_tokens, &mut batching.step_tokens),
+    ] {
+        match value {
+            Some(n) if !(1..=1 << 20).contains(&n) => {
+                return Err(invalid(at(key), format!("must be between 1 and 1048576, got {n}")))
+            }
+            Some(n) => *slot = n,
+            None => {}
+        }
+    }
+    match m.itl_target_ms {
+        Some(ms) if ms > 60_000 => {
+            return Err(invalid(at("itl_target_ms"), format!("must be between 0 (off) and 60000, got {ms}")))
+        }
+        Some(0) => batching.itl_target = None,
+        Some(ms) => batching.itl_target = Some(Duration::from_millis(ms)),
+        None => {}
+    }
+    let backend = ModelBackend::Engine(EngineModelConfig {
+        path: m.path,
+        device,
+        threads: m.threads,
+        context_tokens: m.context_tokens,
+        kv_block_tokens: m.kv_block_tokens,
+        batching,
+        fault,
+        streams,
+    });
+    Ok(ModelConfig { id: m.id, backend, caps })
+}
+
 fn validate_streams(
-    m: &RawModel,
+    m: &RawEngineModel,
     at: &dyn Fn(&str) -> String,
     invalid: &Invalid<'_>,
 ) -> Result<crate::backend::engine_client::StreamLimits, ConfigError> {
@@ -485,7 +468,7 @@ fn validate_fault(
 }
 
 fn validate_upstream(
-    m: &RawModel,
+    m: &RawUpstreamModel,
     at: &dyn Fn(&str) -> String,
     invalid: &Invalid<'_>,
     lookup: &dyn Fn(&str) -> Option<String>,
