@@ -50,7 +50,8 @@ impl Exposition {
     }
 
     /// What `write` writes, alone (one part's text, as tests read it).
-    pub fn text_of(write: impl FnOnce(&mut Exposition)) -> String {
+    #[cfg(test)]
+    pub(crate) fn text_of(write: impl FnOnce(&mut Exposition)) -> String {
         let mut out = Exposition::new();
         write(&mut out);
         out.into_text()
