@@ -14,10 +14,13 @@ decode path, `engine/examples/teacher_forced.rs`). Over every position of every 
 
 The same figures for llama.cpp against itself, one token per step instead of a chunk,
 give the floor: how far the reference moves when only its batching changes (on
-SmolLM2-135M as far as ours is from it, see BENCHMARKS.md).
+SmolLM2-135M as far as ours is from it, see BENCHMARKS.md). A third row compares like with
+like: ours against llama.cpp's one-token-per-step logits. With --exact, each is also
+measured against a float64 forward pass of the file's weights with no quantized
+activations (`exact_llama.py`, Llama-architecture files only): the model the file defines.
 
     cargo build --release -p crossguard-engine --example teacher_forced
-    LLAMA_CPP_LIB_PATH=... /tmp/refvenv/bin/python scripts/bench/fidelity.py --model M.gguf [--chunks 4]
+    LLAMA_CPP_LIB_PATH=... /tmp/refvenv/bin/python scripts/bench/fidelity.py --model M.gguf [--chunks 4] [--exact]
 
 The binary is looked up under $CARGO_TARGET_DIR (else `target/`); `--ours PATH` names
 another. Prints one JSON object per model, then a Markdown table row.
@@ -118,6 +121,8 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=512)
     ap.add_argument("--chunks", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--exact", action="store_true",
+                    help="also measure each engine against a float64 pass without quantized activations")
     args = ap.parse_args()
 
     import llama_cpp
@@ -130,12 +135,29 @@ def main() -> None:
     name = os.path.basename(args.model)
     # The reference: llama.cpp's prompt path (a whole chunk per step, no flash attention).
     ref = llama_rows(args.model, chunks, args.threads, args.chunk, False)
-    ours = compare(ref, our_logits(args.ours, args.model, chunks, vocab, args.threads), chunks)
+    our_rows = our_logits(args.ours, args.model, chunks, vocab, args.threads)
+    ours = compare(ref, our_rows, chunks)
     # The floor: llama.cpp against itself, one token per step (its decode path, as ours).
-    floor = compare(ref, llama_rows(args.model, chunks, args.threads, 1, False), chunks)
-    print(json.dumps({"model": name, "ours": ours, "llama_cpp_decode_path": floor}))
+    decode_path = llama_rows(args.model, chunks, args.threads, 1, False)
+    floor = compare(ref, decode_path, chunks)
+    # Like against like: ours against llama.cpp's decode path, both one token per step.
+    ours_vs_decode = compare(decode_path, our_rows, chunks)
+    print(json.dumps({"model": name, "ours": ours, "llama_cpp_decode_path": floor,
+                      "ours_against_decode_path": ours_vs_decode}))
     print(row(name, "crossguard", ours))
     print(row(name, "llama.cpp, 1 token per step", floor))
+    print(row(name, "crossguard against llama.cpp's 1 token per step", ours_vs_decode))
+    if args.exact:
+        from exact_llama import ExactLlama
+
+        exact_model = ExactLlama(args.model)
+        exact = np.concatenate([exact_model.logits(c) for c in chunks])
+        against_exact = {"crossguard": compare(exact, our_rows, chunks),
+                         "llama.cpp, a chunk per step": compare(exact, ref, chunks),
+                         "llama.cpp, 1 token per step": compare(exact, decode_path, chunks)}
+        print(json.dumps({"model": name, "against_float64": against_exact}))
+        for who, m in against_exact.items():
+            print(row(name, f"{who} against float64", m))
 
 
 if __name__ == "__main__":
