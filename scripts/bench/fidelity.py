@@ -17,7 +17,7 @@ give the floor: how far the reference moves when only its batching changes (on
 SmolLM2-135M as far as ours is from it, see BENCHMARKS.md). A third row compares like with
 like: ours against llama.cpp's one-token-per-step logits. With --exact, each is also
 measured against a float64 forward pass of the file's weights with no quantized
-activations (`exact_llama.py`, Llama-architecture files only): the model the file defines.
+activations (`exact_forward.py`: llama and gemma3 files): the model the file defines.
 
     cargo build --release -p crossguard-engine --example teacher_forced
     LLAMA_CPP_LIB_PATH=... /tmp/refvenv/bin/python scripts/bench/fidelity.py --model M.gguf [--chunks 4] [--exact]
@@ -148,9 +148,9 @@ def main() -> None:
     print(row(name, "llama.cpp, 1 token per step", floor))
     print(row(name, "crossguard against llama.cpp's 1 token per step", ours_vs_decode))
     if args.exact:
-        from exact_llama import ExactLlama
+        from exact_forward import ExactModel
 
-        exact_model = ExactLlama(args.model)
+        exact_model = ExactModel(args.model)
         exact = np.concatenate([exact_model.logits(c) for c in chunks])
         against_exact = {"crossguard": compare(exact, our_rows, chunks),
                          "llama.cpp, a chunk per step": compare(exact, ref, chunks),
