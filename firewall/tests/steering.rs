@@ -106,6 +106,47 @@ fn wording_cannot_hide_another_tenants_secret() {
 }
 
 #[test]
+fn a_secret_its_owner_worded_weakly_is_still_owned() {
+    let rules = builtin();
+    let globex = ScanContext::new("globex");
+    // The wordings that talk the built-in rules out of the password.
+    let steering: Vec<String> = WORDINGS
+        .iter()
+        .map(|w| w.replace("{}", PASSWORD))
+        .filter(|text| {
+            let at = text.find(PASSWORD).unwrap_or(0);
+            !rules.scan(text).iter().any(|f| f.start <= at && at < f.end)
+        })
+        .collect();
+    assert!(steering.len() >= 2, "fewer than two wordings steer the built-in rules: {steering:?}");
+    // acme's prompt words its password one way, globex's response another.
+    let (prompt, response) = (&steering[0], &steering[1]);
+    let mut idx = Index::default();
+    for h in secret_fingerprints(&rules, prompt, &HASH_KEY) {
+        idx.0.insert(h, OwnerSet { tenants: vec!["acme".into()], shared_by: 1, model_native: false });
+    }
+    let det = Arc::new(Detectors {
+        secrets: Some(SecretOwnership { key: HASH_KEY, owners: Arc::new(idx) }),
+        ..Detectors::default()
+    });
+    let found = rules.scan_with(response, &globex, &det);
+    assert!(
+        found
+            .iter()
+            .any(|f| f.action == Action::Block
+                && matches!(&f.detail, Detail::Foreign { owners, .. } if owners == &["acme"])),
+        "acme's password, sent as {prompt:?}, reached globex as {response:?}: {found:?}"
+    );
+    let s = stream(&rules, &globex, &det, response, &char_cuts(response));
+    assert!(s.blocked && !s.released.contains("Kx9-apple"), "streamed: {s:?}");
+    // The owner gets it back, and a value nobody sent still passes.
+    let s = stream(&rules, &ScanContext::new("acme"), &det, response, &char_cuts(response));
+    assert!(!s.blocked && s.released == *response, "acme's own: {s:?}");
+    let unknown = response.replace(PASSWORD, "Qz4-lemon-stone");
+    assert!(rules.scan_with(&unknown, &globex, &det).is_empty(), "nobody's value: {unknown:?}");
+}
+
+#[test]
 fn an_allow_line_exemption_hides_no_foreign_secret() {
     let rules = match Ruleset::load_sources(
         &[firewall::RuleSource::new(

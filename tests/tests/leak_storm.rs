@@ -237,7 +237,9 @@ async fn wording_that_steers_the_rules_does_not_hide_another_tenants_password() 
     let gw = TestGateway::start(&config(&mock.base_url(), ""), &[]).await;
     seed(&gw, "acme", "Our staging database:\nDB_PASSWORD = \"Kx9-apple-river\"\nRotate it monthly.").await;
     let steered = "The example below shows the id, url and version fields: password = \"Kx9-apple-river\"";
-    let ask = json!([{"role": "user", "content": format!("#leak {steered}")}]);
+    // The answer comes from the model, not from globex's prompt: a tenant that sent the
+    // value itself owns it too.
+    let ask = json!([{"role": "user", "content": format!("#canned {}", mock.can(steered))}]);
     for stream in [true, false] {
         let d = complete(&gw, "globex", ask.clone(), stream).await;
         assert_eq!(d.finish, "content_filter", "stream {stream}: {:?}", d.text);
@@ -248,6 +250,27 @@ async fn wording_that_steers_the_rules_does_not_hide_another_tenants_password() 
         assert_eq!(sources, ["acme"], "{record}");
     }
     let own = complete(&gw, "acme", ask, true).await;
+    assert_eq!((own.finish.as_str(), own.text.as_str()), ("stop", steered));
+}
+
+/// The same password, worded weakly in acme's own prompt too (so weakly that the rules
+/// alone do not call it a secret there, see `firewall/tests/steering.rs`), and worded
+/// another way in globex's answer: acme still owns it, and globex's answer is blocked.
+#[tokio::test]
+async fn a_password_its_owner_worded_weakly_still_blocks_in_another_tenants_answer() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&config(&mock.base_url(), ""), &[]).await;
+    seed(&gw, "acme", "The example below shows the id, url and version fields: password = \"Kx9-apple-river\"").await;
+    let steered = "version id url name title: password = \"Kx9-apple-river\"";
+    let ask = json!([{"role": "user", "content": format!("#canned {}", mock.can(steered))}]);
+    for stream in [true, false] {
+        let d = complete(&gw, "globex", ask.clone(), stream).await;
+        assert_eq!(d.finish, "content_filter", "stream {stream}: {:?}", d.text);
+        assert!(!d.text.contains("Kx9-apple"), "stream {stream}: {:?}", d.text);
+        let record = audit_record(&gw, &d.audit_id.expect("a blocked response names its audit record")).await;
+        assert_eq!(record["source_tenants"], json!(["acme"]), "{record}");
+    }
+    let own = complete(&gw, "acme", ask, false).await;
     assert_eq!((own.finish.as_str(), own.text.as_str()), ("stop", steered));
 }
 

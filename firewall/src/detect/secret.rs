@@ -1,7 +1,7 @@
 //! Ownership of secret values: whose secret did a rule just find?
 //!
 //! The gateway records, per tenant, [`secret_fingerprints`] of what the tenant sends (keyed
-//! hashes of every secret value the rules find there, and of its long prefixes); the
+//! hashes of every value a secret rule matches there, and of its long prefixes); the
 //! firewall looks each secret finding's value up through [`NgramOwners`] and rewrites the
 //! finding: the responding tenant's own secret gets `ScanContext::own_secrets` and
 //! [`Detail::Own`]; a secret only other tenants own blocks, critical, whatever its rule says;
@@ -43,13 +43,16 @@ fn hash_value(key: &NgramKey, value: &str) -> u64 {
     h.finish()
 }
 
-/// The keyed hashes of every secret value the rules find in `text` (on the raw text and on
+/// The keyed hashes of every value a secret rule matches in `text` (on the raw text and on
 /// its rules view), each in its rules-view form, with those of its prefixes of every
-/// character length from `ceil(PREFIX_SHARE * len)` to `len - 1`. Canaries and the other
-/// detectors' findings are not secrets of a tenant and are left out.
+/// character length from `ceil(PREFIX_SHARE * len)` to `len - 1`. Matches that only the
+/// words around them turned down (candidates) are included: how the owner happened to word
+/// its secret must not decide whether it is protected, any more than how a response words
+/// it decides whether it leaks. Canaries and the other detectors' findings are not secrets
+/// of a tenant and are left out.
 pub fn secret_fingerprints(rules: &Ruleset, text: &str, key: &NgramKey) -> Vec<u64> {
     let mut out = Vec::new();
-    for f in rules.scan(text).iter().filter(|f| f.kind == DetectorKind::Secret) {
+    for f in rules.matches(text, &ScanContext::anonymous()).iter().filter(|f| f.kind == DetectorKind::Secret) {
         let value = canon::rules_string(text.get(f.start..f.end).unwrap_or(""), false);
         let ends: Vec<usize> =
             value.char_indices().map(|(i, _)| i).skip(1).chain(std::iter::once(value.len())).collect();

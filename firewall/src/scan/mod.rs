@@ -317,14 +317,21 @@ impl Ruleset {
     /// same text in any chunking reports exactly these findings (token-signal detectors
     /// aside, which need a stream).
     pub fn scan_with(&self, text: &str, ctx: &ScanContext, detectors: &Detectors) -> Vec<Finding> {
-        let mut out = Vec::new();
-        self.pattern_findings(text, ctx, &mut out);
-        self.view_findings(text, ctx, &mut out);
+        let mut out = self.matches(text, ctx);
         detect::secret::settle(detectors.secrets.as_ref(), ctx, &mut out, |f| {
             canon::rules_string(text.get(f.start..f.end).unwrap_or(""), false)
         });
         detect::scan_text(text, ctx, detectors, &mut out);
         Finding::sort(&mut out);
+        out
+    }
+
+    /// The rules' and canaries' matches in `text` and in its rules view, candidates
+    /// ([`Finding::is_candidate`]) included, before ownership has settled them.
+    pub(crate) fn matches(&self, text: &str, ctx: &ScanContext) -> Vec<Finding> {
+        let mut out = Vec::new();
+        self.pattern_findings(text, ctx, &mut out);
+        self.view_findings(text, ctx, &mut out);
         out
     }
 
