@@ -274,6 +274,39 @@ async fn a_password_its_owner_worded_weakly_still_blocks_in_another_tenants_answ
     assert_eq!((own.finish.as_str(), own.text.as_str()), ("stop", steered));
 }
 
+/// A tool's description reaches the model as a message does, so it is its tenant's: a
+/// paragraph of acme's that only ever appeared in a tool definition is blocked in another
+/// tenant's answer, streamed or not, and comes back to acme untouched.
+#[tokio::test]
+async fn a_paragraph_from_a_tool_definition_is_owned_by_its_tenant() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&config(&mock.base_url(), ""), &[]).await;
+    let private = "Escalations for the Halvorsen account go to the night desk in Tromsø before any \
+                   refund above nine thousand kroner is approved by the regional lead";
+    let body = json!({"model": "mock", "messages": [{"role": "user", "content": "#leak Noted, thanks."}],
+        "tools": [{"type": "function", "function": {"name": "escalate", "description": private,
+            "parameters": {"type": "object", "properties": {}}}}]});
+    let resp = reqwest::Client::new()
+        .post(gw.url("/v1/chat/completions"))
+        .bearer_auth("sk-acme-key")
+        .json(&body)
+        .send()
+        .await
+        .expect("gateway answers");
+    assert_eq!(resp.status(), 200);
+    let answer = format!("Policy note: {private}.");
+    let ask = json!([{"role": "user", "content": format!("#canned {}", mock.can(answer.clone()))}]);
+    for stream in [true, false] {
+        let d = complete(&gw, "globex", ask.clone(), stream).await;
+        assert_eq!(d.finish, "content_filter", "stream {stream}: {:?}", d.text);
+        assert!(!carries_8_words_of(&d.text, private), "stream {stream}: {:?}", d.text);
+        let record = audit_record(&gw, &d.audit_id.expect("a blocked response names its audit record")).await;
+        assert_eq!(record["source_tenants"], json!(["acme"]), "{record}");
+    }
+    let own = complete(&gw, "acme", ask, false).await;
+    assert_eq!((own.finish.as_str(), own.text.as_str()), ("stop", answer.as_str()));
+}
+
 #[tokio::test]
 async fn an_injected_canary_blocks_any_other_tenants_response_that_carries_it() {
     let mock = MockUpstream::start().await;

@@ -209,20 +209,41 @@ impl ChatRequest {
         n
     }
 
-    /// Calls `push` with every text of [`ChatRequest::prompt_text`], in order.
+    /// Calls `push` with every text of [`ChatRequest::prompt_text`], in order: what each
+    /// message says (its text and refusal parts, its tool and legacy function call
+    /// arguments), then every string of the tool definitions (`tools`, legacy `functions`)
+    /// and of `response_format` but their JSON Schema type names. All of it reaches the model,
+    /// so all of it is the tenant's: a secret or a paragraph in a tool's description is
+    /// owned like one in a message.
     fn for_each_prompt_text(&self, mut push: impl FnMut(&str)) {
         for m in &self.messages {
             match m.get("content") {
                 Some(Value::String(text)) => push(text),
                 Some(Value::Array(parts)) => {
-                    parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).for_each(&mut push);
+                    for part in parts {
+                        ["text", "refusal"]
+                            .iter()
+                            .filter_map(|k| part.get(*k).and_then(Value::as_str))
+                            .for_each(&mut push);
+                    }
                 }
                 _ => {}
+            }
+            if let Some(refusal) = m.get("refusal").and_then(Value::as_str) {
+                push(refusal);
             }
             for call in m.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
                 if let Some(args) = call.pointer("/function/arguments").and_then(Value::as_str) {
                     push(args);
                 }
+            }
+            if let Some(args) = m.get("function_call").and_then(|c| c.get("arguments")).and_then(Value::as_str) {
+                push(args);
+            }
+        }
+        for key in ["tools", "functions", "response_format"] {
+            if let Some(definitions) = self.raw.get(key) {
+                for_each_string(definitions, &mut push);
             }
         }
     }
@@ -323,6 +344,22 @@ fn rename_param(err: ApiError, param: &str) -> ApiError {
     match err {
         ApiError::InvalidParam { message, .. } => ApiError::InvalidParam { param: param.into(), message },
         other => other,
+    }
+}
+
+/// Calls `push` with every string in `value`, depth first, but the values of `type` keys
+/// (JSON Schema's `"object"`, `"string"`: the same in every tenant's definitions).
+fn for_each_string(value: &Value, push: &mut impl FnMut(&str)) {
+    match value {
+        Value::String(s) => push(s),
+        Value::Array(items) => items.iter().for_each(|v| for_each_string(v, push)),
+        Value::Object(fields) => {
+            fields
+                .iter()
+                .filter(|(k, v)| !(k.as_str() == "type" && v.is_string()))
+                .for_each(|(_, v)| for_each_string(v, push));
+        }
+        _ => {}
     }
 }
 
@@ -766,6 +803,40 @@ mod tests {
         assert_eq!(r.messages[0]["content"], "canary-2\nbe brief");
         assert_eq!(r.raw["messages"][0]["content"], "canary-2\nbe brief");
         assert_eq!(r.prompt_text(), "canary-2\nbe brief\nhello\n{\"q\":1}\nresult text\n");
+    }
+
+    #[test]
+    fn the_prompt_text_holds_everything_the_model_reads() {
+        let r = parse(json!({"model": "m",
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": [{"type": "refusal", "refusal": "no part"}], "refusal": "no field"},
+                {"role": "assistant", "content": null, "function_call": {"name": "f", "arguments": "{\"legacy\":1}"}},
+                {"role": "function", "name": "f", "content": "done"}
+            ],
+            "tools": [{"type": "function", "function": {"name": "lookup", "description": "Reads the vault at vault.acme.internal",
+                "parameters": {"type": "object", "properties": {"q": {"type": "string", "description": "what to look up"}}}}}],
+            "functions": [{"name": "old", "description": "a legacy function"}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "out", "schema": {"type": "object", "description": "the answer's shape"}}}
+        }))
+        .unwrap();
+        let text = r.prompt_text();
+        for said in [
+            "hi",
+            "no part",
+            "no field",
+            "{\"legacy\":1}",
+            "done",
+            "Reads the vault at vault.acme.internal",
+            "what to look up",
+            "a legacy function",
+            "the answer's shape",
+            "lookup",
+        ] {
+            assert!(text.contains(said), "{said:?} missing from {text:?}");
+        }
+        assert!(!text.lines().any(|l| l == "object" || l == "string" || l == "json_schema"), "{text:?}");
+        assert_eq!(r.prompt_bytes(), text.len());
     }
 
     #[test]
