@@ -1,6 +1,6 @@
 //! The crossguard firewall: rule files, a streaming scanner that never releases a complete
 //! match of a block rule, and the detectors that keep one tenant's data out of another's
-//! responses (secret rules, canaries, foreign n-grams, entropy, provenance).
+//! responses (secret rules, canaries, foreign n-grams and tokens, entropy, provenance).
 //!
 //! The detectors read a canonical view of the text as well as the text itself (`canon`):
 //! Unicode-folded (NFKC, look-alikes to their ASCII prototypes), invisible characters

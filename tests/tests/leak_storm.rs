@@ -307,6 +307,32 @@ async fn a_paragraph_from_a_tool_definition_is_owned_by_its_tenant() {
     assert_eq!((own.finish.as_str(), own.text.as_str()), ("stop", answer.as_str()));
 }
 
+/// A random-looking token of acme's that no rule knows and no sentence carries (an internal
+/// relay id) is blocked in another tenant's answer on its own, disguised or not, streamed
+/// or not; acme gets it back.
+#[tokio::test]
+async fn a_token_no_rule_knows_is_owned_by_the_tenant_that_sent_it() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&config(&mock.base_url(), ""), &[]).await;
+    let token = "7Hq2Lx9Vb4Nz8Kc3Wd5Rf6Tg";
+    seed(&gw, "acme", &format!("Our relay answers to {token} only; keep it internal.")).await;
+    for answer in [format!("Use {token}."), "Use 7Hq2Lx9Vb4\u{200B}Nz8Kc3Wd5Rf6Tg.".to_owned()] {
+        let ask = json!([{"role": "user", "content": format!("#canned {}", mock.can(answer.clone()))}]);
+        for stream in [true, false] {
+            let d = complete(&gw, "globex", ask.clone(), stream).await;
+            assert_eq!(d.finish, "content_filter", "stream {stream}: {:?}", d.text);
+            assert!(!d.text.contains("7Hq2"), "stream {stream}: {:?}", d.text);
+            let record = audit_record(&gw, &d.audit_id.expect("a blocked response names its audit record")).await;
+            assert_eq!(record["source_tenants"], json!(["acme"]), "{record}");
+            let rules: Vec<&str> =
+                record["findings"].as_array().unwrap().iter().filter_map(|f| f["rule_id"].as_str()).collect();
+            assert_eq!(rules, ["foreign-token"], "{record}");
+        }
+        let own = complete(&gw, "acme", ask, true).await;
+        assert_eq!((own.finish.as_str(), own.text.as_str()), ("stop", answer.as_str()));
+    }
+}
+
 #[tokio::test]
 async fn an_injected_canary_blocks_any_other_tenants_response_that_carries_it() {
     let mock = MockUpstream::start().await;

@@ -20,9 +20,16 @@
 //! later window of [`LEAD_WORDS`] words inside that n-gram is unknown to the index). So at
 //! most `LEAD_WORDS - 1` words of another tenant's sentence reach a client before a block.
 //!
+//! Tokens: a word that looks random on its own ([`is_token`]: an internal id, a session
+//! token, a key of a provider no rule knows) is fingerprinted by itself too, and a response
+//! word that is another tenant's token is a `foreign-token` finding, however few words of
+//! context came with it. A secret needs no rule, no keyword and no eight words around it to
+//! be its owner's.
+//!
 //! Streaming invariant: a word is complete only when a boundary (or the end) follows it, and
-//! the n-gram ending with it is checked at that moment. The stream holds back the word in
-//! progress, so a foreign n-gram is found before its last word is released.
+//! the n-gram ending with it (and the word itself, when it is a token) is checked at that
+//! moment. The stream holds back the word in progress, so a foreign n-gram or token is found
+//! before its last word is released.
 
 use std::collections::VecDeque;
 use std::hash::Hasher;
@@ -32,10 +39,17 @@ use siphasher::sip::SipHasher13;
 
 use crate::canon::{decode_plain, with_word_fold, words_fold, Decoded, Kind, WordFold};
 use crate::detect::ScanContext;
+use crate::rules::rule::shannon_entropy;
 use crate::verdict::{mask, Action, Detail, DetectorKind, Finding, Severity};
 
 /// Rule id of n-gram findings.
 pub const RULE_ID: &str = "foreign-ngram";
+
+/// Rule id of single-token findings (see [`is_token`]).
+pub const TOKEN_RULE_ID: &str = "foreign-token";
+
+/// Fewest characters of a token's normalised word.
+pub const MIN_TOKEN_CHARS: usize = 16;
 
 /// Default window, in words. Measured with `examples/ngram_n.rs` over 259 crate READMEs
 /// (one per crate, treated as 259 tenants): the share of a document's n-grams that also
@@ -263,6 +277,27 @@ pub const LEAD_WORDS: usize = 4;
 /// input starts with a word) shares an input with a lead.
 const LEAD_DOMAIN: u8 = 0xfe;
 
+/// First byte hashed for a token (0xfc never occurs in UTF-8; secret values use 0xfd, leads
+/// 0xfe).
+const TOKEN_DOMAIN: u8 = 0xfc;
+
+/// Whether a normalised word (lowercase letters and digits) looks random enough to be a
+/// secret by itself: at least [`MIN_TOKEN_CHARS`] ASCII characters, at least three digits
+/// and two letters, at least four changes between the two and at least 3 bits of entropy
+/// per character. Random strings of that length over letters and digits mostly pass (hex
+/// digests, base62 keys, lowercased base64); words fail for want of digits, identifiers
+/// with a number or two (`base64encodedstring123`, `version2release3build`, `utf8mb4`) for
+/// want of digits, changes or length.
+pub fn is_token(norm: &str) -> bool {
+    let b = norm.as_bytes();
+    if b.len() < MIN_TOKEN_CHARS || !norm.is_ascii() {
+        return false;
+    }
+    let digits = b.iter().filter(|c| c.is_ascii_digit()).count();
+    let changes = b.windows(2).filter(|p| p[0].is_ascii_digit() != p[1].is_ascii_digit()).count();
+    digits >= 3 && digits + 2 <= b.len() && changes >= 4 && shannon_entropy(norm) >= 3.0
+}
+
 fn hash_words<'a>(key: &NgramKey, domain: Option<u8>, words: impl Iterator<Item = &'a Word>) -> u64 {
     let mut h = SipHasher13::new_with_key(&key.0);
     if let Some(d) = domain {
@@ -282,13 +317,17 @@ fn tail_hash(key: &NgramKey, domain: Option<u8>, window: &VecDeque<Word>, k: usi
 }
 
 /// The keyed fingerprints of every n-word window of `text` (none if it has fewer words),
-/// then, when `n` > `LEAD_WORDS`, of every lead window. The gateway records prompts with
-/// this, so recording and checking share one normaliser.
+/// then, when `n` > `LEAD_WORDS`, of every lead window, then of every token word. The
+/// gateway records prompts with this, so recording and checking share one normaliser.
 pub fn fingerprints(text: &str, key: &NgramKey, n: usize) -> Vec<u64> {
     let mut out = Vec::new();
     let mut leads = Vec::new();
+    let mut tokens = Vec::new();
     let mut window: VecDeque<Word> = VecDeque::new();
     let mut on_word = |w: Word| {
+        if is_token(&w.norm) {
+            tokens.push(hash_words(key, Some(TOKEN_DOMAIN), std::iter::once(&w)));
+        }
         window.push_back(w);
         if window.len() > n.max(LEAD_WORDS) {
             window.pop_front();
@@ -304,6 +343,7 @@ pub fn fingerprints(text: &str, key: &NgramKey, n: usize) -> Vec<u64> {
     decode_plain(text, |d| split.feed_char(d, &mut on_word));
     split.finish(text.len(), &mut on_word);
     out.extend(leads);
+    out.extend(tokens);
     out
 }
 
@@ -395,6 +435,23 @@ impl NgramState {
     }
 
     fn on_word(&mut self, cfg: &NgramConfig, ctx: &ScanContext, w: Word, out: &mut Vec<Finding>) {
+        if is_token(&w.norm) {
+            let owners = cfg.owners.owners(hash_words(&cfg.key, Some(TOKEN_DOMAIN), std::iter::once(&w)));
+            if let Some(foreign) = foreign(cfg, ctx, &owners) {
+                out.push(Finding {
+                    rule_id: TOKEN_RULE_ID.into(),
+                    start: w.start,
+                    end: w.end,
+                    match_start: w.start,
+                    match_end: w.end,
+                    severity: cfg.severity,
+                    action: cfg.action,
+                    excerpt: mask(&w.norm),
+                    kind: DetectorKind::Ngram,
+                    detail: Detail::Foreign { owners: foreign, shared_by: owners.shared_by },
+                });
+            }
+        }
         let n = self.n;
         let index = self.count;
         self.count += 1;
@@ -519,6 +576,48 @@ pub(crate) mod tests {
         assert_eq!(out.len(), 1, "{out:?}");
         assert_eq!((out[0].start, out[0].end), (4, 21));
         assert!(matches!(&out[0].detail, Detail::Foreign { owners, .. } if owners == &["globex"]));
+    }
+
+    #[test]
+    fn random_words_are_tokens_and_words_are_not() {
+        for token in [
+            "3k144a5af729351d0fc58bdrj9a21mkr",
+            "0198d844bc5804e5cb1ec0ce28a1304f172f485d",
+            "2tm6cdsrvbtl9hrcmr6mrdtpmlfs4i",
+        ] {
+            assert!(is_token(token), "{token}");
+        }
+        for word in [
+            "internationalization",
+            "base64encodedstring123",
+            "utf8mb4",
+            "2023120112345678",
+            "abcdefghijklmnop",
+            "version2release3build",
+        ] {
+            assert!(!is_token(word), "{word}");
+        }
+    }
+
+    #[test]
+    fn another_tenants_token_is_foreign_with_no_words_around_it() {
+        let mut map = MapOwners::default();
+        record(&mut map, "the staging relay id is 7Hq2Lx9Vb4Nz8Kc3Wd5Rf6Tg", 8, "globex", 1);
+        let cfg = NgramConfig::new(KEY, Arc::new(map));
+        let text = "Use 7hq2lx9vb4nz8kc3wd5rf6tg.";
+        let feed = |tenant: &str| {
+            let ctx = ScanContext::new(tenant);
+            let mut out = Vec::new();
+            let mut st = NgramState::new(DEFAULT_N);
+            decode_plain(text, |d| st.feed_char(&cfg, &ctx, d, &mut out));
+            st.finish(&cfg, &ctx, text.len(), &mut out);
+            out
+        };
+        let out = feed("acme");
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!((out[0].rule_id.as_str(), out[0].start, out[0].end), (TOKEN_RULE_ID, 4, 28));
+        assert!(matches!(&out[0].detail, Detail::Foreign { owners, .. } if owners == &["globex"]));
+        assert!(feed("globex").is_empty(), "its own token");
     }
 
     #[test]
