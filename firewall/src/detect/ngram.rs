@@ -290,7 +290,10 @@ const TOKEN_DOMAIN: u8 = 0xfc;
 /// want of digits, changes or length.
 pub fn is_token(norm: &str) -> bool {
     let b = norm.as_bytes();
-    if b.len() < MIN_TOKEN_CHARS || !norm.is_ascii() {
+    // Base64 of JSON (`eyJ`: every JWT's header, `{"alg":"HS256","typ":"JWT"}` included) and
+    // of DER (`MII`: the first bytes of every key of a size) open with text that is the
+    // same for everyone; JWTs and keys are the secret rules' to own, whole.
+    if b.len() < MIN_TOKEN_CHARS || !norm.is_ascii() || norm.starts_with("eyj") || norm.starts_with("mii") {
         return false;
     }
     let digits = b.iter().filter(|c| c.is_ascii_digit()).count();
@@ -594,6 +597,8 @@ pub(crate) mod tests {
             "2023120112345678",
             "abcdefghijklmnop",
             "version2release3build",
+            "eyjhbgcioijiuzi1niisinr5cci6ikpxvcj9",
+            "miievqibadanbgkqhkig9w0baqefaascbkcwggsjageaaoibaq",
         ] {
             assert!(!is_token(word), "{word}");
         }
