@@ -116,8 +116,15 @@ const SECRET: &str = "ghp_kjDyznajEXBur3wR0Ih1u4yxrZaOegtH82Vo";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_secret_inside_an_engine_tool_call_is_blocked_before_release() {
     // The schema forces the model to write the secret into the call's arguments: the
-    // firewall must judge the arguments as it judges content, streamed and not.
-    let gw = ready_gateway().await;
+    // firewall must judge the arguments as it judges content, streamed and not. The schema
+    // is acme's own request, so the secret is acme's: it comes back by default
+    // (`own_secrets = "allow"`, checked last), and acme here asks for its own secrets to be
+    // blocked too.
+    let cfg = DEFAULT_ENGINE_CONFIG
+        .replace("api_keys = [\"sk-acme-1\"]\n", "api_keys = [\"sk-acme-1\"]\nown_secrets = \"block\"\n");
+    assert_ne!(cfg, DEFAULT_ENGINE_CONFIG);
+    let gw = TestGateway::start(&cfg, &[]).await;
+    gw.wait_ready(Duration::from_secs(180)).await;
     let tools = json!([{"type": "function", "function": {"name": "deploy", "parameters": {"type": "object",
         "properties": {"token": {"const": SECRET}}, "required": ["token"], "additionalProperties": false}}}]);
     let body = |stream: bool| {
@@ -152,4 +159,9 @@ async fn a_secret_inside_an_engine_tool_call_is_blocked_before_release() {
     )
     .unwrap_or_else(|e| panic!("{e}: {v}"));
     assert!(args["env"] == "staging" || args["env"] == "production", "{args}");
+    // With the default policy acme's own secret, from its own schema, is no leak.
+    let (status, v) = complete(&ready_gateway().await, body(false)).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "tool_calls", "{v}");
+    assert!(v.to_string().contains(SECRET), "{v}");
 }
