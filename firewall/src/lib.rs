@@ -37,8 +37,9 @@ mod verdict;
 
 pub use detect::ngram::DEFAULT_N as DEFAULT_NGRAM_WORDS;
 pub use detect::{
-    fingerprints, secret_fingerprints, Baseline, Baselines, Detectors, EntropyConfig, Metric, NgramConfig, NgramKey,
-    NgramOwners, Observations, Observed, OwnerSet, ProvenanceConfig, ScanContext, SecretOwnership, TokenSignals,
+    fingerprints, secret_fingerprints, token_fingerprints, Baseline, Baselines, Detectors, EntropyConfig, Metric,
+    NgramConfig, NgramKey, NgramOwners, Observations, Observed, OwnerSet, ProvenanceConfig, ScanContext,
+    SecretOwnership, TokenSignals,
 };
 pub use rules::gitleaks::{import as import_gitleaks, Import as GitleaksImport, ImportNote as GitleaksImportNote};
 pub use rules::reload::ReloadableRuleset;

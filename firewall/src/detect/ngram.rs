@@ -320,17 +320,13 @@ fn tail_hash(key: &NgramKey, domain: Option<u8>, window: &VecDeque<Word>, k: usi
 }
 
 /// The keyed fingerprints of every n-word window of `text` (none if it has fewer words),
-/// then, when `n` > `LEAD_WORDS`, of every lead window, then of every token word. The
-/// gateway records prompts with this, so recording and checking share one normaliser.
+/// then, when `n` > `LEAD_WORDS`, of every lead window. The gateway records prompts with
+/// this, so recording and checking share one normaliser.
 pub fn fingerprints(text: &str, key: &NgramKey, n: usize) -> Vec<u64> {
     let mut out = Vec::new();
     let mut leads = Vec::new();
-    let mut tokens = Vec::new();
     let mut window: VecDeque<Word> = VecDeque::new();
     let mut on_word = |w: Word| {
-        if is_token(&w.norm) {
-            tokens.push(hash_words(key, Some(TOKEN_DOMAIN), std::iter::once(&w)));
-        }
         window.push_back(w);
         if window.len() > n.max(LEAD_WORDS) {
             window.pop_front();
@@ -346,7 +342,22 @@ pub fn fingerprints(text: &str, key: &NgramKey, n: usize) -> Vec<u64> {
     decode_plain(text, |d| split.feed_char(d, &mut on_word));
     split.finish(text.len(), &mut on_word);
     out.extend(leads);
-    out.extend(tokens);
+    out
+}
+
+/// The keyed fingerprints of every token word of `text` ([`is_token`]), in the words view
+/// [`fingerprints`] reads. Kept apart from the n-grams: a tenant sends few tokens, and each
+/// is worth recording whole, like a secret value, however long the text around it.
+pub fn token_fingerprints(text: &str, key: &NgramKey) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut on_word = |w: Word| {
+        if is_token(&w.norm) {
+            out.push(hash_words(key, Some(TOKEN_DOMAIN), std::iter::once(&w)));
+        }
+    };
+    let mut split = WordSplitter::default();
+    decode_plain(text, |d| split.feed_char(d, &mut on_word));
+    split.finish(text.len(), &mut on_word);
     out
 }
 
@@ -535,7 +546,7 @@ pub(crate) mod tests {
 
     /// Records `text` as owned by `tenant` (shared by `shared_by` tenants).
     pub(crate) fn record(map: &mut MapOwners, text: &str, n: usize, tenant: &str, shared_by: usize) {
-        for h in fingerprints(text, &KEY, n) {
+        for h in fingerprints(text, &KEY, n).into_iter().chain(token_fingerprints(text, &KEY)) {
             let e = map.0.entry(h).or_default();
             e.tenants.push(tenant.into());
             e.shared_by = shared_by;

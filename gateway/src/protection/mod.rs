@@ -307,12 +307,13 @@ impl Protection {
         self.record(tenant, Role::Sent, &request.prompt_text(), rules);
     }
 
-    /// Indexes `text` under `tenant` now (n-grams and secret values); shares the new hashes
-    /// in the background.
+    /// Indexes `text` under `tenant` now (n-grams, and whole: secret values and tokens);
+    /// shares the new hashes in the background.
     fn record(self: &Arc<Self>, tenant: &str, role: Role, text: &str, rules: &Ruleset) {
         let key = self.index.settings().key;
         let ngrams = firewall::fingerprints(text, &key, self.index.settings().ngram_words);
-        let secrets = firewall::secret_fingerprints(rules, text, &key);
+        let mut secrets = firewall::secret_fingerprints(rules, text, &key);
+        secrets.extend(firewall::token_fingerprints(text, &key));
         let Some(batch) = self.index.record_hashes(tenant, role, secrets, ngrams) else { return };
         if matches!(*self.store, Store::Memory(_)) {
             return;

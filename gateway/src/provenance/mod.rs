@@ -246,19 +246,20 @@ impl ProvenanceIndex {
         &self.settings
     }
 
-    /// Indexes `text` under `tenant` in `role` and returns the hashes to share through the
-    /// store (see [`ProvenanceIndex::record_hashes`]).
+    /// Indexes `text`'s n-grams and tokens under `tenant` in `role` and returns the hashes to
+    /// share through the store (see [`ProvenanceIndex::record_hashes`]).
     pub fn record(&self, tenant: &str, role: Role, text: &str) -> Option<FingerprintBatch> {
         self.record_hashes(
             tenant,
             role,
-            Vec::new(),
+            firewall::token_fingerprints(text, &self.settings.key),
             firewall::fingerprints(text, &self.settings.key, self.settings.ngram_words),
         )
     }
 
     /// Indexes one text's hashes made with the index's key: `secrets` (e.g.
-    /// [`firewall::secret_fingerprints`]) first, then `ngrams` (in text order), together at
+    /// [`firewall::secret_fingerprints`] and [`firewall::token_fingerprints`]) first, then
+    /// `ngrams` (in text order), together at
     /// most `max_hashes_per_text`: past it, an evenly spread sample of the n-grams is kept
     /// (a copied run longer than the sampling step still hits one) and the rest counted as
     /// dropped. Returns the hashes to share: those new for this tenant (or raised to
@@ -644,6 +645,16 @@ mod tests {
         kept.sort_unstable();
         assert_eq!(kept, [0, 12, 25, 37, 50, 62, 75, 87]);
         assert_eq!(idx.size().dropped, 92);
+    }
+
+    #[test]
+    fn a_token_in_a_long_text_is_recorded_whatever_the_sample() {
+        let idx = small(1000, 1.0, 10);
+        let token = "7Hq2Lx9Vb4Nz8Kc3Wd5Rf6Tg";
+        idx.record("acme", Role::Sent, &format!("{} {token} {}", words("a", 50), words("b", 50)));
+        let hash = firewall::token_fingerprints(token, &KEY)[0];
+        assert_eq!(idx.owners(hash).tenants, ["acme"]);
+        assert_eq!(idx.size().hashes, 10);
     }
 
     #[test]
