@@ -35,7 +35,9 @@ mod scan;
 mod stream;
 mod verdict;
 
-pub use detect::ngram::DEFAULT_N as DEFAULT_NGRAM_WORDS;
+pub use detect::ngram::{
+    DEFAULT_N as DEFAULT_NGRAM_WORDS, RULE_ID as FOREIGN_NGRAM_RULE_ID, TOKEN_RULE_ID as FOREIGN_TOKEN_RULE_ID,
+};
 pub use detect::{
     fingerprints, secret_fingerprints, token_fingerprints, Baseline, Baselines, Detectors, EntropyConfig, Metric,
     NgramConfig, NgramKey, NgramOwners, Observations, Observed, OwnerSet, ProvenanceConfig, ScanContext,

@@ -88,7 +88,7 @@ fn render(r: &AuditRecord) -> String {
 fn finding(f: &AuditFinding) -> String {
     let (start, end) = f.span();
     let mut rows = vec![
-        ("Detector", detector_name(f.detector()).to_owned()),
+        ("Detector", detector_name(f.detector(), f.rule_id()).to_owned()),
         ("Severity", f.severity().as_str().to_owned()),
         ("Action", f.action().as_str().to_owned()),
         ("Span (bytes)", format!("{start}–{end} ({} bytes)", end.saturating_sub(start))),
@@ -96,6 +96,7 @@ fn finding(f: &AuditFinding) -> String {
     if !f.source_tenants().is_empty() {
         let label = match f.detector() {
             DetectorKind::Provenance => "Engine-reported owners",
+            DetectorKind::Ngram if f.rule_id() == firewall::FOREIGN_TOKEN_RULE_ID => "Foreign token owners",
             DetectorKind::Ngram => "Foreign n-gram owners",
             DetectorKind::Canary => "Canary owner",
             _ => "Source tenants",
@@ -138,10 +139,13 @@ fn shared_by(f: &AuditFinding) -> Option<u64> {
     serde_json::to_value(f).ok()?.get("shared_by")?.as_u64()
 }
 
-fn detector_name(kind: DetectorKind) -> &'static str {
+/// The detector, as the page names it; the n-gram detector's single-token findings have
+/// their own rule id.
+fn detector_name(kind: DetectorKind, rule_id: &str) -> &'static str {
     match kind {
         DetectorKind::Secret => "secret rule",
         DetectorKind::Canary => "canary",
+        DetectorKind::Ngram if rule_id == firewall::FOREIGN_TOKEN_RULE_ID => "foreign token",
         DetectorKind::Ngram => "foreign n-gram",
         DetectorKind::Entropy => "entropy anomaly",
         DetectorKind::Provenance => "engine provenance",
@@ -184,5 +188,22 @@ mod tests {
                 && html.contains("5.50")
         );
         assert!(html.contains("Tenants sharing the text"));
+    }
+
+    #[test]
+    fn a_foreign_token_is_named_apart_from_n_grams() {
+        let foreign = Detail::Foreign { owners: vec!["globex".into()], shared_by: 1 };
+        let token = firewall::Finding {
+            kind: firewall::DetectorKind::Ngram,
+            ..raw_finding(firewall::FOREIGN_TOKEN_RULE_ID, &firewall::mask("7hq2lx9vb4nz8kc3"), foreign.clone())
+        };
+        let ngram = firewall::Finding {
+            kind: firewall::DetectorKind::Ngram,
+            ..raw_finding(firewall::FOREIGN_NGRAM_RULE_ID, &firewall::mask("some text"), foreign)
+        };
+        let html = render(&AuditRecord::new(ctx("acme"), Action::Block, &[token, ngram], 12));
+        assert!(html.contains("<dt>Detector</dt><dd>foreign token</dd>"), "{html}");
+        assert!(html.contains("<dt>Detector</dt><dd>foreign n-gram</dd>"), "{html}");
+        assert!(html.contains("Foreign token owners") && html.contains("Foreign n-gram owners"), "{html}");
     }
 }
