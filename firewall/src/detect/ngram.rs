@@ -40,6 +40,7 @@ use siphasher::sip::SipHasher13;
 use crate::canon::{decode_plain, with_word_fold, words_fold, Decoded, Kind, WordFold};
 use crate::detect::ScanContext;
 use crate::rules::rule::shannon_entropy;
+use crate::scan::judge::Judge;
 use crate::verdict::{mask, Action, Detail, DetectorKind, Finding, Severity};
 
 /// Rule id of n-gram findings.
@@ -284,10 +285,11 @@ const TOKEN_DOMAIN: u8 = 0xfc;
 /// Whether a normalised word (lowercase letters and digits) looks random enough to be a
 /// secret by itself: at least [`MIN_TOKEN_CHARS`] ASCII characters, at least three digits
 /// and two letters, at least four changes between the two and at least 3 bits of entropy
-/// per character. Random strings of that length over letters and digits mostly pass (hex
-/// digests, base62 keys, lowercased base64); words fail for want of digits, identifiers
-/// with a number or two (`base64encodedstring123`, `version2release3build`, `utf8mb4`) for
-/// want of digits, changes or length.
+/// per character, and letters that do not read as English. Random strings of that length
+/// over letters and digits mostly pass (hex digests, base62 keys, lowercased base64); words
+/// fail for want of digits, identifiers with a number or two (`base64encodedstring123`,
+/// `version2release3build`, `utf8mb4`) for want of digits, changes or length, and URL
+/// queries run together for reading as English.
 pub fn is_token(norm: &str) -> bool {
     let b = norm.as_bytes();
     // Base64 of JSON (`eyJ`: every JWT's header, `{"alg":"HS256","typ":"JWT"}` included) and
@@ -298,8 +300,21 @@ pub fn is_token(norm: &str) -> bool {
     }
     let digits = b.iter().filter(|c| c.is_ascii_digit()).count();
     let changes = b.windows(2).filter(|p| p[0].is_ascii_digit() != p[1].is_ascii_digit()).count();
-    digits >= 3 && digits + 2 <= b.len() && changes >= 4 && shannon_entropy(norm) >= 3.0
+    if digits < 3 || digits + 2 > b.len() || changes < 4 || shannon_entropy(norm) < 3.0 {
+        return false;
+    }
+    // Letters that read as English are words run together (a URL's query once its `%3A`
+    // escapes lost their `%`, a badge's `color=fc8d62&logo=rust`), not a random string.
+    let (mean, pairs) = Judge::builtin().letter_pair_mean(norm);
+    pairs < MIN_PAIRS_TO_READ || mean <= ENGLISH_PAIR_MEAN
 }
+
+/// Fewest letter pairs whose mean log-probability says anything.
+const MIN_PAIRS_TO_READ: usize = 8;
+
+/// Mean letter-pair log-probability above which letters read as English (random letters
+/// stay below it 99 times in 100).
+const ENGLISH_PAIR_MEAN: f32 = -3.3;
 
 fn hash_words<'a>(key: &NgramKey, domain: Option<u8>, words: impl Iterator<Item = &'a Word>) -> u64 {
     let mut h = SipHasher13::new_with_key(&key.0);
@@ -598,6 +613,7 @@ pub(crate) mod tests {
             "3k144a5af729351d0fc58bdrj9a21mkr",
             "0198d844bc5804e5cb1ec0ce28a1304f172f485d",
             "2tm6cdsrvbtl9hrcmr6mrdtpmlfs4i",
+            "4ec39hqlyjwdarjtt1zdp7dc",
         ] {
             assert!(is_token(token), "{token}");
         }
@@ -608,6 +624,9 @@ pub(crate) mod tests {
             "2023120112345678",
             "abcdefghijklmnop",
             "version2release3build",
+            "issuesqis3aissueis3aopenlabel3a22helpwanted22",
+            "badgecolorfc8d62logorust",
+            "actionsqueryworkflow3a22test22",
             "eyjhbgcioijiuzi1niisinr5cci6ikpxvcj9",
             "miievqibadanbgkqhkig9w0baqefaascbkcwggsjageaaoibaq",
         ] {
