@@ -39,9 +39,9 @@ pub use detect::ngram::{
     DEFAULT_N as DEFAULT_NGRAM_WORDS, RULE_ID as FOREIGN_NGRAM_RULE_ID, TOKEN_RULE_ID as FOREIGN_TOKEN_RULE_ID,
 };
 pub use detect::{
-    fingerprints, secret_fingerprints, token_fingerprints, Baseline, Baselines, Detectors, EntropyConfig, Metric,
-    NgramConfig, NgramKey, NgramOwners, Observations, Observed, OwnerSet, ProvenanceConfig, ScanContext,
-    SecretOwnership, TokenSignals,
+    fingerprints, fingerprints_and_tokens, secret_fingerprints, token_fingerprints, Baseline, Baselines, Detectors,
+    EntropyConfig, Metric, NgramConfig, NgramKey, NgramOwners, Observations, Observed, OwnerSet, ProvenanceConfig,
+    ScanContext, SecretOwnership, TokenSignals,
 };
 pub use rules::gitleaks::{import as import_gitleaks, Import as GitleaksImport, ImportNote as GitleaksImportNote};
 pub use rules::reload::ReloadableRuleset;

@@ -15,7 +15,9 @@ pub mod secret;
 use crate::verdict::{Action, Finding};
 
 pub use entropy::{Baseline, Baselines, EntropyConfig, Metric, Observations, Observed};
-pub use ngram::{fingerprints, token_fingerprints, NgramConfig, NgramKey, NgramOwners, OwnerSet};
+pub use ngram::{
+    fingerprints, fingerprints_and_tokens, token_fingerprints, NgramConfig, NgramKey, NgramOwners, OwnerSet,
+};
 pub use provenance::ProvenanceConfig;
 pub use secret::{secret_fingerprints, SecretOwnership};
 

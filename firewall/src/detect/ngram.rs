@@ -338,15 +338,34 @@ fn tail_hash(key: &NgramKey, domain: Option<u8>, window: &VecDeque<Word>, k: usi
 /// then, when `n` > `LEAD_WORDS`, of every lead window. The gateway records prompts with
 /// this, so recording and checking share one normaliser.
 pub fn fingerprints(text: &str, key: &NgramKey, n: usize) -> Vec<u64> {
+    fingerprints_and_tokens(text, key, n).0
+}
+
+/// The keyed fingerprints of every token word of `text` ([`is_token`]), in the words view
+/// [`fingerprints`] reads. Kept apart from the n-grams: a tenant sends few tokens, and each
+/// is worth recording whole, like a secret value, however long the text around it.
+pub fn token_fingerprints(text: &str, key: &NgramKey) -> Vec<u64> {
+    fingerprints_and_tokens(text, key, 0).1
+}
+
+/// [`fingerprints`] and [`token_fingerprints`] of `text`, in one pass over its words.
+pub fn fingerprints_and_tokens(text: &str, key: &NgramKey, n: usize) -> (Vec<u64>, Vec<u64>) {
     let mut out = Vec::new();
     let mut leads = Vec::new();
+    let mut tokens = Vec::new();
     let mut window: VecDeque<Word> = VecDeque::new();
     let mut on_word = |w: Word| {
+        if is_token(&w.norm) {
+            tokens.push(hash_words(key, Some(TOKEN_DOMAIN), std::iter::once(&w)));
+        }
+        if n == 0 {
+            return;
+        }
         window.push_back(w);
         if window.len() > n.max(LEAD_WORDS) {
             window.pop_front();
         }
-        if n > 0 && window.len() >= n {
+        if window.len() >= n {
             out.push(tail_hash(key, None, &window, n));
         }
         if n > LEAD_WORDS && window.len() >= LEAD_WORDS {
@@ -357,23 +376,7 @@ pub fn fingerprints(text: &str, key: &NgramKey, n: usize) -> Vec<u64> {
     decode_plain(text, |d| split.feed_char(d, &mut on_word));
     split.finish(text.len(), &mut on_word);
     out.extend(leads);
-    out
-}
-
-/// The keyed fingerprints of every token word of `text` ([`is_token`]), in the words view
-/// [`fingerprints`] reads. Kept apart from the n-grams: a tenant sends few tokens, and each
-/// is worth recording whole, like a secret value, however long the text around it.
-pub fn token_fingerprints(text: &str, key: &NgramKey) -> Vec<u64> {
-    let mut out = Vec::new();
-    let mut on_word = |w: Word| {
-        if is_token(&w.norm) {
-            out.push(hash_words(key, Some(TOKEN_DOMAIN), std::iter::once(&w)));
-        }
-    };
-    let mut split = WordSplitter::default();
-    decode_plain(text, |d| split.feed_char(d, &mut on_word));
-    split.finish(text.len(), &mut on_word);
-    out
+    (out, tokens)
 }
 
 /// A foreign lead being followed: the index of its first word and where its last word

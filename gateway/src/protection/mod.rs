@@ -311,9 +311,9 @@ impl Protection {
     /// shares the new hashes in the background.
     fn record(self: &Arc<Self>, tenant: &str, role: Role, text: &str, rules: &Ruleset) {
         let key = self.index.settings().key;
-        let ngrams = firewall::fingerprints(text, &key, self.index.settings().ngram_words);
+        let (ngrams, tokens) = firewall::fingerprints_and_tokens(text, &key, self.index.settings().ngram_words);
         let mut secrets = firewall::secret_fingerprints(rules, text, &key);
-        secrets.extend(firewall::token_fingerprints(text, &key));
+        secrets.extend(tokens);
         let Some(batch) = self.index.record_hashes(tenant, role, secrets, ngrams) else { return };
         if matches!(*self.store, Store::Memory(_)) {
             return;

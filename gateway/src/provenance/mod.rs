@@ -249,12 +249,8 @@ impl ProvenanceIndex {
     /// Indexes `text`'s n-grams and tokens under `tenant` in `role` and returns the hashes to
     /// share through the store (see [`ProvenanceIndex::record_hashes`]).
     pub fn record(&self, tenant: &str, role: Role, text: &str) -> Option<FingerprintBatch> {
-        self.record_hashes(
-            tenant,
-            role,
-            firewall::token_fingerprints(text, &self.settings.key),
-            firewall::fingerprints(text, &self.settings.key, self.settings.ngram_words),
-        )
+        let (ngrams, tokens) = firewall::fingerprints_and_tokens(text, &self.settings.key, self.settings.ngram_words);
+        self.record_hashes(tenant, role, tokens, ngrams)
     }
 
     /// Indexes one text's hashes made with the index's key: `secrets` (e.g.
