@@ -227,6 +227,31 @@ async fn a_leak_storm_delivers_no_foreign_fragment_and_ordinary_traffic_flows() 
     assert!(for_acme["records"].as_array().unwrap().iter().all(|r| r["tenant"] == "acme"));
 }
 
+/// Has the model say `answer` (through the mock: the asker never sends it): globex gets a
+/// `content_filter` answer, streamed and not, of which `leaked` finds nothing, and an audit
+/// record naming acme as the source; acme gets `answer` back untouched. Returns globex's
+/// audit records.
+async fn blocked_for_globex_only(
+    gw: &TestGateway,
+    mock: &MockUpstream,
+    answer: &str,
+    leaked: impl Fn(&str) -> bool,
+) -> Vec<Value> {
+    let ask = json!([{"role": "user", "content": format!("#canned {}", mock.can(answer))}]);
+    let mut records = Vec::new();
+    for stream in [true, false] {
+        let d = complete(gw, "globex", ask.clone(), stream).await;
+        assert_eq!(d.finish, "content_filter", "stream {stream}: {:?}", d.text);
+        assert!(!leaked(&d.text), "stream {stream}: {:?}", d.text);
+        let record = audit_record(gw, &d.audit_id.expect("a blocked response names its audit record")).await;
+        assert_eq!(record["source_tenants"], json!(["acme"]), "{record}");
+        records.push(record);
+    }
+    let own = complete(gw, "acme", ask, true).await;
+    assert_eq!((own.finish.as_str(), own.text.as_str()), ("stop", answer));
+    records
+}
+
 /// A weak password of acme's, worded in another tenant's answer so that the rules alone
 /// would let it through (prose and harmless nouns before it turn the judge down), is still
 /// blocked there, streamed or not: the answer's words are the attacker's, and they never
@@ -237,20 +262,7 @@ async fn wording_that_steers_the_rules_does_not_hide_another_tenants_password() 
     let gw = TestGateway::start(&config(&mock.base_url(), ""), &[]).await;
     seed(&gw, "acme", "Our staging database:\nDB_PASSWORD = \"Kx9-apple-river\"\nRotate it monthly.").await;
     let steered = "The example below shows the id, url and version fields: password = \"Kx9-apple-river\"";
-    // The answer comes from the model, not from globex's prompt: a tenant that sent the
-    // value itself owns it too.
-    let ask = json!([{"role": "user", "content": format!("#canned {}", mock.can(steered))}]);
-    for stream in [true, false] {
-        let d = complete(&gw, "globex", ask.clone(), stream).await;
-        assert_eq!(d.finish, "content_filter", "stream {stream}: {:?}", d.text);
-        assert!(!d.text.contains("Kx9-apple"), "stream {stream}: {:?}", d.text);
-        let record = audit_record(&gw, &d.audit_id.expect("a blocked response names its audit record")).await;
-        let sources: Vec<&str> =
-            record["source_tenants"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
-        assert_eq!(sources, ["acme"], "{record}");
-    }
-    let own = complete(&gw, "acme", ask, true).await;
-    assert_eq!((own.finish.as_str(), own.text.as_str()), ("stop", steered));
+    blocked_for_globex_only(&gw, &mock, steered, |t| t.contains("Kx9-apple")).await;
 }
 
 /// The same password, worded weakly in acme's own prompt too (so weakly that the rules
@@ -262,16 +274,7 @@ async fn a_password_its_owner_worded_weakly_still_blocks_in_another_tenants_answ
     let gw = TestGateway::start(&config(&mock.base_url(), ""), &[]).await;
     seed(&gw, "acme", "The example below shows the id, url and version fields: password = \"Kx9-apple-river\"").await;
     let steered = "version id url name title: password = \"Kx9-apple-river\"";
-    let ask = json!([{"role": "user", "content": format!("#canned {}", mock.can(steered))}]);
-    for stream in [true, false] {
-        let d = complete(&gw, "globex", ask.clone(), stream).await;
-        assert_eq!(d.finish, "content_filter", "stream {stream}: {:?}", d.text);
-        assert!(!d.text.contains("Kx9-apple"), "stream {stream}: {:?}", d.text);
-        let record = audit_record(&gw, &d.audit_id.expect("a blocked response names its audit record")).await;
-        assert_eq!(record["source_tenants"], json!(["acme"]), "{record}");
-    }
-    let own = complete(&gw, "acme", ask, false).await;
-    assert_eq!((own.finish.as_str(), own.text.as_str()), ("stop", steered));
+    blocked_for_globex_only(&gw, &mock, steered, |t| t.contains("Kx9-apple")).await;
 }
 
 /// A tool's description reaches the model as a message does, so it is its tenant's: a
@@ -295,16 +298,7 @@ async fn a_paragraph_from_a_tool_definition_is_owned_by_its_tenant() {
         .expect("gateway answers");
     assert_eq!(resp.status(), 200);
     let answer = format!("Policy note: {private}.");
-    let ask = json!([{"role": "user", "content": format!("#canned {}", mock.can(answer.clone()))}]);
-    for stream in [true, false] {
-        let d = complete(&gw, "globex", ask.clone(), stream).await;
-        assert_eq!(d.finish, "content_filter", "stream {stream}: {:?}", d.text);
-        assert!(!carries_8_words_of(&d.text, private), "stream {stream}: {:?}", d.text);
-        let record = audit_record(&gw, &d.audit_id.expect("a blocked response names its audit record")).await;
-        assert_eq!(record["source_tenants"], json!(["acme"]), "{record}");
-    }
-    let own = complete(&gw, "acme", ask, false).await;
-    assert_eq!((own.finish.as_str(), own.text.as_str()), ("stop", answer.as_str()));
+    blocked_for_globex_only(&gw, &mock, &answer, |t| carries_8_words_of(t, private)).await;
 }
 
 /// A random-looking token of acme's that no rule knows and no sentence carries (an internal
@@ -317,19 +311,11 @@ async fn a_token_no_rule_knows_is_owned_by_the_tenant_that_sent_it() {
     let token = "7Hq2Lx9Vb4Nz8Kc3Wd5Rf6Tg";
     seed(&gw, "acme", &format!("Our relay answers to {token} only; keep it internal.")).await;
     for answer in [format!("Use {token}."), "Use 7Hq2Lx9Vb4\u{200B}Nz8Kc3Wd5Rf6Tg.".to_owned()] {
-        let ask = json!([{"role": "user", "content": format!("#canned {}", mock.can(answer.clone()))}]);
-        for stream in [true, false] {
-            let d = complete(&gw, "globex", ask.clone(), stream).await;
-            assert_eq!(d.finish, "content_filter", "stream {stream}: {:?}", d.text);
-            assert!(!d.text.contains("7Hq2"), "stream {stream}: {:?}", d.text);
-            let record = audit_record(&gw, &d.audit_id.expect("a blocked response names its audit record")).await;
-            assert_eq!(record["source_tenants"], json!(["acme"]), "{record}");
+        for record in blocked_for_globex_only(&gw, &mock, &answer, |t| t.contains("7Hq2")).await {
             let rules: Vec<&str> =
                 record["findings"].as_array().unwrap().iter().filter_map(|f| f["rule_id"].as_str()).collect();
             assert_eq!(rules, ["foreign-token"], "{record}");
         }
-        let own = complete(&gw, "acme", ask, true).await;
-        assert_eq!((own.finish.as_str(), own.text.as_str()), ("stop", answer.as_str()));
     }
 }
 
