@@ -148,6 +148,8 @@ pub struct ProvenanceConfig {
     pub max_hashes_per_text: usize,
     /// An n-gram shared by at least this many tenants is common language, not a leak.
     pub common_at: usize,
+    /// Whether a random-looking word another tenant sent blocks by itself (`foreign-token`).
+    pub foreign_tokens: bool,
     /// How often other replicas' fingerprints are pulled from a shared store.
     pub refresh_interval_ms: u64,
     /// Shared store: other replicas' fingerprints older than this (not pulled for this

@@ -99,11 +99,21 @@ pub struct NgramConfig {
     pub action: Action,
     pub severity: Severity,
     pub owners: Arc<dyn NgramOwners>,
+    /// Whether token words ([`is_token`]) are checked one by one (`foreign-token`).
+    pub tokens: bool,
 }
 
 impl NgramConfig {
     pub fn new(key: NgramKey, owners: Arc<dyn NgramOwners>) -> NgramConfig {
-        NgramConfig { n: DEFAULT_N, key, common_at: 3, action: Action::Block, severity: Severity::High, owners }
+        NgramConfig {
+            n: DEFAULT_N,
+            key,
+            common_at: 3,
+            action: Action::Block,
+            severity: Severity::High,
+            owners,
+            tokens: true,
+        }
     }
 }
 
@@ -467,7 +477,7 @@ impl NgramState {
     }
 
     fn on_word(&mut self, cfg: &NgramConfig, ctx: &ScanContext, w: Word, out: &mut Vec<Finding>) {
-        if is_token(&w.norm) {
+        if cfg.tokens && is_token(&w.norm) {
             let owners = cfg.owners.owners(hash_words(&cfg.key, Some(TOKEN_DOMAIN), std::iter::once(&w)));
             if let Some(foreign) = foreign(cfg, ctx, &owners) {
                 out.push(Finding {
@@ -656,6 +666,13 @@ pub(crate) mod tests {
         assert_eq!((out[0].rule_id.as_str(), out[0].start, out[0].end), (TOKEN_RULE_ID, 4, 28));
         assert!(matches!(&out[0].detail, Detail::Foreign { owners, .. } if owners == &["globex"]));
         assert!(feed("globex").is_empty(), "its own token");
+        let off = NgramConfig { tokens: false, ..cfg.clone() };
+        let ctx = ScanContext::new("acme");
+        let mut out = Vec::new();
+        let mut st = NgramState::new(DEFAULT_N);
+        decode_plain(text, |d| st.feed_char(&off, &ctx, d, &mut out));
+        st.finish(&off, &ctx, text.len(), &mut out);
+        assert!(out.is_empty(), "switched off: {out:?}");
     }
 
     #[test]

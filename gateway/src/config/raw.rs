@@ -46,6 +46,7 @@ pub(super) struct RawProvenance {
     pub(super) max_tenant_share: Option<f64>,
     pub(super) max_hashes_per_text: Option<usize>,
     pub(super) common_at: Option<usize>,
+    pub(super) foreign_tokens: Option<bool>,
     pub(super) refresh_interval_ms: Option<u64>,
     pub(super) max_staleness_ms: Option<u64>,
     pub(super) provenance_unavailable: Option<ProvenanceUnavailable>,

@@ -129,7 +129,7 @@ fn redis_fields(r: &RedisStoreConfig) -> String {
 fn provenance_fields(p: &ProvenanceConfig) -> String {
     format!(
         "ngram_words = {}, ttl_secs = {}, key_env = {:?}, key = {}, max_hashes = {}, max_tenant_share = {}, max_hashes_per_text = {}, \
-         common_at = {}, refresh_interval_ms = {}, max_staleness_ms = {}, provenance_unavailable = {:?}",
+         common_at = {}, foreign_tokens = {}, refresh_interval_ms = {}, max_staleness_ms = {}, provenance_unavailable = {:?}",
         p.ngram_words,
         p.ttl_secs,
         p.key_env,
@@ -138,6 +138,7 @@ fn provenance_fields(p: &ProvenanceConfig) -> String {
         p.max_tenant_share,
         p.max_hashes_per_text,
         p.common_at,
+        p.foreign_tokens,
         p.refresh_interval_ms,
         p.max_staleness_ms,
         p.unavailable

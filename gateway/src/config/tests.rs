@@ -136,6 +136,7 @@ canary = true
 ngram_words = 6
 ttl_secs = 3600
 common_at = 4
+foreign_tokens = false
 [stats]
 min_samples = 50
 action = "block"
@@ -152,6 +153,7 @@ placement = "system_start"
     assert_eq!(cfg.canary.placement, CanaryPlacement::SystemStart);
     let defaults = parse("").unwrap();
     assert_eq!(defaults.provenance.ngram_words, 8);
+    assert!(!cfg.provenance.foreign_tokens && defaults.provenance.foreign_tokens);
     assert_eq!(defaults.stats.action, firewall::Action::Log);
     for (bad, key) in [
         ("[canary]\ntext = \"no placeholder\"", "canary.text"),

@@ -246,6 +246,7 @@ fn validate_provenance(
         max_tenant_share,
         max_hashes_per_text,
         common_at,
+        foreign_tokens: raw.foreign_tokens.unwrap_or(true),
         refresh_interval_ms,
         max_staleness_ms,
         unavailable,

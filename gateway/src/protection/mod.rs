@@ -144,6 +144,7 @@ impl Protection {
         let mut ngram = NgramConfig::new(NgramKey(key), index.clone());
         ngram.n = p.ngram_words;
         ngram.common_at = p.common_at;
+        ngram.tokens = p.foreign_tokens;
         let mut entropy = EntropyConfig::new(stats.clone());
         entropy.z_threshold = config.stats.z_threshold;
         entropy.action = config.stats.action;
