@@ -316,8 +316,23 @@ pub fn is_token(norm: &str) -> bool {
     // Letters that read as English are words run together (a URL's query once its `%3A`
     // escapes lost their `%`, a badge's `color=fc8d62&logo=rust`), not a random string.
     let (mean, pairs) = Judge::builtin().letter_pair_mean(norm);
-    pairs < MIN_PAIRS_TO_READ || mean <= ENGLISH_PAIR_MEAN
+    (pairs < MIN_PAIRS_TO_READ || mean <= ENGLISH_PAIR_MEAN) && !PUBLIC_TOKENS.contains(&norm)
 }
+
+/// Token-shaped words that are public constants a model says to anyone, in the words view:
+/// SHA-256, SHA-1 and MD5 of nothing, Git's empty tree and empty blob, the keys of Stripe's
+/// documentation (`sk_test_4eC39…`, `pk_test_TYoo…`), jwt.io's example signature. A tenant
+/// that pastes one must not make every other tenant's answer that quotes it foreign.
+const PUBLIC_TOKENS: [&str; 8] = [
+    "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+    "da39a3ee5e6b4b0d3255bfef95601890afd80709",
+    "d41d8cd98f00b204e9800998ecf8427e",
+    "4b825dc642cb6eb9a060e54bf8d69288fbee4904",
+    "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391",
+    "4ec39hqlyjwdarjtt1zdp7dc",
+    "tyoomqauvdedq54nitphi7jx",
+    "sflkxwrjsmekkf2qt4fwpmejf36pok6yjv",
+];
 
 /// Fewest letter pairs whose mean log-probability says anything.
 const MIN_PAIRS_TO_READ: usize = 8;
@@ -626,7 +641,7 @@ pub(crate) mod tests {
             "3k144a5af729351d0fc58bdrj9a21mkr",
             "0198d844bc5804e5cb1ec0ce28a1304f172f485d",
             "2tm6cdsrvbtl9hrcmr6mrdtpmlfs4i",
-            "4ec39hqlyjwdarjtt1zdp7dc",
+            "9fq3kz7wvm2xb8np4hj6ty5d",
         ] {
             assert!(is_token(token), "{token}");
         }
@@ -641,6 +656,8 @@ pub(crate) mod tests {
             "badgecolorfc8d62logorust",
             "actionsqueryworkflow3a22test22",
             "eyjhbgcioijiuzi1niisinr5cci6ikpxvcj9",
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+            "4ec39hqlyjwdarjtt1zdp7dc",
             "miievqibadanbgkqhkig9w0baqefaascbkcwggsjageaaoibaq",
         ] {
             assert!(!is_token(word), "{word}");
