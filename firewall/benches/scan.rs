@@ -13,7 +13,9 @@
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use firewall::{Detectors, NgramConfig, NgramKey, NgramOwners, OwnerSet, Ruleset, ScanContext, StreamScanner};
+use firewall::{
+    DecodeConfig, Detectors, NgramConfig, NgramKey, NgramOwners, OwnerSet, Ruleset, ScanContext, StreamScanner,
+};
 
 /// Corpus records of `file` joined by blank lines; `clean` keeps only records without
 /// planted secrets.
@@ -70,6 +72,12 @@ fn detectors(ngram: bool) -> Arc<Detectors> {
     Arc::new(Detectors { ngram, ..Detectors::default() })
 }
 
+/// The gateway's text detectors: n-grams and tokens, and encoded runs read decoded.
+fn gateway_detectors() -> Arc<Detectors> {
+    let ngram = Some(NgramConfig::new(NgramKey([1; 16]), Arc::new(Empty)));
+    Arc::new(Detectors { ngram, decode: Some(DecodeConfig::default()), ..Detectors::default() })
+}
+
 /// The first `bytes` of `text` (or all of it), cut on a char boundary.
 fn cut(text: &str, bytes: usize) -> &str {
     let mut end = bytes.min(text.len());
@@ -118,6 +126,8 @@ fn bench(c: &mut Criterion) {
         report_holdback(&rules, name, text, &detectors(false));
     }
     report_holdback(&rules, "prose+ngram", &prose, &detectors(true));
+    report_holdback(&rules, "prose+ngram+decode", &prose, &gateway_detectors());
+    report_holdback(&rules, "secret-dense+ngram+decode", &dense, &gateway_detectors());
 
     let mut g = c.benchmark_group("one-shot");
     g.sample_size(10)
@@ -138,8 +148,10 @@ fn bench(c: &mut Criterion) {
     let cases = [
         ("prose", prose_piece, 4, detectors(false)),
         ("prose+ngram", prose_piece, 4, detectors(true)),
+        ("prose+ngram+decode", prose_piece, 4, gateway_detectors()),
         ("prose-20B", prose_piece, 20, detectors(false)),
         ("secret-dense-20B", dense_piece, 20, detectors(false)),
+        ("secret-dense-20B+ngram+decode", dense_piece, 20, gateway_detectors()),
     ];
     for (name, piece, size, det) in cases {
         let pieces = chunks(piece, size);

@@ -1,6 +1,7 @@
 //! The crossguard firewall: rule files, a streaming scanner that never releases a complete
 //! match of a block rule, and the detectors that keep one tenant's data out of another's
-//! responses (secret rules, canaries, foreign n-grams and tokens, entropy, provenance).
+//! responses (secret rules, canaries, foreign n-grams and tokens, entropy, provenance), also
+//! when a response writes them in base64, hex or percent-encoding.
 //!
 //! The detectors read a canonical view of the text as well as the text itself (`canon`):
 //! Unicode-folded (NFKC, look-alikes to their ASCII prototypes), invisible characters
@@ -39,9 +40,9 @@ pub use detect::ngram::{
     DEFAULT_N as DEFAULT_NGRAM_WORDS, RULE_ID as FOREIGN_NGRAM_RULE_ID, TOKEN_RULE_ID as FOREIGN_TOKEN_RULE_ID,
 };
 pub use detect::{
-    fingerprints, fingerprints_and_tokens, secret_fingerprints, token_fingerprints, Baseline, Baselines, Detectors,
-    EntropyConfig, Metric, NgramConfig, NgramKey, NgramOwners, Observations, Observed, OwnerSet, ProvenanceConfig,
-    ScanContext, SecretOwnership, TokenSignals,
+    decoded_texts, fingerprints, fingerprints_and_tokens, secret_fingerprints, token_fingerprints, Baseline, Baselines,
+    DecodeConfig, Detectors, Encoding, EntropyConfig, Metric, NgramConfig, NgramKey, NgramOwners, Observations,
+    Observed, OwnerSet, ProvenanceConfig, ScanContext, SecretOwnership, TokenSignals,
 };
 pub use rules::gitleaks::{import as import_gitleaks, Import as GitleaksImport, ImportNote as GitleaksImportNote};
 pub use rules::reload::ReloadableRuleset;

@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
+use crate::detect::encoded::Encoding;
 use crate::detect::entropy::Metric;
 
 /// How bad a finding is, as the rule author judged it.
@@ -105,6 +106,11 @@ pub struct Finding {
     pub excerpt: String,
     pub kind: DetectorKind,
     pub detail: Detail,
+    /// How the response wrote what was found, when not in plain text (see
+    /// `detect::encoded`): the spans cover the encoded characters, the excerpt and the
+    /// verdict are those of the decoded text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub encoding: Option<Encoding>,
 }
 
 impl Finding {

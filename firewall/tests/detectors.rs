@@ -36,6 +36,7 @@ fn detectors(n: usize) -> Arc<Detectors> {
         entropy: None,
         provenance: Some(ProvenanceConfig::default()),
         secrets: None,
+        decode: None,
     })
 }
 

@@ -9,7 +9,7 @@
 //! masked excerpt and re-masks any excerpt that does not have [`firewall::mask`]'s shape,
 //! so a detector bug cannot write matched bytes into the log.
 
-use firewall::{Action, Detail, DetectorKind, Finding, Severity};
+use firewall::{Action, Detail, DetectorKind, Encoding, Finding, Severity};
 use serde::{Deserialize, Serialize};
 
 /// Who, what and where a record is about (the parts the firewall does not know).
@@ -39,6 +39,9 @@ pub struct AuditFinding {
     /// Entropy findings: which statistic and how far from the tenant's baseline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     statistic: Option<AuditStatistic>,
+    /// How the response wrote the finding's text when not plainly (base64, hex, percent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    encoding: Option<Encoding>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -80,6 +83,7 @@ impl AuditFinding {
             source_tenants,
             shared_by,
             statistic,
+            encoding: f.encoding,
         }
     }
 
@@ -106,6 +110,9 @@ impl AuditFinding {
     }
     pub fn statistic(&self) -> Option<&AuditStatistic> {
         self.statistic.as_ref()
+    }
+    pub fn encoding(&self) -> Option<Encoding> {
+        self.encoding
     }
 }
 
@@ -347,6 +354,7 @@ pub(crate) mod tests {
             excerpt: excerpt.into(),
             kind: DetectorKind::Secret,
             detail,
+            encoding: None,
         }
     }
 

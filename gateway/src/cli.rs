@@ -36,6 +36,10 @@ pub enum Command {
         /// Records `{"id": ..., "text": ...}`, one per line; offsets are bytes into `text`.
         #[arg(long, conflicts_with = "files")]
         input_jsonl: Option<PathBuf>,
+        /// Also decode runs of base64, hex and percent-encoding and scan what they say;
+        /// such findings carry `"encoding"` and span the encoded characters.
+        #[arg(long)]
+        read_encoded: bool,
         /// Files to scan; `-` reads stdin.
         files: Vec<PathBuf>,
     },

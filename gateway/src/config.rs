@@ -251,6 +251,10 @@ pub struct FirewallConfig {
     /// probing alert (a block tells the asker that somebody sent that text).
     pub probe_alert_blocks: u32,
     pub probe_window_secs: u64,
+    /// Whether runs of base64, hex and percent-encoding in responses are decoded and what
+    /// they say is scanned too (`firewall::DecodeConfig`); prompts' encoded runs are then
+    /// fingerprinted as their sender's.
+    pub read_encoded: bool,
 }
 
 /// One tenant and the SHA-256 digests of its API keys (plain keys are hashed at load).

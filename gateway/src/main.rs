@@ -43,8 +43,8 @@ fn main() -> ExitCode {
         Command::Rules(RulesCommand::Check { dir }) => commands::rules::check(&dir.unwrap_or_default()),
         Command::Rules(RulesCommand::Test { dir }) => commands::rules::test(&dir.unwrap_or_default()),
         Command::Rules(RulesCommand::ImportGitleaks { file }) => commands::rules::import_gitleaks(&file),
-        Command::Scan { rules, input_jsonl, files } => {
-            commands::scan::scan(&commands::scan::ScanArgs { rules, files, input_jsonl })
+        Command::Scan { rules, input_jsonl, read_encoded, files } => {
+            commands::scan::scan(&commands::scan::ScanArgs { rules, files, input_jsonl, read_encoded })
         }
     }
 }

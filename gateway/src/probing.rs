@@ -184,6 +184,7 @@ mod tests {
             excerpt: String::new(),
             kind: DetectorKind::Ngram,
             detail,
+            encoding: None,
         };
         let foreign = || Detail::Foreign { owners: vec!["globex".into()], shared_by: 1 };
         assert!(is_foreign_block(&finding(Action::Block, foreign())));

@@ -112,6 +112,28 @@ fn scan_jsonl_prints_the_contract_lines_and_reports_bad_records_by_line() {
     assert!(err.contains(&format!("{path}:4: not a {{\"id\",\"text\"}} record")), "{err}");
 }
 
+/// `crossguard scan --read-encoded`: a key written in base64 is found, its line names the
+/// encoding and spans the base64; without the flag the line is not printed.
+#[test]
+fn scan_read_encoded_finds_a_key_written_in_base64() {
+    let mut file = tempfile::Builder::new().suffix(".txt").tempfile().expect("temp file");
+    // base64 of `GITHUB_TOKEN=ghp_R7dkQ2w9ZpLx4VbN8cT1sYhM3fJ6uE0aKq5W`
+    let encoded = "R0lUSFVCX1RPS0VOPWdocF9SN2RrUTJ3OVpwTHg0VmJOOGNUMXNZaE0zZko2dUUwYUtxNVc=";
+    std::io::Write::write_all(&mut file, format!("config: {encoded}\n").as_bytes()).expect("write");
+    let plain = Command::new(BIN).arg("scan").arg(file.path()).output().expect("binary runs");
+    assert_eq!((plain.status.code(), plain.stdout.len()), (Some(0), 0));
+    let out = Command::new(BIN).args(["scan", "--read-encoded"]).arg(file.path()).output().expect("binary runs");
+    assert_eq!(out.status.code(), Some(1));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is JSON"))
+        .collect();
+    let github = lines.iter().find(|l| l["rule_id"] == "github-pat-classic").expect("the key is found");
+    assert_eq!(github["encoding"], "base64");
+    let (start, end) = (github["start"].as_u64().unwrap_or(0), github["end"].as_u64().unwrap_or(0));
+    assert!(start >= 8 + 16 && end <= 8 + encoded.len() as u64, "{github}");
+}
+
 /// `crossguard scan -` reads stdin; `id` is `-`; exit 1 on findings, 0 on clean text.
 #[test]
 fn scan_stdin_exits_1_on_findings_and_0_on_clean_text() {

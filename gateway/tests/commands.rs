@@ -59,8 +59,12 @@ fn scan_exit_codes() {
         &dirty,
         "{\"id\":7,\"text\":\"k dbk_Q2w3E4r5T6y7U8i9O0pA\"}\n\n{\"id\":\"b\",\"text\":\"clean\"}\n",
     );
-    let args =
-        |files: Vec<PathBuf>, input_jsonl: Option<PathBuf>| scan::ScanArgs { rules: rules.clone(), files, input_jsonl };
+    let args = |files: Vec<PathBuf>, input_jsonl: Option<PathBuf>| scan::ScanArgs {
+        rules: rules.clone(),
+        files,
+        input_jsonl,
+        read_encoded: false,
+    };
     assert_eq!(scan::scan(&args(vec![clean.clone()], None)), ExitCode::SUCCESS);
     assert_eq!(scan::scan(&args(vec![clean.clone()], Some(dirty.clone()))), ExitCode::from(1));
     assert_eq!(scan::scan(&args(vec![dir.path().join("missing.txt")], None)), ExitCode::from(2));

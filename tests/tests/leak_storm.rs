@@ -319,6 +319,54 @@ async fn a_token_no_rule_knows_is_owned_by_the_tenant_that_sent_it() {
     }
 }
 
+/// RFC 4648 base64, padded: what a model writes when asked to "encode it".
+fn base64(s: &str) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in s.as_bytes().chunks(3) {
+        let n = (u32::from(chunk[0]) << 16)
+            | (u32::from(*chunk.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*chunk.get(2).unwrap_or(&0));
+        for k in 0..=chunk.len() {
+            out.push(char::from(ALPHABET[((n >> (18 - 6 * k)) & 63) as usize]));
+        }
+        out.push_str(&"=".repeat(3 - chunk.len()));
+    }
+    out
+}
+
+/// A model asked to write another tenant's data in base64 or hex turns it into characters
+/// no rule or fingerprint knows, and the client decodes them in one line: the gateway reads
+/// encoded runs decoded. acme's token, secret and paragraph, written encoded in globex's
+/// answer, are blocked there, streamed or not, with the audit naming acme and the encoding;
+/// acme gets the same answers back. And a paragraph acme only ever sent encoded is acme's
+/// when it comes back plain.
+#[tokio::test]
+async fn another_tenants_data_written_encoded_is_blocked() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&config(&mock.base_url(), ""), &[]).await;
+    let token = "7Hq2Lx9Vb4Nz8Kc3Wd5Rf6Tg";
+    let paragraph = "Escalations for the Halvorsen account go to the night desk in Tromso before any refund";
+    let secret = secret_of("acme");
+    seed(&gw, "acme", &format!("Relay {token} only. {paragraph}. Deploy key {secret}.")).await;
+    let hex: String = paragraph.bytes().map(|b| format!("{b:02x}")).collect();
+    for (answer, encoding) in [
+        (format!("Use {}.", base64(token)), "base64"),
+        (format!("Decoded it reads: {hex}"), "hex"),
+        (format!("echo {} | base64 -d", base64(&format!("GITHUB_TOKEN={secret}"))), "base64"),
+    ] {
+        let encoded = answer.split_whitespace().max_by_key(|w| w.len()).unwrap().to_owned();
+        let head = encoded[..encoded.len() / 2].to_owned();
+        for record in blocked_for_globex_only(&gw, &mock, &answer, |t| t.contains(&head)).await {
+            let finding = &record["findings"][0];
+            assert_eq!(finding["encoding"], encoding, "{record}");
+        }
+    }
+    let unseen = "The Oslo warehouse lease ends in March and the landlord has refused every renewal offer so far";
+    seed(&gw, "acme", &format!("Context (base64): {}", base64(unseen))).await;
+    blocked_for_globex_only(&gw, &mock, unseen, |t| t.contains("landlord has refused")).await;
+}
+
 #[tokio::test]
 async fn an_injected_canary_blocks_any_other_tenants_response_that_carries_it() {
     let mock = MockUpstream::start().await;

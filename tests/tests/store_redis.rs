@@ -51,6 +51,7 @@ fn record_with(tenant: &str, rule: &str, action: Action, severity: Severity) -> 
         excerpt: firewall::mask("AKIA2NGEVCHPZHKN4IV2"),
         kind: DetectorKind::Ngram,
         detail: Detail::Foreign { owners: vec!["globex".into()], shared_by: 1 },
+        encoding: None,
     };
     let ctx = AuditContext { tenant: tenant.into(), model: "mock".into(), request_id: "req_1".into() };
     AuditRecord::new(ctx, action, &[finding], 12)

@@ -235,6 +235,7 @@ fn judge(
         excerpt: mask(text),
         kind: DetectorKind::Entropy,
         detail: Detail::Statistic { metric, value: x, mean: b.mean, z_score: z, p_value: p },
+        encoding: None,
     });
 }
 

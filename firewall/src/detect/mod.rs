@@ -7,13 +7,16 @@
 //! tenant's baseline is) comes through small synchronous traits the gateway implements from
 //! memory; nothing here does I/O.
 
+pub mod encoded;
 pub mod entropy;
 pub mod ngram;
 pub mod provenance;
 pub mod secret;
 
+use crate::rules::ruleset::Ruleset;
 use crate::verdict::{Action, Finding};
 
+pub use encoded::{decoded_texts, DecodeConfig, Encoding};
 pub use entropy::{Baseline, Baselines, EntropyConfig, Metric, Observations, Observed};
 pub use ngram::{
     fingerprints, fingerprints_and_tokens, token_fingerprints, NgramConfig, NgramKey, NgramOwners, OwnerSet,
@@ -64,6 +67,8 @@ pub struct Detectors {
     /// Who owns the secret values the rules find: a tenant's own secret coming back to it
     /// is not a leak, another tenant's is one whatever its rule says.
     pub secrets: Option<SecretOwnership>,
+    /// Whether runs in base64, hex or percent-encoding are read decoded (see `encoded`).
+    pub decode: Option<DecodeConfig>,
 }
 
 /// What an engine reports alongside one token's text.
@@ -77,15 +82,29 @@ pub struct TokenSignals {
     pub owners: Vec<String>,
 }
 
-/// The text-only detectors over a complete text (one-shot twin of the stream's path).
-pub(crate) fn scan_text(text: &str, ctx: &ScanContext, detectors: &Detectors, out: &mut Vec<Finding>) {
+/// The text-only detectors over a complete text found `depth` layers of encoding deep
+/// (one-shot twin of the stream's path).
+pub(crate) fn scan_text(
+    rules: &Ruleset,
+    text: &str,
+    ctx: &ScanContext,
+    detectors: &Detectors,
+    depth: usize,
+    out: &mut Vec<Finding>,
+) {
     if let Some(cfg) = &detectors.ngram {
         let mut st = ngram::NgramState::new(cfg.n);
         crate::canon::decode_plain(text, |d| st.feed_char(cfg, ctx, d, out));
         st.finish(cfg, ctx, text.len(), out);
     }
-    if let Some(cfg) = &detectors.entropy {
+    if let (Some(cfg), 0) = (&detectors.entropy, depth) {
         let mut st = entropy::EntropyState::default();
         st.feed_text(cfg, ctx, text, 0, out);
+    }
+    if detectors.decode.is_some() && depth < encoded::MAX_DEPTH {
+        let reader = encoded::Reader { rules, ctx, detectors, depth };
+        let mut st = encoded::EncodedState::new(encoded::SEGMENT_CHARS);
+        st.feed_plain(reader, text, 0, out);
+        st.finish(reader, out);
     }
 }

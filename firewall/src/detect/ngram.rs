@@ -506,6 +506,7 @@ impl NgramState {
                     excerpt: mask(&w.norm),
                     kind: DetectorKind::Ngram,
                     detail: Detail::Foreign { owners: foreign, shared_by: owners.shared_by },
+                    encoding: None,
                 });
             }
         }
@@ -536,6 +537,7 @@ impl NgramState {
                     excerpt: mask(&text.join(" ")),
                     kind: DetectorKind::Ngram,
                     detail: Detail::Foreign { owners: foreign, shared_by: owners.shared_by },
+                    encoding: None,
                 });
             }
         }

@@ -46,6 +46,7 @@ pub(crate) fn check(
         excerpt: mask(token),
         kind: DetectorKind::Provenance,
         detail: Detail::Foreign { shared_by: foreign.len(), owners: foreign },
+        encoding: None,
     })
 }
 

@@ -80,7 +80,8 @@ pub(crate) fn settle(
     value: impl Fn(&Finding) -> String,
 ) {
     if let Some(cfg) = cfg {
-        for f in findings.iter_mut().filter(|f| f.kind == DetectorKind::Secret) {
+        // A finding from an encoded layer was settled there, on its decoded value.
+        for f in findings.iter_mut().filter(|f| f.kind == DetectorKind::Secret && f.encoding.is_none()) {
             let owners = cfg.owners.owners(hash_value(&cfg.key, &value(f)));
             if owners.model_native {
                 continue;

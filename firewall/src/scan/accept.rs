@@ -73,6 +73,7 @@ pub(crate) fn accept(
         excerpt: mask(secret),
         kind: DetectorKind::Secret,
         detail: Detail::None,
+        encoding: None,
     });
     Verdict::Taken
 }

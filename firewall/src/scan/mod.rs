@@ -317,11 +317,24 @@ impl Ruleset {
     /// same text in any chunking reports exactly these findings (token-signal detectors
     /// aside, which need a stream).
     pub fn scan_with(&self, text: &str, ctx: &ScanContext, detectors: &Detectors) -> Vec<Finding> {
+        self.scan_layer(text, ctx, detectors, 0)
+    }
+
+    /// [`Ruleset::scan_with`] on a text found `depth` layers of encoding deep (see
+    /// `detect::encoded`): below the surface, the entropy detector, which judges how the
+    /// model generated the response, has nothing to read.
+    pub(crate) fn scan_layer(
+        &self,
+        text: &str,
+        ctx: &ScanContext,
+        detectors: &Detectors,
+        depth: usize,
+    ) -> Vec<Finding> {
         let mut out = self.matches(text, ctx);
         detect::secret::settle(detectors.secrets.as_ref(), ctx, &mut out, |f| {
             canon::rules_string(text.get(f.start..f.end).unwrap_or(""), false)
         });
-        detect::scan_text(text, ctx, detectors, &mut out);
+        detect::scan_text(self, text, ctx, detectors, depth, &mut out);
         Finding::sort(&mut out);
         out
     }
@@ -499,6 +512,7 @@ impl Ruleset {
                     excerpt: mask(m.as_str()),
                     kind: DetectorKind::Canary,
                     detail: Detail::Foreign { shared_by: foreign.len(), owners: foreign },
+                    encoding: None,
                 });
             }
             at = m.end().max(m.start() + 1);

@@ -30,6 +30,7 @@ pub(crate) mod pass;
 use std::sync::Arc;
 
 use crate::canon::{self, Canon, Decoded, Piece};
+use crate::detect::encoded::{EncodedState, Reader};
 use crate::detect::entropy::{EntropyState, Observations};
 use crate::detect::ngram::NgramState;
 use crate::detect::{provenance, secret, Detectors, ScanContext, TokenSignals};
@@ -78,6 +79,8 @@ pub struct StreamScanner {
     // confirmed redactions not yet passed by `released`: (start, end, rule id), by start
     redactions: Vec<(usize, usize, String)>,
     ngram: Option<NgramState>,
+    // the encoded run in progress, when runs are read decoded
+    encoded: Option<EncodedState>,
     entropy: EntropyState,
     blocked: bool,
     finished: bool,
@@ -87,6 +90,7 @@ impl StreamScanner {
     pub fn new(rules: Arc<Ruleset>, ctx: ScanContext, detectors: Arc<Detectors>) -> StreamScanner {
         let patterns = rules.engine.patterns.len();
         let ngram = detectors.ngram.as_ref().map(|c| NgramState::new(c.n));
+        let encoded = detectors.decode.as_ref().map(|_| EncodedState::new(MAX_HOLDBACK_BYTES));
         StreamScanner {
             rules,
             ctx,
@@ -101,6 +105,7 @@ impl StreamScanner {
             released: 0,
             redactions: Vec::new(),
             ngram,
+            encoded,
             entropy: EntropyState::default(),
             blocked: false,
             finished: false,
@@ -117,9 +122,13 @@ impl StreamScanner {
         self
     }
 
-    /// Changes the holdback bound (at least 64 bytes).
+    /// Changes the holdback bound (at least 64 bytes). An encoded run is judged a segment
+    /// of this many characters at a time.
     pub fn with_max_holdback(mut self, bytes: usize) -> StreamScanner {
         self.max_holdback = bytes.max(64);
+        if self.pushed == 0 && self.encoded.is_some() {
+            self.encoded = Some(EncodedState::new(self.max_holdback));
+        }
         self
     }
 
@@ -205,6 +214,9 @@ impl StreamScanner {
         if let Some(h) = self.ngram.as_ref().and_then(NgramState::hold_from) {
             limit = limit.min(h);
         }
+        if let Some(h) = self.encoded.as_ref().and_then(EncodedState::hold_from) {
+            limit = limit.min(h);
+        }
         let block_at = found.iter().filter(|f| f.action == Action::Block).map(|f| f.match_start).min();
         if let Some(b) = block_at {
             limit = limit.min(b);
@@ -229,15 +241,22 @@ impl StreamScanner {
     /// from the first one that reads otherwise, to the view pass; decoded characters go to
     /// the n-gram detector as soon as they are decoded.
     fn take_in(&mut self, delta: &str, at: usize, finishing: bool, found: &mut Vec<Finding>) {
-        let StreamScanner { rules, ctx, detectors, canon, raw, view, undecided, undecided_from, ngram, .. } = self;
+        let StreamScanner {
+            rules, ctx, detectors, canon, raw, view, undecided, undecided_from, ngram, encoded, ..
+        } = self;
         let live = rules.engine.live();
+        let reader = Reader { rules, ctx, detectors, depth: 0 };
         undecided.push_str(delta);
-        let has_words = ngram.is_some();
+        // Decoded characters go to the n-gram splitter and the encoded-run reader.
+        let has_words = ngram.is_some() || encoded.is_some();
         let mut want_words = has_words;
         if want_words && !canon.is_json() && delta.is_ascii() {
             // Plain ASCII reads as itself in the words view: the splitter takes it whole.
             if let (Some(cfg), Some(st)) = (&detectors.ngram, ngram.as_mut()) {
                 st.feed_ascii(cfg, ctx, delta, at, found);
+            }
+            if let Some(st) = encoded.as_mut() {
+                st.feed_plain(reader, delta, at, found);
             }
             want_words = false;
         }
@@ -245,6 +264,9 @@ impl StreamScanner {
         let mut words = |d: Decoded| {
             if let (Some(cfg), Some(st)) = (&detectors.ngram, ngram.as_mut()) {
                 st.feed_char(cfg, ctx, d, found);
+            }
+            if let Some(st) = encoded.as_mut() {
+                st.feed_char(reader, d, found);
             }
         };
         let mut pieces = |p: Piece<'_>| {
@@ -280,6 +302,9 @@ impl StreamScanner {
         if finishing {
             if let (Some(cfg), Some(st)) = (&detectors.ngram, ngram.as_mut()) {
                 st.finish(cfg, ctx, at + delta.len(), found);
+            }
+            if let Some(st) = encoded.as_mut() {
+                st.finish(reader, found);
             }
         }
     }

@@ -237,6 +237,7 @@ mod tests {
             excerpt: String::new(),
             kind: DetectorKind::Secret,
             detail: Detail::None,
+            encoding: None,
         }
     }
 

@@ -93,6 +93,9 @@ fn finding(f: &AuditFinding) -> String {
         ("Action", f.action().as_str().to_owned()),
         ("Span (bytes)", format!("{start}–{end} ({} bytes)", end.saturating_sub(start))),
     ];
+    if let Some(e) = f.encoding() {
+        rows.push(("Written in", format!("{} (found decoded)", e.as_str())));
+    }
     if !f.source_tenants().is_empty() {
         let label = match f.detector() {
             DetectorKind::Provenance => "Engine-reported owners",

@@ -4,7 +4,9 @@
 //! Output contract, one JSON object per line and per finding:
 //! `{"id":…,"rule_id":"…","start":N,"end":N,"severity":"…","action":"…"}` where `start..end`
 //! is the secret's byte span in the text; `id` is the file path for files (`-` for stdin)
-//! and the record's `id`, verbatim, for `--input-jsonl` records `{"id":…,"text":"…"}`.
+//! and the record's `id`, verbatim, for `--input-jsonl` records `{"id":…,"text":"…"}`. With
+//! `--read-encoded`, a finding in the decoded text of a base64, hex or percent-encoded run
+//! adds `"encoding":"base64"|"hex"|"percent"`, its span covering the encoded characters.
 //! Exit status: 0 no findings, 1 findings, 2 an error (bad rules, unreadable input, a bad
 //! record — the other records are still scanned).
 
@@ -12,7 +14,7 @@ use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use firewall::{Action, LoadOptions, RuleFiles, Ruleset, Severity};
+use firewall::{Action, DecodeConfig, Detectors, Encoding, LoadOptions, RuleFiles, Ruleset, ScanContext, Severity};
 
 pub struct ScanArgs {
     /// Rules folder; `None` = the built-in ruleset.
@@ -21,6 +23,8 @@ pub struct ScanArgs {
     pub files: Vec<PathBuf>,
     /// A JSONL corpus of `{"id":…,"text":"…"}` records; `-` is stdin.
     pub input_jsonl: Option<PathBuf>,
+    /// Whether encoded runs are decoded and scanned too.
+    pub read_encoded: bool,
 }
 
 #[derive(serde::Serialize)]
@@ -31,6 +35,8 @@ struct Line<'a> {
     end: usize,
     severity: Severity,
     action: Action,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    encoding: Option<Encoding>,
 }
 
 #[derive(serde::Deserialize)]
@@ -62,14 +68,18 @@ pub fn scan(args: &ScanArgs) -> ExitCode {
     };
     let mut out = BufWriter::new(std::io::stdout().lock());
     let mut outcome = Outcome::default();
+    let scanner = Scanner {
+        rules: &rules,
+        detectors: Detectors { decode: args.read_encoded.then(DecodeConfig::default), ..Detectors::default() },
+    };
     if let Some(path) = &args.input_jsonl {
-        scan_jsonl(&rules, path, &mut out, &mut outcome);
+        scan_jsonl(&scanner, path, &mut out, &mut outcome);
     }
     for path in &args.files {
         match read_text(path) {
             Ok(text) => {
                 let id = serde_json::Value::String(path.display().to_string());
-                emit(&rules, &id, &text, &mut out, &mut outcome);
+                emit(&scanner, &id, &text, &mut out, &mut outcome);
             }
             Err(e) => {
                 eprintln!("{}: {e}", path.display());
@@ -105,7 +115,13 @@ fn read_text(path: &Path) -> Result<String, String> {
     String::from_utf8(bytes).map_err(|e| format!("not UTF-8 text (first bad byte at {})", e.utf8_error().valid_up_to()))
 }
 
-fn scan_jsonl(rules: &Ruleset, path: &Path, out: &mut impl Write, outcome: &mut Outcome) {
+/// The rules and what else a scan reads.
+struct Scanner<'a> {
+    rules: &'a Ruleset,
+    detectors: Detectors,
+}
+
+fn scan_jsonl(scanner: &Scanner<'_>, path: &Path, out: &mut impl Write, outcome: &mut Outcome) {
     let mut reader = match open(path) {
         Ok(r) => BufReader::with_capacity(1 << 20, r),
         Err(e) => {
@@ -133,7 +149,7 @@ fn scan_jsonl(rules: &Ruleset, path: &Path, out: &mut impl Write, outcome: &mut 
             continue;
         }
         match serde_json::from_slice::<Record>(&line) {
-            Ok(rec) => emit(rules, &rec.id, &rec.text, out, outcome),
+            Ok(rec) => emit(scanner, &rec.id, &rec.text, out, outcome),
             Err(e) => {
                 match std::str::from_utf8(&line) {
                     Err(bad) => eprintln!(
@@ -149,9 +165,17 @@ fn scan_jsonl(rules: &Ruleset, path: &Path, out: &mut impl Write, outcome: &mut 
     }
 }
 
-fn emit(rules: &Ruleset, id: &serde_json::Value, text: &str, out: &mut impl Write, outcome: &mut Outcome) {
-    for f in rules.scan(text) {
-        let line = Line { id, rule_id: &f.rule_id, start: f.start, end: f.end, severity: f.severity, action: f.action };
+fn emit(scanner: &Scanner<'_>, id: &serde_json::Value, text: &str, out: &mut impl Write, outcome: &mut Outcome) {
+    for f in scanner.rules.scan_with(text, &ScanContext::anonymous(), &scanner.detectors) {
+        let line = Line {
+            id,
+            rule_id: &f.rule_id,
+            start: f.start,
+            end: f.end,
+            severity: f.severity,
+            action: f.action,
+            encoding: f.encoding,
+        };
         let written =
             serde_json::to_writer(&mut *out, &line).map_err(std::io::Error::from).and_then(|()| out.write_all(b"\n"));
         if let Err(e) = written {

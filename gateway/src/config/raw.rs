@@ -84,6 +84,7 @@ pub(super) struct RawFirewall {
     pub(super) watch_interval_ms: Option<u64>,
     pub(super) probe_alert_blocks: Option<u32>,
     pub(super) probe_window_secs: Option<u64>,
+    pub(super) read_encoded: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

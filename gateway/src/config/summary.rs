@@ -75,12 +75,13 @@ impl Display for Summary<'_> {
         let fw = &c.firewall;
         let _ = writeln!(
             out,
-            "[firewall] rules_dir = {:?}, max_holdback_bytes = {}, watch_interval_ms = {}, probe_alert_blocks = {}, probe_window_secs = {}",
+            "[firewall] rules_dir = {:?}, max_holdback_bytes = {}, watch_interval_ms = {}, probe_alert_blocks = {}, probe_window_secs = {}, read_encoded = {}",
             fw.rules_dir.as_ref().map(|p| p.display().to_string()),
             fw.max_holdback_bytes,
             fw.watch_interval_ms,
             fw.probe_alert_blocks,
-            fw.probe_window_secs
+            fw.probe_window_secs,
+            fw.read_encoded
         );
         let _ = writeln!(out, "[provenance] {}", provenance_fields(&c.provenance));
         let s = &c.stats;

@@ -137,6 +137,8 @@ ngram_words = 6
 ttl_secs = 3600
 common_at = 4
 foreign_tokens = false
+[firewall]
+read_encoded = false
 [stats]
 min_samples = 50
 action = "block"
@@ -154,6 +156,7 @@ placement = "system_start"
     let defaults = parse("").unwrap();
     assert_eq!(defaults.provenance.ngram_words, 8);
     assert!(!cfg.provenance.foreign_tokens && defaults.provenance.foreign_tokens);
+    assert!(!cfg.firewall.read_encoded && defaults.firewall.read_encoded);
     assert_eq!(defaults.stats.action, firewall::Action::Log);
     for (bad, key) in [
         ("[canary]\ntext = \"no placeholder\"", "canary.text"),
@@ -170,6 +173,7 @@ placement = "system_start"
         ("[store]\nkind = \"memory\"\nkey_prefix = \"x\"", "store.key_prefix"),
         ("[store]\nkind = \"redis\"", "provenance.key_env"),
         ("[stats]\nz_threshold = 0.5", "stats.z_threshold"),
+        ("[firewall]\nread_encoded = \"yes\"", "read_encoded"),
     ] {
         let err = parse(bad).unwrap_err().to_string();
         assert!(err.contains(key), "{bad}: {err}");

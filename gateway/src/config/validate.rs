@@ -99,6 +99,7 @@ pub(super) fn validate(
         watch_interval_ms,
         probe_alert_blocks,
         probe_window_secs,
+        read_encoded: raw_fw.read_encoded.unwrap_or(true),
     };
     Ok(Config {
         listen,

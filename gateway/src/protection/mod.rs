@@ -23,7 +23,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use firewall::{
-    Detectors, EntropyConfig, NgramConfig, NgramKey, ProvenanceConfig, Ruleset, ScanContext, SecretOwnership,
+    DecodeConfig, Detectors, EntropyConfig, NgramConfig, NgramKey, ProvenanceConfig, Ruleset, ScanContext,
+    SecretOwnership,
 };
 
 use crate::api::ChatRequest;
@@ -154,6 +155,7 @@ impl Protection {
             entropy: Some(entropy),
             provenance: Some(ProvenanceConfig::default()),
             secrets: Some(secrets),
+            decode: config.firewall.read_encoded.then(DecodeConfig::default),
         };
 
         let policies = config
@@ -308,13 +310,22 @@ impl Protection {
         self.record(tenant, Role::Sent, &request.prompt_text(), rules);
     }
 
-    /// Indexes `text` under `tenant` now (n-grams, and whole: secret values and tokens);
-    /// shares the new hashes in the background.
+    /// Indexes `text` under `tenant` now (n-grams, and whole: secret values and tokens),
+    /// with what its encoded runs say when responses are read decoded; shares the new
+    /// hashes in the background.
     fn record(self: &Arc<Self>, tenant: &str, role: Role, text: &str, rules: &Ruleset) {
         let key = self.index.settings().key;
-        let (ngrams, tokens) = firewall::fingerprints_and_tokens(text, &key, self.index.settings().ngram_words);
-        let mut secrets = firewall::secret_fingerprints(rules, text, &key);
-        secrets.extend(tokens);
+        let decoded = match &self.detectors.decode {
+            Some(cfg) => firewall::decoded_texts(text, cfg),
+            None => Vec::new(),
+        };
+        let (mut secrets, mut ngrams) = (Vec::new(), Vec::new());
+        for text in std::iter::once(text).chain(decoded.iter().map(String::as_str)) {
+            let (words, tokens) = firewall::fingerprints_and_tokens(text, &key, self.index.settings().ngram_words);
+            secrets.extend(firewall::secret_fingerprints(rules, text, &key));
+            secrets.extend(tokens);
+            ngrams.extend(words);
+        }
         let Some(batch) = self.index.record_hashes(tenant, role, secrets, ngrams) else { return };
         if matches!(*self.store, Store::Memory(_)) {
             return;

@@ -1,0 +1,254 @@
+//! Encoded leaks: another tenant's secret, canary, token or paragraph written in base64,
+//! hex or percent-encoding is blocked as if written plainly, through two layers; the
+//! responding tenant's own data comes back; keys, hashes and binary blobs in honest answers
+//! stay quiet; and a stream holds an encoded run until it is judged, agreeing with one-shot
+//! scanning for any chunking.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use common::*;
+use firewall::{
+    fingerprints_and_tokens, secret_fingerprints, Action, DecodeConfig, Detail, DetectorKind, Detectors, Encoding,
+    Finding, NgramConfig, NgramKey, NgramOwners, OwnerSet, ScanContext, SecretOwnership,
+};
+use proptest::prelude::*;
+
+const KEY: NgramKey = NgramKey(*b"0123456789abcdef");
+/// A value no rule knows: globex's only through the token check.
+const TOKEN: &str = "7Hq2Lx9Vb4Nz8Kc3Wm5Rt1";
+const PASSWORD: &str = "db_password = 'Gl0bex!Secret99'";
+const PROSE: &str = "the merger with initech closes on friday at noon sharp";
+const CANARY: &str = "GLOBEX-CANARY-51d0e2";
+
+#[derive(Default)]
+struct Index(HashMap<u64, OwnerSet>);
+
+impl NgramOwners for Index {
+    fn owners(&self, hash: u64) -> OwnerSet {
+        self.0.get(&hash).cloned().unwrap_or_default()
+    }
+}
+
+/// Everything on, with globex owning a password, a token and a paragraph.
+fn detectors(decode: bool) -> Arc<Detectors> {
+    let rules = fixture_rules();
+    let mut idx = Index::default();
+    let sent = format!("{PASSWORD}\nrelay id {TOKEN}\n{PROSE}");
+    let (ngrams, tokens) = fingerprints_and_tokens(&sent, &KEY, 6);
+    let secrets = secret_fingerprints(&rules, &sent, &KEY);
+    for h in ngrams.into_iter().chain(tokens).chain(secrets) {
+        idx.0.insert(h, OwnerSet { tenants: vec!["globex".into()], shared_by: 1, model_native: false });
+    }
+    let idx = Arc::new(idx);
+    Arc::new(Detectors {
+        ngram: Some(NgramConfig { n: 6, ..NgramConfig::new(KEY, idx.clone()) }),
+        secrets: Some(SecretOwnership { key: KEY, owners: idx }),
+        decode: decode.then(DecodeConfig::default),
+        ..Detectors::default()
+    })
+}
+
+/// RFC 4648 base64 of `s` in `alphabet`, padded or not.
+fn base64_with(s: &str, alphabet: &[u8; 64], pad: bool) -> String {
+    let mut out = String::new();
+    for chunk in s.as_bytes().chunks(3) {
+        let n = u32::from(chunk[0]) << 16
+            | u32::from(*chunk.get(1).unwrap_or(&0)) << 8
+            | u32::from(*chunk.get(2).unwrap_or(&0));
+        for k in 0..=chunk.len() {
+            out.push(char::from(alphabet[(n >> (18 - 6 * k) & 63) as usize]));
+        }
+        if pad {
+            out.push_str(&"=".repeat(3 - chunk.len()));
+        }
+    }
+    out
+}
+
+fn b64(s: &str) -> String {
+    base64_with(s, b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", true)
+}
+
+fn b64url(s: &str) -> String {
+    base64_with(s, b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_", false)
+}
+
+fn hex(s: &str) -> String {
+    s.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+fn percent(s: &str) -> String {
+    s.bytes().map(|b| format!("%{b:02X}")).collect()
+}
+
+/// Every way a response may write `plain`, named.
+fn encodings(plain: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("base64", b64(plain)),
+        ("base64url", b64url(plain)),
+        ("hex", hex(plain)),
+        ("HEX", hex(plain).to_uppercase()),
+        ("percent", percent(plain)),
+        ("base64 of JSON holding base64", b64(&format!("{{\"data\":\"{}\"}}", b64(plain)))),
+        ("hex of base64", hex(&b64(plain))),
+    ]
+}
+
+fn acme() -> ScanContext {
+    ScanContext::new("acme")
+}
+
+fn blocked_by(findings: &[Finding], kind: DetectorKind) -> bool {
+    findings.iter().any(|f| f.action == Action::Block && f.kind == kind && f.encoding.is_some())
+}
+
+#[test]
+fn another_tenants_data_is_blocked_in_every_encoding() {
+    let rules = fixture_rules();
+    let on = detectors(true);
+    let off = detectors(false);
+    let leaks: [(&str, &str, DetectorKind); 4] = [
+        ("password", PASSWORD, DetectorKind::Secret),
+        ("token", TOKEN, DetectorKind::Ngram),
+        ("paragraph", PROSE, DetectorKind::Ngram),
+        ("canary", CANARY, DetectorKind::Canary),
+    ];
+    for (what, plain, kind) in leaks {
+        for (how, encoded) in encodings(plain) {
+            let text = format!("Here it is: {encoded} as asked.");
+            let found = rules.scan_with(&text, &acme(), &on);
+            assert!(blocked_by(&found, kind), "{what} in {how}: {text:?} {found:?}");
+            let f = found.iter().find(|f| f.action == Action::Block).map(|f| (f.match_start, f.match_end));
+            let (a, b) = f.unwrap_or_default();
+            assert!(a >= "Here it is: ".len() && b <= text.len() - " as asked.".len(), "{what} in {how}: span");
+            // The test means something: without decoding, the leak goes through.
+            let plain_scan = rules.scan_with(&text, &acme(), &off);
+            assert!(plain_scan.iter().all(|f| f.action != Action::Block), "{what} in {how} without decoding");
+            check_chunking(&rules, &acme(), &on, &text, &char_cuts(&text));
+        }
+    }
+}
+
+#[test]
+fn the_finding_names_the_encoding_the_client_sees_and_the_owner() {
+    let rules = fixture_rules();
+    let text = format!("token: {}", hex(&b64(TOKEN)));
+    let found = rules.scan_with(&text, &acme(), &detectors(true));
+    let f = found.iter().find(|f| f.action == Action::Block);
+    assert!(f.is_some(), "{found:?}");
+    let Some(f) = f else { return };
+    assert_eq!(f.encoding, Some(Encoding::Hex));
+    assert_eq!(f.rule_id, firewall::FOREIGN_TOKEN_RULE_ID);
+    assert!(matches!(&f.detail, Detail::Foreign { owners, .. } if owners == &["globex"]), "{f:?}");
+    assert!(!f.excerpt.contains(&TOKEN[4..]), "the excerpt is masked: {}", f.excerpt);
+    let json = serde_json::to_value(f).unwrap_or_default();
+    assert_eq!(json["encoding"], "hex");
+}
+
+#[test]
+fn a_tenants_own_data_comes_back_encoded() {
+    let rules = fixture_rules();
+    let det = detectors(true);
+    for (_, encoded) in encodings(PROSE).into_iter().chain(encodings(PASSWORD)).chain(encodings(TOKEN)) {
+        let text = format!("Encoded: {encoded}");
+        let found = rules.scan_with(&text, &ScanContext::new("globex"), &det);
+        assert!(found.iter().all(|f| f.action != Action::Block), "{text:?} {found:?}");
+    }
+}
+
+#[test]
+fn an_encoded_secret_is_held_until_judged_and_never_released() {
+    let rules = fixture_rules();
+    let det = detectors(true);
+    let encoded = b64(&format!("user=svc {PASSWORD}"));
+    let text = format!("Sure: {encoded}\n");
+    for cuts in [char_cuts(&text), vec![], vec![10, 11, 30]] {
+        let s = stream(&rules, &acme(), &det, &text, &cuts);
+        assert!(s.blocked, "{cuts:?}");
+        // What precedes the value may go out (it decodes to `user=svc db_password = '`);
+        // not one character that encodes the value.
+        let value_at = encoded.len() * "user=svc db_password = '".len() / (encoded.len() / 4 * 3);
+        assert!(s.released.len() <= "Sure: ".len() + value_at, "{:?}", s.released);
+        assert!(s.released.starts_with("Sure: "));
+    }
+}
+
+#[test]
+fn honest_encoded_text_keys_and_blobs_stay_quiet() {
+    let rules = fixture_rules();
+    let det = detectors(true);
+    let texts = [
+        // A 1x1 PNG, a SHA-256, a UUID, an AWS example key, a JWT of jwt.io's example.
+        "![px](data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==)".to_string(),
+        "sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855".to_string(),
+        "id 123e4567-e89b-12d3-a456-426614174000 AKIAIOSFODNN7EXAMPLE".to_string(),
+        "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5MDIyfQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c".to_string(),
+        // Base64 of ordinary text, and a URL with escapes.
+        format!("echo {} | base64 -d", b64("Hello from the deployment script, all good.")),
+        "https://example.com/search?q=caf%C3%A9%20au%20lait&lang=fr".to_string(),
+    ];
+    for text in &texts {
+        let found = rules.scan_with(text, &acme(), &det);
+        assert!(found.is_empty(), "{text:?}: {found:?}");
+        check_chunking(&rules, &acme(), &det, text, &char_cuts(text));
+    }
+}
+
+#[test]
+fn long_runs_are_judged_a_segment_at_a_time_in_step_with_one_shot() {
+    let rules = fixture_rules();
+    let det = detectors(true);
+    // Padding of whole quanta puts the leak past the first 4,096-character segment.
+    let filler = "All quiet on the cluster today. ".repeat(120);
+    let encoded = b64(&format!("{filler}{PROSE}"));
+    assert!(encoded.len() > 4096);
+    let text = format!("blob {encoded} end");
+    let found = rules.scan_with(&text, &acme(), &det);
+    assert!(blocked_by(&found, DetectorKind::Ngram), "{found:?}");
+    let cuts: Vec<usize> = (1..text.len()).step_by(97).collect();
+    check_chunking(&rules, &acme(), &det, &text, &cuts);
+    let s = stream(&rules, &acme(), &det, &text, &cuts);
+    assert!(s.max_held <= 4096 + 97, "held {} bytes", s.max_held);
+}
+
+/// Pieces of responses: plain and encoded leaks, honest text and blobs, and the characters
+/// that end or split runs.
+fn pieces() -> Vec<String> {
+    let mut out: Vec<String> = ["Sure, ", "the merger ", "with initech ", " ", "\n", "=", "\"", "token=", "%", "ok. "]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    out.push(b64("Hello from the deployment script."));
+    out.push("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855".into());
+    for plain in [TOKEN, PASSWORD, PROSE, CANARY] {
+        out.extend(encodings(plain).into_iter().map(|(_, e)| e));
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Any mix of encoded leaks and honest text streams exactly like one-shot scanning, at
+    /// random cuts and one character at a time.
+    #[test]
+    fn encoded_texts_stream_like_one_shot(
+        picks in prop::collection::vec(0usize..64, 1..8),
+        seeds in prop::collection::vec(any::<usize>(), 0..24),
+    ) {
+        let rules = fixture_rules();
+        let det = detectors(true);
+        let all = pieces();
+        let text: String = picks.iter().map(|&i| all[i % all.len()].as_str()).collect();
+        let bounds = char_cuts(&text);
+        let mut cuts: Vec<usize> =
+            if bounds.is_empty() { vec![] } else { seeds.iter().map(|s| bounds[s % bounds.len()]).collect() };
+        cuts.sort_unstable();
+        cuts.dedup();
+        check_chunking(&rules, &acme(), &det, &text, &cuts);
+        check_chunking(&rules, &acme(), &det, &text, &bounds);
+    }
+}
