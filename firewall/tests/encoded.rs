@@ -1,5 +1,6 @@
 //! Encoded leaks: another tenant's secret, canary, token or paragraph written in base64,
-//! hex or percent-encoding is blocked as if written plainly, through two layers; the
+//! hex, percent-encoding, character codes or spelled out is blocked as if written plainly,
+//! through two layers; the
 //! responding tenant's own data comes back; keys, hashes and binary blobs in honest answers
 //! stay quiet; and a stream holds an encoded run until it is judged, agreeing with one-shot
 //! scanning for any chunking.
@@ -86,7 +87,7 @@ fn percent(s: &str) -> String {
 
 /// Every way a response may write `plain`, named.
 fn encodings(plain: &str) -> Vec<(&'static str, String)> {
-    vec![
+    let mut forms = vec![
         ("base64", b64(plain)),
         ("base64url", b64url(plain)),
         ("hex", hex(plain)),
@@ -94,7 +95,17 @@ fn encodings(plain: &str) -> Vec<(&'static str, String)> {
         ("percent", percent(plain)),
         ("base64 of JSON holding base64", b64(&format!("{{\"data\":\"{}\"}}", b64(plain)))),
         ("hex of base64", hex(&b64(plain))),
-    ]
+        ("spelled out", plain.chars().map(|c| c.to_string()).collect::<Vec<_>>().join(" ")),
+        ("hex bytes", plain.bytes().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(" ")),
+        ("a C array", format!("{{{}}}", plain.bytes().map(|b| format!("0x{b:02X}")).collect::<Vec<_>>().join(", "))),
+        ("a byte string", format!("b'{}'", plain.bytes().map(|b| format!("\\x{b:02x}")).collect::<String>())),
+        ("character codes", format!("{:?}", plain.bytes().collect::<Vec<_>>())),
+    ];
+    // A list of quoted characters cannot hold a quote or a space unambiguously.
+    if !plain.contains([' ', '\'', '"']) {
+        forms.push(("a list of characters", format!("{:?}", plain.chars().map(|c| c.to_string()).collect::<Vec<_>>())));
+    }
+    forms
 }
 
 fn acme() -> ScanContext {
@@ -214,10 +225,12 @@ fn long_runs_are_judged_a_segment_at_a_time_in_step_with_one_shot() {
     assert!(s.max_held <= 4096 + 97, "held {} bytes", s.max_held);
 }
 
-/// Pieces of responses: plain and encoded leaks, honest text and blobs, and the characters
-/// that end or split runs.
+/// Pieces of responses, each a word or more: plain and encoded leaks, honest text and
+/// blobs, and the characters that end or split runs. They are joined by whitespace: with
+/// n-grams on, a block in the middle of a word releases only up to the word's start, short
+/// of what one-shot scanning cuts at (the stream's word hold, before this detector).
 fn pieces() -> Vec<String> {
-    let mut out: Vec<String> = ["Sure, ", "the merger ", "with initech ", " ", "\n", "=", "\"", "token=", "%", "ok. "]
+    let mut out: Vec<String> = ["Sure,", "the merger", "with initech", "\n", "=", "\"", "token", "%", "ok."]
         .iter()
         .map(|s| s.to_string())
         .collect();
@@ -242,7 +255,8 @@ proptest! {
         let rules = fixture_rules();
         let det = detectors(true);
         let all = pieces();
-        let text: String = picks.iter().map(|&i| all[i % all.len()].as_str()).collect();
+        let words: Vec<&str> = picks.iter().map(|&i| all[i % all.len()].as_str()).collect();
+        let text = words.join(if seeds.len() % 2 == 0 { " " } else { "\n" });
         let bounds = char_cuts(&text);
         let mut cuts: Vec<usize> =
             if bounds.is_empty() { vec![] } else { seeds.iter().map(|s| bounds[s % bounds.len()]).collect() };

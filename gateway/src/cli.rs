@@ -36,7 +36,8 @@ pub enum Command {
         /// Records `{"id": ..., "text": ...}`, one per line; offsets are bytes into `text`.
         #[arg(long, conflicts_with = "files")]
         input_jsonl: Option<PathBuf>,
-        /// Also decode runs of base64, hex and percent-encoding and scan what they say;
+        /// Also decode base64, hex, percent-encoding, character codes and spelled-out text
+        /// and scan what it says;
         /// such findings carry `"encoding"` and span the encoded characters.
         #[arg(long)]
         read_encoded: bool,

@@ -354,9 +354,18 @@ async fn another_tenants_data_written_encoded_is_blocked() {
         (format!("Use {}.", base64(token)), "base64"),
         (format!("Decoded it reads: {hex}"), "hex"),
         (format!("echo {} | base64 -d", base64(&format!("GITHUB_TOKEN={secret}"))), "base64"),
+        (format!("Letter by letter: {}", token.chars().map(String::from).collect::<Vec<_>>().join(" ")), "spelled"),
     ] {
-        let encoded = answer.split_whitespace().max_by_key(|w| w.len()).unwrap().to_owned();
-        let head = encoded[..encoded.len() / 2].to_owned();
+        // What a client must not get: the first half of the encoded value.
+        let at = answer
+            .find(if encoding == "spelled" {
+                "7 H"
+            } else {
+                answer.split_whitespace().max_by_key(|w| w.len()).unwrap()
+            })
+            .unwrap();
+        let rest = &answer[at..];
+        let head = rest[..rest.len().min(40) / 2].to_owned();
         for record in blocked_for_globex_only(&gw, &mock, &answer, |t| t.contains(&head)).await {
             let finding = &record["findings"][0];
             assert_eq!(finding["encoding"], encoding, "{record}");

@@ -1,30 +1,35 @@
-//! Encoded runs: what a response says in base64, hex or percent-encoding is read decoded.
+//! Encoded text: what a response says in base64, hex, percent-encoding, character codes or
+//! spelled out one character at a time is read decoded.
 //!
-//! A model told to "write it in base64" turns another tenant's secret, canary or paragraph
-//! into characters no rule and no fingerprint knows, and a client decodes them in one line.
-//! So every *run* of the text (a maximal stretch of characters from the encodings'
-//! alphabets: letters, digits, `+ / = - _ %`) of at least [`DecodeConfig::min_chars`] is
-//! decoded when it ends, and if it reads as text, that text is scanned like a response of
-//! its own: secret rules and canaries, secret ownership, foreign n-grams and tokens, and
-//! runs encoded inside it, down to [`MAX_DEPTH`] layers (a `.dockerconfigjson` is base64
-//! of JSON holding base64). A finding there becomes a finding over the characters that
-//! encode it, with its rule, verdict and owners, and [`Finding::encoding`] saying how it
-//! was written.
+//! A model told to "write it in base64" or "put a space between the letters" turns another
+//! tenant's secret, canary or paragraph into characters no rule and no fingerprint knows,
+//! and a client undoes it in one line. Two readers follow the text:
 //!
-//! Which decoding: a run holding `%XX` escapes is percent-decoded; one of hex digits only,
-//! of even length, is hex; any other is base64, standard or URL-safe, padded or not. A run
-//! is cut after `=` that something follows (`token=SGVsbG8…`: padding ends a base64 value),
-//! and each part is decoded on its own. Decoded bytes count as text only when they are
-//! UTF-8 without control characters (tab and line breaks aside): random bytes pass with a
-//! chance of about (95/256)^n, so keys, hashes and binary blobs, which honest answers carry
-//! all the time, are left alone at no cost beyond the decode.
+//! * **Runs**: a maximal stretch of characters from the encodings' alphabets (letters,
+//!   digits, `+ / = - _ %`) of at least [`DecodeConfig::min_chars`]. One holding `%XX`
+//!   escapes is percent-decoded; one of hex digits only, of even length, is hex; any other
+//!   is base64, standard or URL-safe, padded or not. A run is cut after `=` that something
+//!   follows (`token=SGVsbG8…`: padding ends a base64 value), each part decoded on its own.
+//! * **Unit lists**: at least [`MIN_UNITS`] whitespace-separated words in a row that are
+//!   each one character (`7 H q 2 …`, `['7', 'H', …]`), or each a byte in hex (`48 65 6c`,
+//!   `0x48, 0x65`, `\x48\x65…`) or a decimal character code (`72, 101, 108`), list
+//!   punctuation (brackets, quotes, a trailing comma) aside. Their concatenation is the text.
 //!
-//! Streaming: the open run is held back (it is one word of prose, or the blob), so no
-//! prefix of an encoded leak reaches the client before it is judged; a run longer than the
-//! segment bound (the stream's holdback, a multiple of four characters) is judged a
-//! segment at a time, each aligned to whole base64 quanta. Line-wrapped base64 is decoded
-//! line by line (a 76-character line is 19 whole quanta): a value cut by a line break is
-//! not seen whole.
+//! Decoded bytes count as text only when they are UTF-8 without control characters (tab
+//! and line breaks aside): random bytes pass with a chance of about (95/256)^n, so keys,
+//! hashes and binary blobs, which honest answers carry all the time, are left alone at no
+//! cost beyond the decode. That text is scanned like a response of its own: secret rules
+//! and canaries, secret ownership, foreign n-grams and tokens, and encodings inside it, down
+//! to [`MAX_DEPTH`] layers (a `.dockerconfigjson` is base64 of JSON holding base64). A
+//! finding there becomes a finding over the characters that encode it, with its rule,
+//! verdict and owners, and [`Finding::encoding`] saying how the client sees it written.
+//!
+//! Streaming: the open run and the open unit list (with the word in progress) are held
+//! back, so no prefix of an encoded leak reaches the client before it is judged; a run
+//! longer than the segment bound (the stream's holdback, a multiple of four characters) is
+//! judged a segment at a time, each aligned to whole base64 quanta, and a unit list past
+//! that many units likewise. Line-wrapped base64 is decoded line by line (a 76-character
+//! line is 19 whole quanta): a value cut by a line break is not seen whole.
 
 use serde::{Deserialize, Serialize};
 
@@ -36,13 +41,21 @@ use crate::verdict::Finding;
 /// Layers of encoding read through (base64 of JSON holding base64 is two).
 pub const MAX_DEPTH: usize = 2;
 
+/// Fewest units of a unit list that are decoded (eight spelled characters, eight bytes).
+pub const MIN_UNITS: usize = 8;
+
 /// How a finding's text was written in the response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum Encoding {
     Base64,
+    /// A hex string, or a list of hex bytes.
     Hex,
     Percent,
+    /// A list of decimal character codes.
+    CharCodes,
+    /// One character at a time, separated by whitespace.
+    Spelled,
 }
 
 impl Encoding {
@@ -51,6 +64,8 @@ impl Encoding {
             Encoding::Base64 => "base64",
             Encoding::Hex => "hex",
             Encoding::Percent => "percent-encoding",
+            Encoding::CharCodes => "character codes",
+            Encoding::Spelled => "spelled out",
         }
     }
 }
@@ -72,11 +87,11 @@ impl Default for DecodeConfig {
 /// holdback), in characters: a multiple of four, so segments stay whole base64 quanta.
 pub(crate) const SEGMENT_CHARS: usize = 4096;
 
-fn in_alphabet(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=' | b'-' | b'_' | b'%')
+fn in_alphabet(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '=' | '-' | '_' | '%')
 }
 
-/// What a run's findings are scanned with, and how deep the scan already is.
+/// What decoded text is scanned with, and how deep the scan already is.
 #[derive(Clone, Copy)]
 pub(crate) struct Reader<'a> {
     pub rules: &'a Ruleset,
@@ -85,65 +100,133 @@ pub(crate) struct Reader<'a> {
     pub depth: usize,
 }
 
-/// The run in progress over a text, fed its characters in order.
+/// Where the readers hand each decoded text (the scan, or a collection of prompt texts).
+pub(crate) type Sink<'s> = dyn FnMut(&DecodedText) + 's;
+
+/// Both readers over a text, fed its characters in order.
 #[derive(Debug)]
 pub(crate) struct EncodedState {
-    /// the open run's characters (ASCII)
-    chars: Vec<u8>,
-    /// the raw byte span of each of them
-    spans: Vec<(usize, usize)>,
+    /// the open run's characters (ASCII) and the raw byte span of each
+    run: Vec<u8>,
+    run_spans: Vec<(usize, usize)>,
+    /// the word in progress: its characters and their raw spans
+    word: Vec<char>,
+    word_spans: Vec<(usize, usize)>,
+    /// whitespace characters since the last word
+    gap: usize,
+    /// the word in progress can no longer be a unit (and is not held back)
+    not_unit: bool,
+    list: UnitList,
     segment: usize,
+    min_chars: usize,
 }
 
 impl EncodedState {
-    /// `segment`: the longest stretch of a run held and judged at once, in characters.
-    pub(crate) fn new(segment: usize) -> EncodedState {
-        EncodedState { chars: Vec::new(), spans: Vec::new(), segment: (segment / 4 * 4).max(4) }
+    /// `segment`: the longest stretch of a run (in characters) or of a unit list (in
+    /// units) held and judged at once.
+    pub(crate) fn new(cfg: &DecodeConfig, segment: usize) -> EncodedState {
+        EncodedState {
+            min_chars: cfg.min_chars,
+            run: Vec::new(),
+            run_spans: Vec::new(),
+            word: Vec::new(),
+            word_spans: Vec::new(),
+            gap: 0,
+            not_unit: false,
+            list: UnitList::default(),
+            segment: (segment / 4 * 4).max(4),
+        }
     }
 
     /// Feeds plain text (not JSON) at raw offset `at`.
-    pub(crate) fn feed_plain(&mut self, reader: Reader<'_>, text: &str, at: usize, out: &mut Vec<Finding>) {
-        for (i, &b) in text.as_bytes().iter().enumerate() {
-            self.feed_byte(reader, b, (at + i, at + i + 1), out);
+    pub(crate) fn feed_plain(&mut self, text: &str, at: usize, sink: &mut Sink<'_>) {
+        for (i, c) in text.char_indices() {
+            self.feed(c, false, (at + i, at + i + c.len_utf8()), sink);
         }
     }
 
-    /// Feeds one decoded character (JSON syntax ends a run: quotes delimit its strings).
-    pub(crate) fn feed_char(&mut self, reader: Reader<'_>, d: Decoded, out: &mut Vec<Finding>) {
-        let b = if d.kind != Kind::Syntax && d.c.is_ascii() { d.c as u8 } else { 0 };
-        self.feed_byte(reader, b, (d.start, d.end), out);
+    /// Feeds one decoded character (JSON syntax ends runs and words: quotes delimit its
+    /// strings).
+    pub(crate) fn feed_char(&mut self, d: Decoded, sink: &mut Sink<'_>) {
+        self.feed(d.c, d.kind == Kind::Syntax, (d.start, d.end), sink);
     }
 
-    fn feed_byte(&mut self, reader: Reader<'_>, b: u8, span: (usize, usize), out: &mut Vec<Finding>) {
-        if !in_alphabet(b) {
-            self.close(reader, out);
-            return;
+    fn feed(&mut self, c: char, syntax: bool, span: (usize, usize), sink: &mut Sink<'_>) {
+        if !syntax && in_alphabet(c) {
+            self.run.push(c as u8);
+            self.run_spans.push(span);
+            if self.run.len() >= self.segment {
+                self.close_run(sink);
+            }
+        } else {
+            self.close_run(sink);
         }
-        self.chars.push(b);
-        self.spans.push(span);
-        if self.chars.len() >= self.segment {
-            self.close(reader, out);
-        }
-    }
-
-    /// Judges the open run (the text has ended).
-    pub(crate) fn finish(&mut self, reader: Reader<'_>, out: &mut Vec<Finding>) {
-        self.close(reader, out);
-    }
-
-    /// Where held-back text starts: the open run's first byte.
-    pub(crate) fn hold_from(&self) -> Option<usize> {
-        self.spans.first().map(|s| s.0)
-    }
-
-    fn close(&mut self, reader: Reader<'_>, out: &mut Vec<Finding>) {
-        if self.chars.len() >= reader.detectors.decode.as_ref().map_or(usize::MAX, |c| c.min_chars) {
-            for (from, to) in parts(&self.chars) {
-                judge(reader, &self.chars[from..to], &self.spans[from..to], out);
+        if syntax || c.is_whitespace() {
+            self.end_word(sink);
+            self.gap += 1;
+        } else if !self.not_unit {
+            self.word.push(c);
+            self.word_spans.push(span);
+            if self.word.len() > self.segment || !may_become_unit(&self.word) {
+                // The word ends the list, and nothing of it needs holding back.
+                self.list.close(sink);
+                self.word.clear();
+                self.word_spans.clear();
+                self.gap = 0;
+                self.not_unit = true;
             }
         }
-        self.chars.clear();
-        self.spans.clear();
+    }
+
+    /// Judges what is open (the text has ended).
+    pub(crate) fn finish(&mut self, sink: &mut Sink<'_>) {
+        self.close_run(sink);
+        self.end_word(sink);
+        self.list.close(sink);
+    }
+
+    /// Where held-back text starts: the open run, unit list or word, whichever began first.
+    pub(crate) fn hold_from(&self) -> Option<usize> {
+        [self.run_spans.first(), self.list.spans.first(), self.word_spans.first()]
+            .into_iter()
+            .flatten()
+            .map(|s| s.0)
+            .min()
+    }
+
+    fn close_run(&mut self, sink: &mut Sink<'_>) {
+        if self.run.len() >= self.min_chars {
+            for (from, to) in parts(&self.run) {
+                if let Some(d) = decode_run(&self.run[from..to], &self.run_spans[from..to], self.min_chars) {
+                    sink(&d);
+                }
+            }
+        }
+        self.run.clear();
+        self.run_spans.clear();
+    }
+
+    fn end_word(&mut self, sink: &mut Sink<'_>) {
+        if std::mem::take(&mut self.not_unit) || self.word.is_empty() {
+            return;
+        }
+        let (from, to) = trim_list(&self.word);
+        let text: String = self.word[from..to].iter().collect();
+        match unit_word(&text) {
+            Some(kind) => {
+                if !self.list.accepts(kind) {
+                    self.list.close(sink);
+                }
+                self.list.push(kind, text, &self.word_spans[from..to], self.gap >= 2);
+                if self.list.size >= self.segment {
+                    self.list.close(sink);
+                }
+            }
+            None => self.list.close(sink),
+        }
+        self.word.clear();
+        self.word_spans.clear();
+        self.gap = 0;
     }
 }
 
@@ -162,25 +245,37 @@ fn parts(run: &[u8]) -> Vec<(usize, usize)> {
     out
 }
 
-/// Decodes one part of a run and, when it reads as text, scans that text and adds its
-/// findings over the characters that encode them.
-fn judge(reader: Reader<'_>, chars: &[u8], spans: &[(usize, usize)], out: &mut Vec<Finding>) {
-    let min = reader.detectors.decode.as_ref().map_or(usize::MAX, |c| c.min_chars);
-    if chars.len() < min {
-        return;
+/// Decoded bytes and, for each, the raw span of the characters it was decoded from.
+pub(crate) struct DecodedText {
+    encoding: Encoding,
+    bytes: Vec<u8>,
+    raw: Vec<(usize, usize)>,
+}
+
+impl DecodedText {
+    /// The decoded bytes as text, when they read as text.
+    fn text(&self) -> Option<&str> {
+        std::str::from_utf8(&self.bytes).ok().filter(|t| reads_as_text(t))
     }
-    let Some(decoded) = decode(chars) else { return };
-    let Ok(text) = std::str::from_utf8(&decoded.bytes) else { return };
-    if !reads_as_text(text) {
-        return;
+
+    /// The raw span of the characters that encode decoded bytes `start..end`.
+    fn raw_span(&self, start: usize, end: usize) -> Option<(usize, usize)> {
+        let first = self.raw.get(start)?.0;
+        let last = self.raw.get(end.checked_sub(1)?.max(start))?.1;
+        Some((first, last))
     }
-    let inner = reader.rules.scan_layer(text, reader.ctx, reader.detectors, reader.depth + 1);
-    for mut f in inner {
-        let Some((start, end)) = decoded.raw_span(f.start, f.end, spans) else { continue };
-        let (match_start, match_end) = decoded.raw_span(f.match_start, f.match_end, spans).unwrap_or((start, end));
+}
+
+/// When `d` reads as text, scans it and adds its findings over the characters that
+/// encode them.
+pub(crate) fn judge(reader: Reader<'_>, d: &DecodedText, out: &mut Vec<Finding>) {
+    let Some(text) = d.text() else { return };
+    for mut f in reader.rules.scan_layer(text, reader.ctx, reader.detectors, reader.depth + 1) {
+        let Some((start, end)) = d.raw_span(f.start, f.end) else { continue };
+        let (match_start, match_end) = d.raw_span(f.match_start, f.match_end).unwrap_or((start, end));
         (f.start, f.end, f.match_start, f.match_end) = (start, end, match_start, match_end);
         // The outermost layer is what the client sees.
-        f.encoding = Some(decoded.encoding);
+        f.encoding = Some(d.encoding);
         out.push(f);
     }
 }
@@ -190,34 +285,26 @@ fn reads_as_text(text: &str) -> bool {
     !text.is_empty() && text.chars().all(|c| !c.is_control() || matches!(c, '\t' | '\n' | '\r'))
 }
 
-/// A decoded part: its bytes, and for each byte the first and last character (indices in
-/// the part) it was decoded from.
-struct DecodedPart {
-    encoding: Encoding,
-    bytes: Vec<u8>,
-    from: Vec<(u32, u32)>,
-}
-
-impl DecodedPart {
-    /// The raw span of the characters that encode decoded bytes `start..end`.
-    fn raw_span(&self, start: usize, end: usize, spans: &[(usize, usize)]) -> Option<(usize, usize)> {
-        let first = self.from.get(start)?.0 as usize;
-        let last = self.from.get(end.checked_sub(1)?.max(start))?.1 as usize;
-        Some((spans.get(first)?.0, spans.get(last)?.1))
+/// Decodes one part of a run (`spans`: each character's raw span), at least `min` long.
+fn decode_run(chars: &[u8], spans: &[(usize, usize)], min: usize) -> Option<DecodedText> {
+    if chars.len() < min {
+        return None;
     }
-}
-
-fn decode(chars: &[u8]) -> Option<DecodedPart> {
-    if chars.contains(&b'%') {
-        return percent(chars);
-    }
-    if chars.len().is_multiple_of(2) && chars.iter().all(u8::is_ascii_hexdigit) {
-        if let Some(d) = hex(chars) {
-            return Some(d);
+    let (encoding, bytes, from) = if chars.contains(&b'%') {
+        percent(chars)?
+    } else {
+        let hex = (chars.len().is_multiple_of(2) && chars.iter().all(u8::is_ascii_hexdigit)).then(|| hex(chars));
+        match hex.flatten() {
+            Some(h) if std::str::from_utf8(&h.1).is_ok_and(reads_as_text) => h,
+            _ => base64(chars)?,
         }
-    }
-    base64(chars)
+    };
+    let raw = from.iter().map(|&(a, b)| Some((spans.get(a)?.0, spans.get(b)?.1))).collect::<Option<_>>()?;
+    Some(DecodedText { encoding, bytes, raw })
 }
+
+/// An encoding's output: the bytes and, per byte, its first and last source character.
+type Decoding = (Encoding, Vec<u8>, Vec<(usize, usize)>);
 
 fn hex_value(b: u8) -> Option<u8> {
     match b {
@@ -228,39 +315,41 @@ fn hex_value(b: u8) -> Option<u8> {
     }
 }
 
-fn hex(chars: &[u8]) -> Option<DecodedPart> {
+fn hex_byte(hi: u8, lo: u8) -> Option<u8> {
+    Some(hex_value(hi)? << 4 | hex_value(lo)?)
+}
+
+fn hex(chars: &[u8]) -> Option<Decoding> {
     let mut bytes = Vec::with_capacity(chars.len() / 2);
     let mut from = Vec::with_capacity(chars.len() / 2);
     for (i, pair) in chars.chunks_exact(2).enumerate() {
-        bytes.push(hex_value(pair[0])? << 4 | hex_value(pair[1])?);
-        from.push((2 * i as u32, 2 * i as u32 + 1));
+        bytes.push(hex_byte(pair[0], pair[1])?);
+        from.push((2 * i, 2 * i + 1));
     }
-    Some(DecodedPart { encoding: Encoding::Hex, bytes, from })
+    Some((Encoding::Hex, bytes, from))
 }
 
 /// Percent-decoding; needs at least two escapes (one `%` in a word is no encoding).
-fn percent(chars: &[u8]) -> Option<DecodedPart> {
+fn percent(chars: &[u8]) -> Option<Decoding> {
     let (mut bytes, mut from, mut escapes) = (Vec::new(), Vec::new(), 0);
     let mut i = 0;
     while i < chars.len() {
-        let escape = (chars[i] == b'%')
-            .then(|| Some(hex_value(*chars.get(i + 1)?)? << 4 | hex_value(*chars.get(i + 2)?)?))
-            .flatten();
+        let escape = (chars[i] == b'%').then(|| hex_byte(*chars.get(i + 1)?, *chars.get(i + 2)?)).flatten();
         match escape {
             Some(b) => {
                 bytes.push(b);
-                from.push((i as u32, i as u32 + 2));
+                from.push((i, i + 2));
                 escapes += 1;
                 i += 3;
             }
             None => {
                 bytes.push(chars[i]);
-                from.push((i as u32, i as u32));
+                from.push((i, i));
                 i += 1;
             }
         }
     }
-    (escapes >= 2).then_some(DecodedPart { encoding: Encoding::Percent, bytes, from })
+    (escapes >= 2).then_some((Encoding::Percent, bytes, from))
 }
 
 fn base64_value(b: u8, url_safe: bool) -> Option<u32> {
@@ -277,7 +366,7 @@ fn base64_value(b: u8, url_safe: bool) -> Option<u32> {
 }
 
 /// Base64, standard or URL-safe (whichever the characters allow), padded or not.
-fn base64(chars: &[u8]) -> Option<DecodedPart> {
+fn base64(chars: &[u8]) -> Option<Decoding> {
     let data = chars.strip_suffix(b"==").or_else(|| chars.strip_suffix(b"=")).unwrap_or(chars);
     let padded = data.len() < chars.len();
     if data.len() % 4 == 1 || (padded && !chars.len().is_multiple_of(4)) {
@@ -291,20 +380,211 @@ fn base64(chars: &[u8]) -> Option<DecodedPart> {
         for &b in quantum {
             acc = acc << 6 | base64_value(b, url_safe)?;
         }
-        let base = 4 * q as u32;
         // A quantum of n characters carries n - 1 bytes; byte k comes from characters k, k + 1.
         let n = quantum.len();
         acc <<= 6 * (4 - n as u32);
         for k in 0..n - 1 {
             bytes.push((acc >> (16 - 8 * k)) as u8);
-            from.push((base + k as u32, base + k as u32 + 1));
+            from.push((4 * q + k, 4 * q + k + 1));
         }
     }
-    Some(DecodedPart { encoding: Encoding::Base64, bytes, from })
+    Some((Encoding::Base64, bytes, from))
 }
 
-/// Every text the encoded runs of `text` say, to [`MAX_DEPTH`] layers: what a prompt holds
-/// encoded is its sender's as much as what it holds in plain words.
+/// What one whitespace-separated word can be in a unit list.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum UnitWord {
+    /// One character: a letter of a spelled-out text.
+    Char,
+    /// Hex bytes only (`6c`, `0x48`, `\x48\x65…`).
+    Hex,
+    /// A decimal character code only (`101`).
+    Decimal,
+    /// Two decimal digits: either (`48`).
+    Either,
+}
+
+/// Classifies a word, its list punctuation already trimmed.
+fn unit_word(word: &str) -> Option<UnitWord> {
+    let mut chars = word.chars();
+    if let (Some(_), None) = (chars.next(), chars.next()) {
+        return Some(UnitWord::Char);
+    }
+    let b = word.as_bytes();
+    if b.iter().all(u8::is_ascii_digit) {
+        return match b.len() {
+            2 => Some(UnitWord::Either),
+            3 => Some(UnitWord::Decimal),
+            _ => None,
+        };
+    }
+    hex_word(word).map(|_| UnitWord::Hex)
+}
+
+/// The bytes of a hex word (`6c`, `0x6c`, `\x48\x65…`), each with its first character.
+fn hex_word(word: &str) -> Option<Vec<(u8, usize)>> {
+    let b = word.as_bytes();
+    match b {
+        [hi, lo] => Some(vec![(hex_byte(*hi, *lo)?, 0)]),
+        [b'0', b'x' | b'X', hi, lo] => Some(vec![(hex_byte(*hi, *lo)?, 0)]),
+        _ if !b.is_empty() && b.len().is_multiple_of(4) => b
+            .chunks(4)
+            .enumerate()
+            .map(|(i, c)| match c {
+                [b'\\', b'x', hi, lo] => Some((hex_byte(*hi, *lo)?, 4 * i)),
+                _ => None,
+            })
+            .collect(),
+        _ => None,
+    }
+}
+
+/// Whether a word in progress may still turn out a unit once it ends: a character, a
+/// number of up to three digits, a hex byte (`6c`, `0x6c`), or `\x` escapes, within list
+/// punctuation. Most words of prose fail by their second or third character.
+fn may_become_unit(word: &[char]) -> bool {
+    if word.len() <= 1 {
+        return true;
+    }
+    let (from, _) = trim_list(word);
+    let core = &word[from..];
+    let end =
+        core.len() - core.iter().rev().take_while(|c| matches!(c, ',' | ';' | ']' | ')' | '}' | '"' | '\'')).count();
+    let body = &core[..end];
+    let hex = |s: &[char]| s.iter().all(char::is_ascii_hexdigit);
+    match body {
+        [] | [_] => true,
+        _ if body.iter().all(char::is_ascii_digit) => body.len() <= 3,
+        ['\\', ..] => {
+            body.chunks(4).all(|c| c[0] == '\\' && c.get(1).is_none_or(|&x| x == 'x') && hex(c.get(2..).unwrap_or(&[])))
+        }
+        [a, b] => hex(&[*a, *b]) || (*a == '0' && matches!(b, 'x' | 'X')),
+        ['0', 'x' | 'X', rest @ ..] => rest.len() <= 2 && hex(rest),
+        _ => false,
+    }
+}
+
+/// The word without list punctuation around it (opening brackets and quotes; closing ones,
+/// quotes and a trailing `,` or `;`), as a character range. A word that is one such
+/// character is kept: it may be a spelled-out character.
+fn trim_list(word: &[char]) -> (usize, usize) {
+    if word.len() == 1 {
+        return (0, 1);
+    }
+    // A byte string's prefix (`b'\x48…'`) opens it like a quote.
+    let prefix = usize::from(word.len() > 2 && word[0] == 'b' && matches!(word[1], '"' | '\''));
+    let from = prefix + word[prefix..].iter().take_while(|c| matches!(c, '[' | '(' | '{' | '"' | '\'')).count();
+    let to = word.len()
+        - word[from..].iter().rev().take_while(|c| matches!(c, ',' | ';' | ']' | ')' | '}' | '"' | '\'')).count();
+    (from, to.max(from))
+}
+
+/// The unit list in progress.
+#[derive(Debug, Default)]
+struct UnitList {
+    /// each unit word (trimmed) and the raw spans of its characters
+    units: Vec<String>,
+    unit_spans: Vec<Vec<(usize, usize)>>,
+    /// the raw span of each unit word, for holding back
+    spans: Vec<(usize, usize)>,
+    /// units so far (a `\x48\x65…` word holds several)
+    size: usize,
+    /// per unit word: whether a wider gap (two or more whitespace characters) came before
+    /// it, which a spelled-out text reads as a space between words
+    spaced: Vec<bool>,
+    /// what the words so far can all be read as
+    chars: bool,
+    hex: bool,
+    decimal: bool,
+}
+
+impl UnitList {
+    fn accepts(&self, kind: UnitWord) -> bool {
+        if self.units.is_empty() {
+            return true;
+        }
+        match kind {
+            UnitWord::Char => self.chars,
+            UnitWord::Hex => self.hex,
+            UnitWord::Decimal => self.decimal,
+            UnitWord::Either => self.hex || self.decimal,
+        }
+    }
+
+    /// Adds a word [`UnitList::accepts`]; `spaced`: a wider gap came before it.
+    fn push(&mut self, kind: UnitWord, word: String, spans: &[(usize, usize)], spaced: bool) {
+        let (chars, hex, decimal) = match kind {
+            UnitWord::Char => (true, false, false),
+            UnitWord::Hex => (false, true, false),
+            UnitWord::Decimal => (false, false, true),
+            UnitWord::Either => (false, true, true),
+        };
+        if self.units.is_empty() {
+            (self.chars, self.hex, self.decimal) = (chars, hex, decimal);
+        } else {
+            (self.hex, self.decimal) = (self.hex && hex, self.decimal && decimal);
+        }
+        let whole = (spans.first().map_or(0, |s| s.0), spans.last().map_or(0, |s| s.1));
+        self.size += hex_word(&word).filter(|_| kind == UnitWord::Hex).map_or(1, |b| b.len());
+        self.spaced.push(spaced && !self.units.is_empty());
+        self.units.push(word);
+        self.unit_spans.push(spans.to_vec());
+        self.spans.push(whole);
+    }
+
+    /// Judges the list, if long enough, in each reading its words allow, and empties it.
+    fn close(&mut self, sink: &mut Sink<'_>) {
+        if self.size >= MIN_UNITS {
+            let readings =
+                [(self.chars, Encoding::Spelled), (self.hex, Encoding::Hex), (self.decimal, Encoding::CharCodes)];
+            for (_, encoding) in readings.into_iter().filter(|r| r.0) {
+                if let Some(d) = self.decode(encoding) {
+                    sink(&d);
+                }
+            }
+        }
+        self.units.clear();
+        self.unit_spans.clear();
+        self.spans.clear();
+        self.spaced.clear();
+        self.size = 0;
+    }
+
+    fn decode(&self, encoding: Encoding) -> Option<DecodedText> {
+        let mut d = DecodedText { encoding, bytes: Vec::new(), raw: Vec::new() };
+        let units = self.units.iter().zip(&self.unit_spans).zip(&self.spans).zip(&self.spaced);
+        for (((word, spans), whole), &spaced) in units {
+            match encoding {
+                Encoding::Spelled => {
+                    if spaced {
+                        d.bytes.push(b' ');
+                        d.raw.push(*whole);
+                    }
+                    d.bytes.extend_from_slice(word.as_bytes());
+                    d.raw.extend(std::iter::repeat_n(*whole, word.len()));
+                }
+                Encoding::Hex => {
+                    let bytes = hex_word(word)?;
+                    let n = bytes.len();
+                    for (b, at) in bytes {
+                        // A `\x48\x65…` word: each byte spans its own escape.
+                        let last = if n == 1 { spans.len() - 1 } else { at + 3 };
+                        d.bytes.push(b);
+                        d.raw.push((spans.get(at)?.0, spans.get(last)?.1));
+                    }
+                }
+                _ => {
+                    d.bytes.push(word.parse::<u8>().ok()?);
+                    d.raw.push(*whole);
+                }
+            }
+        }
+        Some(d)
+    }
+}
+
+/// Every text the encoded runs and unit lists of `text` say, to [`MAX_DEPTH`] layers: what
+/// a prompt holds encoded is its sender's as much as what it holds in plain words.
 pub fn decoded_texts(text: &str, cfg: &DecodeConfig) -> Vec<String> {
     let mut out = Vec::new();
     collect_decoded(text, cfg, 1, &mut out);
@@ -315,21 +595,14 @@ fn collect_decoded(text: &str, cfg: &DecodeConfig, depth: usize, out: &mut Vec<S
     if depth > MAX_DEPTH {
         return;
     }
-    for run in text.as_bytes().split(|&b| !in_alphabet(b)) {
-        for chunk in run.chunks(SEGMENT_CHARS) {
-            for (from, to) in parts(chunk) {
-                let part = &chunk[from..to];
-                if part.len() < cfg.min_chars {
-                    continue;
-                }
-                let Some(d) = decode(part) else { continue };
-                let Ok(inner) = String::from_utf8(d.bytes) else { continue };
-                if reads_as_text(&inner) {
-                    collect_decoded(&inner, cfg, depth + 1, out);
-                    out.push(inner);
-                }
-            }
-        }
+    let mut found = Vec::new();
+    let mut st = EncodedState::new(cfg, SEGMENT_CHARS);
+    let mut sink = |d: &DecodedText| found.extend(d.text().map(str::to_owned));
+    st.feed_plain(text, 0, &mut sink);
+    st.finish(&mut sink);
+    for inner in found {
+        collect_decoded(&inner, cfg, depth + 1, out);
+        out.push(inner);
     }
 }
 
@@ -338,12 +611,17 @@ mod tests {
     use super::*;
 
     fn decoded(s: &str) -> Option<(Encoding, String)> {
-        let d = decode(s.as_bytes())?;
+        let spans: Vec<(usize, usize)> = (0..s.len()).map(|i| (i, i + 1)).collect();
+        let d = decode_run(s.as_bytes(), &spans, 1)?;
         Some((d.encoding, String::from_utf8(d.bytes).ok()?))
     }
 
+    fn texts(s: &str) -> Vec<String> {
+        decoded_texts(s, &DecodeConfig::default())
+    }
+
     #[test]
-    fn each_encoding_decodes() {
+    fn each_encoding_of_a_run_decodes() {
         assert_eq!(decoded("SGVsbG8sIHdvcmxkIQ=="), Some((Encoding::Base64, "Hello, world!".into())));
         assert_eq!(decoded("SGVsbG8sIHdvcmxkIQ"), Some((Encoding::Base64, "Hello, world!".into())));
         assert_eq!(decoded("PDw_Pz4-"), Some((Encoding::Base64, "<<??>>".into())));
@@ -355,12 +633,25 @@ mod tests {
     }
 
     #[test]
+    fn each_unit_list_decodes() {
+        assert_eq!(texts("id: 7 H q 2 L x 9 V b 4 ok"), ["7Hq2Lx9Vb4"]);
+        assert_eq!(texts("t h e   m e r g e r   w i t h"), ["the merger with"]);
+        assert_eq!(texts("['7', 'H', 'q', '2', 'L', 'x', '9', 'V']"), ["7Hq2Lx9V"]);
+        assert_eq!(texts("48 65 6c 6c 6f 20 77 6f 72 6c 64"), ["Hello world"]);
+        assert_eq!(texts("{0x48, 0x65, 0x6c, 0x6c, 0x6f, 0x20, 0x77, 0x6f}"), ["Hello wo"]);
+        assert_eq!(texts(r"b'\x48\x65\x6c\x6c\x6f\x20\x77\x6f'"), ["Hello wo"]);
+        assert_eq!(texts("[72, 101, 108, 108, 111, 32, 119, 111]"), ["Hello wo"]);
+        assert_eq!(texts("I am a cat and a dog, said I."), Vec::<String>::new());
+    }
+
+    #[test]
     fn decoded_bytes_map_back_to_the_characters_that_encode_them() {
         // "Hello, world!": bytes 7..12 are "world".
-        let d = decode(b"SGVsbG8sIHdvcmxkIQ==").map(|d| d.from[7..12].to_vec());
-        assert_eq!(d, Some(vec![(9, 10), (10, 11), (12, 13), (13, 14), (14, 15)]));
-        let h = decode(b"48656c6c6f").map(|d| d.from);
-        assert_eq!(h, Some(vec![(0, 1), (2, 3), (4, 5), (6, 7), (8, 9)]));
+        let spans: Vec<(usize, usize)> = (0..20).map(|i| (i, i + 1)).collect();
+        let d = decode_run(b"SGVsbG8sIHdvcmxkIQ==", &spans, 1).map(|d| d.raw_span(7, 12));
+        assert_eq!(d, Some(Some((9, 16))));
+        let h = decode_run(b"48656c6c6f", &spans[..10], 1).map(|d| d.raw);
+        assert_eq!(h, Some(vec![(0, 2), (2, 4), (4, 6), (6, 8), (8, 10)]));
     }
 
     #[test]
@@ -372,27 +663,27 @@ mod tests {
 
     #[test]
     fn keys_hashes_and_identifiers_do_not_read_as_text() {
-        let cfg = DecodeConfig::default();
         for s in [
             "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
             "AKIAIOSFODNN7EXAMPLEwJalrXUtnFEMIK7MDENGbPxRfiCY",
             "ghp_R7dkQ2w9ZpLx4VbN8cT1sYhM3fJ6uE0aKq5W",
             "getUserAccountSettingsForTenant",
             "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==",
+            "de ad be ef ca fe ba be 00 01 02 03",
         ] {
-            assert_eq!(decoded_texts(s, &cfg), Vec::<String>::new(), "{s}");
+            assert_eq!(texts(s), Vec::<String>::new(), "{s}");
         }
     }
 
     #[test]
     fn layers_are_read_down_to_the_limit() {
-        let cfg = DecodeConfig::default();
         // base64 of `{"auth":"<base64 of user:s3cretpassw0rd>"}`
-        let inner = "dXNlcjpzM2NyZXRwYXNzdzByZA==";
-        assert_eq!(decoded_texts(inner, &cfg), vec!["user:s3cretpassw0rd".to_string()]);
-        let outer = "eyJhdXRoIjoiZFhObGNqcHpNMk55WlhSd1lYTnpkekJ5WkE9PSJ9";
-        let got = decoded_texts(outer, &cfg);
+        assert_eq!(texts("dXNlcjpzM2NyZXRwYXNzdzByZA=="), ["user:s3cretpassw0rd"]);
+        let got = texts("eyJhdXRoIjoiZFhObGNqcHpNMk55WlhSd1lYTnpkekJ5WkE9PSJ9");
         assert!(got.contains(&"user:s3cretpassw0rd".to_string()), "{got:?}");
         assert!(got.iter().any(|t| t.starts_with("{\"auth\"")), "{got:?}");
+        // Spelled-out base64.
+        let spelled: String = "dXNlcjpzM2NyZXRwYXNzdzByZA==".chars().map(|c| format!("{c} ")).collect();
+        assert!(texts(&spelled).contains(&"user:s3cretpassw0rd".to_string()));
     }
 }

@@ -101,10 +101,11 @@ pub(crate) fn scan_text(
         let mut st = entropy::EntropyState::default();
         st.feed_text(cfg, ctx, text, 0, out);
     }
-    if detectors.decode.is_some() && depth < encoded::MAX_DEPTH {
+    if let (Some(cfg), true) = (&detectors.decode, depth < encoded::MAX_DEPTH) {
         let reader = encoded::Reader { rules, ctx, detectors, depth };
-        let mut st = encoded::EncodedState::new(encoded::SEGMENT_CHARS);
-        st.feed_plain(reader, text, 0, out);
-        st.finish(reader, out);
+        let mut st = encoded::EncodedState::new(cfg, encoded::SEGMENT_CHARS);
+        let mut judge = |d: &encoded::DecodedText| encoded::judge(reader, d, out);
+        st.feed_plain(text, 0, &mut judge);
+        st.finish(&mut judge);
     }
 }

@@ -30,7 +30,7 @@ pub(crate) mod pass;
 use std::sync::Arc;
 
 use crate::canon::{self, Canon, Decoded, Piece};
-use crate::detect::encoded::{EncodedState, Reader};
+use crate::detect::encoded::{judge as judge_decoded, DecodedText, EncodedState, Reader};
 use crate::detect::entropy::{EntropyState, Observations};
 use crate::detect::ngram::NgramState;
 use crate::detect::{provenance, secret, Detectors, ScanContext, TokenSignals};
@@ -90,7 +90,7 @@ impl StreamScanner {
     pub fn new(rules: Arc<Ruleset>, ctx: ScanContext, detectors: Arc<Detectors>) -> StreamScanner {
         let patterns = rules.engine.patterns.len();
         let ngram = detectors.ngram.as_ref().map(|c| NgramState::new(c.n));
-        let encoded = detectors.decode.as_ref().map(|_| EncodedState::new(MAX_HOLDBACK_BYTES));
+        let encoded = detectors.decode.as_ref().map(|c| EncodedState::new(c, MAX_HOLDBACK_BYTES));
         StreamScanner {
             rules,
             ctx,
@@ -126,8 +126,8 @@ impl StreamScanner {
     /// of this many characters at a time.
     pub fn with_max_holdback(mut self, bytes: usize) -> StreamScanner {
         self.max_holdback = bytes.max(64);
-        if self.pushed == 0 && self.encoded.is_some() {
-            self.encoded = Some(EncodedState::new(self.max_holdback));
+        if let (0, Some(cfg)) = (self.pushed, &self.detectors.decode) {
+            self.encoded = Some(EncodedState::new(cfg, self.max_holdback));
         }
         self
     }
@@ -256,7 +256,7 @@ impl StreamScanner {
                 st.feed_ascii(cfg, ctx, delta, at, found);
             }
             if let Some(st) = encoded.as_mut() {
-                st.feed_plain(reader, delta, at, found);
+                st.feed_plain(delta, at, &mut |d: &DecodedText| judge_decoded(reader, d, found));
             }
             want_words = false;
         }
@@ -266,7 +266,7 @@ impl StreamScanner {
                 st.feed_char(cfg, ctx, d, found);
             }
             if let Some(st) = encoded.as_mut() {
-                st.feed_char(reader, d, found);
+                st.feed_char(d, &mut |d: &DecodedText| judge_decoded(reader, d, found));
             }
         };
         let mut pieces = |p: Piece<'_>| {
@@ -304,7 +304,7 @@ impl StreamScanner {
                 st.finish(cfg, ctx, at + delta.len(), found);
             }
             if let Some(st) = encoded.as_mut() {
-                st.finish(reader, found);
+                st.finish(&mut |d: &DecodedText| judge_decoded(reader, d, found));
             }
         }
     }

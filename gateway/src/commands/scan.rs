@@ -5,8 +5,9 @@
 //! `{"id":…,"rule_id":"…","start":N,"end":N,"severity":"…","action":"…"}` where `start..end`
 //! is the secret's byte span in the text; `id` is the file path for files (`-` for stdin)
 //! and the record's `id`, verbatim, for `--input-jsonl` records `{"id":…,"text":"…"}`. With
-//! `--read-encoded`, a finding in the decoded text of a base64, hex or percent-encoded run
-//! adds `"encoding":"base64"|"hex"|"percent"`, its span covering the encoded characters.
+//! `--read-encoded`, a finding in the decoded text of encoded text adds `"encoding"`
+//! (`base64`, `hex`, `percent`, `char_codes`, `spelled`), its span covering the encoded
+//! characters.
 //! Exit status: 0 no findings, 1 findings, 2 an error (bad rules, unreadable input, a bad
 //! record — the other records are still scanned).
 
