@@ -108,7 +108,7 @@ pub(crate) type Sink<'s> = dyn FnMut(&DecodedText) + 's;
 pub(crate) struct EncodedState {
     /// the open run's characters (ASCII) and the raw byte span of each
     run: Vec<u8>,
-    run_spans: Vec<(usize, usize)>,
+    run_spans: Spans,
     /// the word in progress: its characters and their raw spans
     word: Vec<char>,
     word_spans: Vec<(usize, usize)>,
@@ -128,7 +128,7 @@ impl EncodedState {
         EncodedState {
             min_chars: cfg.min_chars,
             run: Vec::new(),
-            run_spans: Vec::new(),
+            run_spans: Spans::default(),
             word: Vec::new(),
             word_spans: Vec::new(),
             gap: 0,
@@ -187,17 +187,17 @@ impl EncodedState {
 
     /// Where held-back text starts: the open run, unit list or word, whichever began first.
     pub(crate) fn hold_from(&self) -> Option<usize> {
-        [self.run_spans.first(), self.list.spans.first(), self.word_spans.first()]
+        [self.run_spans.first(), self.list.spans.first().map(|s| s.0), self.word_spans.first().map(|s| s.0)]
             .into_iter()
             .flatten()
-            .map(|s| s.0)
             .min()
     }
 
     fn close_run(&mut self, sink: &mut Sink<'_>) {
         if self.run.len() >= self.min_chars {
             for (from, to) in parts(&self.run) {
-                if let Some(d) = decode_run(&self.run[from..to], &self.run_spans[from..to], self.min_chars) {
+                let spans = |i: usize| self.run_spans.get(from + i);
+                if let Some(d) = decode_run(&self.run[from..to], spans, self.min_chars) {
                     sink(&d);
                 }
             }
@@ -227,6 +227,52 @@ impl EncodedState {
         self.word.clear();
         self.word_spans.clear();
         self.gap = 0;
+    }
+}
+
+/// The raw spans of a run's characters: a start offset while they are one byte each and
+/// back to back (plain ASCII, nearly every run), a list otherwise.
+#[derive(Debug, Default)]
+struct Spans {
+    start: usize,
+    len: usize,
+    listed: bool,
+    list: Vec<(usize, usize)>,
+}
+
+impl Spans {
+    fn push(&mut self, span: (usize, usize)) {
+        if !self.listed {
+            if self.len == 0 {
+                self.start = span.0;
+            }
+            if span == (self.start + self.len, self.start + self.len + 1) {
+                self.len += 1;
+                return;
+            }
+            self.listed = true;
+            self.list.clear();
+            self.list.extend((self.start..self.start + self.len).map(|a| (a, a + 1)));
+        }
+        self.list.push(span);
+        self.len += 1;
+    }
+
+    fn get(&self, i: usize) -> (usize, usize) {
+        if self.listed {
+            self.list.get(i).copied().unwrap_or_default()
+        } else {
+            (self.start + i, self.start + i + 1)
+        }
+    }
+
+    fn first(&self) -> Option<usize> {
+        (self.len > 0).then(|| self.get(0).0)
+    }
+
+    fn clear(&mut self) {
+        self.len = 0;
+        self.listed = false;
     }
 }
 
@@ -285,26 +331,50 @@ fn reads_as_text(text: &str) -> bool {
     !text.is_empty() && text.chars().all(|c| !c.is_control() || matches!(c, '\t' | '\n' | '\r'))
 }
 
-/// Decodes one part of a run (`spans`: each character's raw span), at least `min` long.
-fn decode_run(chars: &[u8], spans: &[(usize, usize)], min: usize) -> Option<DecodedText> {
+/// Decodes one part of a run (`span`: each character's raw span), at least `min` long,
+/// when it reads as text.
+fn decode_run(chars: &[u8], span: impl Fn(usize) -> (usize, usize), min: usize) -> Option<DecodedText> {
     if chars.len() < min {
         return None;
     }
+    let is_text = |bytes: &[u8]| std::str::from_utf8(bytes).is_ok_and(reads_as_text);
     let (encoding, bytes, from) = if chars.contains(&b'%') {
         percent(chars)?
     } else {
         let hex = (chars.len().is_multiple_of(2) && chars.iter().all(u8::is_ascii_hexdigit)).then(|| hex(chars));
         match hex.flatten() {
-            Some(h) if std::str::from_utf8(&h.1).is_ok_and(reads_as_text) => h,
+            Some(h) if is_text(&h.1) => h,
             _ => base64(chars)?,
         }
     };
-    let raw = from.iter().map(|&(a, b)| Some((spans.get(a)?.0, spans.get(b)?.1))).collect::<Option<_>>()?;
+    if !is_text(&bytes) {
+        return None;
+    }
+    let raw = (0..bytes.len()).map(|i| from.of(i)).map(|(a, b)| (span(a).0, span(b).1)).collect();
     Some(DecodedText { encoding, bytes, raw })
 }
 
-/// An encoding's output: the bytes and, per byte, its first and last source character.
-type Decoding = (Encoding, Vec<u8>, Vec<(usize, usize)>);
+/// An encoding's output: the bytes and where each came from.
+type Decoding = (Encoding, Vec<u8>, Sources);
+
+/// The first and last character each decoded byte came from.
+enum Sources {
+    /// Byte `i` from characters `2i` and `2i + 1`.
+    Hex,
+    /// Byte `3q + k` from characters `4q + k` and `4q + k + 1`.
+    Base64,
+    Listed(Vec<(usize, usize)>),
+}
+
+impl Sources {
+    fn of(&self, i: usize) -> (usize, usize) {
+        match self {
+            Sources::Hex => (2 * i, 2 * i + 1),
+            Sources::Base64 => (4 * (i / 3) + i % 3, 4 * (i / 3) + i % 3 + 1),
+            Sources::Listed(from) => from.get(i).copied().unwrap_or_default(),
+        }
+    }
+}
 
 fn hex_value(b: u8) -> Option<u8> {
     match b {
@@ -320,18 +390,16 @@ fn hex_byte(hi: u8, lo: u8) -> Option<u8> {
 }
 
 fn hex(chars: &[u8]) -> Option<Decoding> {
-    let mut bytes = Vec::with_capacity(chars.len() / 2);
-    let mut from = Vec::with_capacity(chars.len() / 2);
-    for (i, pair) in chars.chunks_exact(2).enumerate() {
-        bytes.push(hex_byte(pair[0], pair[1])?);
-        from.push((2 * i, 2 * i + 1));
-    }
-    Some((Encoding::Hex, bytes, from))
+    let bytes = chars.chunks_exact(2).map(|pair| hex_byte(pair[0], pair[1])).collect::<Option<_>>()?;
+    Some((Encoding::Hex, bytes, Sources::Hex))
 }
 
 /// Percent-decoding; needs at least two escapes (one `%` in a word is no encoding).
 fn percent(chars: &[u8]) -> Option<Decoding> {
     let (mut bytes, mut from, mut escapes) = (Vec::new(), Vec::new(), 0);
+    if chars.iter().filter(|&&c| c == b'%').count() < 2 {
+        return None;
+    }
     let mut i = 0;
     while i < chars.len() {
         let escape = (chars[i] == b'%').then(|| hex_byte(*chars.get(i + 1)?, *chars.get(i + 2)?)).flatten();
@@ -349,7 +417,7 @@ fn percent(chars: &[u8]) -> Option<Decoding> {
             }
         }
     }
-    (escapes >= 2).then_some((Encoding::Percent, bytes, from))
+    (escapes >= 2).then_some((Encoding::Percent, bytes, Sources::Listed(from)))
 }
 
 fn base64_value(b: u8, url_safe: bool) -> Option<u32> {
@@ -374,8 +442,7 @@ fn base64(chars: &[u8]) -> Option<Decoding> {
     }
     let url_safe = data.iter().any(|&b| b == b'-' || b == b'_');
     let mut bytes = Vec::with_capacity(data.len() * 3 / 4);
-    let mut from = Vec::with_capacity(data.len() * 3 / 4);
-    for (q, quantum) in data.chunks(4).enumerate() {
+    for quantum in data.chunks(4) {
         let mut acc = 0u32;
         for &b in quantum {
             acc = acc << 6 | base64_value(b, url_safe)?;
@@ -385,10 +452,9 @@ fn base64(chars: &[u8]) -> Option<Decoding> {
         acc <<= 6 * (4 - n as u32);
         for k in 0..n - 1 {
             bytes.push((acc >> (16 - 8 * k)) as u8);
-            from.push((4 * q + k, 4 * q + k + 1));
         }
     }
-    Some((Encoding::Base64, bytes, from))
+    Some((Encoding::Base64, bytes, Sources::Base64))
 }
 
 /// What one whitespace-separated word can be in a unit list.
@@ -611,8 +677,7 @@ mod tests {
     use super::*;
 
     fn decoded(s: &str) -> Option<(Encoding, String)> {
-        let spans: Vec<(usize, usize)> = (0..s.len()).map(|i| (i, i + 1)).collect();
-        let d = decode_run(s.as_bytes(), &spans, 1)?;
+        let d = decode_run(s.as_bytes(), |i| (i, i + 1), 1)?;
         Some((d.encoding, String::from_utf8(d.bytes).ok()?))
     }
 
@@ -647,10 +712,9 @@ mod tests {
     #[test]
     fn decoded_bytes_map_back_to_the_characters_that_encode_them() {
         // "Hello, world!": bytes 7..12 are "world".
-        let spans: Vec<(usize, usize)> = (0..20).map(|i| (i, i + 1)).collect();
-        let d = decode_run(b"SGVsbG8sIHdvcmxkIQ==", &spans, 1).map(|d| d.raw_span(7, 12));
+        let d = decode_run(b"SGVsbG8sIHdvcmxkIQ==", |i| (i, i + 1), 1).map(|d| d.raw_span(7, 12));
         assert_eq!(d, Some(Some((9, 16))));
-        let h = decode_run(b"48656c6c6f", &spans[..10], 1).map(|d| d.raw);
+        let h = decode_run(b"48656c6c6f", |i| (i, i + 1), 1).map(|d| d.raw);
         assert_eq!(h, Some(vec![(0, 2), (2, 4), (4, 6), (6, 8), (8, 10)]));
     }
 
