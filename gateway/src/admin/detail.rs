@@ -194,10 +194,11 @@ mod tests {
     }
 
     #[test]
-    fn a_foreign_token_is_named_apart_from_n_grams() {
+    fn a_foreign_token_is_named_apart_from_n_grams_and_its_encoding_shown() {
         let foreign = Detail::Foreign { owners: vec!["globex".into()], shared_by: 1 };
         let token = firewall::Finding {
             kind: firewall::DetectorKind::Ngram,
+            encoding: Some(firewall::Encoding::Base64),
             ..raw_finding(firewall::FOREIGN_TOKEN_RULE_ID, &firewall::mask("7hq2lx9vb4nz8kc3"), foreign.clone())
         };
         let ngram = firewall::Finding {
@@ -208,5 +209,7 @@ mod tests {
         assert!(html.contains("<dt>Detector</dt><dd>foreign token</dd>"), "{html}");
         assert!(html.contains("<dt>Detector</dt><dd>foreign n-gram</dd>"), "{html}");
         assert!(html.contains("Foreign token owners") && html.contains("Foreign n-gram owners"), "{html}");
+        // The token was written in base64; the n-gram plainly.
+        assert_eq!(html.matches("<dt>Written in</dt><dd>base64 (found decoded)</dd>").count(), 1, "{html}");
     }
 }
