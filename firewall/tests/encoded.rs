@@ -1,5 +1,6 @@
 //! Encoded leaks: another tenant's secret, canary, token or paragraph written in base64,
-//! hex, percent-encoding, character codes or spelled out is blocked as if written plainly,
+//! hex, percent-encoding, character codes, in groups or lines, or spelled out is blocked as
+//! if written plainly,
 //! through two layers; the
 //! responding tenant's own data comes back; keys, hashes and binary blobs in honest answers
 //! stay quiet; and a stream holds an encoded run until it is judged, agreeing with one-shot
@@ -77,6 +78,11 @@ fn b64url(s: &str) -> String {
     base64_with(s, b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_", false)
 }
 
+/// `s` cut into groups of `n` characters joined by `sep`.
+fn groups(s: &str, n: usize, sep: &str) -> String {
+    s.as_bytes().chunks(n).map(|c| String::from_utf8_lossy(c).into_owned()).collect::<Vec<_>>().join(sep)
+}
+
 fn hex(s: &str) -> String {
     s.bytes().map(|b| format!("{b:02x}")).collect()
 }
@@ -95,6 +101,9 @@ fn encodings(plain: &str) -> Vec<(&'static str, String)> {
         ("percent", percent(plain)),
         ("base64 of JSON holding base64", b64(&format!("{{\"data\":\"{}\"}}", b64(plain)))),
         ("hex of base64", hex(&b64(plain))),
+        ("base64 in groups of four", groups(&b64(plain), 4, " ")),
+        ("base64 wrapped at 12", groups(&b64(plain), 12, "\n")),
+        ("hex in groups of four", groups(&hex(plain), 4, " ")),
         ("spelled out", plain.chars().map(|c| c.to_string()).collect::<Vec<_>>().join(" ")),
         ("hex bytes", plain.bytes().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(" ")),
         ("a C array", format!("{{{}}}", plain.bytes().map(|b| format!("0x{b:02X}")).collect::<Vec<_>>().join(", "))),

@@ -3,7 +3,7 @@
 //!
 //! A model told to "write it in base64" or "put a space between the letters" turns another
 //! tenant's secret, canary or paragraph into characters no rule and no fingerprint knows,
-//! and a client undoes it in one line. Two readers follow the text:
+//! and a client undoes it in one line. Three readers follow the text:
 //!
 //! * **Runs**: a maximal stretch of characters from the encodings' alphabets (letters,
 //!   digits, `+ / = - _ %`) of at least [`DecodeConfig::min_chars`]. One holding `%XX`
@@ -14,6 +14,9 @@
 //!   each one character (`7 H q 2 …`, `['7', 'H', …]`), or each a byte in hex (`48 65 6c`,
 //!   `0x48, 0x65`, `\x48\x65…`) or a decimal character code (`72, 101, 108`), list
 //!   punctuation (brackets, quotes, a trailing comma) aside. Their concatenation is the text.
+//! * **Grouped runs**: two or more whitespace-separated words of run characters, all of one
+//!   length of at least [`MIN_GROUP`] but the last, which may be shorter (`SGVs bG8s IHdv`,
+//!   `4865 6c6c`, base64 wrapped into lines): read as the run they make together.
 //!
 //! Decoded bytes count as text only when they are UTF-8 without control characters (tab
 //! and line breaks aside): random bytes pass with a chance of about (95/256)^n, so keys,
@@ -28,8 +31,8 @@
 //! back, so no prefix of an encoded leak reaches the client before it is judged; a run
 //! longer than the segment bound (the stream's holdback, a multiple of four characters) is
 //! judged a segment at a time, each aligned to whole base64 quanta, and a unit list past
-//! that many units likewise. Line-wrapped base64 is decoded line by line (a 76-character
-//! line is 19 whole quanta): a value cut by a line break is not seen whole.
+//! that many units likewise. Judging a list or groups waits for the word after them, so a
+//! block there may release less than one-shot scanning would cut at, never more.
 
 use serde::{Deserialize, Serialize};
 
@@ -117,6 +120,7 @@ pub(crate) struct EncodedState {
     /// the word in progress can no longer be a unit (and is not held back)
     not_unit: bool,
     list: UnitList,
+    chunks: Chunks,
     segment: usize,
     min_chars: usize,
 }
@@ -134,6 +138,7 @@ impl EncodedState {
             gap: 0,
             not_unit: false,
             list: UnitList::default(),
+            chunks: Chunks::default(),
             segment: (segment / 4 * 4).max(4),
         }
     }
@@ -162,9 +167,13 @@ impl EncodedState {
             self.close_run(sink);
         }
         if syntax || c.is_whitespace() {
+            self.chunks.end_word(self.min_chars, self.segment, sink);
             self.end_word(sink);
             self.gap += 1;
-        } else if !self.not_unit {
+            return;
+        }
+        self.chunks.feed(c, span, self.min_chars, sink);
+        if !self.not_unit {
             self.word.push(c);
             self.word_spans.push(span);
             if self.word.len() > self.segment || !may_become_unit(&self.word) {
@@ -181,16 +190,16 @@ impl EncodedState {
     /// Judges what is open (the text has ended).
     pub(crate) fn finish(&mut self, sink: &mut Sink<'_>) {
         self.close_run(sink);
+        self.chunks.end_word(self.min_chars, self.segment, sink);
+        self.chunks.close(self.min_chars, sink);
         self.end_word(sink);
         self.list.close(sink);
     }
 
     /// Where held-back text starts: the open run, unit list or word, whichever began first.
     pub(crate) fn hold_from(&self) -> Option<usize> {
-        [self.run_spans.first(), self.list.spans.first().map(|s| s.0), self.word_spans.first().map(|s| s.0)]
-            .into_iter()
-            .flatten()
-            .min()
+        let lists = [self.list.spans.first().map(|s| s.0), self.chunks.spans.first()];
+        [self.run_spans.first(), self.word_spans.first().map(|s| s.0)].into_iter().chain(lists).flatten().min()
     }
 
     fn close_run(&mut self, sink: &mut Sink<'_>) {
@@ -227,6 +236,114 @@ impl EncodedState {
         self.word.clear();
         self.word_spans.clear();
         self.gap = 0;
+    }
+}
+
+/// Shortest group of a grouped run (`SGVs bG8s`, `4865 6c6c`): shorter words in a row are
+/// unit lists or prose.
+const MIN_GROUP: usize = 4;
+
+/// Whitespace-separated groups of one length, the last one maybe shorter (base64 or hex
+/// written in groups of four, or wrapped into lines), read as one run. `chars` holds the
+/// groups so far and the word in progress, which starts at `word_at` while it may be one.
+#[derive(Debug, Default)]
+struct Chunks {
+    chars: Vec<u8>,
+    spans: Spans,
+    in_word: bool,
+    word_at: usize,
+    /// the word in progress holds only alphabet characters
+    word_ok: bool,
+    /// the groups' length, and how many so far
+    len: usize,
+    count: usize,
+    /// a shorter group came: it was the last one
+    ended: bool,
+}
+
+impl Chunks {
+    /// One character of a word.
+    fn feed(&mut self, c: char, span: (usize, usize), min: usize, sink: &mut Sink<'_>) {
+        if !self.in_word {
+            (self.in_word, self.word_at, self.word_ok) = (true, self.chars.len(), true);
+        }
+        if !self.word_ok {
+            return;
+        }
+        let n = self.chars.len() - self.word_at;
+        // A word longer than the groups cannot continue them; nor can any word after a
+        // shorter group. Judge them now, not when the word ends.
+        if self.count > 0 && (self.ended || n >= self.len) {
+            self.restart(min, sink);
+        }
+        if in_alphabet(c) && n < SEGMENT_CHARS {
+            self.chars.push(c as u8);
+            self.spans.push(span);
+        } else {
+            self.word_ok = false;
+            self.restart(min, sink);
+            self.drop_front(self.chars.len());
+        }
+    }
+
+    /// Judges the groups before the word in progress and keeps only that word.
+    fn restart(&mut self, min: usize, sink: &mut Sink<'_>) {
+        self.judge(self.word_at, min, sink);
+        self.drop_front(self.word_at);
+        (self.count, self.ended) = (0, false);
+    }
+
+    fn drop_front(&mut self, n: usize) {
+        self.chars.drain(..n);
+        self.spans.drop_front(n);
+        self.word_at = self.word_at.saturating_sub(n);
+    }
+
+    /// The word in progress ended.
+    fn end_word(&mut self, min: usize, segment: usize, sink: &mut Sink<'_>) {
+        if !std::mem::take(&mut self.in_word) {
+            return;
+        }
+        let n = self.chars.len() - self.word_at;
+        if !self.word_ok || n < MIN_GROUP {
+            self.judge(self.word_at, min, sink);
+            self.drop_front(self.chars.len());
+            (self.count, self.ended) = (0, false);
+            return;
+        }
+        if self.count > 0 && (self.ended || n > self.len) {
+            self.restart(min, sink);
+        }
+        if self.count == 0 {
+            self.len = n;
+        } else if n < self.len {
+            self.ended = true;
+        }
+        self.count += 1;
+        self.word_at = self.chars.len();
+        if self.chars.len() >= segment {
+            self.close(min, sink);
+        }
+    }
+
+    /// Judges every group and empties the list.
+    fn close(&mut self, min: usize, sink: &mut Sink<'_>) {
+        self.judge(self.word_at, min, sink);
+        self.drop_front(self.word_at);
+        (self.count, self.ended) = (0, false);
+    }
+
+    /// Decodes the first `upto` characters as one run, when two or more groups hold them.
+    fn judge(&self, upto: usize, min: usize, sink: &mut Sink<'_>) {
+        if self.count < 2 || upto < min {
+            return;
+        }
+        let chars = &self.chars[..upto];
+        for (from, to) in parts(chars) {
+            if let Some(d) = decode_run(&chars[from..to], |i| self.spans.get(from + i), min) {
+                sink(&d);
+            }
+        }
     }
 }
 
@@ -268,6 +385,19 @@ impl Spans {
 
     fn first(&self) -> Option<usize> {
         (self.len > 0).then(|| self.get(0).0)
+    }
+
+    fn drop_front(&mut self, n: usize) {
+        let n = n.min(self.len);
+        if self.listed {
+            self.list.drain(..n);
+        } else {
+            self.start += n;
+        }
+        self.len -= n;
+        if self.len == 0 {
+            self.listed = false;
+        }
     }
 
     fn clear(&mut self) {
@@ -322,7 +452,10 @@ pub(crate) fn judge(reader: Reader<'_>, d: &DecodedText, out: &mut Vec<Finding>)
         (f.start, f.end, f.match_start, f.match_end) = (start, end, match_start, match_end);
         // The outermost layer is what the client sees.
         f.encoding = Some(d.encoding);
-        out.push(f);
+        // A group of a grouped run can also be a run of its own: one finding, not two.
+        if !out.contains(&f) {
+            out.push(f);
+        }
     }
 }
 
@@ -707,6 +840,16 @@ mod tests {
         assert_eq!(texts(r"b'\x48\x65\x6c\x6c\x6f\x20\x77\x6f'"), ["Hello wo"]);
         assert_eq!(texts("[72, 101, 108, 108, 111, 32, 119, 111]"), ["Hello wo"]);
         assert_eq!(texts("I am a cat and a dog, said I."), Vec::<String>::new());
+    }
+
+    #[test]
+    fn runs_written_in_groups_or_lines_are_read_whole() {
+        // base64 of `user:s3cretpassw0rd`, in groups of four and wrapped at eight.
+        assert_eq!(texts("dXNl cjpz M2Ny ZXRw YXNz dzBy ZA== ok"), ["user:s3cretpassw0rd"]);
+        assert_eq!(texts("dXNlcjpz\nM2NyZXRw\nYXNzdzBy\nZA==\n"), ["user:s3cretpassw0rd"]);
+        assert_eq!(texts("7573 6572 3a73 3363 7265 7470"), ["user:s3cretp"]);
+        // Prose of equal-length words decodes to nothing.
+        assert_eq!(texts("This text uses many words with four or five chars each"), Vec::<String>::new());
     }
 
     #[test]
