@@ -522,8 +522,17 @@ fn hex_byte(hi: u8, lo: u8) -> Option<u8> {
     Some(hex_value(hi)? << 4 | hex_value(lo)?)
 }
 
+/// A byte no text holds: an ASCII control character other than tab and line breaks.
+/// Decoders stop at the first one: random bytes show one within a few bytes.
+fn is_control_byte(b: u8) -> bool {
+    (b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r')) || b == 0x7f
+}
+
 fn hex(chars: &[u8]) -> Option<Decoding> {
-    let bytes = chars.chunks_exact(2).map(|pair| hex_byte(pair[0], pair[1])).collect::<Option<_>>()?;
+    let bytes = chars
+        .chunks_exact(2)
+        .map(|pair| hex_byte(pair[0], pair[1]).filter(|&b| !is_control_byte(b)))
+        .collect::<Option<_>>()?;
     Some((Encoding::Hex, bytes, Sources::Hex))
 }
 
@@ -584,7 +593,11 @@ fn base64(chars: &[u8]) -> Option<Decoding> {
         let n = quantum.len();
         acc <<= 6 * (4 - n as u32);
         for k in 0..n - 1 {
-            bytes.push((acc >> (16 - 8 * k)) as u8);
+            let b = (acc >> (16 - 8 * k)) as u8;
+            if is_control_byte(b) {
+                return None;
+            }
+            bytes.push(b);
         }
     }
     Some((Encoding::Base64, bytes, Sources::Base64))
