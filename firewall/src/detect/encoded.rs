@@ -32,7 +32,10 @@
 //! longer than the segment bound (the stream's holdback, a multiple of four characters) is
 //! judged a segment at a time, each aligned to whole base64 quanta, and a unit list past
 //! that many units likewise. Judging a list or groups waits for the word after them, so a
-//! block there may release less than one-shot scanning would cut at, never more.
+//! block there may release less than one-shot scanning would cut at. The first group of a
+//! grouped run is not held (prose words would wait for the next word): it goes out before
+//! the second shows it was one, so what a grouped finding covers may have begun, never
+//! whole.
 
 use serde::{Deserialize, Serialize};
 
@@ -198,7 +201,7 @@ impl EncodedState {
 
     /// Where held-back text starts: the open run, unit list or word, whichever began first.
     pub(crate) fn hold_from(&self) -> Option<usize> {
-        let lists = [self.list.spans.first().map(|s| s.0), self.chunks.spans.first()];
+        let lists = [self.list.spans.first().map(|s| s.0), self.chunks.hold_from()];
         [self.run_spans.first(), self.word_spans.first().map(|s| s.0)].into_iter().chain(lists).flatten().min()
     }
 
@@ -283,6 +286,18 @@ impl Chunks {
             self.word_ok = false;
             self.restart(min, sink);
             self.drop_front(self.chars.len());
+        }
+    }
+
+    /// Where held-back text starts. A first group goes out unjudged (a prose word must not
+    /// wait for the next one): from the second, the groups and the word after them are held.
+    /// What a first group shorter than a run can carry out is under 12 decoded bytes.
+    fn hold_from(&self) -> Option<usize> {
+        match self.count {
+            0 => None,
+            1 => (self.in_word && self.word_ok && self.chars.len() > self.word_at)
+                .then(|| self.spans.get(self.word_at).0),
+            _ => self.spans.first(),
         }
     }
 
