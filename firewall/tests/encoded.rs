@@ -101,7 +101,8 @@ fn encodings(plain: &str) -> Vec<(&'static str, String)> {
         ("percent", percent(plain)),
         ("base64 of JSON holding base64", b64(&format!("{{\"data\":\"{}\"}}", b64(plain)))),
         ("hex of base64", hex(&b64(plain))),
-        ("base64 in groups of four", groups(&b64(plain), 4, " ")),
+        // Followed by a word of the same length, which joins the groups.
+        ("base64 in groups of four", groups(&b64(plain), 4, " ") + " done"),
         ("base64 wrapped at 12", groups(&b64(plain), 12, "\n")),
         ("hex in groups of four", groups(&hex(plain), 4, " ")),
         ("spelled out", plain.chars().map(|c| c.to_string()).collect::<Vec<_>>().join(" ")),

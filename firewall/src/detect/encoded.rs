@@ -19,7 +19,8 @@
 //!   `4865 6c6c`, base64 wrapped into lines): read as the run they make together.
 //!
 //! Decoded bytes count as text only when they are UTF-8 without control characters (tab
-//! and line breaks aside): random bytes pass with a chance of about (95/256)^n, so keys,
+//! and line breaks aside), whole or in a prefix of at least 12 bytes (a run may end with a
+//! word of the same alphabet): random bytes pass with a chance of about (95/256)^n, so keys,
 //! hashes and binary blobs, which honest answers carry all the time, are left alone at no
 //! cost beyond the decode. That text is scanned like a response of its own: secret rules
 //! and canaries, secret ownership, foreign n-grams and tokens, and encodings inside it, down
@@ -279,7 +280,8 @@ impl Chunks {
         if self.count > 0 && (self.ended || n >= self.len) {
             self.restart(min, sink);
         }
-        if in_alphabet(c) && n < SEGMENT_CHARS {
+        // Percent escapes are not written in groups: a `%` word is no group.
+        if in_alphabet(c) && c != '%' && n < SEGMENT_CHARS {
             self.chars.push(c as u8);
             self.spans.push(span);
         } else {
@@ -468,7 +470,9 @@ pub(crate) fn judge(reader: Reader<'_>, d: &DecodedText, out: &mut Vec<Finding>)
         // The outermost layer is what the client sees.
         f.encoding = Some(d.encoding);
         // A group of a grouped run can also be a run of its own: one finding, not two.
-        if !out.contains(&f) {
+        let same =
+            |g: &Finding| (g.start, g.end, g.match_start, &g.rule_id) == (f.start, f.end, f.match_start, &f.rule_id);
+        if !out.iter().any(same) {
             out.push(f);
         }
     }
@@ -485,25 +489,50 @@ fn decode_run(chars: &[u8], span: impl Fn(usize) -> (usize, usize), min: usize) 
     if chars.len() < min {
         return None;
     }
-    let is_text = |bytes: &[u8]| std::str::from_utf8(bytes).is_ok_and(reads_as_text);
-    let (encoding, bytes, from) = if chars.contains(&b'%') {
+    let (encoding, mut bytes, from, whole) = if chars.contains(&b'%') {
         percent(chars)?
     } else {
         let hex = (chars.len().is_multiple_of(2) && chars.iter().all(u8::is_ascii_hexdigit)).then(|| hex(chars));
         match hex.flatten() {
-            Some(h) if is_text(&h.1) => h,
+            Some(h) if text_prefix(&h.1, h.3).is_some() => h,
             _ => base64(chars)?,
         }
     };
-    if !is_text(&bytes) {
-        return None;
+    let mut end = text_prefix(&bytes, whole)?;
+    if encoding == Encoding::Base64 && end < bytes.len() {
+        // What follows the text in the run (a word of the same alphabet) starts at a whole
+        // quantum of three bytes, as a run's groups do; a byte before the cut is not text.
+        end = end / 3 * 3;
+        if end < MIN_TEXT_PREFIX {
+            return None;
+        }
     }
+    bytes.truncate(end);
     let raw = (0..bytes.len()).map(|i| from.of(i)).map(|(a, b)| (span(a).0, span(b).1)).collect();
     Some(DecodedText { encoding, bytes, raw })
 }
 
-/// An encoding's output: the bytes and where each came from.
-type Decoding = (Encoding, Vec<u8>, Sources);
+/// Shortest text worth reading that decoded bytes may end early with: past it, whatever
+/// came next in the run (a word of the same alphabet, a second value) is left out.
+const MIN_TEXT_PREFIX: usize = 12;
+
+/// How many of `bytes` read as text: all of them (when they are the `whole` decoding), or
+/// the longest prefix of at least [`MIN_TEXT_PREFIX`] that is UTF-8 without control
+/// characters; `None` if neither. Random bytes pass the prefix test with a chance of about
+/// (95/256)^12, one in 150,000.
+fn text_prefix(bytes: &[u8], whole: bool) -> Option<usize> {
+    let valid = std::str::from_utf8(bytes).map_or_else(|e| e.valid_up_to(), str::len);
+    let text = std::str::from_utf8(&bytes[..valid]).unwrap_or("");
+    let end = text
+        .char_indices()
+        .find(|&(_, c)| c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
+        .map_or(valid, |(i, _)| i);
+    (end > 0 && ((whole && end == bytes.len()) || end >= MIN_TEXT_PREFIX)).then_some(end)
+}
+
+/// An encoding's output: the bytes, where each came from, and whether they are the whole
+/// decoding (not cut at a control byte).
+type Decoding = (Encoding, Vec<u8>, Sources, bool);
 
 /// The first and last character each decoded byte came from.
 enum Sources {
@@ -538,17 +567,20 @@ fn hex_byte(hi: u8, lo: u8) -> Option<u8> {
 }
 
 /// A byte no text holds: an ASCII control character other than tab and line breaks.
-/// Decoders stop at the first one: random bytes show one within a few bytes.
+/// Decoders stop at the first one (random bytes show one within a few bytes); what came
+/// before may still be a text prefix.
 fn is_control_byte(b: u8) -> bool {
     (b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r')) || b == 0x7f
 }
 
 fn hex(chars: &[u8]) -> Option<Decoding> {
-    let bytes = chars
+    let bytes: Vec<u8> = chars
         .chunks_exact(2)
-        .map(|pair| hex_byte(pair[0], pair[1]).filter(|&b| !is_control_byte(b)))
+        .map(|pair| hex_byte(pair[0], pair[1]))
+        .take_while(|b| b.is_some_and(|b| !is_control_byte(b)))
         .collect::<Option<_>>()?;
-    Some((Encoding::Hex, bytes, Sources::Hex))
+    let whole = bytes.len() == chars.len() / 2;
+    Some((Encoding::Hex, bytes, Sources::Hex, whole))
 }
 
 /// Percent-decoding; needs at least two escapes (one `%` in a word is no encoding).
@@ -574,7 +606,7 @@ fn percent(chars: &[u8]) -> Option<Decoding> {
             }
         }
     }
-    (escapes >= 2).then_some((Encoding::Percent, bytes, Sources::Listed(from)))
+    (escapes >= 2).then_some((Encoding::Percent, bytes, Sources::Listed(from), true))
 }
 
 fn base64_value(b: u8, url_safe: bool) -> Option<u32> {
@@ -610,12 +642,12 @@ fn base64(chars: &[u8]) -> Option<Decoding> {
         for k in 0..n - 1 {
             let b = (acc >> (16 - 8 * k)) as u8;
             if is_control_byte(b) {
-                return None;
+                return Some((Encoding::Base64, bytes, Sources::Base64, false));
             }
             bytes.push(b);
         }
     }
-    Some((Encoding::Base64, bytes, Sources::Base64))
+    Some((Encoding::Base64, bytes, Sources::Base64, true))
 }
 
 /// What one whitespace-separated word can be in a unit list.
