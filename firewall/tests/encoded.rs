@@ -276,3 +276,20 @@ proptest! {
         check_chunking(&rules, &acme(), &det, &text, &bounds);
     }
 }
+
+/// "Spell the id in reverse": a token written backwards is still its owner's, plainly or
+/// in any encoding; its owner gets it back.
+#[test]
+fn a_token_written_backwards_is_blocked() {
+    let rules = fixture_rules();
+    let det = detectors(true);
+    let backwards: String = TOKEN.chars().rev().collect();
+    for text in [format!("id: {backwards} ok"), format!("id: {} ok", b64(&backwards))] {
+        let found = rules.scan_with(&text, &acme(), &det);
+        let f = found.iter().find(|f| f.action == Action::Block);
+        assert!(f.is_some_and(|f| f.rule_id == firewall::FOREIGN_TOKEN_RULE_ID), "{text}: {found:?}");
+        check_chunking(&rules, &acme(), &det, &text, &char_cuts(&text));
+        let own = rules.scan_with(&text, &ScanContext::new("globex"), &det);
+        assert!(own.iter().all(|f| f.action != Action::Block), "{text}: {own:?}");
+    }
+}

@@ -317,6 +317,9 @@ async fn a_token_no_rule_knows_is_owned_by_the_tenant_that_sent_it() {
             assert_eq!(rules, ["foreign-token"], "{record}");
         }
     }
+    // Written backwards, it is still acme's.
+    let backwards: String = token.chars().rev().collect();
+    blocked_for_globex_only(&gw, &mock, &format!("Use {backwards}."), |t| t.contains("gT6fR5")).await;
 }
 
 /// RFC 4648 base64, padded: what a model writes when asked to "encode it".

@@ -493,7 +493,17 @@ impl NgramState {
 
     fn on_word(&mut self, cfg: &NgramConfig, ctx: &ScanContext, w: Word, out: &mut Vec<Finding>) {
         if cfg.tokens && is_token(&w.norm) {
-            let owners = cfg.owners.owners(hash_words(&cfg.key, Some(TOKEN_DOMAIN), std::iter::once(&w)));
+            let token_owners =
+                |norm: &Word| cfg.owners.owners(hash_words(&cfg.key, Some(TOKEN_DOMAIN), std::iter::once(norm)));
+            let mut owners = token_owners(&w);
+            if foreign(cfg, ctx, &owners).is_none() {
+                // Written backwards ("spell the id in reverse"), a token is still its owner's.
+                let reversed = Word { norm: w.norm.chars().rev().collect(), ..w.clone() };
+                let back = token_owners(&reversed);
+                if foreign(cfg, ctx, &back).is_some() {
+                    owners = back;
+                }
+            }
             if let Some(foreign) = foreign(cfg, ctx, &owners) {
                 out.push(Finding {
                     rule_id: TOKEN_RULE_ID.into(),
