@@ -111,9 +111,11 @@ fn encodings(plain: &str) -> Vec<(&'static str, String)> {
         ("a byte string", format!("b'{}'", plain.bytes().map(|b| format!("\\x{b:02x}")).collect::<String>())),
         ("character codes", format!("{:?}", plain.bytes().collect::<Vec<_>>())),
     ];
-    // A list of quoted characters cannot hold a quote or a space unambiguously.
-    if !plain.contains([' ', '\'', '"']) {
+    // A list of quoted characters, or characters joined by a separator, cannot hold a quote,
+    // a space or the separator unambiguously.
+    if !plain.contains([' ', '\'', '"', '-']) {
         forms.push(("a list of characters", format!("{:?}", plain.chars().map(|c| c.to_string()).collect::<Vec<_>>())));
+        forms.push(("dashed", plain.chars().map(|c| c.to_string()).collect::<Vec<_>>().join("-")));
     }
     forms
 }

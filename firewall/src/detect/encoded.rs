@@ -11,7 +11,8 @@
 //!   is base64, standard or URL-safe, padded or not. A run is cut after `=` that something
 //!   follows (`token=SGVsbG8…`: padding ends a base64 value), each part decoded on its own.
 //! * **Unit lists**: at least [`MIN_UNITS`] whitespace-separated words in a row that are
-//!   each one character (`7 H q 2 …`, `['7', 'H', …]`), or each a byte in hex (`48 65 6c`,
+//!   each one character (`7 H q 2 …`, `['7', 'H', …]`, or joined by one separator:
+//!   `7-H-q-2`, `7.H.q.2`), or each a byte in hex (`48 65 6c`,
 //!   `0x48, 0x65`, `\x48\x65…`) or a decimal character code (`72, 101, 108`), list
 //!   punctuation (brackets, quotes, a trailing comma) aside. Their concatenation is the text.
 //! * **Grouped runs**: two or more whitespace-separated words of run characters, all of one
@@ -231,6 +232,20 @@ impl EncodedState {
                     self.list.close(sink);
                 }
                 self.list.push(kind, text, &self.word_spans[from..to], self.gap >= 2);
+                if self.list.size >= self.segment {
+                    self.list.close(sink);
+                }
+            }
+            None if separated_chars(&self.word[from..to]).is_some() => {
+                // Each character between the separators is a spelled-out unit.
+                if !self.list.accepts(UnitWord::Char) {
+                    self.list.close(sink);
+                }
+                let spaced = self.gap >= 2;
+                for i in (from..to).step_by(2) {
+                    let unit = self.word[i].to_string();
+                    self.list.push(UnitWord::Char, unit, &self.word_spans[i..=i], spaced && i == from);
+                }
                 if self.list.size >= self.segment {
                     self.list.close(sink);
                 }
@@ -717,10 +732,22 @@ fn may_become_unit(word: &[char]) -> bool {
         ['\\', ..] => {
             body.chunks(4).all(|c| c[0] == '\\' && c.get(1).is_none_or(|&x| x == 'x') && hex(c.get(2..).unwrap_or(&[])))
         }
+        _ if separated_chars(body).is_some() => true,
         [a, b] => hex(&[*a, *b]) || (*a == '0' && matches!(b, 'x' | 'X')),
         ['0', 'x' | 'X', rest @ ..] => rest.len() <= 2 && hex(rest),
         _ => false,
     }
+}
+
+/// The separator of a word of single characters joined by one separator (`4-R-t-8`,
+/// `g.h.p`, maybe ending with it), if the word is one.
+fn separated_chars(word: &[char]) -> Option<char> {
+    let sep = *word.get(1)?;
+    if !matches!(sep, '-' | '.' | '|' | '/' | ':' | '*' | '+') {
+        return None;
+    }
+    let fits = |(i, &c): (usize, &char)| if i % 2 == 1 { c == sep } else { c != sep && !c.is_whitespace() };
+    word.iter().enumerate().all(fits).then_some(sep)
 }
 
 /// The word without list punctuation around it (opening brackets and quotes; closing ones,
@@ -900,6 +927,9 @@ mod tests {
         assert_eq!(texts(r"b'\x48\x65\x6c\x6c\x6f\x20\x77\x6f'"), ["Hello wo"]);
         assert_eq!(texts("[72, 101, 108, 108, 111, 32, 119, 111]"), ["Hello wo"]);
         assert_eq!(texts("I am a cat and a dog, said I."), Vec::<String>::new());
+        assert_eq!(texts("id 7-H-q-2-L-x-9-V-b-4 ok"), ["7Hq2Lx9Vb4"]);
+        assert_eq!(texts("7.H.q.2. L.x.9.V"), ["7Hq2Lx9V"]);
+        assert_eq!(texts("an e-mail, a re-run, a-b test, x-ray"), Vec::<String>::new());
     }
 
     #[test]
