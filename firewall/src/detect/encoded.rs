@@ -722,8 +722,7 @@ fn may_become_unit(word: &[char]) -> bool {
     }
     let (from, _) = trim_list(word);
     let core = &word[from..];
-    let end =
-        core.len() - core.iter().rev().take_while(|c| matches!(c, ',' | ';' | ']' | ')' | '}' | '"' | '\'')).count();
+    let end = core.len() - core.iter().rev().take_while(|&&c| closes_list(c)).count();
     let body = &core[..end];
     let hex = |s: &[char]| s.iter().all(char::is_ascii_hexdigit);
     match body {
@@ -750,6 +749,11 @@ fn separated_chars(word: &[char]) -> Option<char> {
     word.iter().enumerate().all(fits).then_some(sep)
 }
 
+/// Punctuation that may follow a list item: a closing bracket or quote, `,` or `;`.
+fn closes_list(c: char) -> bool {
+    matches!(c, ',' | ';' | ']' | ')' | '}' | '"' | '\'')
+}
+
 /// The word without list punctuation around it (opening brackets and quotes; closing ones,
 /// quotes and a trailing `,` or `;`), as a character range. A word that is one such
 /// character is kept: it may be a spelled-out character.
@@ -760,8 +764,7 @@ fn trim_list(word: &[char]) -> (usize, usize) {
     // A byte string's prefix (`b'\x48…'`) opens it like a quote.
     let prefix = usize::from(word.len() > 2 && word[0] == 'b' && matches!(word[1], '"' | '\''));
     let from = prefix + word[prefix..].iter().take_while(|c| matches!(c, '[' | '(' | '{' | '"' | '\'')).count();
-    let to = word.len()
-        - word[from..].iter().rev().take_while(|c| matches!(c, ',' | ';' | ']' | ')' | '}' | '"' | '\'')).count();
+    let to = word.len() - word[from..].iter().rev().take_while(|&&c| closes_list(c)).count();
     (from, to.max(from))
 }
 

@@ -67,7 +67,8 @@ pub struct Detectors {
     /// Who owns the secret values the rules find: a tenant's own secret coming back to it
     /// is not a leak, another tenant's is one whatever its rule says.
     pub secrets: Option<SecretOwnership>,
-    /// Whether runs in base64, hex or percent-encoding are read decoded (see `encoded`).
+    /// Whether encoded text (base64, hex, percent-encoding, grouped runs, spelled-out
+    /// characters, byte lists) is read decoded (see `encoded`).
     pub decode: Option<DecodeConfig>,
 }
 
