@@ -42,7 +42,7 @@ pub use detect::ngram::{
 pub use detect::{
     decoded_texts, fingerprints, fingerprints_and_tokens, secret_fingerprints, token_fingerprints, Baseline, Baselines,
     DecodeConfig, Detectors, Encoding, EntropyConfig, Metric, NgramConfig, NgramKey, NgramOwners, Observations,
-    Observed, OwnerSet, ProvenanceConfig, ScanContext, SecretOwnership, TokenSignals,
+    Observed, OwnerSet, ProvenanceConfig, Rewrite, ScanContext, SecretOwnership, TokenSignals,
 };
 pub use rules::gitleaks::{import as import_gitleaks, Import as GitleaksImport, ImportNote as GitleaksImportNote};
 pub use rules::reload::ReloadableRuleset;

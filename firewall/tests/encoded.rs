@@ -1,7 +1,6 @@
 //! Encoded leaks: another tenant's secret, canary, token or paragraph written in base64,
-//! hex, percent-encoding, character codes, in groups or lines, or spelled out is blocked as
-//! if written plainly,
-//! through two layers; the
+//! hex, percent-encoding, character codes, in groups or lines, spelled out, backwards or in
+//! ROT13 is blocked as if written plainly, through two layers; the
 //! responding tenant's own data comes back; keys, hashes and binary blobs in honest answers
 //! stay quiet; and a stream holds an encoded run until it is judged, agreeing with one-shot
 //! scanning for any chunking.
@@ -14,7 +13,7 @@ use std::sync::Arc;
 use common::*;
 use firewall::{
     fingerprints_and_tokens, secret_fingerprints, Action, DecodeConfig, Detail, DetectorKind, Detectors, Encoding,
-    Finding, NgramConfig, NgramKey, NgramOwners, OwnerSet, ScanContext, SecretOwnership,
+    Finding, NgramConfig, NgramKey, NgramOwners, OwnerSet, Rewrite, ScanContext, SecretOwnership,
 };
 use proptest::prelude::*;
 
@@ -34,7 +33,8 @@ impl NgramOwners for Index {
     }
 }
 
-/// Everything on, with globex owning a password, a token and a paragraph.
+/// Everything on (`decode`: reading encoded and rewritten text, as `read_encoded` does in the
+/// gateway), with globex owning a password, a token and a paragraph.
 fn detectors(decode: bool) -> Arc<Detectors> {
     let rules = fixture_rules();
     let mut idx = Index::default();
@@ -46,7 +46,7 @@ fn detectors(decode: bool) -> Arc<Detectors> {
     }
     let idx = Arc::new(idx);
     Arc::new(Detectors {
-        ngram: Some(NgramConfig { n: 6, ..NgramConfig::new(KEY, idx.clone()) }),
+        ngram: Some(NgramConfig { n: 6, rewrites: decode, ..NgramConfig::new(KEY, idx.clone()) }),
         secrets: Some(SecretOwnership { key: KEY, owners: idx }),
         decode: decode.then(DecodeConfig::default),
         ..Detectors::default()
@@ -251,6 +251,9 @@ fn pieces() -> Vec<String> {
     for plain in [TOKEN, PASSWORD, PROSE, CANARY] {
         out.extend(encodings(plain).into_iter().map(|(_, e)| e));
     }
+    for plain in [TOKEN, PROSE, CANARY] {
+        out.extend(Rewrite::ALL.map(|r| r.apply(plain)));
+    }
     out
 }
 
@@ -293,5 +296,78 @@ fn a_token_written_backwards_is_blocked() {
         check_chunking(&rules, &acme(), &det, &text, &char_cuts(&text));
         let own = rules.scan_with(&text, &ScanContext::new("globex"), &det);
         assert!(own.iter().all(|f| f.action != Action::Block), "{text}: {own:?}");
+    }
+}
+
+/// globex's password value written backwards or in ROT13 where a password goes.
+fn rewritten_password(r: Rewrite) -> String {
+    format!("db_password = '{}'", r.apply("Gl0bex!Secret99"))
+}
+
+/// "Answer backwards", "reply in ROT13": globex's token, paragraph and canary rewritten
+/// whole, and its password value rewritten in place, are blocked for acme, and the finding
+/// names the rewriting (or the encoding around it); globex gets every one back.
+#[test]
+fn another_tenants_data_is_blocked_backwards_and_in_rot13() {
+    let rules = fixture_rules();
+    let on = detectors(true);
+    let off = detectors(false);
+    let mut leaks: Vec<(String, DetectorKind, Encoding)> = Vec::new();
+    for r in Rewrite::ALL {
+        for (plain, kind) in
+            [(TOKEN, DetectorKind::Ngram), (PROSE, DetectorKind::Ngram), (CANARY, DetectorKind::Canary)]
+        {
+            leaks.push((r.apply(plain), kind, r.encoding()));
+        }
+        leaks.push((rewritten_password(r), DetectorKind::Secret, r.encoding()));
+        leaks.push((b64(&r.apply(PROSE)), DetectorKind::Ngram, Encoding::Base64));
+    }
+    for (leak, kind, encoding) in leaks {
+        let text = format!("Here it is: {leak} as asked.");
+        let found = rules.scan_with(&text, &acme(), &on);
+        let block = found.iter().find(|f| f.action == Action::Block && f.kind == kind);
+        assert_eq!(block.and_then(|f| f.encoding), Some(encoding), "{text:?}: {found:?}");
+        assert!(block.is_some_and(|f| matches!(&f.detail, Detail::Foreign { owners, .. } if owners == &["globex"])));
+        check_chunking(&rules, &acme(), &on, &text, &char_cuts(&text));
+        let own = rules.scan_with(&text, &ScanContext::new("globex"), &on);
+        assert!(own.iter().all(|f| f.action != Action::Block), "{text:?}: {own:?}");
+        // The test means something: read only as written, words and tokens go through.
+        if kind == DetectorKind::Ngram {
+            let plain_scan = rules.scan_with(&text, &acme(), &off);
+            assert!(plain_scan.iter().all(|f| f.action != Action::Block), "{text:?} without rewrites");
+        }
+    }
+}
+
+/// Text written backwards finds another tenant's leads as plain text does, so a stream
+/// gives out at most three words of a rewritten paragraph before it blocks.
+#[test]
+fn at_most_three_words_of_a_rewritten_paragraph_go_out() {
+    let rules = fixture_rules();
+    let det = detectors(true);
+    for r in Rewrite::ALL {
+        let text = format!("Sure: {} done", r.apply(PROSE));
+        let s = stream(&rules, &acme(), &det, &text, &char_cuts(&text));
+        assert!(s.blocked, "{r:?}");
+        let words = s.released.strip_prefix("Sure:").map_or(0, |rest| rest.split_whitespace().count());
+        assert!(words <= 3, "{r:?}: {:?}", s.released);
+    }
+}
+
+/// Honest text in ROT13 or backwards, and rewritten keys and hashes, stay quiet.
+#[test]
+fn honest_rewritten_text_stays_quiet() {
+    let rules = fixture_rules();
+    let det = detectors(true);
+    for plain in [
+        "The deployment finished at noon and every health check passed on the first try.",
+        "sha256 e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855 of nothing",
+        "GLOBEX-CANARY is the name of the field, not a value",
+    ] {
+        for r in Rewrite::ALL {
+            let text = r.apply(plain);
+            let found = rules.scan_with(&text, &acme(), &det);
+            assert!(found.is_empty(), "{text:?}: {found:?}");
+        }
     }
 }

@@ -342,8 +342,8 @@ fn base64(s: &str) -> String {
 /// no rule or fingerprint knows, and the client decodes them in one line: the gateway reads
 /// encoded runs decoded. acme's token, secret and paragraph, written encoded in globex's
 /// answer, are blocked there, streamed or not, with the audit naming acme and the encoding;
-/// acme gets the same answers back. And a paragraph acme only ever sent encoded is acme's
-/// when it comes back plain.
+/// acme gets the same answers back. So are acme's words written backwards or in ROT13. And a
+/// paragraph acme only ever sent encoded is acme's when it comes back plain.
 #[tokio::test]
 async fn another_tenants_data_written_encoded_is_blocked() {
     let mock = MockUpstream::start().await;
@@ -372,6 +372,21 @@ async fn another_tenants_data_written_encoded_is_blocked() {
         for record in blocked_for_globex_only(&gw, &mock, &answer, |t| t.contains(&head)).await {
             let finding = &record["findings"][0];
             assert_eq!(finding["encoding"], encoding, "{record}");
+        }
+    }
+    // "Answer backwards", "reply in ROT13": at most three words go out before the block.
+    let rot13: String = paragraph
+        .chars()
+        .map(|c| match c {
+            'a'..='z' => char::from((c as u8 - b'a' + 13) % 26 + b'a'),
+            'A'..='Z' => char::from((c as u8 - b'A' + 13) % 26 + b'A'),
+            _ => c,
+        })
+        .collect();
+    for (answer, encoding) in [(paragraph.chars().rev().collect::<String>(), "backwards"), (rot13, "rot13")] {
+        let fourth_on = answer.split_whitespace().skip(3).take(3).collect::<Vec<_>>().join(" ");
+        for record in blocked_for_globex_only(&gw, &mock, &answer, |t| t.contains(&fourth_on)).await {
+            assert_eq!(record["findings"][0]["encoding"], encoding, "{record}");
         }
     }
     let unseen = "The Oslo warehouse lease ends in March and the landlord has refused every renewal offer so far";

@@ -64,6 +64,10 @@ pub enum Encoding {
     CharCodes,
     /// One character at a time, separated by whitespace.
     Spelled,
+    /// Character by character from the end (see `rewrite`).
+    Backwards,
+    /// Letters turned 13 places (see `rewrite`).
+    Rot13,
 }
 
 impl Encoding {
@@ -74,6 +78,8 @@ impl Encoding {
             Encoding::Percent => "percent-encoding",
             Encoding::CharCodes => "character codes",
             Encoding::Spelled => "spelled out",
+            Encoding::Backwards => "reverse",
+            Encoding::Rot13 => "ROT13",
         }
     }
 }

@@ -11,6 +11,7 @@ pub mod encoded;
 pub mod entropy;
 pub mod ngram;
 pub mod provenance;
+pub mod rewrite;
 pub mod secret;
 
 use crate::rules::ruleset::Ruleset;
@@ -22,6 +23,7 @@ pub use ngram::{
     fingerprints, fingerprints_and_tokens, token_fingerprints, NgramConfig, NgramKey, NgramOwners, OwnerSet,
 };
 pub use provenance::ProvenanceConfig;
+pub use rewrite::Rewrite;
 pub use secret::{secret_fingerprints, SecretOwnership};
 
 /// Whose response is being scanned.

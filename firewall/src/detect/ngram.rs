@@ -38,6 +38,7 @@ use std::sync::Arc;
 use siphasher::sip::SipHasher13;
 
 use crate::canon::{decode_plain, with_word_fold, words_fold, Decoded, Kind, WordFold};
+use crate::detect::rewrite::Rewrite;
 use crate::detect::ScanContext;
 use crate::rules::rule::shannon_entropy;
 use crate::scan::judge::Judge;
@@ -101,6 +102,8 @@ pub struct NgramConfig {
     pub owners: Arc<dyn NgramOwners>,
     /// Whether token words ([`is_token`]) are checked one by one (`foreign-token`).
     pub tokens: bool,
+    /// Whether n-grams and tokens are also read backwards and in ROT13 (see `rewrite`).
+    pub rewrites: bool,
 }
 
 impl NgramConfig {
@@ -113,6 +116,7 @@ impl NgramConfig {
             severity: Severity::High,
             owners,
             tokens: true,
+            rewrites: true,
         }
     }
 }
@@ -121,8 +125,35 @@ impl NgramConfig {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Word {
     pub norm: String,
+    /// `norm` backwards, then `norm` in ROT13 (each as long as `norm`), when the n-gram
+    /// check reads rewritings: worked out once per word rather than once per window.
+    pub undone: String,
     pub start: usize,
     pub end: usize,
+}
+
+impl Word {
+    /// The word read as written (`undo` None) or with a rewriting undone.
+    fn read(&self, undo: Option<Rewrite>) -> &[u8] {
+        let n = self.norm.len();
+        let undone = self.undone.as_bytes();
+        let read = match undo {
+            None => Some(self.norm.as_bytes()),
+            Some(Rewrite::Backwards) => undone.get(..n),
+            Some(Rewrite::Rot13) => undone.get(n..),
+        };
+        debug_assert!(read.is_some(), "a rewriting read before it was worked out");
+        read.unwrap_or_default()
+    }
+
+    fn work_out_rewritings(&mut self) {
+        if self.undone.is_empty() {
+            self.undone.reserve(2 * self.norm.len());
+            for r in Rewrite::ALL {
+                r.push(&self.norm, &mut self.undone);
+            }
+        }
+    }
 }
 
 /// Where the splitter is inside an escape written out in the text.
@@ -273,7 +304,7 @@ impl WordSplitter {
     fn flush(&mut self, end: usize, emit: &mut impl FnMut(Word)) {
         if let Some(start) = self.start.take() {
             if !self.norm.is_empty() {
-                emit(Word { norm: std::mem::take(&mut self.norm), start, end });
+                emit(Word { norm: std::mem::take(&mut self.norm), undone: String::new(), start, end });
             }
         }
         self.norm.clear();
@@ -341,22 +372,56 @@ const MIN_PAIRS_TO_READ: usize = 8;
 /// stay below it 99 times in 100).
 const ENGLISH_PAIR_MEAN: f32 = -3.3;
 
-fn hash_words<'a>(key: &NgramKey, domain: Option<u8>, words: impl Iterator<Item = &'a Word>) -> u64 {
-    let mut h = SipHasher13::new_with_key(&key.0);
-    if let Some(d) = domain {
-        h.write_u8(d);
-    }
-    for w in words {
-        h.write(w.norm.as_bytes());
+/// The keyed hash of `words`, read as written (`undo` None) or undoing a rewriting: ROT13
+/// undone word by word, backwards from the last word to the first, each word reversed. The
+/// input is gathered in `scratch` and hashed in one write (SipHash gives the same hash however
+/// its input is cut, and a write per word cost more than the hashing).
+fn hash_words<'a>(
+    key: &NgramKey,
+    domain: Option<u8>,
+    words: impl DoubleEndedIterator<Item = &'a Word>,
+    undo: Option<Rewrite>,
+    scratch: &mut Vec<u8>,
+) -> u64 {
+    scratch.clear();
+    scratch.extend(domain);
+    let mut write = |w: &Word| {
+        scratch.extend_from_slice(w.read(undo));
         // 0xff never occurs in UTF-8: an unambiguous separator.
-        h.write_u8(0xff);
+        scratch.push(0xff);
+    };
+    if undo == Some(Rewrite::Backwards) {
+        words.rev().for_each(&mut write);
+    } else {
+        words.for_each(&mut write);
     }
+    let mut h = SipHasher13::new_with_key(&key.0);
+    h.write(scratch);
     h.finish()
 }
 
-/// The keyed hash of the last `k` words of `window`.
-fn tail_hash(key: &NgramKey, domain: Option<u8>, window: &VecDeque<Word>, k: usize) -> u64 {
-    hash_words(key, domain, window.iter().skip(window.len().saturating_sub(k)))
+/// The keyed hash of the last `k` words of `window`, read as `undo` says.
+fn tail_hash(
+    key: &NgramKey,
+    domain: Option<u8>,
+    window: &VecDeque<Word>,
+    k: usize,
+    undo: Option<Rewrite>,
+    scratch: &mut Vec<u8>,
+) -> u64 {
+    hash_words(key, domain, window.iter().skip(window.len().saturating_sub(k)), undo, scratch)
+}
+
+/// How a response's words are read: as written, then (with [`NgramConfig::rewrites`]) undoing
+/// each rewriting. A window is foreign in the first reading that finds it so.
+const READINGS: [Option<Rewrite>; 3] = [None, Some(Rewrite::Backwards), Some(Rewrite::Rot13)];
+
+fn readings(cfg: &NgramConfig) -> &'static [Option<Rewrite>] {
+    if cfg.rewrites {
+        &READINGS
+    } else {
+        &READINGS[..1]
+    }
 }
 
 /// The keyed fingerprints of every n-word window of `text` (none if it has fewer words),
@@ -379,9 +444,10 @@ pub fn fingerprints_and_tokens(text: &str, key: &NgramKey, n: usize) -> (Vec<u64
     let mut leads = Vec::new();
     let mut tokens = Vec::new();
     let mut window: VecDeque<Word> = VecDeque::new();
+    let mut scratch = Vec::new();
     let mut on_word = |w: Word| {
         if is_token(&w.norm) {
-            tokens.push(hash_words(key, Some(TOKEN_DOMAIN), std::iter::once(&w)));
+            tokens.push(hash_words(key, Some(TOKEN_DOMAIN), std::iter::once(&w), None, &mut scratch));
         }
         if n == 0 {
             return;
@@ -391,10 +457,10 @@ pub fn fingerprints_and_tokens(text: &str, key: &NgramKey, n: usize) -> (Vec<u64
             window.pop_front();
         }
         if window.len() >= n {
-            out.push(tail_hash(key, None, &window, n));
+            out.push(tail_hash(key, None, &window, n, None, &mut scratch));
         }
         if n > LEAD_WORDS && window.len() >= LEAD_WORDS {
-            leads.push(tail_hash(key, Some(LEAD_DOMAIN), &window, LEAD_WORDS));
+            leads.push(tail_hash(key, Some(LEAD_DOMAIN), &window, LEAD_WORDS, None, &mut scratch));
         }
     };
     let mut split = WordSplitter::default();
@@ -421,10 +487,12 @@ pub(crate) struct NgramState {
     n: usize,
     // words completed so far
     count: u64,
-    // foreign leads whose n-gram has not completed, oldest first
-    leads: Vec<Lead>,
+    // per reading (see READINGS), foreign leads whose n-gram has not completed, oldest first
+    leads: [Vec<Lead>; READINGS.len()],
     // words completed by the character being fed (kept for its capacity)
     done: Vec<Word>,
+    // what a hash reads (kept for its capacity)
+    scratch: Vec<u8>,
 }
 
 impl NgramState {
@@ -434,8 +502,9 @@ impl NgramState {
             window: VecDeque::new(),
             n,
             count: 0,
-            leads: Vec::new(),
+            leads: Default::default(),
             done: Vec::new(),
+            scratch: Vec::new(),
         }
     }
 
@@ -478,46 +547,43 @@ impl NgramState {
         for w in words {
             self.on_word(cfg, ctx, w, out);
         }
-        self.leads.clear();
+        self.leads.iter_mut().for_each(Vec::clear);
     }
 
     /// Where held-back text starts: the word in progress, or the last word of the oldest
     /// foreign lead still being followed.
     pub(crate) fn hold_from(&self) -> Option<usize> {
-        let lead = self.leads.first().map(|l| l.hold);
+        let lead = self.leads.iter().filter_map(|l| l.first().map(|l| l.hold)).min();
         match (self.split.pending_start(), lead) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
     }
 
-    fn on_word(&mut self, cfg: &NgramConfig, ctx: &ScanContext, w: Word, out: &mut Vec<Finding>) {
+    fn on_word(&mut self, cfg: &NgramConfig, ctx: &ScanContext, mut w: Word, out: &mut Vec<Finding>) {
+        if cfg.rewrites {
+            w.work_out_rewritings();
+        }
         if cfg.tokens && is_token(&w.norm) {
-            let token_owners =
-                |norm: &Word| cfg.owners.owners(hash_words(&cfg.key, Some(TOKEN_DOMAIN), std::iter::once(norm)));
-            let mut owners = token_owners(&w);
-            if foreign(cfg, ctx, &owners).is_none() {
-                // Written backwards ("spell the id in reverse"), a token is still its owner's.
-                let reversed = Word { norm: w.norm.chars().rev().collect(), ..w.clone() };
-                let back = token_owners(&reversed);
-                if foreign(cfg, ctx, &back).is_some() {
-                    owners = back;
+            for &undo in readings(cfg) {
+                let hash = hash_words(&cfg.key, Some(TOKEN_DOMAIN), std::iter::once(&w), undo, &mut self.scratch);
+                let owners = cfg.owners.owners(hash);
+                if let Some(foreign) = foreign(cfg, ctx, &owners) {
+                    out.push(Finding {
+                        rule_id: TOKEN_RULE_ID.into(),
+                        start: w.start,
+                        end: w.end,
+                        match_start: w.start,
+                        match_end: w.end,
+                        severity: cfg.severity,
+                        action: cfg.action,
+                        excerpt: mask(&w.norm),
+                        kind: DetectorKind::Ngram,
+                        detail: Detail::Foreign { owners: foreign, shared_by: owners.shared_by },
+                        encoding: undo.map(Rewrite::encoding),
+                    });
+                    break;
                 }
-            }
-            if let Some(foreign) = foreign(cfg, ctx, &owners) {
-                out.push(Finding {
-                    rule_id: TOKEN_RULE_ID.into(),
-                    start: w.start,
-                    end: w.end,
-                    match_start: w.start,
-                    match_end: w.end,
-                    severity: cfg.severity,
-                    action: cfg.action,
-                    excerpt: mask(&w.norm),
-                    kind: DetectorKind::Ngram,
-                    detail: Detail::Foreign { owners: foreign, shared_by: owners.shared_by },
-                    encoding: None,
-                });
             }
         }
         let n = self.n;
@@ -528,45 +594,63 @@ impl NgramState {
             self.window.pop_front();
         }
         if n > LEAD_WORDS && self.window.len() >= LEAD_WORDS {
-            self.follow_leads(cfg, ctx, index);
+            for (reading, &undo) in readings(cfg).iter().enumerate() {
+                self.follow_leads(cfg, ctx, index, reading, undo);
+            }
         }
         if n > 0 && self.window.len() >= n {
-            let owners = cfg.owners.owners(tail_hash(&cfg.key, None, &self.window, n));
-            if let Some(foreign) = foreign(cfg, ctx, &owners) {
-                let words = || self.window.iter().skip(self.window.len() - n);
-                let (start, end) = (words().next().map_or(0, |w| w.start), self.window.back().map_or(0, |w| w.end));
-                let text: Vec<&str> = words().map(|w| w.norm.as_str()).collect();
-                out.push(Finding {
-                    rule_id: RULE_ID.into(),
-                    start,
-                    end,
-                    match_start: start,
-                    match_end: end,
-                    severity: cfg.severity,
-                    action: cfg.action,
-                    excerpt: mask(&text.join(" ")),
-                    kind: DetectorKind::Ngram,
-                    detail: Detail::Foreign { owners: foreign, shared_by: owners.shared_by },
-                    encoding: None,
-                });
+            for &undo in readings(cfg) {
+                let owners = cfg.owners.owners(tail_hash(&cfg.key, None, &self.window, n, undo, &mut self.scratch));
+                if let Some(foreign) = foreign(cfg, ctx, &owners) {
+                    let words = || self.window.iter().skip(self.window.len() - n);
+                    let (start, end) = (words().next().map_or(0, |w| w.start), self.window.back().map_or(0, |w| w.end));
+                    let text: Vec<&str> = words().map(|w| w.norm.as_str()).collect();
+                    out.push(Finding {
+                        rule_id: RULE_ID.into(),
+                        start,
+                        end,
+                        match_start: start,
+                        match_end: end,
+                        severity: cfg.severity,
+                        action: cfg.action,
+                        excerpt: mask(&text.join(" ")),
+                        kind: DetectorKind::Ngram,
+                        detail: Detail::Foreign { owners: foreign, shared_by: owners.shared_by },
+                        encoding: undo.map(Rewrite::encoding),
+                    });
+                    break;
+                }
             }
         }
         // A lead whose n-gram just completed has been judged.
-        self.leads.retain(|l| l.first + n as u64 - 1 > index);
+        for leads in &mut self.leads {
+            leads.retain(|l| l.first + n as u64 - 1 > index);
+        }
     }
 
-    /// The window of the last [`LEAD_WORDS`] words (ending with word `index`): leads that
-    /// it does not continue end, and a foreign one starts being followed.
-    fn follow_leads(&mut self, cfg: &NgramConfig, ctx: &ScanContext, index: u64) {
-        let owners = cfg.owners.owners(tail_hash(&cfg.key, Some(LEAD_DOMAIN), &self.window, LEAD_WORDS));
+    /// The window of the last [`LEAD_WORDS`] words (ending with word `index`), read as
+    /// `undo` says: that reading's leads that it does not continue end, and a foreign one
+    /// starts being followed. Every window of recorded text is a lead, so text written
+    /// backwards finds leads too (the n-gram it completes is recorded text read from its end).
+    fn follow_leads(
+        &mut self,
+        cfg: &NgramConfig,
+        ctx: &ScanContext,
+        index: u64,
+        reading: usize,
+        undo: Option<Rewrite>,
+    ) {
+        let hash = tail_hash(&cfg.key, Some(LEAD_DOMAIN), &self.window, LEAD_WORDS, undo, &mut self.scratch);
+        let owners = cfg.owners.owners(hash);
+        let leads = &mut self.leads[reading];
         // Every window of a recorded n-gram was recorded with it: an unknown one means the
         // n-grams of the leads before it cannot be recorded text.
         if owners.tenants.is_empty() && owners.shared_by == 0 && !owners.model_native {
-            self.leads.clear();
+            leads.clear();
         }
         if foreign(cfg, ctx, &owners).is_some() {
             let hold = self.window.back().map_or(0, |w| w.start);
-            self.leads.push(Lead { first: index + 1 - LEAD_WORDS as u64, hold });
+            leads.push(Lead { first: index + 1 - LEAD_WORDS as u64, hold });
         }
     }
 }
@@ -616,6 +700,18 @@ pub(crate) mod tests {
         assert_eq!(a.len(), 3);
         assert!(fingerprints("two words", &KEY, 3).is_empty());
         assert_ne!(fingerprints("a b c", &NgramKey([7; 16]), 3), fingerprints("a b c", &KEY, 3));
+    }
+
+    /// Fingerprints are stored (snapshots, the shared store) and compared across versions:
+    /// the bytes hashed for a text must never change.
+    #[test]
+    fn fingerprints_do_not_change_between_versions() {
+        let text = "The quick brown fox, Grüße aus Köln! 7Hq2Lx9Vb4Nz8Kc3Wm5Rt1 and then some more words here";
+        let (ngrams, tokens) = fingerprints_and_tokens(text, &KEY, 8);
+        assert_eq!(ngrams.len(), 18);
+        assert_eq!(&ngrams[..2], [16421238493901593525, 10576814603371025214]);
+        assert_eq!(ngrams[17], 10332257244078849626, "the last lead");
+        assert_eq!(tokens, [10948911167224871138]);
     }
 
     #[test]

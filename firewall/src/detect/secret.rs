@@ -9,8 +9,10 @@
 //!
 //! A value is hashed in its rules-view form (see `canon`), so a disguised echo of a secret
 //! hashes as the secret. Prefixes down to [`PREFIX_SHARE`] of the value's characters are
-//! recorded too, so a truncated echo is attributed. Hashes are SipHash-1-3 under the n-gram
-//! key, domain-separated from n-gram and lead hashes by their first input byte.
+//! recorded too, so a truncated echo is attributed. A value nobody owns is looked up again
+//! backwards and in ROT13 (see `rewrite`): a finding attributed so names that rewriting.
+//! Hashes are SipHash-1-3 under the n-gram key, domain-separated from n-gram and lead hashes
+//! by their first input byte.
 
 use std::hash::Hasher;
 use std::sync::Arc;
@@ -18,7 +20,7 @@ use std::sync::Arc;
 use siphasher::sip::SipHasher13;
 
 use crate::canon;
-use crate::detect::{NgramKey, NgramOwners, ScanContext};
+use crate::detect::{NgramKey, NgramOwners, OwnerSet, Rewrite, ScanContext};
 use crate::rules::ruleset::Ruleset;
 use crate::verdict::{Action, Detail, DetectorKind, Finding, Severity};
 
@@ -82,7 +84,19 @@ pub(crate) fn settle(
     if let Some(cfg) = cfg {
         // A finding from an encoded layer was settled there, on its decoded value.
         for f in findings.iter_mut().filter(|f| f.kind == DetectorKind::Secret && f.encoding.is_none()) {
-            let owners = cfg.owners.owners(hash_value(&cfg.key, &value(f)));
+            let found = value(f);
+            let known = |o: &OwnerSet| !o.tenants.is_empty() || o.model_native;
+            let mut owners = cfg.owners.owners(hash_value(&cfg.key, &found));
+            // Written backwards or in ROT13, a value is still its owner's.
+            for r in Rewrite::ALL {
+                if known(&owners) {
+                    break;
+                }
+                owners = cfg.owners.owners(hash_value(&cfg.key, &r.apply(&found)));
+                if known(&owners) {
+                    f.encoding = Some(r.encoding());
+                }
+            }
             if owners.model_native {
                 continue;
             }

@@ -38,7 +38,7 @@ use regex_automata::Input;
 use regex_syntax::hir::Hir;
 
 use crate::canon;
-use crate::detect::{self, Detectors, ScanContext};
+use crate::detect::{self, Detectors, Encoding, Rewrite, ScanContext};
 use crate::rules::rule::{Canary, Rule};
 use crate::rules::ruleset::Ruleset;
 use crate::scan::accept::{accept, KeywordCheck};
@@ -62,8 +62,16 @@ pub(crate) enum PatternKind {
 #[derive(Debug)]
 pub(crate) struct CanaryMatcher {
     regex: Regex,
-    /// canary string -> indices of the canaries that list it
-    by_string: HashMap<String, Vec<usize>>,
+    /// canary string, as written or rewritten -> whose it is
+    by_string: HashMap<String, CanaryString>,
+}
+
+/// The canaries that list a string, and how the string matched writes it.
+#[derive(Debug, Default)]
+struct CanaryString {
+    canaries: Vec<usize>,
+    /// None as listed; else the rewriting (backwards, ROT13) of a listed string.
+    written: Option<Encoding>,
 }
 
 #[derive(Debug)]
@@ -282,15 +290,33 @@ fn build_prefilter(rules: &[Rule]) -> Result<Prefilter, String> {
 
 /// Canary strings match case-insensitively, in their rules-view form: the pattern runs on
 /// the raw text and on its rules view, so a canary that is upper-cased, spelt with
-/// look-alikes or full-width forms, or cut by invisible characters is still found.
+/// look-alikes or full-width forms, or cut by invisible characters is still found. Each is
+/// also matched backwards and in ROT13 (see `detect::rewrite`), unless that spells a listed
+/// string.
 fn build_canaries(canaries: &[Canary]) -> Result<(CanaryMatcher, Hir), String> {
-    let mut by_string: HashMap<String, Vec<usize>> = HashMap::new();
+    let mut by_string: HashMap<String, CanaryString> = HashMap::new();
     for (i, c) in canaries.iter().enumerate() {
         for s in &c.strings {
             let folded = canon::rules_string(s, false).to_lowercase();
-            let owners = by_string.entry(folded).or_default();
+            let owners = &mut by_string.entry(folded).or_default().canaries;
             if !owners.contains(&i) {
                 owners.push(i);
+            }
+        }
+    }
+    let listed: Vec<(String, Vec<usize>)> = by_string.iter().map(|(s, c)| (s.clone(), c.canaries.clone())).collect();
+    for (s, owners) in listed {
+        for r in Rewrite::ALL {
+            let rewritten = r.apply(&s);
+            let entry = by_string
+                .entry(rewritten)
+                .or_insert_with(|| CanaryString { written: Some(r.encoding()), ..CanaryString::default() });
+            if entry.written.is_some() {
+                for &i in &owners {
+                    if !entry.canaries.contains(&i) {
+                        entry.canaries.push(i);
+                    }
+                }
             }
         }
     }
@@ -489,13 +515,9 @@ impl Ruleset {
             if m.start() >= until {
                 break;
             }
-            let owners: Vec<&Canary> = cm
-                .by_string
-                .get(&m.as_str().to_lowercase())
-                .into_iter()
-                .flatten()
-                .filter_map(|&i| self.canaries.get(i))
-                .collect();
+            let listed = cm.by_string.get(&m.as_str().to_lowercase());
+            let owners: Vec<&Canary> =
+                listed.into_iter().flat_map(|l| &l.canaries).filter_map(|&i| self.canaries.get(i)).collect();
             let foreign: Vec<String> =
                 owners.iter().filter(|c| ctx.is_foreign(&c.owner)).map(|c| c.owner.clone()).collect();
             if let (Some(first), false) =
@@ -512,7 +534,7 @@ impl Ruleset {
                     excerpt: mask(m.as_str()),
                     kind: DetectorKind::Canary,
                     detail: Detail::Foreign { shared_by: foreign.len(), owners: foreign },
-                    encoding: None,
+                    encoding: listed.and_then(|l| l.written),
                 });
             }
             at = m.end().max(m.start() + 1);

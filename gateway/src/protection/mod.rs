@@ -146,6 +146,7 @@ impl Protection {
         ngram.n = p.ngram_words;
         ngram.common_at = p.common_at;
         ngram.tokens = p.foreign_tokens;
+        ngram.rewrites = config.firewall.read_encoded;
         let mut entropy = EntropyConfig::new(stats.clone());
         entropy.z_threshold = config.stats.z_threshold;
         entropy.action = config.stats.action;
