@@ -128,6 +128,8 @@ pub(crate) struct Word {
     /// `norm` backwards, then `norm` in ROT13 (each as long as `norm`), when the n-gram
     /// check reads rewritings: worked out once per word rather than once per window.
     pub undone: String,
+    /// Whether `norm` holds three letters or more (worked out with `undone`).
+    pub worded: bool,
     pub start: usize,
     pub end: usize,
 }
@@ -152,8 +154,19 @@ impl Word {
             for r in Rewrite::ALL {
                 r.push(&self.norm, &mut self.undone);
             }
+            self.worded = self.norm.chars().filter(|c| c.is_alphabetic()).nth(2).is_some();
         }
     }
+}
+
+/// Whether the last `k` words of `window` are read rewritten too: at least half of them hold
+/// three letters or more. Numbers and single letters rewritten are numbers and letters
+/// again: one changelog's `1.0.2 … 1.0.1 … 1.0` backwards is another's `0.1 … 1.0.1 … 2.0.1`,
+/// `a b c d e f g h` in ROT13 is `n o p q r s t u`, and regexes (`\d\d`), chess boards and
+/// lists of letters in tests (measured with `examples/rewrite_alarms.rs`) would make every
+/// such list foreign somewhere. A word of three letters rewritten is rarely a word.
+fn rewritten_readable(window: &VecDeque<Word>, k: usize) -> bool {
+    2 * window.iter().rev().take(k).filter(|w| w.worded).count() >= k
 }
 
 /// Where the splitter is inside an escape written out in the text.
@@ -304,7 +317,7 @@ impl WordSplitter {
     fn flush(&mut self, end: usize, emit: &mut impl FnMut(Word)) {
         if let Some(start) = self.start.take() {
             if !self.norm.is_empty() {
-                emit(Word { norm: std::mem::take(&mut self.norm), undone: String::new(), start, end });
+                emit(Word { norm: std::mem::take(&mut self.norm), undone: String::new(), worded: false, start, end });
             }
         }
         self.norm.clear();
@@ -599,7 +612,8 @@ impl NgramState {
             }
         }
         if n > 0 && self.window.len() >= n {
-            for &undo in readings(cfg) {
+            let readable = rewritten_readable(&self.window, n);
+            for &undo in readings(cfg).iter().filter(|u| u.is_none() || readable) {
                 let owners = cfg.owners.owners(tail_hash(&cfg.key, None, &self.window, n, undo, &mut self.scratch));
                 if let Some(foreign) = foreign(cfg, ctx, &owners) {
                     let words = || self.window.iter().skip(self.window.len() - n);
@@ -640,9 +654,13 @@ impl NgramState {
         reading: usize,
         undo: Option<Rewrite>,
     ) {
+        let leads = &mut self.leads[reading];
+        if undo.is_some() && !rewritten_readable(&self.window, LEAD_WORDS) {
+            leads.clear();
+            return;
+        }
         let hash = tail_hash(&cfg.key, Some(LEAD_DOMAIN), &self.window, LEAD_WORDS, undo, &mut self.scratch);
         let owners = cfg.owners.owners(hash);
-        let leads = &mut self.leads[reading];
         // Every window of a recorded n-gram was recorded with it: an unknown one means the
         // n-grams of the leads before it cannot be recorded text.
         if owners.tenants.is_empty() && owners.shared_by == 0 && !owners.model_native {
@@ -798,6 +816,35 @@ pub(crate) mod tests {
         decode_plain(text, |d| st.feed_char(&off, &ctx, d, &mut out));
         st.finish(&off, &ctx, text.len(), &mut out);
         assert!(out.is_empty(), "switched off: {out:?}");
+    }
+
+    /// Findings of `text` answered to acme, globex owning `recorded`.
+    fn foreign_to_acme(recorded: &str, text: &str) -> Vec<Finding> {
+        let mut map = MapOwners::default();
+        record(&mut map, recorded, DEFAULT_N, "globex", 1);
+        let cfg = NgramConfig::new(KEY, Arc::new(map));
+        let ctx = ScanContext::new("acme");
+        let mut out = Vec::new();
+        let mut st = NgramState::new(DEFAULT_N);
+        decode_plain(text, |d| st.feed_char(&cfg, &ctx, d, &mut out));
+        st.finish(&cfg, &ctx, text.len(), &mut out);
+        out
+    }
+
+    #[test]
+    fn words_are_read_backwards_and_in_rot13_but_numbers_and_letters_are_not() {
+        let words = "the quarterly numbers stay inside the finance team until the board meets";
+        for r in Rewrite::ALL {
+            let found = foreign_to_acme(words, &r.apply(words));
+            assert!(!found.is_empty() && found.iter().all(|f| f.encoding == Some(r.encoding())), "{r:?}: {found:?}");
+        }
+        // Rewritten, a list of numbers or single letters is another list, not a disguise.
+        let versions = "## 1.0.2 fixed ## 1.0.1 fixed ## 1.0.0 first 0.9.1 0.9.0";
+        assert!(foreign_to_acme(versions, &Rewrite::Backwards.apply(versions)).is_empty());
+        let letters = "a b c d e f g h i j k l m";
+        assert!(foreign_to_acme(letters, &Rewrite::Rot13.apply(letters)).is_empty());
+        assert!(foreign_to_acme(letters, &Rewrite::Backwards.apply(letters)).is_empty());
+        assert!(!foreign_to_acme(letters, letters).is_empty(), "as written, a copy is a copy");
     }
 
     #[test]
