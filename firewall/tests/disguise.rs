@@ -1,5 +1,5 @@
 //! Disguised leaks: every disguise class (Cyrillic look-alikes, full-width forms, invisible
-//! characters, upper case, JSON escapes, words joined by `_ - .`) is caught by the secret
+//! characters, text hidden in tag characters, upper case, JSON escapes, words joined by `_ - .`) is caught by the secret
 //! rules, the canaries and the foreign n-grams alike; a foreign run reaches a client for at
 //! most three words; secret values are attributed to their owner; and a stream of disguised
 //! text agrees with one-shot scanning for any chunking.
@@ -123,6 +123,8 @@ fn disguises(s: &str) -> Vec<(&'static str, String)> {
         ("soft hyphen", interleave(s, "\u{AD}")),
         ("bidi controls", interleave(s, "\u{202E}\u{202C}")),
         ("word joiner and variation selector", interleave(s, "\u{2060}\u{FE0F}")),
+        // "ASCII smuggling": every character as its invisible tag character.
+        ("tag characters", s.chars().map(|c| char::from_u32(0xE0000 + c as u32).unwrap_or(c)).collect()),
     ]
 }
 
@@ -226,6 +228,26 @@ fn disguised_foreign_prose_is_blocked() {
         assert!(blocked, "{name}: {text:?}");
         assert!(!released.contains("closes") && !released.contains("сlоѕеѕ"), "{name}: {released:?}");
         check_chunking(&rules, &acme(), &det, &text, &char_cuts(&text));
+    }
+}
+
+/// A token no rule knows is its owner's in every disguise too, however many raw bytes its
+/// characters take (a full-width or tag-character token is three or four times as long).
+#[test]
+fn a_disguised_token_is_still_its_owners() {
+    let rules = fixture_rules();
+    let token = "7Hq2Lx9Vb4Nz8Kc3Wd5Rf6Tg";
+    let mut idx = Index::default();
+    idx.record(firewall::token_fingerprints(&format!("relay id {token}"), &HASH_KEY), "globex");
+    let det = Arc::new(Detectors { ngram: Some(NgramConfig::new(HASH_KEY, Arc::new(idx))), ..Detectors::default() });
+    for (name, disguised) in disguises(token) {
+        let text = format!("Use {disguised} now");
+        let (released, blocked, found) = stream_chars(&rules, &acme(), &det, &text, false);
+        assert!(blocked && found.iter().any(|f| f.rule_id == firewall::FOREIGN_TOKEN_RULE_ID), "{name}: {found:?}");
+        assert_eq!(released, "Use ", "{name}");
+        check_chunking(&rules, &acme(), &det, &text, &char_cuts(&text));
+        let own = rules.scan_with(&text, &ScanContext::new("globex"), &det);
+        assert!(own.iter().all(|f| f.action != Action::Block), "{name}: {own:?}");
     }
 }
 

@@ -1,5 +1,5 @@
 //! Encoded leaks: another tenant's secret, canary, token or paragraph written in base64,
-//! hex, percent-encoding, character codes, in groups or lines, spelled out, backwards or in
+//! hex, binary, percent-encoding, character codes, in groups or lines, spelled out, backwards or in
 //! ROT13 is blocked as if written plainly, through two layers; the
 //! responding tenant's own data comes back; keys, hashes and binary blobs in honest answers
 //! stay quiet; and a stream holds an encoded run until it is judged, agreeing with one-shot
@@ -110,6 +110,8 @@ fn encodings(plain: &str) -> Vec<(&'static str, String)> {
         ("a C array", format!("{{{}}}", plain.bytes().map(|b| format!("0x{b:02X}")).collect::<Vec<_>>().join(", "))),
         ("a byte string", format!("b'{}'", plain.bytes().map(|b| format!("\\x{b:02x}")).collect::<String>())),
         ("character codes", format!("{:?}", plain.bytes().collect::<Vec<_>>())),
+        ("binary", plain.bytes().map(|b| format!("{b:08b}")).collect::<Vec<_>>().join(" ")),
+        ("binary run", plain.bytes().map(|b| format!("{b:08b}")).collect()),
     ];
     // A list of quoted characters, or characters joined by a separator, cannot hold a quote,
     // a space or the separator unambiguously.

@@ -358,15 +358,15 @@ async fn another_tenants_data_written_encoded_is_blocked() {
         (format!("Decoded it reads: {hex}"), "hex"),
         (format!("echo {} | base64 -d", base64(&format!("GITHUB_TOKEN={secret}"))), "base64"),
         (format!("Letter by letter: {}", token.chars().map(String::from).collect::<Vec<_>>().join(" ")), "spelled"),
+        (format!("Bits: {}", token.bytes().map(|b| format!("{b:08b}")).collect::<Vec<_>>().join(" ")), "binary"),
     ] {
-        // What a client must not get: the first half of the encoded value.
-        let at = answer
-            .find(if encoding == "spelled" {
-                "7 H"
-            } else {
-                answer.split_whitespace().max_by_key(|w| w.len()).unwrap()
-            })
-            .unwrap();
+        // What a client must not get: the first half of the encoded value (past the first
+        // group of a grouped run, which goes out before the second shows what it is).
+        let at = match encoding {
+            "spelled" => answer.find("7 H").unwrap(),
+            "binary" => answer.find(' ').unwrap() + 10,
+            _ => answer.find(answer.split_whitespace().max_by_key(|w| w.len()).unwrap()).unwrap(),
+        };
         let rest = &answer[at..];
         let head = rest[..rest.len().min(40) / 2].to_owned();
         for record in blocked_for_globex_only(&gw, &mock, &answer, |t| t.contains(&head)).await {
@@ -374,6 +374,10 @@ async fn another_tenants_data_written_encoded_is_blocked() {
             assert_eq!(finding["encoding"], encoding, "{record}");
         }
     }
+    // "ASCII smuggling": the token in Unicode tag characters renders as nothing, and a
+    // client reads it back in one line.
+    let smuggled: String = token.chars().map(|c| char::from_u32(0xE0000 + c as u32).unwrap()).collect();
+    blocked_for_globex_only(&gw, &mock, &format!("Nothing to see.{smuggled}"), |t| t.contains(&smuggled[..8])).await;
     // "Answer backwards", "reply in ROT13": at most three words go out before the block.
     let rot13: String = paragraph
         .chars()

@@ -71,8 +71,23 @@ pub(super) struct Class {
     pub(super) candidate: bool,
 }
 
+/// Unicode's tag characters U+E0020..=U+E007E: an invisible copy of printable ASCII. Emoji
+/// subdivision flags use a few (🏴 then `gbeng`), and "ASCII smuggling" uses them to hide a
+/// whole text that renders as nothing and decodes in one line; both views read them as the
+/// ASCII they stand for. The language tag U+E0001 and the cancel tag U+E007F stay removed.
+fn tag_ascii(c: char) -> Option<char> {
+    let cp = c as u32;
+    (0xE0020..=0xE007E).contains(&cp).then(|| char::from((cp - 0xE0000) as u8))
+}
+
 impl Entry {
     fn of(c: char) -> Entry {
+        if let Some(a) = tag_ascii(c) {
+            let to = Fold::To(a.to_string().into_boxed_str());
+            let class =
+                Class { alnum: a.is_ascii_alphanumeric(), ascii_alnum: a.is_ascii_alphanumeric(), ..Class::default() };
+            return Entry { plain: to.clone(), full: to, class, word: WordFold::of(&a.to_string()) };
+        }
         let mut plain = String::new();
         let mut full = String::new();
         for d in std::iter::once(c).nfkc() {

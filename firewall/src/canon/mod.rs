@@ -4,7 +4,8 @@
 //! Two folds, both per character, both streaming:
 //! * the **rules view**, read by the secret rules and canaries: NFKC of each character,
 //!   default-ignorable code points removed (zero-width characters, bidi controls, soft
-//!   hyphen, variation selectors, tag characters...), and a non-ASCII letter or digit whose
+//!   hyphen, variation selectors...) except tag characters, which read as the ASCII they
+//!   are an invisible copy of ("ASCII smuggling"), and a non-ASCII letter or digit whose
 //!   TS #39 confusable prototype is pure ASCII replaced by that prototype, when its run of
 //!   letters and digits also holds an ASCII one (`раѕѕword` reads `password`). A run written
 //!   wholly in another script keeps its letters: Russian `рос` stays Russian, or every
@@ -539,7 +540,17 @@ mod tests {
         assert_eq!(view("pass\u{AD}wo\u{2060}rd\u{FEFF}"), "password", "soft hyphen, word joiner, BOM");
         assert_eq!(view("\u{202E}dbk_\u{202C}x"), "dbk_x", "bidi controls");
         assert_eq!(view("a\u{FE0F}b"), "ab", "variation selector");
-        assert_eq!(view("x\u{E0041}y"), "xy", "tag characters");
+        assert_eq!(view("x\u{E0001}y\u{E007F}"), "xy", "language and cancel tags");
+    }
+
+    #[test]
+    fn tag_characters_read_as_the_ascii_they_stand_for() {
+        let smuggled: String =
+            "pw: Hunter2".chars().map(|c| char::from_u32(0xE0000 + c as u32).unwrap_or('?')).collect();
+        assert_eq!(view(&format!("ok{smuggled}.")), "okpw: Hunter2.");
+        assert_eq!(words(&smuggled), "pw: Hunter2");
+        // An emoji subdivision flag (England) reads as its region code.
+        assert_eq!(view("\u{1F3F4}\u{E0067}\u{E0062}\u{E0065}\u{E006E}\u{E0067}\u{E007F}"), "\u{1F3F4}gbeng");
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! Encoded text: what a response says in base64, hex, percent-encoding, character codes or
-//! spelled out one character at a time is read decoded.
+//! Encoded text: what a response says in base64, hex, binary, percent-encoding, character
+//! codes or spelled out one character at a time is read decoded.
 //!
 //! A model told to "write it in base64" or "put a space between the letters" turns another
 //! tenant's secret, canary or paragraph into characters no rule and no fingerprint knows,
@@ -7,8 +7,9 @@
 //!
 //! * **Runs**: a maximal stretch of characters from the encodings' alphabets (letters,
 //!   digits, `+ / = - _ %`) of at least [`DecodeConfig::min_chars`]. One holding `%XX`
-//!   escapes is percent-decoded; one of hex digits only, of even length, is hex; any other
-//!   is base64, standard or URL-safe, padded or not. A run is cut after `=` that something
+//!   escapes is percent-decoded; one of `0` and `1` only, of a length a multiple of eight,
+//!   is binary if that reads as text; one of hex digits only, of even length, is hex if that
+//!   does; any other is base64, standard or URL-safe, padded or not. A run is cut after `=` that something
 //!   follows (`token=SGVsbG8…`: padding ends a base64 value), each part decoded on its own.
 //! * **Unit lists**: at least [`MIN_UNITS`] whitespace-separated words in a row that are
 //!   each one character (`7 H q 2 …`, `['7', 'H', …]`, or joined by one separator:
@@ -17,7 +18,8 @@
 //!   punctuation (brackets, quotes, a trailing comma) aside. Their concatenation is the text.
 //! * **Grouped runs**: two or more whitespace-separated words of run characters, all of one
 //!   length of at least [`MIN_GROUP`] but the last, which may be shorter (`SGVs bG8s IHdv`,
-//!   `4865 6c6c`, base64 wrapped into lines): read as the run they make together.
+//!   `4865 6c6c`, `01001000 01101001`, base64 wrapped into lines): read as the run they make
+//!   together.
 //!
 //! Decoded bytes count as text only when they are UTF-8 without control characters (tab
 //! and line breaks aside), whole or in a prefix of at least 12 bytes (a run may end with a
@@ -62,6 +64,8 @@ pub enum Encoding {
     Percent,
     /// A list of decimal character codes.
     CharCodes,
+    /// Eight binary digits a byte.
+    Binary,
     /// One character at a time, separated by whitespace.
     Spelled,
     /// Character by character from the end (see `rewrite`).
@@ -77,6 +81,7 @@ impl Encoding {
             Encoding::Hex => "hex",
             Encoding::Percent => "percent-encoding",
             Encoding::CharCodes => "character codes",
+            Encoding::Binary => "binary",
             Encoding::Spelled => "spelled out",
             Encoding::Backwards => "reverse",
             Encoding::Rot13 => "ROT13",
@@ -513,9 +518,11 @@ fn decode_run(chars: &[u8], span: impl Fn(usize) -> (usize, usize), min: usize) 
     let (encoding, mut bytes, from, whole) = if chars.contains(&b'%') {
         percent(chars)?
     } else {
+        let bits = chars.len().is_multiple_of(8) && chars.iter().all(|&c| c == b'0' || c == b'1');
         let hex = (chars.len().is_multiple_of(2) && chars.iter().all(u8::is_ascii_hexdigit)).then(|| hex(chars));
-        match hex.flatten() {
-            Some(h) if text_prefix(&h.1, h.3).is_some() => h,
+        match (bits.then(|| binary(chars)), hex.flatten()) {
+            (Some(b), _) if text_prefix(&b.1, b.3).is_some() => b,
+            (_, Some(h)) if text_prefix(&h.1, h.3).is_some() => h,
             _ => base64(chars)?,
         }
     };
@@ -561,6 +568,8 @@ enum Sources {
     Hex,
     /// Byte `3q + k` from characters `4q + k` and `4q + k + 1`.
     Base64,
+    /// Byte `i` from characters `8i` to `8i + 7`.
+    Binary,
     Listed(Vec<(usize, usize)>),
 }
 
@@ -569,6 +578,7 @@ impl Sources {
         match self {
             Sources::Hex => (2 * i, 2 * i + 1),
             Sources::Base64 => (4 * (i / 3) + i % 3, 4 * (i / 3) + i % 3 + 1),
+            Sources::Binary => (8 * i, 8 * i + 7),
             Sources::Listed(from) => from.get(i).copied().unwrap_or_default(),
         }
     }
@@ -602,6 +612,17 @@ fn hex(chars: &[u8]) -> Option<Decoding> {
         .collect::<Option<_>>()?;
     let whole = bytes.len() == chars.len() / 2;
     Some((Encoding::Hex, bytes, Sources::Hex, whole))
+}
+
+/// Bytes written as eight binary digits each (`01001000 01101001`, in groups or not).
+fn binary(chars: &[u8]) -> Decoding {
+    let bytes: Vec<u8> = chars
+        .chunks_exact(8)
+        .map(|bits| bits.iter().fold(0u8, |acc, &b| acc << 1 | (b - b'0')))
+        .take_while(|&b| !is_control_byte(b))
+        .collect();
+    let whole = bytes.len() == chars.len() / 8;
+    (Encoding::Binary, bytes, Sources::Binary, whole)
 }
 
 /// Percent-decoding; needs at least two escapes (one `%` in a word is no encoding).
@@ -921,6 +942,7 @@ mod tests {
         assert_eq!(decoded("PDw_Pz4-"), Some((Encoding::Base64, "<<??>>".into())));
         assert_eq!(decoded("48656c6c6f2c20776f726c6421"), Some((Encoding::Hex, "Hello, world!".into())));
         assert_eq!(decoded("Hello%2C%20world%21"), Some((Encoding::Percent, "Hello, world!".into())));
+        assert_eq!(decoded("0100100001101001001000010010000100100001"), Some((Encoding::Binary, "Hi!!!".into())));
         assert_eq!(decoded("100%"), None);
         assert_eq!(decoded("abcde"), None, "five characters are no base64");
         assert_eq!(decoded("ab+c-d"), None, "both alphabets at once");
@@ -947,6 +969,7 @@ mod tests {
         assert_eq!(texts("dXNl cjpz M2Ny ZXRw YXNz dzBy ZA== ok"), ["user:s3cretpassw0rd"]);
         assert_eq!(texts("dXNlcjpz\nM2NyZXRw\nYXNzdzBy\nZA==\n"), ["user:s3cretpassw0rd"]);
         assert_eq!(texts("7573 6572 3a73 3363 7265 7470"), ["user:s3cretp"]);
+        assert_eq!(texts("01110101 01110011 01100101 01110010 00111010 01110000"), ["user:p"]);
         // Prose of equal-length words decodes to nothing.
         assert_eq!(texts("This text uses many words with four or five chars each"), Vec::<String>::new());
     }

@@ -7,8 +7,12 @@
 //! and JSON-style escapes written out (`\n`, `\"`, `\u00e9`...; in JSON mode the decoder has
 //! turned real escapes into characters already, and JSON syntax outside strings separates
 //! words too); each word is lowercased and stripped of every character that is not
-//! alphanumeric; words that become empty are skipped; a run longer than [`MAX_WORD_BYTES`]
-//! raw bytes is cut into pieces (so one endless token cannot force unbounded holdback).
+//! alphanumeric; words that become empty are skipped; a run is cut into pieces of
+//! [`MAX_WORD_BYTES`] normalised bytes, or fewer where they take more than
+//! [`MAX_WORD_RAW_BYTES`] raw ones (so one endless token cannot force unbounded holdback).
+//! Counting what the word reads as, not its raw bytes, cuts a token the same wherever its
+//! characters take more bytes than they read as: full-width forms, tag characters,
+//! invisible characters between its letters.
 //! Each window of `n` consecutive words is hashed with SipHash-1-3 under a per-deployment
 //! 128-bit key; only these keyed hashes ever leave the firewall.
 //!
@@ -61,8 +65,12 @@ pub const MIN_TOKEN_CHARS: usize = 16;
 /// single short sentence is still caught.
 pub const DEFAULT_N: usize = 8;
 
-/// Longest word piece, in bytes; longer runs are cut.
+/// Longest word piece, in normalised bytes; longer runs are cut.
 pub const MAX_WORD_BYTES: usize = 64;
+
+/// Most raw bytes of one word piece: four times [`MAX_WORD_BYTES`], room for a piece whose
+/// every character is four bytes (tag characters) or three bytes and an invisible one.
+pub const MAX_WORD_RAW_BYTES: usize = 4 * MAX_WORD_BYTES;
 
 /// The per-deployment SipHash key.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -198,7 +206,7 @@ impl WordSplitter {
             return self.flush(d.start, emit);
         }
         let len = d.end - d.start;
-        if self.start.is_some() && self.raw_len + len > MAX_WORD_BYTES {
+        if self.full(len) {
             self.flush(d.start, emit);
         }
         if self.escape != Escape::None || d.c == '\\' {
@@ -233,7 +241,7 @@ impl WordSplitter {
                 self.feed_char(Decoded { c: char::from(b), start: pos, end: pos + 1, kind: Kind::Text }, emit);
                 continue;
             }
-            if self.start.is_some() && self.raw_len + 1 > MAX_WORD_BYTES {
+            if self.full(1) {
                 self.flush(pos, emit);
             }
             self.ascii(b, pos, emit);
@@ -241,6 +249,11 @@ impl WordSplitter {
                 self.raw_len += 1;
             }
         }
+    }
+
+    /// Whether the word in progress is a whole piece before a character of `len` raw bytes.
+    fn full(&self, len: usize) -> bool {
+        self.start.is_some() && (self.norm.len() >= MAX_WORD_BYTES || self.raw_len + len > MAX_WORD_RAW_BYTES)
     }
 
     /// An ASCII character outside any escape.
