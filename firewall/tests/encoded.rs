@@ -110,6 +110,12 @@ fn encodings(plain: &str) -> Vec<(&'static str, String)> {
         ("a C array", format!("{{{}}}", plain.bytes().map(|b| format!("0x{b:02X}")).collect::<Vec<_>>().join(", "))),
         ("a byte string", format!("b'{}'", plain.bytes().map(|b| format!("\\x{b:02x}")).collect::<String>())),
         ("character codes", format!("{:?}", plain.bytes().collect::<Vec<_>>())),
+        (
+            "character codes without spaces",
+            format!("[{}]", plain.bytes().map(|b| b.to_string()).collect::<Vec<_>>().join(",")),
+        ),
+        ("a C array without spaces", plain.bytes().map(|b| format!("0x{b:02x}")).collect::<Vec<_>>().join(",")),
+        ("hex bytes joined by dashes", plain.bytes().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join("-")),
         ("binary", plain.bytes().map(|b| format!("{b:08b}")).collect::<Vec<_>>().join(" ")),
         ("binary run", plain.bytes().map(|b| format!("{b:08b}")).collect()),
     ];

@@ -15,7 +15,8 @@
 //!   each one character (`7 H q 2 …`, `['7', 'H', …]`, or joined by one separator:
 //!   `7-H-q-2`, `7.H.q.2`), or each a byte in hex (`48 65 6c`,
 //!   `0x48, 0x65`, `\x48\x65…`) or a decimal character code (`72, 101, 108`), list
-//!   punctuation (brackets, quotes, a trailing comma) aside. Their concatenation is the text.
+//!   punctuation (brackets, quotes, a trailing comma) aside, or joined without spaces
+//!   (`72,101,108`, `0x48,0x65`, `48-65-6c`, `48:65:6c`). Their concatenation is the text.
 //! * **Grouped runs**: two or more whitespace-separated words of run characters, all of one
 //!   length of at least [`MIN_GROUP`] but the last, which may be shorter (`SGVs bG8s IHdv`,
 //!   `4865 6c6c`, `01001000 01101001`, base64 wrapped into lines): read as the run they make
@@ -261,7 +262,24 @@ impl EncodedState {
                     self.list.close(sink);
                 }
             }
-            None => self.list.close(sink),
+            None => match joined_units(&self.word[from..to]) {
+                // Each part is a unit: a byte in hex or a decimal code.
+                Some(parts) => {
+                    let spaced = self.gap >= 2;
+                    for (i, (a, b)) in parts.into_iter().enumerate() {
+                        let unit: String = self.word[from + a..from + b].iter().collect();
+                        let Some(kind) = unit_word(&unit) else { continue };
+                        if !self.list.accepts(kind) {
+                            self.list.close(sink);
+                        }
+                        self.list.push(kind, unit, &self.word_spans[from + a..from + b], spaced && i == 0);
+                    }
+                    if self.list.size >= self.segment {
+                        self.list.close(sink);
+                    }
+                }
+                None => self.list.close(sink),
+            },
         }
         self.word.clear();
         self.word_spans.clear();
@@ -758,7 +776,7 @@ fn may_become_unit(word: &[char]) -> bool {
         ['\\', ..] => {
             body.chunks(4).all(|c| c[0] == '\\' && c.get(1).is_none_or(|&x| x == 'x') && hex(c.get(2..).unwrap_or(&[])))
         }
-        _ if separated_chars(body).is_some() => true,
+        _ if separated_chars(body).is_some() || joined_units_so_far(body) => true,
         [a, b] => hex(&[*a, *b]) || (*a == '0' && matches!(b, 'x' | 'X')),
         ['0', 'x' | 'X', rest @ ..] => rest.len() <= 2 && hex(rest),
         _ => false,
@@ -774,6 +792,47 @@ fn separated_chars(word: &[char]) -> Option<char> {
     }
     let fits = |(i, &c): (usize, &char)| if i % 2 == 1 { c == sep } else { c != sep && !c.is_whitespace() };
     word.iter().enumerate().all(fits).then_some(sep)
+}
+
+/// Separators of units written without spaces (`72,101,108`, `48-65-6c`, `48:65:6c`).
+fn joins_units(c: char) -> bool {
+    matches!(c, ',' | '-' | ':' | ';')
+}
+
+/// Whether `part` is a byte of a joined list: a decimal code of two or three digits, or a
+/// hex byte (`6c`, `0x6c`).
+fn unit_part(part: &[char]) -> bool {
+    let hex = |s: &[char]| s.len() == 2 && s.iter().all(char::is_ascii_hexdigit);
+    match part {
+        ['0', 'x' | 'X', rest @ ..] => hex(rest),
+        _ => hex(part) || (part.len() == 3 && part.iter().all(char::is_ascii_digit)),
+    }
+}
+
+/// The parts of a word of units joined by one separator without spaces (`72,101,108`,
+/// `0x48,0x65`, `48-65-6c`), each a character range, if the word is one (two parts or more).
+fn joined_units(word: &[char]) -> Option<Vec<(usize, usize)>> {
+    let sep = *word.iter().find(|&&c| joins_units(c))?;
+    let mut parts = Vec::new();
+    let mut start = 0;
+    for (i, &c) in word.iter().enumerate().chain(std::iter::once((word.len(), &sep))) {
+        if c == sep {
+            parts.push((start, i));
+            start = i + 1;
+        }
+    }
+    (parts.len() >= 2 && parts.iter().all(|&(a, b)| unit_part(&word[a..b]))).then_some(parts)
+}
+
+/// Whether a word in progress may still become [`joined_units`]: whole parts so far, and a
+/// last one that may still become one.
+fn joined_units_so_far(word: &[char]) -> bool {
+    let Some(&sep) = word.iter().find(|&&c| joins_units(c)) else { return false };
+    let mut parts = word.split(|&c| c == sep);
+    let last = parts.next_back().unwrap_or_default();
+    let may_become = last.len() <= 4
+        && last.iter().enumerate().all(|(i, c)| c.is_ascii_hexdigit() || (i == 1 && matches!(c, 'x' | 'X')));
+    parts.all(unit_part) && may_become
 }
 
 /// Punctuation that may follow a list item: a closing bracket or quote, `,` or `;`.
@@ -961,6 +1020,13 @@ mod tests {
         assert_eq!(texts("id 7-H-q-2-L-x-9-V-b-4 ok"), ["7Hq2Lx9Vb4"]);
         assert_eq!(texts("7.H.q.2. L.x.9.V"), ["7Hq2Lx9V"]);
         assert_eq!(texts("an e-mail, a re-run, a-b test, x-ray"), Vec::<String>::new());
+        assert_eq!(texts("[72,101,108,108,111,32,119,111]"), ["Hello wo"]);
+        assert_eq!(texts("{0x48,0x65,0x6c,0x6c,0x6f,0x20,0x77,0x6f}"), ["Hello wo"]);
+        assert_eq!(texts("48-65-6c-6c 6f:20:77:6f"), ["Hello wo"]);
+        // Dates, times, versions, addresses and identifiers are no lists of bytes.
+        for s in ["2023-01-01 12:30:45 1.2.3-rc1 00:1a:2b:3c:4d:5e:6f:70 555-123-4567", "ab-cd-ef-01-23-45-67-89"] {
+            assert_eq!(texts(s), Vec::<String>::new(), "{s}");
+        }
     }
 
     #[test]
