@@ -619,14 +619,22 @@ impl NgramState {
         if self.window.len() > n.max(LEAD_WORDS) {
             self.window.pop_front();
         }
+        // Whether each reading's last 4 words are recorded text (without leads: unknown).
+        let mut recorded = [n <= LEAD_WORDS; READINGS.len()];
         if n > LEAD_WORDS && self.window.len() >= LEAD_WORDS {
             for (reading, &undo) in readings(cfg).iter().enumerate() {
-                self.follow_leads(cfg, ctx, index, reading, undo);
+                recorded[reading] = self.follow_leads(cfg, ctx, index, reading, undo);
             }
         }
         if n > 0 && self.window.len() >= n {
             let readable = rewritten_readable(&self.window, n);
-            for &undo in readings(cfg).iter().filter(|u| u.is_none() || readable) {
+            // A rewritten reading's n-gram is looked up only when its last 4 words are a
+            // recorded lead: every window of recorded text was recorded as one, and honest
+            // text undone is almost never recorded text, so most words cost one lead hash a
+            // rewriting instead of two hashes.
+            let worth =
+                |(reading, undo): &(usize, &Option<Rewrite>)| undo.is_none() || (readable && recorded[*reading]);
+            for (_, &undo) in readings(cfg).iter().enumerate().filter(worth) {
                 let owners = cfg.owners.owners(tail_hash(&cfg.key, None, &self.window, n, undo, &mut self.scratch));
                 if let Some(foreign) = foreign(cfg, ctx, &owners) {
                     let words = || self.window.iter().skip(self.window.len() - n);
@@ -659,6 +667,7 @@ impl NgramState {
     /// `undo` says: that reading's leads that it does not continue end, and a foreign one
     /// starts being followed. Every window of recorded text is a lead, so text written
     /// backwards finds leads too (the n-gram it completes is recorded text read from its end).
+    /// Returns whether the window is recorded text.
     fn follow_leads(
         &mut self,
         cfg: &NgramConfig,
@@ -666,23 +675,25 @@ impl NgramState {
         index: u64,
         reading: usize,
         undo: Option<Rewrite>,
-    ) {
+    ) -> bool {
         let leads = &mut self.leads[reading];
         if undo.is_some() && !rewritten_readable(&self.window, LEAD_WORDS) {
             leads.clear();
-            return;
+            return false;
         }
         let hash = tail_hash(&cfg.key, Some(LEAD_DOMAIN), &self.window, LEAD_WORDS, undo, &mut self.scratch);
         let owners = cfg.owners.owners(hash);
         // Every window of a recorded n-gram was recorded with it: an unknown one means the
         // n-grams of the leads before it cannot be recorded text.
-        if owners.tenants.is_empty() && owners.shared_by == 0 && !owners.model_native {
+        let recorded = !owners.tenants.is_empty() || owners.shared_by > 0 || owners.model_native;
+        if !recorded {
             leads.clear();
         }
         if foreign(cfg, ctx, &owners).is_some() {
             let hold = self.window.back().map_or(0, |w| w.start);
             leads.push(Lead { first: index + 1 - LEAD_WORDS as u64, hold });
         }
+        recorded
     }
 }
 
