@@ -1,6 +1,6 @@
 //! Encoded leaks: another tenant's secret, canary, token or paragraph written in base64,
-//! hex, binary, percent-encoding, character codes, in groups or lines, spelled out, backwards or in
-//! ROT13 is blocked as if written plainly, through two layers; the
+//! hex, binary, percent-encoding, character codes, Morse code, in groups or lines, spelled
+//! out, backwards or in ROT13 is blocked as if written plainly, through two layers; the
 //! responding tenant's own data comes back; keys, hashes and binary blobs in honest answers
 //! stay quiet; and a stream holds an encoded run until it is judged, agreeing with one-shot
 //! scanning for any chunking.
@@ -261,6 +261,7 @@ fn pieces() -> Vec<String> {
     }
     for plain in [TOKEN, PROSE, CANARY] {
         out.extend(Rewrite::ALL.map(|r| r.apply(plain)));
+        out.push(morse(plain));
     }
     out
 }
@@ -377,5 +378,42 @@ fn honest_rewritten_text_stays_quiet() {
             let found = rules.scan_with(&text, &acme(), &det);
             assert!(found.is_empty(), "{text:?}: {found:?}");
         }
+    }
+}
+
+/// `plain` in Morse code (letters, digits, `-` and spaces; words apart by ` / `), as a
+/// model writes it: case is lost.
+fn morse(plain: &str) -> String {
+    const LETTERS: [&str; 26] = [
+        ".-", "-...", "-.-.", "-..", ".", "..-.", "--.", "....", "..", ".---", "-.-", ".-..", "--", "-.", "---",
+        ".--.", "--.-", ".-.", "...", "-", "..-", "...-", ".--", "-..-", "-.--", "--..",
+    ];
+    const DIGITS: [&str; 10] =
+        ["-----", ".----", "..---", "...--", "....-", ".....", "-....", "--...", "---..", "----."];
+    let letter = |c: char| match c.to_ascii_lowercase() {
+        l @ 'a'..='z' => LETTERS[l as usize - 'a' as usize],
+        d @ '0'..='9' => DIGITS[d as usize - '0' as usize],
+        '-' => "-....-",
+        _ => "/",
+    };
+    plain.chars().map(letter).collect::<Vec<_>>().join(" ")
+}
+
+/// "Answer in Morse code": globex's token, paragraph and canary are blocked for acme even
+/// though Morse code has no case; globex gets them back.
+#[test]
+fn another_tenants_data_in_morse_code_is_blocked() {
+    let rules = fixture_rules();
+    let on = detectors(true);
+    for (plain, kind) in [(TOKEN, DetectorKind::Ngram), (PROSE, DetectorKind::Ngram), (CANARY, DetectorKind::Canary)] {
+        let text = format!("In Morse: {} (decode it yourself)", morse(plain));
+        let found = rules.scan_with(&text, &acme(), &on);
+        let block = found.iter().find(|f| f.action == Action::Block && f.kind == kind);
+        assert_eq!(block.and_then(|f| f.encoding), Some(Encoding::Morse), "{text:?}: {found:?}");
+        check_chunking(&rules, &acme(), &on, &text, &char_cuts(&text));
+        let own = rules.scan_with(&text, &ScanContext::new("globex"), &on);
+        assert!(own.iter().all(|f| f.action != Action::Block), "{text:?}: {own:?}");
+        let off = rules.scan_with(&text, &acme(), &detectors(false));
+        assert!(off.iter().all(|f| f.action != Action::Block), "{text:?} without decoding");
     }
 }

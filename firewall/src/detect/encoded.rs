@@ -16,7 +16,8 @@
 //!   `7-H-q-2`, `7.H.q.2`), or each a byte in hex (`48 65 6c`,
 //!   `0x48, 0x65`, `\x48\x65…`) or a decimal character code (`72, 101, 108`), list
 //!   punctuation (brackets, quotes, a trailing comma) aside, or joined without spaces
-//!   (`72,101,108`, `0x48,0x65`, `48-65-6c`, `48:65:6c`). Their concatenation is the text.
+//!   (`72,101,108`, `0x48,0x65`, `48-65-6c`, `48:65:6c`), or each a letter in Morse code
+//!   (`.... ..`, words apart by `/` or a wider gap). Their concatenation is the text.
 //! * **Grouped runs**: two or more whitespace-separated words of run characters, all of one
 //!   length of at least [`MIN_GROUP`] but the last, which may be shorter (`SGVs bG8s IHdv`,
 //!   `4865 6c6c`, `01001000 01101001`, base64 wrapped into lines): read as the run they make
@@ -67,6 +68,8 @@ pub enum Encoding {
     CharCodes,
     /// Eight binary digits a byte.
     Binary,
+    /// Dots and dashes, a letter a word.
+    Morse,
     /// One character at a time, separated by whitespace.
     Spelled,
     /// Character by character from the end (see `rewrite`).
@@ -83,6 +86,7 @@ impl Encoding {
             Encoding::Percent => "percent-encoding",
             Encoding::CharCodes => "character codes",
             Encoding::Binary => "binary",
+            Encoding::Morse => "Morse code",
             Encoding::Spelled => "spelled out",
             Encoding::Backwards => "reverse",
             Encoding::Rot13 => "ROT13",
@@ -721,10 +725,109 @@ enum UnitWord {
     Decimal,
     /// Two decimal digits: either (`48`).
     Either,
+    /// Dots and dashes of two or more (`.-`, `-...`): a letter in Morse code.
+    Morse,
+    /// `.`, `-` or `/`: a spelled-out character, or Morse code's `E`, `T` or word gap.
+    MorseOrChar,
+}
+
+/// The readings of a unit list, a bit each: what its words so far can all be.
+const SPELLED: u8 = 1;
+const HEX: u8 = 2;
+const DECIMAL: u8 = 4;
+const MORSE: u8 = 8;
+
+impl UnitWord {
+    fn readings(self) -> u8 {
+        match self {
+            UnitWord::Char => SPELLED,
+            UnitWord::Hex => HEX,
+            UnitWord::Decimal => DECIMAL,
+            UnitWord::Either => HEX | DECIMAL,
+            UnitWord::Morse => MORSE,
+            UnitWord::MorseOrChar => MORSE | SPELLED,
+        }
+    }
+}
+
+/// Longest letter of Morse code read (digits and punctuation take five or six symbols).
+const MAX_MORSE: usize = 7;
+
+/// Whether `word` is dots and dashes only, as long as a Morse letter may be.
+fn is_morse(word: &[char]) -> bool {
+    (1..=MAX_MORSE).contains(&word.len()) && word.iter().all(|&c| c == '.' || c == '-')
+}
+
+/// Morse code's letters, digits and punctuation (ITU).
+const MORSE_CODE: [(&str, u8); 54] = [
+    (".-", b'A'),
+    ("-...", b'B'),
+    ("-.-.", b'C'),
+    ("-..", b'D'),
+    (".", b'E'),
+    ("..-.", b'F'),
+    ("--.", b'G'),
+    ("....", b'H'),
+    ("..", b'I'),
+    (".---", b'J'),
+    ("-.-", b'K'),
+    (".-..", b'L'),
+    ("--", b'M'),
+    ("-.", b'N'),
+    ("---", b'O'),
+    (".--.", b'P'),
+    ("--.-", b'Q'),
+    (".-.", b'R'),
+    ("...", b'S'),
+    ("-", b'T'),
+    ("..-", b'U'),
+    ("...-", b'V'),
+    (".--", b'W'),
+    ("-..-", b'X'),
+    ("-.--", b'Y'),
+    ("--..", b'Z'),
+    ("-----", b'0'),
+    (".----", b'1'),
+    ("..---", b'2'),
+    ("...--", b'3'),
+    ("....-", b'4'),
+    (".....", b'5'),
+    ("-....", b'6'),
+    ("--...", b'7'),
+    ("---..", b'8'),
+    ("----.", b'9'),
+    (".-.-.-", b'.'),
+    ("--..--", b','),
+    ("..--..", b'?'),
+    (".----.", b'\''),
+    ("-.-.--", b'!'),
+    ("-..-.", b'/'),
+    ("-.--.", b'('),
+    ("-.--.-", b')'),
+    (".-...", b'&'),
+    ("---...", b':'),
+    ("-.-.-.", b';'),
+    ("-...-", b'='),
+    (".-.-.", b'+'),
+    ("-....-", b'-'),
+    ("..--.-", b'_'),
+    (".-..-.", b'"'),
+    ("...-..-", b'$'),
+    (".--.-.", b'@'),
+];
+
+fn morse_letter(code: &str) -> Option<u8> {
+    MORSE_CODE.iter().find(|(c, _)| *c == code).map(|&(_, b)| b)
 }
 
 /// Classifies a word, its list punctuation already trimmed.
 fn unit_word(word: &str) -> Option<UnitWord> {
+    if word == "/" || word == "." || word == "-" {
+        return Some(UnitWord::MorseOrChar);
+    }
+    if is_morse(&word.chars().collect::<Vec<_>>()) {
+        return Some(UnitWord::Morse);
+    }
     let mut chars = word.chars();
     if let (Some(_), None) = (chars.next(), chars.next()) {
         return Some(UnitWord::Char);
@@ -776,7 +879,7 @@ fn may_become_unit(word: &[char]) -> bool {
         ['\\', ..] => {
             body.chunks(4).all(|c| c[0] == '\\' && c.get(1).is_none_or(|&x| x == 'x') && hex(c.get(2..).unwrap_or(&[])))
         }
-        _ if separated_chars(body).is_some() || joined_units_so_far(body) => true,
+        _ if is_morse(body) || separated_chars(body).is_some() || joined_units_so_far(body) => true,
         [a, b] => hex(&[*a, *b]) || (*a == '0' && matches!(b, 'x' | 'X')),
         ['0', 'x' | 'X', rest @ ..] => rest.len() <= 2 && hex(rest),
         _ => false,
@@ -867,38 +970,18 @@ struct UnitList {
     /// per unit word: whether a wider gap (two or more whitespace characters) came before
     /// it, which a spelled-out text reads as a space between words
     spaced: Vec<bool>,
-    /// what the words so far can all be read as
-    chars: bool,
-    hex: bool,
-    decimal: bool,
+    /// what the words so far can all be read as ([`SPELLED`], [`HEX`], ...)
+    readings: u8,
 }
 
 impl UnitList {
     fn accepts(&self, kind: UnitWord) -> bool {
-        if self.units.is_empty() {
-            return true;
-        }
-        match kind {
-            UnitWord::Char => self.chars,
-            UnitWord::Hex => self.hex,
-            UnitWord::Decimal => self.decimal,
-            UnitWord::Either => self.hex || self.decimal,
-        }
+        self.units.is_empty() || self.readings & kind.readings() != 0
     }
 
     /// Adds a word [`UnitList::accepts`]; `spaced`: a wider gap came before it.
     fn push(&mut self, kind: UnitWord, word: String, spans: &[(usize, usize)], spaced: bool) {
-        let (chars, hex, decimal) = match kind {
-            UnitWord::Char => (true, false, false),
-            UnitWord::Hex => (false, true, false),
-            UnitWord::Decimal => (false, false, true),
-            UnitWord::Either => (false, true, true),
-        };
-        if self.units.is_empty() {
-            (self.chars, self.hex, self.decimal) = (chars, hex, decimal);
-        } else {
-            (self.hex, self.decimal) = (self.hex && hex, self.decimal && decimal);
-        }
+        self.readings = if self.units.is_empty() { kind.readings() } else { self.readings & kind.readings() };
         let whole = (spans.first().map_or(0, |s| s.0), spans.last().map_or(0, |s| s.1));
         self.size += hex_word(&word).filter(|_| kind == UnitWord::Hex).map_or(1, |b| b.len());
         self.spaced.push(spaced && !self.units.is_empty());
@@ -910,9 +993,13 @@ impl UnitList {
     /// Judges the list, if long enough, in each reading its words allow, and empties it.
     fn close(&mut self, sink: &mut Sink<'_>) {
         if self.size >= MIN_UNITS {
-            let readings =
-                [(self.chars, Encoding::Spelled), (self.hex, Encoding::Hex), (self.decimal, Encoding::CharCodes)];
-            for (_, encoding) in readings.into_iter().filter(|r| r.0) {
+            let readings = [
+                (SPELLED, Encoding::Spelled),
+                (HEX, Encoding::Hex),
+                (DECIMAL, Encoding::CharCodes),
+                (MORSE, Encoding::Morse),
+            ];
+            for (_, encoding) in readings.into_iter().filter(|r| self.readings & r.0 != 0) {
                 if let Some(d) = self.decode(encoding) {
                     sink(&d);
                 }
@@ -947,6 +1034,14 @@ impl UnitList {
                         d.bytes.push(b);
                         d.raw.push((spans.get(at)?.0, spans.get(last)?.1));
                     }
+                }
+                Encoding::Morse => {
+                    if spaced && d.bytes.last().is_some_and(|&b| b != b' ') {
+                        d.bytes.push(b' ');
+                        d.raw.push(*whole);
+                    }
+                    d.bytes.push(if word == "/" { b' ' } else { morse_letter(word)? });
+                    d.raw.push(*whole);
                 }
                 _ => {
                     d.bytes.push(word.parse::<u8>().ok()?);
@@ -1020,6 +1115,9 @@ mod tests {
         assert_eq!(texts("id 7-H-q-2-L-x-9-V-b-4 ok"), ["7Hq2Lx9Vb4"]);
         assert_eq!(texts("7.H.q.2. L.x.9.V"), ["7Hq2Lx9V"]);
         assert_eq!(texts("an e-mail, a re-run, a-b test, x-ray"), Vec::<String>::new());
+        assert_eq!(texts(".... . .-.. .-.. --- / .-- --- .-. .-.. -.."), ["HELLO WORLD"]);
+        assert_eq!(texts(".... . .-.. .-.. ---   .-- --- .-. .-.. -.. -.-.--"), ["HELLO WORLD!"]);
+        assert_eq!(texts("Well... I think -- maybe - not ... or . at all -- ok"), Vec::<String>::new());
         assert_eq!(texts("[72,101,108,108,111,32,119,111]"), ["Hello wo"]);
         assert_eq!(texts("{0x48,0x65,0x6c,0x6c,0x6f,0x20,0x77,0x6f}"), ["Hello wo"]);
         assert_eq!(texts("48-65-6c-6c 6f:20:77:6f"), ["Hello wo"]);

@@ -30,6 +30,13 @@
 //! context came with it. A secret needs no rule, no keyword and no eight words around it to
 //! be its owner's.
 //!
+//! Readings ([`NgramConfig::rewrites`]): the response's words are also read undoing each
+//! rewriting of `rewrite` (backwards: the window from its last word, each word reversed;
+//! ROT13), with leads followed per reading. Recording stays plain; a window undone is
+//! looked up with the plain hashes. A rewritten 8-word window is looked up only once its
+//! last 4 words undone are a recorded lead, and only when half its words hold three letters
+//! (numbers and single letters rewritten are other numbers and letters, not a disguise).
+//!
 //! Streaming invariant: a word is complete only when a boundary (or the end) follows it, and
 //! the n-gram ending with it (and the word itself, when it is a token) is checked at that
 //! moment. The stream holds back the word in progress, so a foreign n-gram or token is found
