@@ -113,7 +113,7 @@ impl Openings {
 
     /// Whether one of the openings holds for a start whose byte is `at` after `before`
     /// (None at the text's start). `Anywhere` settles it without looking.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn hold(self, before: Option<u8>, at: u8) -> bool {
         self.is_anywhere()
             || Opening::ALL.iter().enumerate().skip(1).any(|(i, o)| self.0 & (1 << i) != 0 && o.holds(before, at))

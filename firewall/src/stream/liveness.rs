@@ -448,7 +448,10 @@ struct Taken<'a> {
 
 impl Taken<'_> {
     /// Appends `t` unless an earlier thread of the same pattern is already in its state.
-    #[inline]
+    // Called for every thread at every byte: left to the inliner's cost model, it stopped
+    // being inlined into `Threads::step` when unrelated code changed, and streaming prose
+    // took a quarter longer.
+    #[inline(always)]
     fn push_unique(&mut self, v: &mut Vec<Thread>, t: Thread) {
         let key = |state: StateID| (u64::from(t.pattern) << 32) | u64::from(state.as_u32());
         let Some(first) = self.first.get_mut(t.pattern as usize) else {
