@@ -313,11 +313,12 @@ fn rewritten_password(r: Rewrite) -> String {
     format!("db_password = '{}'", r.apply("Gl0bex!Secret99"))
 }
 
-/// "Answer backwards", "reply in ROT13": globex's token, paragraph and canary rewritten
-/// whole, and its password value rewritten in place, are blocked for acme, and the finding
-/// names the rewriting (or the encoding around it); globex gets every one back.
+/// "Answer backwards", "reply in ROT13" (or Atbash, or Caesar's cipher): globex's token,
+/// paragraph and canary rewritten whole, and its password value rewritten in place, are
+/// blocked for acme, and the finding names the rewriting (or the encoding around it); globex
+/// gets every one back.
 #[test]
-fn another_tenants_data_is_blocked_backwards_and_in_rot13() {
+fn another_tenants_data_is_blocked_backwards_and_in_ciphers() {
     let rules = fixture_rules();
     let on = detectors(true);
     let off = detectors(false);

@@ -76,6 +76,10 @@ pub enum Encoding {
     Backwards,
     /// Letters turned 13 places (see `rewrite`).
     Rot13,
+    /// Letters mirrored in the alphabet (see `rewrite`).
+    Atbash,
+    /// Letters turned 3 places (see `rewrite`).
+    Caesar,
 }
 
 impl Encoding {
@@ -90,6 +94,8 @@ impl Encoding {
             Encoding::Spelled => "spelled out",
             Encoding::Backwards => "reverse",
             Encoding::Rot13 => "ROT13",
+            Encoding::Atbash => "Atbash",
+            Encoding::Caesar => "Caesar's cipher",
         }
     }
 }

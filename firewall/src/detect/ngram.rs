@@ -32,7 +32,7 @@
 //!
 //! Readings ([`NgramConfig::rewrites`]): the response's words are also read undoing each
 //! rewriting of `rewrite` (backwards: the window from its last word, each word reversed;
-//! ROT13), with leads followed per reading. Recording stays plain; a window undone is
+//! ROT13, Atbash, Caesar's cipher), with leads followed per reading. Recording stays plain; a window undone is
 //! looked up with the plain hashes. A rewritten 8-word window is looked up only once its
 //! last 4 words undone are a recorded lead, and only when half its words hold three letters
 //! (numbers and single letters rewritten are other numbers and letters, not a disguise).
@@ -117,7 +117,8 @@ pub struct NgramConfig {
     pub owners: Arc<dyn NgramOwners>,
     /// Whether token words ([`is_token`]) are checked one by one (`foreign-token`).
     pub tokens: bool,
-    /// Whether n-grams and tokens are also read backwards and in ROT13 (see `rewrite`).
+    /// Whether n-grams and tokens are also read undoing each rewriting (backwards, ROT13,
+    /// Atbash, Caesar's cipher; see `rewrite`).
     pub rewrites: bool,
 }
 
@@ -140,8 +141,8 @@ impl NgramConfig {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Word {
     pub norm: String,
-    /// `norm` backwards, then `norm` in ROT13 (each as long as `norm`), when the n-gram
-    /// check reads rewritings: worked out once per word rather than once per window.
+    /// `norm` undone by each of [`Rewrite::ALL`] in turn (each as long as `norm`), when the
+    /// n-gram check reads rewritings: worked out once per word rather than once per window.
     pub undone: String,
     /// Whether `norm` holds three letters or more (worked out with `undone`).
     pub worded: bool,
@@ -153,11 +154,9 @@ impl Word {
     /// The word read as written (`undo` None) or with a rewriting undone.
     fn read(&self, undo: Option<Rewrite>) -> &[u8] {
         let n = self.norm.len();
-        let undone = self.undone.as_bytes();
-        let read = match undo {
+        let read = match undo.and_then(|u| Rewrite::ALL.iter().position(|&r| r == u)) {
             None => Some(self.norm.as_bytes()),
-            Some(Rewrite::Backwards) => undone.get(..n),
-            Some(Rewrite::Rot13) => undone.get(n..),
+            Some(i) => self.undone.as_bytes().get(i * n..(i + 1) * n),
         };
         debug_assert!(read.is_some(), "a rewriting read before it was worked out");
         read.unwrap_or_default()
@@ -165,9 +164,9 @@ impl Word {
 
     fn work_out_rewritings(&mut self) {
         if self.undone.is_empty() {
-            self.undone.reserve(2 * self.norm.len());
+            self.undone.reserve(Rewrite::ALL.len() * self.norm.len());
             for r in Rewrite::ALL {
-                r.push(&self.norm, &mut self.undone);
+                r.push_undone(&self.norm, &mut self.undone);
             }
             self.worded = self.norm.chars().filter(|c| c.is_alphabetic()).nth(2).is_some();
         }
@@ -447,7 +446,8 @@ fn tail_hash(
 
 /// How a response's words are read: as written, then (with [`NgramConfig::rewrites`]) undoing
 /// each rewriting. A window is foreign in the first reading that finds it so.
-const READINGS: [Option<Rewrite>; 3] = [None, Some(Rewrite::Backwards), Some(Rewrite::Rot13)];
+const READINGS: [Option<Rewrite>; 1 + Rewrite::ALL.len()] =
+    [None, Some(Rewrite::ALL[0]), Some(Rewrite::ALL[1]), Some(Rewrite::ALL[2]), Some(Rewrite::ALL[3])];
 
 fn readings(cfg: &NgramConfig) -> &'static [Option<Rewrite>] {
     if cfg.rewrites {

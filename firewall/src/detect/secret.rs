@@ -10,7 +10,7 @@
 //! A value is hashed in its rules-view form (see `canon`), so a disguised echo of a secret
 //! hashes as the secret. Prefixes down to [`PREFIX_SHARE`] of the value's characters are
 //! recorded too, so a truncated echo is attributed. A value nobody owns is looked up again
-//! backwards and in ROT13 (see `rewrite`): a finding attributed so names that rewriting.
+//! undoing each rewriting (see `rewrite`): a finding attributed so names that rewriting.
 //! Hashes are SipHash-1-3 under the n-gram key, domain-separated from n-gram and lead hashes
 //! by their first input byte.
 
@@ -87,12 +87,12 @@ pub(crate) fn settle(
             let found = value(f);
             let known = |o: &OwnerSet| !o.tenants.is_empty() || o.model_native;
             let mut owners = cfg.owners.owners(hash_value(&cfg.key, &found));
-            // Written backwards or in ROT13, a value is still its owner's.
+            // Rewritten (backwards, in ROT13, ...), a value is still its owner's.
             for r in Rewrite::ALL {
                 if known(&owners) {
                     break;
                 }
-                owners = cfg.owners.owners(hash_value(&cfg.key, &r.apply(&found)));
+                owners = cfg.owners.owners(hash_value(&cfg.key, &r.undo(&found)));
                 if known(&owners) {
                     f.encoding = Some(r.encoding());
                 }

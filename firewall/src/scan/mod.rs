@@ -291,8 +291,8 @@ fn build_prefilter(rules: &[Rule]) -> Result<Prefilter, String> {
 /// Canary strings match case-insensitively, in their rules-view form: the pattern runs on
 /// the raw text and on its rules view, so a canary that is upper-cased, spelt with
 /// look-alikes or full-width forms, or cut by invisible characters is still found. Each is
-/// also matched backwards and in ROT13 (see `detect::rewrite`), unless that spells a listed
-/// string.
+/// also matched as each rewriting writes it (backwards, ROT13, Atbash, Caesar's cipher: see
+/// `detect::rewrite`), unless that spells a listed string.
 fn build_canaries(canaries: &[Canary]) -> Result<(CanaryMatcher, Hir), String> {
     let mut by_string: HashMap<String, CanaryString> = HashMap::new();
     for (i, c) in canaries.iter().enumerate() {
