@@ -114,6 +114,31 @@ pub struct Finding {
 }
 
 impl Finding {
+    /// A detector's finding whose span is its whole match (no secret group inside a wider
+    /// match), in plain text: what every detector but the secret rules reports.
+    pub(crate) fn over(
+        rule_id: impl Into<String>,
+        (start, end): (usize, usize),
+        kind: DetectorKind,
+        (severity, action): (Severity, Action),
+        excerpt: String,
+        detail: Detail,
+    ) -> Finding {
+        Finding {
+            rule_id: rule_id.into(),
+            start,
+            end,
+            match_start: start,
+            match_end: end,
+            severity,
+            action,
+            excerpt,
+            kind,
+            detail,
+            encoding: None,
+        }
+    }
+
     /// A secret rule's match that only the words around it turned down (`allow_line`, the
     /// judge): kept, with `Action::Allow`, until the secret-ownership check has seen it; it
     /// never leaves the crate (see `scan::accept`).

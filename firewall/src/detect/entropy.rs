@@ -224,19 +224,9 @@ fn judge(
     if z < cfg.z_threshold {
         return;
     }
-    out.push(Finding {
-        rule_id: RULE_ID.into(),
-        start,
-        end,
-        match_start: start,
-        match_end: end,
-        severity: Severity::Medium,
-        action: cfg.action,
-        excerpt: mask(text),
-        kind: DetectorKind::Entropy,
-        detail: Detail::Statistic { metric, value: x, mean: b.mean, z_score: z, p_value: p },
-        encoding: None,
-    });
+    let detail = Detail::Statistic { metric, value: x, mean: b.mean, z_score: z, p_value: p };
+    let verdict = (Severity::Medium, cfg.action);
+    out.push(Finding::over(RULE_ID, (start, end), DetectorKind::Entropy, verdict, mask(text), detail));
 }
 
 #[cfg(test)]

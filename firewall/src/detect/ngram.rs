@@ -602,18 +602,18 @@ impl NgramState {
                 let hash = hash_words(&cfg.key, Some(TOKEN_DOMAIN), std::iter::once(&w), undo, &mut self.scratch);
                 let owners = cfg.owners.owners(hash);
                 if let Some(foreign) = foreign(cfg, ctx, &owners) {
+                    let detail = Detail::Foreign { owners: foreign, shared_by: owners.shared_by };
+                    let verdict = (cfg.severity, cfg.action);
                     out.push(Finding {
-                        rule_id: TOKEN_RULE_ID.into(),
-                        start: w.start,
-                        end: w.end,
-                        match_start: w.start,
-                        match_end: w.end,
-                        severity: cfg.severity,
-                        action: cfg.action,
-                        excerpt: mask(&w.norm),
-                        kind: DetectorKind::Ngram,
-                        detail: Detail::Foreign { owners: foreign, shared_by: owners.shared_by },
                         encoding: undo.map(Rewrite::encoding),
+                        ..Finding::over(
+                            TOKEN_RULE_ID,
+                            (w.start, w.end),
+                            DetectorKind::Ngram,
+                            verdict,
+                            mask(&w.norm),
+                            detail,
+                        )
                     });
                     break;
                 }
@@ -647,18 +647,11 @@ impl NgramState {
                     let words = || self.window.iter().skip(self.window.len() - n);
                     let (start, end) = (words().next().map_or(0, |w| w.start), self.window.back().map_or(0, |w| w.end));
                     let text: Vec<&str> = words().map(|w| w.norm.as_str()).collect();
+                    let detail = Detail::Foreign { owners: foreign, shared_by: owners.shared_by };
+                    let (verdict, excerpt) = ((cfg.severity, cfg.action), mask(&text.join(" ")));
                     out.push(Finding {
-                        rule_id: RULE_ID.into(),
-                        start,
-                        end,
-                        match_start: start,
-                        match_end: end,
-                        severity: cfg.severity,
-                        action: cfg.action,
-                        excerpt: mask(&text.join(" ")),
-                        kind: DetectorKind::Ngram,
-                        detail: Detail::Foreign { owners: foreign, shared_by: owners.shared_by },
                         encoding: undo.map(Rewrite::encoding),
+                        ..Finding::over(RULE_ID, (start, end), DetectorKind::Ngram, verdict, excerpt, detail)
                     });
                     break;
                 }

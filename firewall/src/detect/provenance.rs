@@ -35,19 +35,9 @@ pub(crate) fn check(
     foreign.sort();
     foreign.dedup();
     let end = start + token.len();
-    Some(Finding {
-        rule_id: RULE_ID.into(),
-        start,
-        end,
-        match_start: start,
-        match_end: end,
-        severity: Severity::Critical,
-        action: cfg.action,
-        excerpt: mask(token),
-        kind: DetectorKind::Provenance,
-        detail: Detail::Foreign { shared_by: foreign.len(), owners: foreign },
-        encoding: None,
-    })
+    let detail = Detail::Foreign { shared_by: foreign.len(), owners: foreign };
+    let verdict = (Severity::Critical, cfg.action);
+    Some(Finding::over(RULE_ID, (start, end), DetectorKind::Provenance, verdict, mask(token), detail))
 }
 
 #[cfg(test)]

@@ -523,18 +523,11 @@ impl Ruleset {
             if let (Some(first), false) =
                 (owners.iter().find(|c| ctx.is_foreign(&c.owner)), owners.iter().any(|c| !ctx.is_foreign(&c.owner)))
             {
+                let detail = Detail::Foreign { shared_by: foreign.len(), owners: foreign };
+                let (span, verdict) = ((base + m.start(), base + m.end()), (Severity::Critical, Action::Block));
                 out.push(Finding {
-                    rule_id: first.id.clone(),
-                    start: base + m.start(),
-                    end: base + m.end(),
-                    match_start: base + m.start(),
-                    match_end: base + m.end(),
-                    severity: Severity::Critical,
-                    action: Action::Block,
-                    excerpt: mask(m.as_str()),
-                    kind: DetectorKind::Canary,
-                    detail: Detail::Foreign { shared_by: foreign.len(), owners: foreign },
                     encoding: listed.and_then(|l| l.written),
+                    ..Finding::over(first.id.clone(), span, DetectorKind::Canary, verdict, mask(m.as_str()), detail)
                 });
             }
             at = m.end().max(m.start() + 1);
