@@ -20,6 +20,7 @@
 
 use std::sync::OnceLock;
 
+use aho_corasick::AhoCorasick;
 use serde::Deserialize;
 
 use crate::rules::rule::shannon_entropy;
@@ -219,6 +220,26 @@ const RARE_PAIR: f32 = -5.0;
 
 const KEYBOARD_ROWS: [&[u8]; 4] = [b"1234567890", b"qwertyuiop", b"asdfghjkl", b"zxcvbnm"];
 
+/// Where a byte is on [`KEYBOARD_ROWS`], `row << 4 | column`, either case of a letter alike:
+/// one lookup per byte instead of a search of every row.
+const KEY_PLACES: [u8; 256] = {
+    let mut places = [OFF_THE_ROWS; 256];
+    let mut r = 0;
+    while r < KEYBOARD_ROWS.len() {
+        let row = KEYBOARD_ROWS[r];
+        let mut c = 0;
+        while c < row.len() {
+            let place = (r as u8) << 4 | c as u8;
+            places[row[c] as usize] = place;
+            places[row[c].to_ascii_uppercase() as usize] = place;
+            c += 1;
+        }
+        r += 1;
+    }
+    places
+};
+const OFF_THE_ROWS: u8 = 0xff;
+
 const PLACEHOLDER_WORDS: [&str; 14] = [
     "example",
     "sample",
@@ -236,10 +257,56 @@ const PLACEHOLDER_WORDS: [&str; 14] = [
     "token",
 ];
 
+/// The credential words a name may hold, by the feature each sets (`name_password`,
+/// `name_secret`, `name_token`, `name_key`).
+const NAME_WORDS: [&[&str]; 4] = [
+    &["pass", "pwd", "пароль", "contraseña"],
+    &["secret", "private", "credential", "секрет"],
+    &["token", "bearer", "auth", "session", "токен"],
+    &["key", "ключ"],
+];
+
 const HARMLESS_NAMES: [&str; 17] = [
     "id", "name", "user", "url", "uri", "host", "path", "file", "type", "version", "field", "label", "hash", "salt",
     "public", "format", "length",
 ];
+
+/// The word lists as automata, built once: a value or a name is read once for all of a
+/// list's words. ASCII letters match in either case, other characters as written (what
+/// lowercasing the ASCII letters and searching each word did).
+struct WordFinders {
+    placeholder: Option<AhoCorasick>,
+    /// Every word of [`NAME_WORDS`]; a match's pattern is an index into `name_feature`.
+    names: Option<AhoCorasick>,
+    name_feature: Vec<usize>,
+}
+
+fn word_finders() -> &'static WordFinders {
+    static FINDERS: OnceLock<WordFinders> = OnceLock::new();
+    FINDERS.get_or_init(|| {
+        let build = |words: &[&str]| {
+            // A handful of short literals: building cannot fail (the tests cover it), and a
+            // judge without its word lists reads every value as free of them.
+            AhoCorasick::builder().ascii_case_insensitive(true).build(words).ok()
+        };
+        let name_words: Vec<&str> = NAME_WORDS.iter().flat_map(|w| w.iter().copied()).collect();
+        let name_feature = NAME_WORDS.iter().enumerate().flat_map(|(i, w)| std::iter::repeat_n(i, w.len())).collect();
+        WordFinders { placeholder: build(&PLACEHOLDER_WORDS), names: build(&name_words), name_feature }
+    })
+}
+
+/// Which of [`NAME_WORDS`]' lists `name` holds a word of.
+fn name_words(name: &str) -> [bool; 4] {
+    let finders = word_finders();
+    let mut found = [false; 4];
+    let Some(names) = &finders.names else { return found };
+    for m in names.find_overlapping_iter(name) {
+        if let Some(&feature) = finders.name_feature.get(m.pattern().as_usize()) {
+            found[feature] = true;
+        }
+    }
+    found
+}
 
 fn value_features(v: &str, pairs: &[f32], context: &str) -> [f32; N] {
     let mut x = [0.0f32; N];
@@ -276,9 +343,7 @@ fn value_features(v: &str, pairs: &[f32], context: &str) -> [f32; N] {
             npairs += 1.0;
         }
     }
-    let low = v.to_ascii_lowercase();
-    let name = context.to_ascii_lowercase();
-    let has = |s: &str, words: &[&str]| words.iter().any(|w| s.contains(w));
+    let [name_password, name_secret, name_token, name_key] = name_words(context);
     x[0] = n.ln();
     x[1] = shannon_entropy(v) as f32;
     x[2] = lower / n;
@@ -291,8 +356,8 @@ fn value_features(v: &str, pairs: &[f32], context: &str) -> [f32; N] {
     x[9] = if npairs > 0.0 { rare / npairs } else { 0.0 };
     x[10] = longest_run(b, |p, c| c.is_ascii_alphanumeric() && (c == p + 1 || c + 1 == p)) as f32 / n;
     x[11] = longest_run(b, |p, c| c == p) as f32 / n;
-    x[12] = longest_run(low.as_bytes(), keyboard_neighbours) as f32 / n;
-    x[13] = f32::from(u8::from(has(&low, &PLACEHOLDER_WORDS)));
+    x[12] = longest_run(b, keyboard_neighbours) as f32 / n;
+    x[13] = f32::from(u8::from(word_finders().placeholder.as_ref().is_some_and(|words| words.is_match(v))));
     x[14] = f32::from(u8::from(v.contains(['(', ')', '[', ']', '{', '}', ',', ';'])));
     x[15] = f32::from(u8::from(member_access(b)));
     x[16] = f32::from(u8::from(identifier_shape(v)));
@@ -302,13 +367,13 @@ fn value_features(v: &str, pairs: &[f32], context: &str) -> [f32; N] {
     x[19] = f32::from(u8::from(b.iter().all(u8::is_ascii_hexdigit) && !b.iter().all(u8::is_ascii_digit)));
     x[20] = f32::from(u8::from(b.iter().all(u8::is_ascii_digit)));
     x[21] = f32::from(u8::from(v.contains(char::is_whitespace)));
-    x[22] = f32::from(u8::from(has(&name, &["pass", "pwd", "пароль", "contraseña"])));
-    x[23] = f32::from(u8::from(has(&name, &["secret", "private", "credential", "секрет"])));
-    x[24] = f32::from(u8::from(has(&name, &["token", "bearer", "auth", "session", "токен"])));
-    x[25] = f32::from(u8::from(has(&name, &["key", "ключ"])));
-    x[26] = f32::from(u8::from(name_has_harmless_word(&name)));
-    let letters = v.chars().filter(char::is_ascii_alphabetic).count();
-    let vowels = low.chars().filter(|c| "aeiou".contains(*c)).count();
+    x[22] = f32::from(u8::from(name_password));
+    x[23] = f32::from(u8::from(name_secret));
+    x[24] = f32::from(u8::from(name_token));
+    x[25] = f32::from(u8::from(name_key));
+    x[26] = f32::from(u8::from(name_has_harmless_word(context)));
+    let letters = b.iter().filter(|c| c.is_ascii_alphabetic()).count();
+    let vowels = b.iter().filter(|c| matches!(c.to_ascii_lowercase(), b'a' | b'e' | b'i' | b'o' | b'u')).count();
     x[27] = if letters > 0 { vowels as f32 / letters as f32 } else { 0.0 };
     x[28] = f32::from(u8::from(context.split_whitespace().filter(|w| w.chars().all(char::is_alphabetic)).count() >= 4));
     x[29] = f32::from(u8::from(context.trim_end_matches(['"', '\'', '`', ' ', '\t']).ends_with(':')));
@@ -328,12 +393,10 @@ fn longest_run(b: &[u8], step: impl Fn(u8, u8) -> bool) -> usize {
     best
 }
 
-/// Whether `c` is next to `p` on one row of a QWERTY keyboard.
+/// Whether `c` is next to `p` on one row of a QWERTY keyboard, in either case.
 fn keyboard_neighbours(p: u8, c: u8) -> bool {
-    KEYBOARD_ROWS.iter().any(|row| {
-        let (i, j) = (row.iter().position(|&k| k == p), row.iter().position(|&k| k == c));
-        matches!((i, j), (Some(i), Some(j)) if i.abs_diff(j) == 1)
-    })
+    let (p, c) = (KEY_PLACES[usize::from(p)], KEY_PLACES[usize::from(c)]);
+    p != OFF_THE_ROWS && c != OFF_THE_ROWS && p >> 4 == c >> 4 && (p & 15).abs_diff(c & 15) == 1
 }
 
 /// `name.attr` or `name::item`: a letter, then `.` or `::`, then a letter.
@@ -354,10 +417,9 @@ fn identifier_shape(v: &str) -> bool {
 }
 
 /// Whether the name holds a word that names no secret (`user_id`, `file-path`): a whole
-/// word between non-alphanumerics (the name is lowercased, so camelCase parts are not
-/// split).
+/// word between non-alphanumerics, in any case (camelCase parts are not split).
 fn name_has_harmless_word(name: &str) -> bool {
-    name.split(|c: char| !c.is_ascii_alphanumeric()).any(|w| HARMLESS_NAMES.contains(&w))
+    name.split(|c: char| !c.is_ascii_alphanumeric()).any(|w| HARMLESS_NAMES.iter().any(|h| h.eq_ignore_ascii_case(w)))
 }
 
 /// What the judge reads before a value: from the start of the match's line (the context
@@ -436,6 +498,43 @@ mod tests {
         let steered = "the user id name url version of this file path is the example key ghp_8Xz2Qw7Lp4Vn9Rt3Ks6Jm1Hb5Cd0Fg2Ae4Yu";
         let found: Vec<String> = rules.scan(steered).into_iter().map(|f| f.rule_id).collect();
         assert!(found.iter().any(|id| id.starts_with("github")), "{found:?}");
+    }
+
+    /// The builtin model's scores, bit for bit, on values and names in every script and
+    /// shape the features read (case, Cyrillic and Spanish names, keyboard and counting
+    /// runs, paths, hashes): how the features are computed may change, what they are may
+    /// not without retraining the model.
+    #[test]
+    fn scores_do_not_change_between_versions() {
+        let j = Judge::builtin();
+        for (ctx, v, bits) in [
+            ("api_key = \"", "PMWoDrrFbzy9Lz191fAWI3RLU6n80YmH", 0x3f6a3157),
+            ("    password: ", "hunter2hunter2", 0x3eca9a42),
+            ("TOKEN=", "qwertyuiopasdfgh1234", 0x3f23eb2e),
+            ("пароль: ", "Пароль2024секрет", 0x3efa4d3a),
+            ("the user_id token is ", "user_profile_v2_1234", 0x3e973fea),
+            ("self.secret = ", "settings.SECRET_KEY", 0x3d2f5d18),
+            ("Bearer ", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.abc", 0x3f650478),
+            ("db_pass = '", "S3cr3t!Pa$$w0rd", 0x3f0081cb),
+            ("hash: ", "5e78f94e542173efcad84273109b4d5a", 0x3f38975c),
+            ("ключ = ", "AbCdEfGh12345678ZYXW", 0x3f30ba74),
+            ("file path url: ", "/usr/local/share/x.pem", 0x3c8efeb7),
+            ("my access token and some prose here: ", "zxcvbnm,./asdf{}[]", 0x3d8339ed),
+            ("contraseña=", "ÄÖÜäöüß€xyz", 0x3eb6b859),
+        ] {
+            assert_eq!(j.score(ctx, v).to_bits(), bits, "{ctx}{v}: {}", j.score(ctx, v));
+        }
+    }
+
+    #[test]
+    fn keyboard_rows_are_read_in_either_case() {
+        assert!(keyboard_neighbours(b'q', b'W') && keyboard_neighbours(b'5', b'6') && keyboard_neighbours(b'M', b'n'));
+        assert!(
+            !keyboard_neighbours(b'p', b'a') && !keyboard_neighbours(b'0', b'q') && !keyboard_neighbours(b'-', b'=')
+        );
+        assert_eq!(name_words("DB_PASSWORD_Token"), [true, false, true, false]);
+        assert_eq!(name_words("секрет ключ"), [false, true, false, true]);
+        assert!(name_has_harmless_word("USER_ID") && !name_has_harmless_word("userid"));
     }
 
     #[test]
