@@ -110,3 +110,54 @@ proptest::proptest! {
         check_chunking(&builtin(), &ScanContext::new("acme"), &Arc::new(Detectors::default()), text, &cuts);
     }
 }
+
+/// Every text a batch holds, each read alone and then all together (in batches of every
+/// size from one text to all of them): the labelled corpus's records, every peer
+/// scanner's sample, and texts that take the other paths (the rules view, encoded text,
+/// canaries, nothing at all).
+#[test]
+fn a_batch_finds_in_each_text_what_scanning_it_alone_finds() {
+    let mut texts = Vec::new();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    for f in [
+        "corpus/answers.jsonl",
+        "corpus/code.jsonl",
+        "corpus/configs.jsonl",
+        "corpus/logs.jsonl",
+        "corpus/prose.jsonl",
+        "peers/tuning.jsonl",
+    ] {
+        let body = std::fs::read_to_string(root.join(f)).unwrap_or_default();
+        let records = body.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok());
+        texts.extend(records.filter_map(|v| v.get("text").and_then(|t| t.as_str()).map(str::to_string)));
+    }
+    assert!(texts.len() > 1500, "{} texts", texts.len());
+    let token = "ghp_8Xz2Qw7Lp4Vn9Rt3Ks6Jm1Hb5Cd0Fg2Ae4Yu";
+    let full_width: String = token.chars().map(|c| char::from_u32(c as u32 + 0xFEE0).unwrap_or(c)).collect();
+    texts.extend([
+        String::new(),
+        format!("in full-width forms: {full_width}"),
+        format!("base64: {}", "Z2hwXzhYejJRdzdMcDRWbjlSdDNLczZKbTFIYjVDZDBGZzJBZTRZdQ=="),
+        "canary GLOBEX-CANARY-51d0e2 leaked, and glbx-honeytoken-77aa too".into(),
+        format!("{token} twice: {token}"),
+    ]);
+    let decode = Detectors { decode: Some(firewall::DecodeConfig::default()), ..Detectors::default() };
+    // How many texts each ruleset finds something in, at least: the comparison has teeth.
+    for (rules, least) in [(builtin(), 500), (fixture_rules(), 3)] {
+        for detectors in [Detectors::default(), decode.clone()] {
+            let ctx = ScanContext::anonymous();
+            let alone: Vec<_> = texts.iter().map(|t| rules.scan_with(t, &ctx, &detectors)).collect();
+            assert!(alone.iter().filter(|f| !f.is_empty()).count() >= least);
+            for size in [1, 7, 256, texts.len()] {
+                for (i, chunk) in texts.chunks(size).enumerate() {
+                    let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
+                    let together = rules.scan_batch_with(&refs, &ctx, &detectors);
+                    assert_eq!(together.len(), chunk.len());
+                    for (j, found) in together.iter().enumerate() {
+                        assert_eq!(found, &alone[i * size + j], "batches of {size}: text {}", i * size + j);
+                    }
+                }
+            }
+        }
+    }
+}

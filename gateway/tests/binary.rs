@@ -112,6 +112,37 @@ fn scan_jsonl_prints_the_contract_lines_and_reports_bad_records_by_line() {
     assert!(err.contains(&format!("{path}:4: not a {{\"id\",\"text\"}} record")), "{err}");
 }
 
+/// `crossguard scan --input-jsonl -` scans records in batches, but never waits for input
+/// to fill one: a record piped in alone is answered while stdin is still open.
+#[test]
+fn scan_jsonl_answers_each_piped_record_before_the_next_arrives() {
+    let mut child = Command::new(BIN)
+        .args(["scan", "--input-jsonl", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("binary runs");
+    let mut stdin = child.stdin.take().expect("stdin");
+    // Lines are read on their own thread, so that an answer held back fails the test
+    // after a while instead of hanging it.
+    let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let (lines, answers) = std::sync::mpsc::channel();
+    std::thread::spawn(move || stdout.lines().map_while(Result::ok).try_for_each(|l| lines.send(l)));
+    for (id, key) in [(1, "ghp_R8vTq2LmZx9WcY4bN7kP1sD3fG6hJ0aQe5Ui"), (2, "ghp_Q3wTq2LmZx9WcY4bN7kP1sD3fG6hJ0aQe5Zk")]
+    {
+        let record = format!("{{\"id\":{id},\"text\":\"token {key}\"}}\n");
+        std::io::Write::write_all(&mut stdin, record.as_bytes()).expect("write stdin");
+        let Ok(line) = answers.recv_timeout(Duration::from_secs(30)) else {
+            let _ = child.kill();
+            panic!("record {id} was not answered while stdin stayed open");
+        };
+        let finding: serde_json::Value = serde_json::from_str(&line).expect("JSON");
+        assert_eq!((finding["id"].as_i64(), finding["rule_id"].as_str()), (Some(id), Some("github-pat-classic")));
+    }
+    drop(stdin);
+    assert_eq!(child.wait().expect("binary ends").code(), Some(1));
+}
+
 /// `crossguard scan --read-encoded`: a key written in base64 is found, its line names the
 /// encoding and spans the base64; without the flag the line is not printed.
 #[test]

@@ -356,7 +356,36 @@ impl Ruleset {
         detectors: &Detectors,
         depth: usize,
     ) -> Vec<Finding> {
-        let mut out = self.matches(text, ctx);
+        self.finish_layer(text, ctx, detectors, depth, self.matches(text, ctx))
+    }
+
+    /// [`Ruleset::scan_with`] over many texts: each text's findings are exactly those
+    /// `scan_with` gives it alone. The rules run rule by rule over the texts instead of
+    /// text by text, so that a rule's automata and scratch stay in the processor's caches
+    /// across every text that hits it: one text at a time visits a few dozen of several
+    /// hundred rules, each time from memory.
+    pub fn scan_batch_with(&self, texts: &[&str], ctx: &ScanContext, detectors: &Detectors) -> Vec<Vec<Finding>> {
+        let raw = self.pattern_findings_batch(texts, ctx);
+        texts
+            .iter()
+            .zip(raw)
+            .map(|(text, mut out)| {
+                self.view_findings(text, ctx, &mut out);
+                self.finish_layer(text, ctx, detectors, 0, out)
+            })
+            .collect()
+    }
+
+    /// What [`Ruleset::scan_layer`] adds to the rules' and canaries' matches `out` in
+    /// `text`: ownership settled, the detectors' findings, canonical order.
+    fn finish_layer(
+        &self,
+        text: &str,
+        ctx: &ScanContext,
+        detectors: &Detectors,
+        depth: usize,
+        mut out: Vec<Finding>,
+    ) -> Vec<Finding> {
         detect::secret::settle(detectors.secrets.as_ref(), ctx, &mut out, |f| {
             canon::rules_string(text.get(f.start..f.end).unwrap_or(""), false)
         });
@@ -394,10 +423,7 @@ impl Ruleset {
         let e = &self.engine;
         let mut scratch = e.take_scratch();
         let Scratch { hits, run, held, regions, captures } = &mut scratch;
-        let held_before = self.keyword_hits(text, hits, run);
-        run.extend_from_slice(&e.unkeyed);
-        // In rule order, as a pass over every rule would run them.
-        run.sort_unstable();
+        let held_before = self.rules_to_run(text, hits, run);
         for &i in run.iter() {
             let i = i as usize;
             self.rule_one_shot(i, text, &mut hits[i], regions, &mut captures[i], out);
@@ -410,6 +436,59 @@ impl Ruleset {
         if e.canary.is_some() {
             self.canary_matches(text, 0, 0, usize::MAX, ctx, out);
         }
+    }
+
+    /// Sets `run` to the rules `text` must run, in rule order (those with a keyword hit,
+    /// whose hits are added to `hits`, and the unkeyed ones); returns what
+    /// [`Ruleset::keyword_hits`] returns.
+    fn rules_to_run(&self, text: &str, hits: &mut [Vec<(usize, usize)>], run: &mut Vec<u32>) -> usize {
+        let held_before = self.keyword_hits(text, hits, run);
+        run.extend_from_slice(&self.engine.unkeyed);
+        // In rule order, as a pass over every rule would run them.
+        run.sort_unstable();
+        held_before
+    }
+
+    /// [`Ruleset::pattern_findings`] of each raw text, rule by rule over all of them.
+    fn pattern_findings_batch(&self, texts: &[&str], ctx: &ScanContext) -> Vec<Vec<Finding>> {
+        let e = &self.engine;
+        let mut scratch = e.take_scratch();
+        let Scratch { hits, run, held, regions, captures } = &mut scratch;
+        // Every text's hits, rule after rule, and the work: (rule, text, its hits' range).
+        let mut text_hits: Vec<Vec<(usize, usize)>> = Vec::with_capacity(texts.len());
+        let mut work: Vec<(u32, u32, usize, usize)> = Vec::new();
+        for (t, text) in texts.iter().enumerate() {
+            let held_before = self.rules_to_run(text, hits, run);
+            let mut own = Vec::new();
+            for &r in run.iter() {
+                let list = &mut hits[r as usize];
+                work.push((r, t as u32, own.len(), own.len() + list.len()));
+                own.append(list);
+            }
+            *held =
+                (*held + run.iter().map(|&r| hits[r as usize].capacity()).sum::<usize>()).saturating_sub(held_before);
+            run.clear();
+            text_hits.push(own);
+        }
+        // Rule by rule; within a rule, text by text. Each text still sees its rules in rule
+        // order, so its findings come out in the order `pattern_findings` gives them.
+        work.sort_unstable_by_key(|&(r, t, _, _)| (r, t));
+        let mut outs: Vec<Vec<Finding>> = texts.iter().map(|_| Vec::new()).collect();
+        for (r, t, from, to) in work {
+            let (r, t) = (r as usize, t as usize);
+            if let (Some(text), Some(own), Some(out)) = (texts.get(t), text_hits.get_mut(t), outs.get_mut(t)) {
+                if let Some(rule_hits) = own.get_mut(from..to) {
+                    self.rule_one_shot(r, text, rule_hits, regions, &mut captures[r], out);
+                }
+            }
+        }
+        e.give_back(scratch);
+        if e.canary.is_some() {
+            for (text, out) in texts.iter().zip(&mut outs) {
+                self.canary_matches(text, 0, 0, usize::MAX, ctx, out);
+            }
+        }
+        outs
     }
 
     /// Rule `i`'s one-shot findings in `text`, given every hit of its keywords there

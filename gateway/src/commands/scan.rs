@@ -15,7 +15,9 @@ use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use firewall::{Action, DecodeConfig, Detectors, Encoding, LoadOptions, RuleFiles, Ruleset, ScanContext, Severity};
+use firewall::{
+    Action, DecodeConfig, Detectors, Encoding, Finding, LoadOptions, RuleFiles, Ruleset, ScanContext, Severity,
+};
 
 pub struct ScanArgs {
     /// Rules folder; `None` = the built-in ruleset.
@@ -135,12 +137,25 @@ fn scan_jsonl(scanner: &Scanner<'_>, path: &Path, out: &mut impl Write, outcome:
     // other and the records after it are still scanned (serde_json checks the UTF-8 of
     // what it decodes).
     let mut line = Vec::new();
+    let mut batch = Batch::default();
     for n in 1.. {
+        // A record is never held back waiting for input: what the input has ready is
+        // scanned and written out before reading on (a pipe fed one record at a time gets
+        // each answer as it goes).
+        if reader.buffer().is_empty() && !batch.ids.is_empty() {
+            batch.emit(scanner, out, outcome);
+            if let Err(e) = out.flush() {
+                eprintln!("writing findings: {e}");
+                outcome.errors += 1;
+                return;
+            }
+        }
         line.clear();
         match reader.read_until(b'\n', &mut line) {
-            Ok(0) => return,
+            Ok(0) => break,
             Ok(_) => {}
             Err(e) => {
+                batch.emit(scanner, out, outcome);
                 eprintln!("{}:{n}: cannot read: {e}", path.display());
                 outcome.errors += 1;
                 return;
@@ -150,8 +165,15 @@ fn scan_jsonl(scanner: &Scanner<'_>, path: &Path, out: &mut impl Write, outcome:
             continue;
         }
         match serde_json::from_slice::<Record>(&line) {
-            Ok(rec) => emit(scanner, &rec.id, &rec.text, out, outcome),
+            Ok(rec) => {
+                batch.push(rec);
+                if batch.is_full() {
+                    batch.emit(scanner, out, outcome);
+                }
+            }
             Err(e) => {
+                // Findings of the records before it come out before its error.
+                batch.emit(scanner, out, outcome);
                 match std::str::from_utf8(&line) {
                     Err(bad) => eprintln!(
                         "{}:{n}: not UTF-8 (first bad byte at column {})",
@@ -164,10 +186,55 @@ fn scan_jsonl(scanner: &Scanner<'_>, path: &Path, out: &mut impl Write, outcome:
             }
         }
     }
+    batch.emit(scanner, out, outcome);
+}
+
+/// Records read but not scanned yet: scanned together (`Ruleset::scan_batch_with`, rule by
+/// rule over the records) once there are [`Batch::RECORDS`] of them or [`Batch::BYTES`] of
+/// text, or the input has nothing more ready.
+#[derive(Default)]
+struct Batch {
+    ids: Vec<serde_json::Value>,
+    texts: Vec<String>,
+    bytes: usize,
+}
+
+impl Batch {
+    const RECORDS: usize = 256;
+    const BYTES: usize = 4 << 20;
+
+    fn push(&mut self, rec: Record) {
+        self.bytes += rec.text.len();
+        self.ids.push(rec.id);
+        self.texts.push(rec.text);
+    }
+
+    fn is_full(&self) -> bool {
+        self.ids.len() >= Self::RECORDS || self.bytes >= Self::BYTES
+    }
+
+    /// Scans the records held and writes their findings, record after record.
+    fn emit(&mut self, scanner: &Scanner<'_>, out: &mut impl Write, outcome: &mut Outcome) {
+        if self.ids.is_empty() {
+            return;
+        }
+        let texts: Vec<&str> = self.texts.iter().map(String::as_str).collect();
+        let found = scanner.rules.scan_batch_with(&texts, &ScanContext::anonymous(), &scanner.detectors);
+        for (id, findings) in self.ids.iter().zip(found) {
+            write_findings(id, findings, out, outcome);
+        }
+        self.ids.clear();
+        self.texts.clear();
+        self.bytes = 0;
+    }
 }
 
 fn emit(scanner: &Scanner<'_>, id: &serde_json::Value, text: &str, out: &mut impl Write, outcome: &mut Outcome) {
-    for f in scanner.rules.scan_with(text, &ScanContext::anonymous(), &scanner.detectors) {
+    write_findings(id, scanner.rules.scan_with(text, &ScanContext::anonymous(), &scanner.detectors), out, outcome);
+}
+
+fn write_findings(id: &serde_json::Value, findings: Vec<Finding>, out: &mut impl Write, outcome: &mut Outcome) {
+    for f in findings {
         let line = Line {
             id,
             rule_id: &f.rule_id,
