@@ -78,18 +78,24 @@ pub fn scan(args: &ScanArgs) -> ExitCode {
     if let Some(path) = &args.input_jsonl {
         scan_jsonl(&scanner, path, &mut out, &mut outcome);
     }
+    let mut batch = Batch::default();
     for path in &args.files {
         match read_text(path) {
             Ok(text) => {
-                let id = serde_json::Value::String(path.display().to_string());
-                emit(&scanner, &id, &text, &mut out, &mut outcome);
+                batch.push(Record { id: serde_json::Value::String(path.display().to_string()), text });
+                if batch.is_full() {
+                    batch.emit(&scanner, &mut out, &mut outcome);
+                }
             }
             Err(e) => {
+                // Findings of the files before it come out before its error.
+                batch.emit(&scanner, &mut out, &mut outcome);
                 eprintln!("{}: {e}", path.display());
                 outcome.errors += 1;
             }
         }
     }
+    batch.emit(&scanner, &mut out, &mut outcome);
     if let Err(e) = out.flush() {
         eprintln!("writing findings: {e}");
         outcome.errors += 1;
@@ -189,7 +195,7 @@ fn scan_jsonl(scanner: &Scanner<'_>, path: &Path, out: &mut impl Write, outcome:
     batch.emit(scanner, out, outcome);
 }
 
-/// Records read but not scanned yet: scanned together (`Ruleset::scan_batch_with`, rule by
+/// Records (or files) read but not scanned yet: scanned together (`Ruleset::scan_batch_with`, rule by
 /// rule over the records) once there are [`Batch::RECORDS`] of them or [`Batch::BYTES`] of
 /// text, or the input has nothing more ready.
 #[derive(Default)]
@@ -227,10 +233,6 @@ impl Batch {
         self.texts.clear();
         self.bytes = 0;
     }
-}
-
-fn emit(scanner: &Scanner<'_>, id: &serde_json::Value, text: &str, out: &mut impl Write, outcome: &mut Outcome) {
-    write_findings(id, scanner.rules.scan_with(text, &ScanContext::anonymous(), &scanner.detectors), out, outcome);
 }
 
 fn write_findings(id: &serde_json::Value, findings: Vec<Finding>, out: &mut impl Write, outcome: &mut Outcome) {
