@@ -729,6 +729,15 @@ mod tests {
     /// Scans run only the rules their text hits, so a kept scratch must come back with
     /// every hit list empty and its room counted exactly: the bound on what is kept has
     /// to hold however many scans grew which rules' lists.
+    /// Most provider rules' secrets come from the match alone, without a capture search.
+    #[test]
+    fn most_provider_rules_read_their_secret_from_the_match() {
+        let Some(rules) = builtin() else { return };
+        let split = rules.engine.searches.iter().filter(|s| s.splits_by_tail()).count();
+        eprintln!("{split} of {} rules", rules.rules.len());
+        assert!(split >= 150, "{split} rules split by their closing character");
+    }
+
     #[test]
     fn kept_scratch_is_empty_and_its_room_is_counted() {
         let Some(rules) = builtin() else { panic!("built-in rules do not load") };

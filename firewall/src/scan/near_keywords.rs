@@ -27,7 +27,7 @@ use regex_automata::util::captures::Captures;
 use regex_automata::{Anchored, Input};
 use regex_syntax::hir::{Class, Hir, HirKind};
 
-use crate::scan::secret_span::{SecretScratch, SecretSearch};
+use crate::scan::secret_span::{SecretScratch, SecretSearch, TailSplit};
 use crate::scan::start_filter::StartFilter;
 
 /// A match: whole-match span and secret span, byte offsets into the text.
@@ -46,6 +46,8 @@ pub(crate) struct RuleSearch {
     regex: Arc<MetaRegex>,
     /// The rule's `scan_group`: the secret's capture group, 0 when the match is the secret.
     group: usize,
+    /// Where the group lies when the match alone tells (most provider rules).
+    tail: Option<TailSplit>,
     /// The capture search for the group, where the meta regex's would cost more.
     secret: Option<SecretSearch>,
     /// Upper bound on the offset of the first keyword in any match; `None`: unbounded.
@@ -70,8 +72,16 @@ impl RuleSearch {
         let mut inside = [false; 256];
         add_match_bytes(hir, &mut inside);
         // Only walks with a bounded reach run capture searches here.
-        let secret = if group != 0 && reach.is_some() { SecretSearch::new(hir) } else { None };
-        RuleSearch { regex, group, reach, starts, inside, secret }
+        let walked = group != 0 && reach.is_some();
+        let tail = if walked { TailSplit::new(hir, group) } else { None };
+        let secret = if walked && tail.is_none() { SecretSearch::new(hir) } else { None };
+        RuleSearch { regex, group, reach, starts, inside, tail, secret }
+    }
+
+    /// Whether the secret's span comes from the match alone ([`TailSplit`]).
+    #[cfg(test)]
+    pub(crate) fn splits_by_tail(&self) -> bool {
+        self.tail.is_some()
     }
 
     /// Merges the start regions of the keyword hits in `text`, `(start, end)` sorted by
@@ -143,6 +153,9 @@ impl RuleSearch {
                 // (an anchored capture search of the whole rest would go by the slower
                 // one-pass engine, failures included).
                 let end = self.regex.search_half(&input)?.offset();
+                if let Some(tail) = &self.tail {
+                    return Some(((s, end), tail.secret(text, (s, end))));
+                }
                 if let (Some(search), Some(scratch)) = (&self.secret, secret.as_mut()) {
                     if let Some(caps) = search.captures(text, (s, end), scratch) {
                         return found_in(caps, self.group);

@@ -15,12 +15,16 @@
 //! in the same order (greedy: one more; lazy: one fewer). The groups are the same, so the
 //! captures are the same; longer spans go the meta regex's way. The tests of `scan` compare
 //! every capture on the labelled corpus with the meta regex's unanchored search.
+//!
+//! Most provider rules need no capture search at all ([`TailSplit`]): written
+//! `\b(SECRET)(?:[^…]|$)`, their secret is the match less its closing character, and the
+//! match's last character tells whether there is one.
 
 use regex_automata::nfa::thompson::backtrack::{self, BoundedBacktracker};
 use regex_automata::nfa::thompson::{self, NFA};
 use regex_automata::util::captures::Captures;
 use regex_automata::{Anchored, Input};
-use regex_syntax::hir::{Capture, Hir, HirKind, Repetition};
+use regex_syntax::hir::{Capture, Class, ClassUnicode, ClassUnicodeRange, Hir, HirKind, Repetition};
 
 use crate::rules::rule::REGEX_SIZE_LIMIT;
 
@@ -79,6 +83,118 @@ impl SecretSearch {
         let input = Input::new(text).span(start..end).anchored(Anchored::Yes);
         self.backtracker.try_search(&mut scratch.cache, &input, &mut scratch.caps).ok()?;
         Some(&scratch.caps)
+    }
+}
+
+/// The secret of a rule written `LOOKS (SECRET) CLOSING`: zero-width assertions, the secret's
+/// group, then an alternation of one-character classes and zero-width assertions
+/// (`\b(sk-ant-api03-[A-Za-z0-9_-]{93}AA)(?:[^A-Za-z0-9_-]|$)`), where no character the
+/// secret can end with is one the closing part takes.
+///
+/// Exact for every match `[start, end)`: the group starts at `start` (the assertions take no
+/// text), and ends at `end` less one character when the closing part took one. It took one
+/// exactly when the match's last character is one it takes: otherwise the last character
+/// is the secret's own, which the closing part cannot take.
+#[derive(Debug, Clone)]
+pub(crate) struct TailSplit {
+    /// The characters the closing part takes.
+    closing: ClassUnicode,
+}
+
+impl TailSplit {
+    /// The split for group `group` of `hir`, when `hir` has that shape.
+    pub(crate) fn new(hir: &Hir, group: usize) -> Option<TailSplit> {
+        let HirKind::Concat(parts) = hir.kind() else { return None };
+        let (closing_part, before) = parts.split_last()?;
+        let (secret, looks) = before.split_last()?;
+        if !looks.iter().all(|p| matches!(p.kind(), HirKind::Look(_))) {
+            return None;
+        }
+        let HirKind::Capture(c) = secret.kind() else { return None };
+        let closing = closing_chars(closing_part)?;
+        let (mut ends, may_be_empty) = last_chars(&c.sub)?;
+        if c.index as usize != group || may_be_empty {
+            return None;
+        }
+        ends.intersect(&closing);
+        ends.ranges().is_empty().then_some(TailSplit { closing })
+    }
+
+    /// The secret's span in the match `[start, end)` of `text`.
+    pub(crate) fn secret(&self, text: &str, (start, end): (usize, usize)) -> (usize, usize) {
+        match text.get(start..end).and_then(|m| m.chars().next_back()) {
+            Some(c) if self.closing.ranges().iter().any(|r| r.start() <= c && c <= r.end()) => {
+                (start, end - c.len_utf8())
+            }
+            _ => (start, end),
+        }
+    }
+}
+
+/// The characters a closing part made of one-character alternatives and zero-width
+/// assertions takes; None for any other part.
+fn closing_chars(hir: &Hir) -> Option<ClassUnicode> {
+    let alternatives = match hir.kind() {
+        HirKind::Alternation(alts) => alts.as_slice(),
+        _ => std::slice::from_ref(hir),
+    };
+    let mut set = ClassUnicode::empty();
+    for a in alternatives {
+        match a.kind() {
+            HirKind::Look(_) => {}
+            _ => set.union(&one_char(a)?),
+        }
+    }
+    Some(set)
+}
+
+/// The characters `hir` matches when it always matches exactly one (a class, or a literal
+/// of one character).
+fn one_char(hir: &Hir) -> Option<ClassUnicode> {
+    match hir.kind() {
+        HirKind::Class(Class::Unicode(c)) => Some(c.clone()),
+        HirKind::Literal(lit) => {
+            let mut chars = std::str::from_utf8(&lit.0).ok()?.chars();
+            let (Some(c), None) = (chars.next(), chars.next()) else { return None };
+            Some(ClassUnicode::new([ClassUnicodeRange::new(c, c)]))
+        }
+        _ => None,
+    }
+}
+
+/// Every character a non-empty match of `hir` can end with (a superset), and whether `hir`
+/// can match the empty string; None for what this does not read (byte classes).
+fn last_chars(hir: &Hir) -> Option<(ClassUnicode, bool)> {
+    match hir.kind() {
+        HirKind::Empty | HirKind::Look(_) => Some((ClassUnicode::empty(), true)),
+        HirKind::Literal(lit) => {
+            let c = std::str::from_utf8(&lit.0).ok()?.chars().next_back()?;
+            Some((ClassUnicode::new([ClassUnicodeRange::new(c, c)]), false))
+        }
+        HirKind::Class(Class::Unicode(c)) => Some((c.clone(), false)),
+        HirKind::Class(Class::Bytes(_)) => None,
+        HirKind::Repetition(r) => last_chars(&r.sub).map(|(set, empty)| (set, empty || r.min == 0)),
+        HirKind::Capture(c) => last_chars(&c.sub),
+        HirKind::Concat(parts) => {
+            let mut set = ClassUnicode::empty();
+            for p in parts.iter().rev() {
+                let (ends, empty) = last_chars(p)?;
+                set.union(&ends);
+                if !empty {
+                    return Some((set, false));
+                }
+            }
+            Some((set, true))
+        }
+        HirKind::Alternation(alts) => {
+            let (mut set, mut empty) = (ClassUnicode::empty(), false);
+            for a in alts {
+                let (ends, e) = last_chars(a)?;
+                set.union(&ends);
+                empty |= e;
+            }
+            Some((set, empty))
+        }
     }
 }
 
@@ -183,5 +299,47 @@ mod tests {
         let mut scratch = secret.scratch();
         assert!(secret.captures(text, (0, 20), &mut scratch).is_some());
         assert!(secret.captures(text, (0, 21), &mut scratch).is_none());
+    }
+
+    /// The split's secret against the meta regex's capture of group 1, at every start of
+    /// `text` where the pattern matches.
+    fn split_agrees(pattern: &str, text: &str) -> bool {
+        let (_, meta) = search(pattern);
+        let hir = regex_syntax::parse(pattern).unwrap_or_else(|_| Hir::empty());
+        let Some(split) = TailSplit::new(&hir, 1) else { return false };
+        let mut caps = meta.create_captures();
+        let mut tried = 0;
+        for start in (0..text.len()).filter(|&i| text.is_char_boundary(i)) {
+            meta.search_captures(&Input::new(text).span(start..text.len()).anchored(Anchored::Yes), &mut caps);
+            let (Some(m), Some(g)) = (caps.get_match(), caps.get_group(1)) else { continue };
+            tried += 1;
+            if split.secret(text, (m.start(), m.end())) != (g.start, g.end) {
+                return false;
+            }
+        }
+        tried > 0
+    }
+
+    #[test]
+    fn a_secret_closed_by_a_character_it_cannot_end_with_is_the_match_less_that_character() {
+        let p = r"\b(sk-[a-z0-9]{4}AA)(?:[^A-Za-z0-9_-]|$)";
+        for text in ["sk-ab12AA", "sk-ab12AA ", "x sk-ab12AA\n", "sk-ab12AAé", "(sk-ab12AA)"] {
+            assert!(split_agrees(p, text), "{text:?}");
+        }
+        // Closing parts of literals and several classes, assertions in front.
+        assert!(split_agrees(r#"\b(tok_[a-f]{3}9)(?:"|'|[\s,]|$)"#, "x tok_abc9\" and tok_fed9"));
+        assert!(split_agrees(r"(?m)^\b(k[0-9]+)(?:[^0-9]|$)", "k123\nk4 k5"));
+    }
+
+    #[test]
+    fn a_secret_the_closing_part_could_end_is_left_to_the_capture_search() {
+        let split = |p: &str| TailSplit::new(&regex_syntax::parse(p).unwrap_or_else(|_| Hir::empty()), 1).is_some();
+        // The closing class takes what the secret can end with (`-`), or nothing but an
+        // assertion is no split's business, or text comes before the group.
+        assert!(!split(r"\b(sk-[a-z]{4}-?)(?:[^a-z]|$)"));
+        assert!(!split(r"(?:^|[^a-z])(sk-[a-z]{4})(?:[^a-z]|$)"));
+        assert!(!split(r"\b(sk-[a-z]{4})(?:[^a-z]{2}|$)"));
+        assert!(!split(r"\b(sk-[a-z]*)(?:[^a-z]|$)"));
+        assert!(split(r"\b(sk-[a-z]{4})(?:[^a-z]|$)"));
     }
 }
