@@ -202,7 +202,15 @@ impl Engine {
         let (prefilter, keyword_rules, keyword_lens) = build_prefilter(rules).map_err(|e| vec![(None, e)])?;
         let searches = rules
             .iter()
-            .map(|r| RuleSearch::new(r.regex.clone(), &r.hir, r.scan_group, r.reach, StartFilter::of(&r.hir)))
+            .map(|r| {
+                RuleSearch::new(
+                    r.regex.clone(),
+                    &r.hir,
+                    (r.scan_group, r.tail.clone()),
+                    r.reach,
+                    StartFilter::of(&r.hir),
+                )
+            })
             .collect();
         let unkeyed = (0..rules.len()).filter(|&i| rules[i].keywords.is_empty()).map(|i| i as u32).collect();
         Ok(Engine {
@@ -619,11 +627,14 @@ impl Ruleset {
 /// pass; see [`Ruleset::pattern_matches`] and the module docs for what counts.
 fn rule_matches(rule: &Rule, hay: &str, base: usize, from: usize, until: usize, out: &mut Vec<Finding>) -> usize {
     let mut at = from;
-    let mut caps = (rule.scan_group != 0).then(|| rule.regex.create_captures());
+    let mut caps = (rule.scan_group != 0 && rule.tail.is_none()).then(|| rule.regex.create_captures());
     while at <= hay.len() {
         let input = Input::new(hay).span(at..hay.len());
         let found = match caps.as_mut() {
-            None => rule.regex.search(&input).map(|m| ((m.start(), m.end()), (m.start(), m.end()))),
+            None => rule.regex.search(&input).map(|m| {
+                let whole = (m.start(), m.end());
+                (whole, rule.tail.as_ref().map_or(whole, |tail| tail.secret(hay, whole)))
+            }),
             Some(caps) => {
                 rule.regex.search_captures(&input, caps);
                 found_in(caps, rule.scan_group)
@@ -729,6 +740,27 @@ mod tests {
     /// Scans run only the rules their text hits, so a kept scratch must come back with
     /// every hit list empty and its room counted exactly: the bound on what is kept has
     /// to hold however many scans grew which rules' lists.
+    /// The capture search is the oracle for every rule that reads its secret from the match
+    /// alone: on the corpus and the rules' own samples, each match's secret is the group
+    /// the regex engine captures.
+    #[test]
+    fn secrets_read_from_the_match_are_the_groups_the_regex_captures() {
+        let Some(rules) = builtin() else { return };
+        let corpus = corpus_texts();
+        let mut checked = 0;
+        for r in &rules.rules {
+            let Some(tail) = &r.tail else { continue };
+            for text in corpus.iter().chain(&r.must_match) {
+                for caps in r.regex.captures_iter(text.as_str()) {
+                    let (Some(m), Some(g)) = (caps.get_match(), caps.get_group(r.scan_group)) else { continue };
+                    assert_eq!(tail.secret(text, (m.start(), m.end())), (g.start, g.end), "{}: {text:?}", r.id);
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 500, "{checked} matches");
+    }
+
     /// Most provider rules' secrets come from the match alone, without a capture search.
     #[test]
     fn most_provider_rules_read_their_secret_from_the_match() {

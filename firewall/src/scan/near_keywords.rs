@@ -62,19 +62,19 @@ pub(crate) struct RuleSearch {
 
 impl RuleSearch {
     /// `regex` is the rule's compiled `hir`.
+    /// `tail`: the rule's [`TailSplit`], if it has one.
     pub(crate) fn new(
         regex: Arc<MetaRegex>,
         hir: &Hir,
-        group: usize,
+        (group, tail): (usize, Option<TailSplit>),
         reach: Option<usize>,
         starts: StartFilter,
     ) -> RuleSearch {
         let mut inside = [false; 256];
         add_match_bytes(hir, &mut inside);
         // Only walks with a bounded reach run capture searches here.
-        let walked = group != 0 && reach.is_some();
-        let tail = if walked { TailSplit::new(hir, group) } else { None };
-        let secret = if walked && tail.is_none() { SecretSearch::new(hir) } else { None };
+        let tail = if group != 0 { tail } else { None };
+        let secret = if group != 0 && reach.is_some() && tail.is_none() { SecretSearch::new(hir) } else { None };
         RuleSearch { regex, group, reach, starts, inside, tail, secret }
     }
 
@@ -215,7 +215,7 @@ mod tests {
     fn search(pattern: &str, reach: usize) -> RuleSearch {
         let hir = regex_syntax::parse(pattern).expect("pattern parses");
         let regex = crate::rules::rule::compile_hir(&hir, false).expect("pattern compiles");
-        RuleSearch::new(Arc::new(regex), &hir, 0, Some(reach), StartFilter::of(&hir))
+        RuleSearch::new(Arc::new(regex), &hir, (0, None), Some(reach), StartFilter::of(&hir))
     }
 
     #[test]

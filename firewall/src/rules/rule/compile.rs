@@ -12,6 +12,7 @@ use super::{
     field, is_kebab, Canary, FieldError, RawCanary, RawRule, Rule, SecretGroup, MIN_CANARY_LEN, REGEX_SIZE_LIMIT,
 };
 use crate::scan::keyword_reach::keyword_reach;
+use crate::scan::secret_span::TailSplit;
 
 /// Compiles a regex under the size limit, reporting the regex crate's message on one line.
 pub(crate) fn compile_regex(pattern: &str) -> Result<Regex, String> {
@@ -94,26 +95,30 @@ impl RawRule {
         let allow_line = cache.compile_all("allow_line", &self.allow_line, &mut errs);
         let allow_set = if errs.is_empty() { cache.compile_set(&self.allow) } else { None };
         match (regex, hir, secret_group, keywords) {
-            (Some(regex), Some(hir), Some(secret_group), Some(keywords)) if errs.is_empty() => Ok(Rule {
-                id: self.id,
-                description: self.description,
-                severity: self.severity,
-                action: self.action.into(),
-                regex,
-                secret_group,
-                scan_group: if group_is_whole_match(&hir, secret_group) { 0 } else { secret_group },
-                keywords,
-                reach,
-                min_entropy: self.min_entropy,
-                judge: self.judge.map(|j| j as f32),
-                allow,
-                allow_set,
-                allow_line,
-                tags: self.tags,
-                must_match: self.must_match,
-                must_not_match: self.must_not_match,
-                hir,
-            }),
+            (Some(regex), Some(hir), Some(secret_group), Some(keywords)) if errs.is_empty() => {
+                let scan_group = if group_is_whole_match(&hir, secret_group) { 0 } else { secret_group };
+                Ok(Rule {
+                    id: self.id,
+                    description: self.description,
+                    severity: self.severity,
+                    action: self.action.into(),
+                    regex,
+                    secret_group,
+                    scan_group,
+                    tail: if scan_group == 0 { None } else { TailSplit::new(&hir, scan_group) },
+                    keywords,
+                    reach,
+                    min_entropy: self.min_entropy,
+                    judge: self.judge.map(|j| j as f32),
+                    allow,
+                    allow_set,
+                    allow_line,
+                    tags: self.tags,
+                    must_match: self.must_match,
+                    must_not_match: self.must_not_match,
+                    hir,
+                })
+            }
             _ => Err(errs),
         }
     }

@@ -25,6 +25,8 @@ use regex::Regex;
 use regex_automata::meta::Regex as MetaRegex;
 use regex_syntax::hir::Hir;
 
+use crate::scan::secret_span::TailSplit;
+
 use crate::verdict::{Action, Severity};
 
 #[cfg(test)]
@@ -56,6 +58,9 @@ pub struct Rule {
     /// whole match (it holds all of the pattern but zero-width assertions, as in
     /// `\b(eyJ…)`), so the match alone gives the secret and no capture search runs.
     pub(crate) scan_group: usize,
+    /// Where the secret lies when the match alone tells: a pattern written
+    /// `\b(SECRET)(?:[^…]|$)`, read without a capture search (see `scan::secret_span`).
+    pub(crate) tail: Option<TailSplit>,
     /// ASCII-lowercased keywords; empty = the rule runs on every text.
     pub keywords: Vec<String>,
     /// How far past a match's start its first keyword can begin, at most (see
