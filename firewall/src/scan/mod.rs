@@ -203,13 +203,7 @@ impl Engine {
         let searches = rules
             .iter()
             .map(|r| {
-                RuleSearch::new(
-                    r.regex.clone(),
-                    &r.hir,
-                    (r.scan_group, r.tail.clone()),
-                    r.reach,
-                    StartFilter::of(&r.hir),
-                )
+                RuleSearch::new(r.regex.clone(), &r.hir, r.scan_group, r.tail.clone(), r.reach, StartFilter::of(&r.hir))
             })
             .collect();
         let unkeyed = (0..rules.len()).filter(|&i| rules[i].keywords.is_empty()).map(|i| i as u32).collect();

@@ -61,12 +61,12 @@ pub(crate) struct RuleSearch {
 }
 
 impl RuleSearch {
-    /// `regex` is the rule's compiled `hir`.
-    /// `tail`: the rule's [`TailSplit`], if it has one.
+    /// `regex` is the rule's compiled `hir`; `tail`, the rule's [`TailSplit`] if it has one.
     pub(crate) fn new(
         regex: Arc<MetaRegex>,
         hir: &Hir,
-        (group, tail): (usize, Option<TailSplit>),
+        group: usize,
+        tail: Option<TailSplit>,
         reach: Option<usize>,
         starts: StartFilter,
     ) -> RuleSearch {
@@ -215,7 +215,7 @@ mod tests {
     fn search(pattern: &str, reach: usize) -> RuleSearch {
         let hir = regex_syntax::parse(pattern).expect("pattern parses");
         let regex = crate::rules::rule::compile_hir(&hir, false).expect("pattern compiles");
-        RuleSearch::new(Arc::new(regex), &hir, (0, None), Some(reach), StartFilter::of(&hir))
+        RuleSearch::new(Arc::new(regex), &hir, 0, None, Some(reach), StartFilter::of(&hir))
     }
 
     #[test]
