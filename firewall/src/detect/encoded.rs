@@ -1059,7 +1059,7 @@ impl UnitList {
     }
 }
 
-/// Every text the encoded runs and unit lists of `text` say, to [`MAX_DEPTH`] layers: what
+/// Every text the encoded runs and unit lists of `text` say, to `MAX_DEPTH` layers: what
 /// a prompt holds encoded is its sender's as much as what it holds in plain words.
 pub fn decoded_texts(text: &str, cfg: &DecodeConfig) -> Vec<String> {
     let mut out = Vec::new();

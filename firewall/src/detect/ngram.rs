@@ -58,7 +58,7 @@ use crate::verdict::{mask, Action, Detail, DetectorKind, Finding, Severity};
 /// Rule id of n-gram findings.
 pub const RULE_ID: &str = "foreign-ngram";
 
-/// Rule id of single-token findings (see [`is_token`]).
+/// Rule id of single-token findings (see `is_token`).
 pub const TOKEN_RULE_ID: &str = "foreign-token";
 
 /// Fewest characters of a token's normalised word.
@@ -115,7 +115,7 @@ pub struct NgramConfig {
     pub action: Action,
     pub severity: Severity,
     pub owners: Arc<dyn NgramOwners>,
-    /// Whether token words ([`is_token`]) are checked one by one (`foreign-token`).
+    /// Whether token words (`is_token`) are checked one by one (`foreign-token`).
     pub tokens: bool,
     /// Whether n-grams and tokens are also read undoing each rewriting (backwards, ROT13,
     /// Atbash, Caesar's cipher; see `rewrite`).
@@ -464,7 +464,7 @@ pub fn fingerprints(text: &str, key: &NgramKey, n: usize) -> Vec<u64> {
     fingerprints_and_tokens(text, key, n).0
 }
 
-/// The keyed fingerprints of every token word of `text` ([`is_token`]), in the words view
+/// The keyed fingerprints of every token word of `text` (`is_token`), in the words view
 /// [`fingerprints`] reads. Kept apart from the n-grams: a tenant sends few tokens, and each
 /// is worth recording whole, like a secret value, however long the text around it.
 pub fn token_fingerprints(text: &str, key: &NgramKey) -> Vec<u64> {

@@ -1,7 +1,7 @@
 //! The engine backend: the in-process model. Loading happens on its own thread after the
 //! server starts (fetching the default model first when it is missing), so `/readyz`
 //! answers 503 until the model can serve; the same thread then runs the serving loop
-//! ([`engine::serve`], each request's events through [`super::engine_client`]): continuous
+//! ([`engine::serve()`], each request's events through [`super::engine_client`]): continuous
 //! batching across every request, off the async workers. A full queue is a 429 with `Retry-After`; each request's events flow through a
 //! bounded channel, so a client that stops reading pauses its sequences and one that goes
 //! away has them cancelled (see the loop's invariants). Each sequence is owned by the

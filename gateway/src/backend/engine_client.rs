@@ -1,9 +1,9 @@
-//! A request's way from the engine's serving loop ([`engine::serve`]) to its client: each
+//! A request's way from the engine's serving loop ([`engine::serve()`]) to its client: each
 //! choice's tokens become [`BackendEvent`]s on the request's own bounded channel
 //! ([`StreamLimits::channel`]), with tool calls read out of the text, logprobs and the
 //! firewall's token signals attached, then a finish per choice and the request's usage.
 //!
-//! Invariants: what the channel cannot take waits in the [`Outbox`], at most one event per
+//! Invariants: what the channel cannot take waits in the `Outbox`, at most one event per
 //! choice plus its finish (and the text a tool-call reader held back) and the request's
 //! usage, because the loop pauses the request as soon as anything waits; the loop resumes it
 //! once the client has read enough. A channel slot is kept free for the error that ends a
