@@ -431,8 +431,7 @@ impl Ruleset {
             self.rule_one_shot(i, text, &mut hits[i], regions, &mut captures[i], out);
             hits[i].clear();
         }
-        // Only the lists of rules that ran can have grown.
-        *held = (*held + run.iter().map(|&r| hits[r as usize].capacity()).sum::<usize>()).saturating_sub(held_before);
+        *held = room_after(*held, held_before, hits, run);
         run.clear();
         e.give_back(scratch);
         if e.canary.is_some() {
@@ -467,8 +466,7 @@ impl Ruleset {
                 work.push((r, t as u32, own.len(), own.len() + list.len()));
                 own.append(list);
             }
-            *held =
-                (*held + run.iter().map(|&r| hits[r as usize].capacity()).sum::<usize>()).saturating_sub(held_before);
+            *held = room_after(*held, held_before, hits, run);
             run.clear();
             text_hits.push(own);
         }
@@ -646,6 +644,13 @@ fn rule_matches(rule: &Rule, hay: &str, base: usize, from: usize, until: usize, 
         };
     }
     at.max(until)
+}
+
+/// The room `hits` holds after a text ran the rules `run`, given `held` before it and
+/// `held_before`, the room those rules' lists had then: only the lists of rules that ran
+/// can have grown.
+fn room_after(held: usize, held_before: usize, hits: &[Vec<(usize, usize)>], run: &[u32]) -> usize {
+    (held + run.iter().map(|&r| hits[r as usize].capacity()).sum::<usize>()).saturating_sub(held_before)
 }
 
 /// Every occurrence of `rule`'s keywords in `text`, overlapping ones too, as `(start,
