@@ -74,14 +74,16 @@ impl RuleSearch {
         add_match_bytes(hir, &mut inside);
         // Only walks with a bounded reach run capture searches here.
         let tail = if group != 0 { tail } else { None };
-        let secret = if group != 0 && reach.is_some() && tail.is_none() { SecretSearch::new(hir) } else { None };
+        let always_splits = tail.as_ref().is_some_and(TailSplit::always_splits);
+        let secret = if group != 0 && reach.is_some() && !always_splits { SecretSearch::new(hir) } else { None };
         RuleSearch { regex, group, reach, starts, inside, tail, secret }
     }
 
-    /// Whether the secret's span comes from the match alone ([`TailSplit`]).
+    /// Whether the secret's span comes from the match alone ([`TailSplit`]), always or
+    /// where the part before the secret can end in one place only.
     #[cfg(test)]
-    pub(crate) fn splits_by_tail(&self) -> bool {
-        self.tail.is_some()
+    pub(crate) fn splits(&self) -> (bool, bool) {
+        (self.tail.as_ref().is_some_and(TailSplit::always_splits), self.tail.is_some())
     }
 
     /// Merges the start regions of the keyword hits in `text`, `(start, end)` sorted by
@@ -153,8 +155,8 @@ impl RuleSearch {
                 // (an anchored capture search of the whole rest would go by the slower
                 // one-pass engine, failures included).
                 let end = self.regex.search_half(&input)?.offset();
-                if let Some(tail) = &self.tail {
-                    return Some(((s, end), tail.secret(text, (s, end))));
+                if let Some(secret) = self.tail.as_ref().and_then(|tail| tail.secret(text, (s, end))) {
+                    return Some(((s, end), secret));
                 }
                 if let (Some(search), Some(scratch)) = (&self.secret, secret.as_mut()) {
                     if let Some(caps) = search.captures(text, (s, end), scratch) {

@@ -16,9 +16,12 @@
 //! captures are the same; longer spans go the meta regex's way. The tests of `scan` compare
 //! every capture on the labelled corpus with the meta regex's unanchored search.
 //!
-//! Most provider rules need no capture search at all ([`TailSplit`]): written
-//! `\b(SECRET)(?:[^…]|$)`, their secret is the match less its closing character, and the
-//! match's last character tells whether there is one.
+//! Most rules need no capture search at all ([`TailSplit`]). Provider rules written
+//! `\b(SECRET)(?:[^…]|$)` have as secret the match less its closing character, and the
+//! match's last character tells whether there is one. Rules written `NAME = (VALUE)(?:[^…]|$)`
+//! (the generic ones) end their secret the same way, and start it at the one place where
+//! the name and separator can end and only value characters follow; where there are two
+//! such places (`token==abc`), the capture search decides.
 
 use regex_automata::nfa::thompson::backtrack::{self, BoundedBacktracker};
 use regex_automata::nfa::thompson::{self, NFA};
@@ -86,19 +89,43 @@ impl SecretSearch {
     }
 }
 
-/// The secret of a rule written `LOOKS (SECRET) CLOSING`: zero-width assertions, the secret's
-/// group, then an alternation of one-character classes and zero-width assertions
+/// The secret of a rule written `BEFORE (SECRET) CLOSING`: anything, the secret's group,
+/// then an alternation of one-character classes and zero-width assertions
 /// (`\b(sk-ant-api03-[A-Za-z0-9_-]{93}AA)(?:[^A-Za-z0-9_-]|$)`), where no character the
 /// secret can end with is one the closing part takes.
 ///
-/// Exact for every match `[start, end)`: the group starts at `start` (the assertions take no
-/// text), and ends at `end` less one character when the closing part took one. It took one
-/// exactly when the match's last character is one it takes: otherwise the last character
-/// is the secret's own, which the closing part cannot take.
+/// The group ends at the match's end less one character when the closing part took one. It
+/// took one exactly when the match's last character is one it takes: otherwise the last
+/// character is the secret's own, which the closing part cannot take.
+///
+/// Where it starts:
+/// - When only zero-width assertions come before the group, at the match's start.
+/// - Otherwise ([`Head`]), at the one place the part before it can end: a place no further
+///   from the group's end than the secret's length allows, with only characters the secret
+///   can hold between, and just after a character the part before can end with (or at the
+///   match's start, when that part can match nothing). The group's true start is such a
+///   place. When there are several (`token==abc`, where `=` both ends the separator and may
+///   begin the value), the split does not choose and the capture search does.
 #[derive(Debug, Clone)]
 pub(crate) struct TailSplit {
     /// The characters the closing part takes.
     closing: ClassUnicode,
+    /// What comes before the group, when more than assertions.
+    head: Option<Head>,
+}
+
+/// What tells where a group starts that text comes before.
+#[derive(Debug, Clone)]
+struct Head {
+    /// Every character the secret can hold.
+    secret_chars: CharSet,
+    /// Every character the part before the secret can end with.
+    before_ends: CharSet,
+    /// Whether the part before the secret can match the empty string.
+    before_may_be_empty: bool,
+    /// The secret's least and greatest length, in bytes.
+    min_len: usize,
+    max_len: Option<usize>,
 }
 
 impl TailSplit {
@@ -106,10 +133,7 @@ impl TailSplit {
     pub(crate) fn new(hir: &Hir, group: usize) -> Option<TailSplit> {
         let HirKind::Concat(parts) = hir.kind() else { return None };
         let (closing_part, before) = parts.split_last()?;
-        let (secret, looks) = before.split_last()?;
-        if !looks.iter().all(|p| matches!(p.kind(), HirKind::Look(_))) {
-            return None;
-        }
+        let (secret, before) = before.split_last()?;
         let HirKind::Capture(c) = secret.kind() else { return None };
         let closing = closing_chars(closing_part)?;
         let (mut ends, may_be_empty) = last_chars(&c.sub)?;
@@ -117,16 +141,122 @@ impl TailSplit {
             return None;
         }
         ends.intersect(&closing);
-        ends.ranges().is_empty().then_some(TailSplit { closing })
+        if !ends.ranges().is_empty() {
+            return None;
+        }
+        let head = match before.iter().all(|p| matches!(p.kind(), HirKind::Look(_))) {
+            true => None,
+            false => Some(Head::new(before, &c.sub)?),
+        };
+        Some(TailSplit { closing, head })
     }
 
-    /// The secret's span in the match `[start, end)` of `text`.
-    pub(crate) fn secret(&self, text: &str, (start, end): (usize, usize)) -> (usize, usize) {
-        match text.get(start..end).and_then(|m| m.chars().next_back()) {
-            Some(c) if self.closing.ranges().iter().any(|r| r.start() <= c && c <= r.end()) => {
-                (start, end - c.len_utf8())
+    /// Whether [`TailSplit::secret`] always tells (nothing but assertions before the group).
+    pub(crate) fn always_splits(&self) -> bool {
+        self.head.is_none()
+    }
+
+    /// The secret's span in the match `[start, end)` of `text`; None when the group's start
+    /// is not the only place the part before it can end (ask the capture search).
+    pub(crate) fn secret(&self, text: &str, (start, end): (usize, usize)) -> Option<(usize, usize)> {
+        let secret_end = match text.get(start..end)?.chars().next_back() {
+            Some(c) if class_has(&self.closing, c) => end - c.len_utf8(),
+            _ => end,
+        };
+        match &self.head {
+            None => Some((start, secret_end)),
+            Some(head) => head.secret_start(text, start, secret_end).map(|s| (s, secret_end)),
+        }
+    }
+}
+
+impl Head {
+    fn new(before: &[Hir], secret: &Hir) -> Option<Head> {
+        let (before_ends, before_may_be_empty) = last_chars(&Hir::concat(before.to_vec()))?;
+        let props = secret.properties();
+        Some(Head {
+            secret_chars: CharSet::new(all_chars(secret)?),
+            before_ends: CharSet::new(before_ends),
+            before_may_be_empty,
+            min_len: props.minimum_len()?,
+            max_len: props.maximum_len(),
+        })
+    }
+
+    /// Where the secret ending at `secret_end` starts, in a match starting at `start`: the
+    /// only place the part before it can end, or None when there are several.
+    fn secret_start(&self, text: &str, start: usize, secret_end: usize) -> Option<usize> {
+        let latest = secret_end.checked_sub(self.min_len)?;
+        let earliest = self.max_len.map_or(start, |n| secret_end.saturating_sub(n).max(start));
+        let mut found = None;
+        let mut at = secret_end;
+        loop {
+            let before = text.get(..at)?.chars().next_back();
+            if at <= latest {
+                let ends_before = match before {
+                    _ if at == start => self.before_may_be_empty,
+                    Some(c) => self.before_ends.has(c),
+                    None => false,
+                };
+                if ends_before {
+                    if found.is_some() {
+                        return None;
+                    }
+                    found = Some(at);
+                }
             }
-            _ => (start, end),
+            match before {
+                Some(c) if at > earliest && self.secret_chars.has(c) => at -= c.len_utf8(),
+                _ => return found,
+            }
+        }
+    }
+}
+
+/// A set of characters that answers for ASCII without a search.
+#[derive(Debug, Clone)]
+struct CharSet {
+    ascii: u128,
+    class: ClassUnicode,
+}
+
+impl CharSet {
+    fn new(class: ClassUnicode) -> CharSet {
+        let ascii = (0u8..128).filter(|&b| class_has(&class, char::from(b))).fold(0u128, |m, b| m | 1 << b);
+        CharSet { ascii, class }
+    }
+
+    fn has(&self, c: char) -> bool {
+        match u32::from(c) {
+            b @ 0..=127 => self.ascii >> b & 1 == 1,
+            _ => class_has(&self.class, c),
+        }
+    }
+}
+
+fn class_has(class: &ClassUnicode, c: char) -> bool {
+    class.ranges().iter().any(|r| r.start() <= c && c <= r.end())
+}
+
+/// Every character a match of `hir` can hold (a superset); None for what this does not
+/// read (byte classes).
+fn all_chars(hir: &Hir) -> Option<ClassUnicode> {
+    match hir.kind() {
+        HirKind::Empty | HirKind::Look(_) => Some(ClassUnicode::empty()),
+        HirKind::Literal(lit) => {
+            let text = std::str::from_utf8(&lit.0).ok()?;
+            Some(ClassUnicode::new(text.chars().map(|c| ClassUnicodeRange::new(c, c))))
+        }
+        HirKind::Class(Class::Unicode(c)) => Some(c.clone()),
+        HirKind::Class(Class::Bytes(_)) => None,
+        HirKind::Repetition(r) => all_chars(&r.sub),
+        HirKind::Capture(c) => all_chars(&c.sub),
+        HirKind::Concat(parts) | HirKind::Alternation(parts) => {
+            let mut set = ClassUnicode::empty();
+            for p in parts {
+                set.union(&all_chars(p)?);
+            }
+            Some(set)
         }
     }
 }
@@ -302,22 +432,31 @@ mod tests {
     }
 
     /// The split's secret against the meta regex's capture of group 1, at every start of
-    /// `text` where the pattern matches.
-    fn split_agrees(pattern: &str, text: &str) -> bool {
+    /// `text` where the pattern matches: `(matches, matches the split left to the capture
+    /// search)`, or None when there is no split or it gives another span.
+    fn split_against_captures(pattern: &str, text: &str) -> Option<(usize, usize)> {
         let (_, meta) = search(pattern);
         let hir = regex_syntax::parse(pattern).unwrap_or_else(|_| Hir::empty());
-        let Some(split) = TailSplit::new(&hir, 1) else { return false };
+        let split = TailSplit::new(&hir, 1)?;
         let mut caps = meta.create_captures();
-        let mut tried = 0;
+        let (mut tried, mut left) = (0, 0);
         for start in (0..text.len()).filter(|&i| text.is_char_boundary(i)) {
             meta.search_captures(&Input::new(text).span(start..text.len()).anchored(Anchored::Yes), &mut caps);
             let (Some(m), Some(g)) = (caps.get_match(), caps.get_group(1)) else { continue };
             tried += 1;
-            if split.secret(text, (m.start(), m.end())) != (g.start, g.end) {
-                return false;
+            match split.secret(text, (m.start(), m.end())) {
+                Some(secret) if secret != (g.start, g.end) => return None,
+                Some(_) => {}
+                None => left += 1,
             }
         }
-        tried > 0
+        Some((tried, left))
+    }
+
+    /// Whether the split gives the captured secret at every start where the pattern matches
+    /// (at least one), never leaving one to the capture search.
+    fn split_agrees(pattern: &str, text: &str) -> bool {
+        split_against_captures(pattern, text).is_some_and(|(tried, left)| tried > 0 && left == 0)
     }
 
     #[test]
@@ -331,15 +470,68 @@ mod tests {
         assert!(split_agrees(r"(?m)^\b(k[0-9]+)(?:[^0-9]|$)", "k123\nk4 k5"));
     }
 
+    /// A `name = value` rule in the generic rules' shape: the separator can end with `=`,
+    /// which the value can hold too.
+    const ASSIGNED: &str =
+        r#"(?i:token|key)["']?[ \t]*(?:[:=]{1,2}>?|=>)[ \t]*["'`]?([A-Za-z0-9_=+/.-]{4,40})(?:[^A-Za-z0-9_=+/.-]|$)"#;
+
+    #[test]
+    fn a_secret_after_a_name_starts_where_the_name_and_separator_can_end() {
+        for text in [
+            "token=abcd1234",
+            "API_TOKEN=abcd1234 x",
+            "token = \"abcd1234\"",
+            "key: 'ab/cd+ef=='",
+            "token=>abcd",
+            "key =\tabcdef\n",
+            "Token: ab.cd-ef_gh",
+            // Non-ASCII around the match.
+            "ключ token=abcdé",
+        ] {
+            assert!(split_agrees(ASSIGNED, text), "{text:?}");
+        }
+        // Text before the group whose last character the secret cannot hold, or nothing.
+        let p = r"(?:^|[^a-z])(sk-[a-z]{4})(?:[^a-z]|$)";
+        for text in ["sk-abcd", "x sk-abcd y", "-sk-abcd", "é sk-abcd"] {
+            assert!(split_agrees(p, text), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn a_secret_the_separator_could_also_begin_is_left_to_the_capture_search() {
+        // `==` may be a two-character separator or `=` then a value starting with `=`; `:=`
+        // likewise. The split leaves them to the capture search, and never says otherwise.
+        for text in ["token==abcd", "token:=abcd", "token= =abcd", "key=ab=cdefgh"] {
+            assert_eq!(split_against_captures(ASSIGNED, text), Some((1, 1)), "{text:?}");
+        }
+    }
+
     #[test]
     fn a_secret_the_closing_part_could_end_is_left_to_the_capture_search() {
         let split = |p: &str| TailSplit::new(&regex_syntax::parse(p).unwrap_or_else(|_| Hir::empty()), 1).is_some();
         // The closing class takes what the secret can end with (`-`), or nothing but an
-        // assertion is no split's business, or text comes before the group.
+        // assertion is no split's business, or the secret may be empty.
         assert!(!split(r"\b(sk-[a-z]{4}-?)(?:[^a-z]|$)"));
-        assert!(!split(r"(?:^|[^a-z])(sk-[a-z]{4})(?:[^a-z]|$)"));
         assert!(!split(r"\b(sk-[a-z]{4})(?:[^a-z]{2}|$)"));
         assert!(!split(r"\b(sk-[a-z]*)(?:[^a-z]|$)"));
+        assert!(!split(r"k=(?-u:[\x00-\xff]{4})(?:[^a-z]|$)"));
         assert!(split(r"\b(sk-[a-z]{4})(?:[^a-z]|$)"));
+    }
+
+    proptest::proptest! {
+        /// On texts made of the characters that make splitting hard (separators the value
+        /// can hold, quotes, spaces, names), the split gives the captured secret or none.
+        #[test]
+        fn the_split_never_gives_a_span_the_capture_search_would_not(
+            text in r#"(?:token|key|[ab=:>"' \t.\-]){0,24}"#,
+        ) {
+            for pattern in [
+                ASSIGNED,
+                r#"[a-b](?:[_.-](?i:key)|KEY)["']?[ \t]*(?:=>|:=|=|:)[ \t]*["'`]?([ab=.\-]{3,12})(?:[^ab=.\-]|$)"#,
+                r"(?:^|[ \t])(?:a|ab)?[:=]?(=[ab]{2,}|[ab=]{2,3})(?:[^ab=]|$)",
+            ] {
+                proptest::prop_assert!(split_against_captures(pattern, &text).is_some(), "{pattern} on {text:?}");
+            }
+        }
     }
 }
