@@ -18,10 +18,11 @@
 //!
 //! Most rules need no capture search at all ([`TailSplit`]). Provider rules written
 //! `\b(SECRET)(?:[^…]|$)` have as secret the match less its closing character, and the
-//! match's last character tells whether there is one. Rules written `NAME = (VALUE)(?:[^…]|$)`
-//! (the generic ones) end their secret the same way, and start it at the one place where
-//! the name and separator can end and only value characters follow; where there are two
-//! such places (`token==abc`), the capture search decides.
+//! match's last character tells whether there is one. Rules written `NAME = (VALUE)…`
+//! (the generic ones, URLs with a password, `Bearer …`) end their secret the same way, or
+//! at the match's end, and start it at the one place where the name and separator can end
+//! and only value characters follow; where there are two such places (`token==abc`), the
+//! capture search decides.
 
 use regex_automata::nfa::thompson::backtrack::{self, BoundedBacktracker};
 use regex_automata::nfa::thompson::{self, NFA};
@@ -89,14 +90,14 @@ impl SecretSearch {
     }
 }
 
-/// The secret of a rule written `BEFORE (SECRET) CLOSING`: anything, the secret's group,
-/// then an alternation of one-character classes and zero-width assertions
-/// (`\b(sk-ant-api03-[A-Za-z0-9_-]{93}AA)(?:[^A-Za-z0-9_-]|$)`), where no character the
-/// secret can end with is one the closing part takes.
+/// The secret of a rule written `BEFORE (SECRET) CLOSING`, where no character the secret
+/// can end with is one the closing part can hold
+/// (`\b(sk-ant-api03-[A-Za-z0-9_-]{93}AA)(?:[^A-Za-z0-9_-]|$)`, `bearer\s+([A-Za-z0-9._~+/-]+=*)`
+/// with no closing part at all, `pass=(\S+)[ \t]*$`).
 ///
-/// The group ends at the match's end less one character when the closing part took one. It
-/// took one exactly when the match's last character is one it takes: otherwise the last
-/// character is the secret's own, which the closing part cannot take.
+/// The group ends where the match's longest tail of characters the closing part can hold
+/// begins: the closing part's text is such a tail, and the character before it is the
+/// secret's last, which it cannot hold.
 ///
 /// Where it starts:
 /// - When only zero-width assertions come before the group, at the match's start.
@@ -108,8 +109,8 @@ impl SecretSearch {
 ///   begin the value), the split does not choose and the capture search does.
 #[derive(Debug, Clone)]
 pub(crate) struct TailSplit {
-    /// The characters the closing part takes.
-    closing: ClassUnicode,
+    /// Every character the closing part can hold.
+    closing: CharSet,
     /// What comes before the group, when more than assertions.
     head: Option<Head>,
 }
@@ -132,18 +133,23 @@ impl TailSplit {
     /// The split for group `group` of `hir`, when `hir` has that shape.
     pub(crate) fn new(hir: &Hir, group: usize) -> Option<TailSplit> {
         let HirKind::Concat(parts) = hir.kind() else { return None };
-        let (closing_part, before) = parts.split_last()?;
-        let (secret, before) = before.split_last()?;
+        let at = parts.iter().position(|p| matches!(p.kind(), HirKind::Capture(c) if c.index as usize == group))?;
+        let (before, rest) = parts.split_at(at);
+        let (secret, after) = rest.split_first()?;
         let HirKind::Capture(c) = secret.kind() else { return None };
-        let closing = closing_chars(closing_part)?;
+        let mut closing = ClassUnicode::empty();
+        for part in after {
+            closing.union(&all_chars(part)?);
+        }
         let (mut ends, may_be_empty) = last_chars(&c.sub)?;
-        if c.index as usize != group || may_be_empty {
+        if may_be_empty {
             return None;
         }
         ends.intersect(&closing);
         if !ends.ranges().is_empty() {
             return None;
         }
+        let closing = CharSet::new(closing);
         let head = match before.iter().all(|p| matches!(p.kind(), HirKind::Look(_))) {
             true => None,
             false => Some(Head::new(before, &c.sub)?),
@@ -159,10 +165,8 @@ impl TailSplit {
     /// The secret's span in the match `[start, end)` of `text`; None when the group's start
     /// is not the only place the part before it can end (ask the capture search).
     pub(crate) fn secret(&self, text: &str, (start, end): (usize, usize)) -> Option<(usize, usize)> {
-        let secret_end = match text.get(start..end)?.chars().next_back() {
-            Some(c) if class_has(&self.closing, c) => end - c.len_utf8(),
-            _ => end,
-        };
+        let closed = text.get(start..end)?.chars().rev().take_while(|&c| self.closing.has(c));
+        let secret_end = end - closed.map(char::len_utf8).sum::<usize>();
         match &self.head {
             None => Some((start, secret_end)),
             Some(head) => head.secret_start(text, start, secret_end).map(|s| (s, secret_end)),
@@ -258,37 +262,6 @@ fn all_chars(hir: &Hir) -> Option<ClassUnicode> {
             }
             Some(set)
         }
-    }
-}
-
-/// The characters a closing part made of one-character alternatives and zero-width
-/// assertions takes; None for any other part.
-fn closing_chars(hir: &Hir) -> Option<ClassUnicode> {
-    let alternatives = match hir.kind() {
-        HirKind::Alternation(alts) => alts.as_slice(),
-        _ => std::slice::from_ref(hir),
-    };
-    let mut set = ClassUnicode::empty();
-    for a in alternatives {
-        match a.kind() {
-            HirKind::Look(_) => {}
-            _ => set.union(&one_char(a)?),
-        }
-    }
-    Some(set)
-}
-
-/// The characters `hir` matches when it always matches exactly one (a class, or a literal
-/// of one character).
-fn one_char(hir: &Hir) -> Option<ClassUnicode> {
-    match hir.kind() {
-        HirKind::Class(Class::Unicode(c)) => Some(c.clone()),
-        HirKind::Literal(lit) => {
-            let mut chars = std::str::from_utf8(&lit.0).ok()?.chars();
-            let (Some(c), None) = (chars.next(), chars.next()) else { return None };
-            Some(ClassUnicode::new([ClassUnicodeRange::new(c, c)]))
-        }
-        _ => None,
     }
 }
 
@@ -468,6 +441,10 @@ mod tests {
         // Closing parts of literals and several classes, assertions in front.
         assert!(split_agrees(r#"\b(tok_[a-f]{3}9)(?:"|'|[\s,]|$)"#, "x tok_abc9\" and tok_fed9"));
         assert!(split_agrees(r"(?m)^\b(k[0-9]+)(?:[^0-9]|$)", "k123\nk4 k5"));
+        // Closing parts of several characters, and none.
+        assert!(split_agrees(r"\b(sk-[a-z]{4})(?:[^a-z]{2}|$)", "sk-abcd, sk-efgh"));
+        assert!(split_agrees(r"(?m)^p=(\S+)[ \t]*\r?$", "p=ab1 \t\r\np=cd2\np=é"));
+        assert!(split_agrees(r"\b(sk-[a-z]{4,})", "sk-abcdef sk-ghij"));
     }
 
     /// A `name = value` rule in the generic rules' shape: the separator can end with `=`,
@@ -509,12 +486,14 @@ mod tests {
     #[test]
     fn a_secret_the_closing_part_could_end_is_left_to_the_capture_search() {
         let split = |p: &str| TailSplit::new(&regex_syntax::parse(p).unwrap_or_else(|_| Hir::empty()), 1).is_some();
-        // The closing class takes what the secret can end with (`-`), or nothing but an
-        // assertion is no split's business, or the secret may be empty.
+        // The closing part can hold what the secret can end with (`-`, ` `), the secret may
+        // be empty, or a part is made of bytes, not characters.
         assert!(!split(r"\b(sk-[a-z]{4}-?)(?:[^a-z]|$)"));
-        assert!(!split(r"\b(sk-[a-z]{4})(?:[^a-z]{2}|$)"));
+        assert!(!split(r"\b(sk-[a-z]{4})(?:[^a-z]|$)x?[a-z]"));
+        assert!(!split(r"p=(\S+ ?)[ \t]*$"));
         assert!(!split(r"\b(sk-[a-z]*)(?:[^a-z]|$)"));
         assert!(!split(r"k=(?-u:[\x00-\xff]{4})(?:[^a-z]|$)"));
+        assert!(!split(r"k=([a-z]{4})(?-u:[\x00-\x2f])"));
         assert!(split(r"\b(sk-[a-z]{4})(?:[^a-z]|$)"));
     }
 
@@ -523,12 +502,15 @@ mod tests {
         /// can hold, quotes, spaces, names), the split gives the captured secret or none.
         #[test]
         fn the_split_never_gives_a_span_the_capture_search_would_not(
-            text in r#"(?:token|key|[ab=:>"' \t.\-]){0,24}"#,
+            text in r#"(?:token|key|bearer|[ab=:>"' \t\r\n.\-]){0,24}"#,
         ) {
             for pattern in [
                 ASSIGNED,
                 r#"[a-b](?:[_.-](?i:key)|KEY)["']?[ \t]*(?:=>|:=|=|:)[ \t]*["'`]?([ab=.\-]{3,12})(?:[^ab=.\-]|$)"#,
                 r"(?:^|[ \t])(?:a|ab)?[:=]?(=[ab]{2,}|[ab=]{2,3})(?:[^ab=]|$)",
+                // A closing part of several characters, and none.
+                r#"(?m)(?:^|[ \t])(?:key|token)?[ \t]*[:=][ \t]*([^\s"']+?)[ \t]*\r?$"#,
+                r"(?i:bearer)[ \t]+([a-z=.]{2,}=?)",
             ] {
                 proptest::prop_assert!(split_against_captures(pattern, &text).is_some(), "{pattern} on {text:?}");
             }
