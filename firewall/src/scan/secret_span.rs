@@ -158,6 +158,7 @@ impl TailSplit {
     }
 
     /// Whether [`TailSplit::secret`] always tells (nothing but assertions before the group).
+    #[cfg(test)]
     pub(crate) fn always_splits(&self) -> bool {
         self.head.is_none()
     }
