@@ -59,7 +59,8 @@ pub struct Rule {
     /// `\b(eyJ…)`), so the match alone gives the secret and no capture search runs.
     pub(crate) scan_group: usize,
     /// Where the secret lies when the match alone tells: a pattern written
-    /// `\b(SECRET)(?:[^…]|$)`, read without a capture search (see `scan::secret_span`).
+    /// `\b(SECRET)(?:[^…]|$)` or `NAME = (VALUE)…`, read without a capture search (see
+    /// `scan::secret_span`).
     pub(crate) tail: Option<TailSplit>,
     /// ASCII-lowercased keywords; empty = the rule runs on every text.
     pub keywords: Vec<String>,
