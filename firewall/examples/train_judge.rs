@@ -69,7 +69,8 @@ struct Candidate<'t> {
 fn candidates<'t>(rules: &Ruleset, text: &'t str) -> Vec<Candidate<'t>> {
     let mut out = Vec::new();
     for r in rules.rules().iter().filter(|r| r.judge.is_some() || r.tags.iter().any(|t| t == "generic")) {
-        for caps in r.regex.captures_iter(text) {
+        let Some(regex) = r.regex.get() else { continue };
+        for caps in regex.captures_iter(text) {
             let (Some(m), Some(s)) = (caps.get_match(), caps.get_group(r.secret_group)) else { continue };
             out.push(Candidate { text, match_start: m.start(), value: (s.start, s.end) });
         }
@@ -142,7 +143,7 @@ fn main() -> ExitCode {
 
 fn run() -> Result<(), String> {
     let a = parse_args()?;
-    let opts = LoadOptions { check_samples: false, defer_streaming: true };
+    let opts = LoadOptions { check_samples: false, defer_streaming: true, defer_regexes: false };
     let rules = Ruleset::load(&RuleFiles::Folder(a.rules.clone()), &[], opts).map_err(|e| e.to_string())?;
     let mut clean: Vec<String> = Vec::new();
     for list in &a.clean_lists {

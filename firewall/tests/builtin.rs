@@ -5,7 +5,7 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use firewall::{Detectors, Ruleset, ScanContext};
+use firewall::{Detectors, LoadOptions, RuleFiles, RuleSource, Ruleset, ScanContext};
 
 #[allow(clippy::panic)] // the shipped rules not loading fails every test here
 fn builtin() -> Arc<Ruleset> {
@@ -160,4 +160,57 @@ fn a_batch_finds_in_each_text_what_scanning_it_alone_finds() {
             }
         }
     }
+}
+
+/// `crossguard scan` loads the built-in rules with their regexes compiled on first use:
+/// every one must compile then, and the findings must be those of the rules compiled at
+/// load, text by text.
+#[test]
+fn built_in_rules_find_the_same_with_their_regexes_compiled_on_first_use() {
+    let opts = LoadOptions { check_samples: false, defer_streaming: true, defer_regexes: true };
+    let deferred = Ruleset::load(&RuleFiles::Builtin, &[], opts).map_err(|e| e.to_string());
+    assert!(deferred.is_ok(), "{deferred:?}");
+    let Ok(deferred) = deferred else { return };
+    let eager = builtin();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let mut scanned = 0;
+    for f in ["corpus/configs.jsonl", "corpus/code.jsonl", "peers/tuning.jsonl"] {
+        let body = std::fs::read_to_string(root.join(f)).unwrap_or_default();
+        for text in body
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|v| v.get("text").and_then(|t| t.as_str()).map(str::to_string))
+        {
+            assert_eq!(deferred.scan(&text), eager.scan(&text), "{text:?}");
+            scanned += 1;
+        }
+    }
+    assert!(scanned > 1_000, "{scanned} texts");
+    for r in deferred.rules() {
+        assert!(r.regex.get().is_some(), "{} does not compile", r.id);
+    }
+}
+
+/// What deferring costs: a pattern past the size limit is refused at load, but a deferred
+/// one loads and its rule finds nothing (no panic, no error at scan time). Why only rules
+/// known to compile may be loaded so.
+#[test]
+fn a_deferred_regex_that_does_not_compile_finds_nothing() {
+    let file = r#"
+[[rule]]
+id = "huge"
+description = "too large to compile"
+severity = "high"
+action = "block"
+regex = '''\bhuge_\w{4000}'''
+keywords = ["huge_"]
+must_match = ["x"]
+must_not_match = ["y"]
+"#;
+    let sources = [RuleSource::new("huge.toml", file)];
+    let opts = |defer_regexes| LoadOptions { check_samples: false, defer_streaming: true, defer_regexes };
+    let eager = Ruleset::load_sources(&sources, opts(false)).map(|_| ()).map_err(|e| e.to_string());
+    assert!(eager.as_ref().is_err_and(|e| e.contains("huge.toml") && e.contains("bad regex")), "{eager:?}");
+    let deferred = Ruleset::load_sources(&sources, opts(true));
+    assert!(deferred.as_ref().is_ok_and(|r| r.scan(&format!("huge_{}", "a".repeat(4000))).is_empty()));
 }

@@ -71,11 +71,18 @@ pub struct LoadOptions {
     /// progress anywhere" (still sound, but held back up to the holdback limit). For
     /// one-shot tools such as `crossguard scan`; anything that streams should load eagerly.
     pub defer_streaming: bool,
+    /// Compile each rule's regex when a scan first needs it, not now: a scan runs only the
+    /// rules its text's keywords hit, and compiling the others was most of loading the
+    /// built-in rules. Patterns are still parsed and checked, but one that does not
+    /// compile (past the size limit) is then not refused: its rule finds nothing. So only
+    /// for rules known to compile, such as the built-in ones (the test suite compiles
+    /// them), and not with `check_samples`, whose samples compile every rule anyway.
+    pub defer_regexes: bool,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { check_samples: true, defer_streaming: false }
+        LoadOptions { check_samples: true, defer_streaming: false, defer_regexes: false }
     }
 }
 
@@ -242,7 +249,7 @@ impl Ruleset {
         let mut all = Parsed::default();
         let mut allow = AllowCache::default();
         for RuleSource { file, text } in sources {
-            let p = parse_file(file, text, &mut allow);
+            let p = parse_file(file, text, &mut allow, opts.defer_regexes);
             all.rules.extend(p.rules);
             all.canaries.extend(p.canaries);
             all.errors.extend(p.errors);
@@ -401,7 +408,7 @@ impl<'t> Lines<'t> {
     }
 }
 
-fn parse_file(file: &str, text: &str, allow: &mut AllowCache) -> Parsed {
+fn parse_file(file: &str, text: &str, allow: &mut AllowCache, defer_regexes: bool) -> Parsed {
     let mut out = Parsed::default();
     let lines = Lines::new(text);
     let raw: RawFile = match toml::from_str(text) {
@@ -430,7 +437,7 @@ fn parse_file(file: &str, text: &str, allow: &mut AllowCache) -> Parsed {
             must_match_lines: lines.samples(&span, "must_match", &parsed.must_match),
             must_not_match_lines: lines.samples(&span, "must_not_match", &parsed.must_not_match),
         };
-        match parsed.compile_sharing(allow) {
+        match parsed.compile_sharing(allow, defer_regexes) {
             Ok(rule) => out.rules.push((rule, origin)),
             Err(errs) => {
                 out.errors.extend(errs.into_iter().map(|FieldError { key, reason }| err(lines.key(&span, key), reason)))

@@ -225,7 +225,7 @@ impl Engine {
         let kept = self.scratch.lock().unwrap_or_else(PoisonError::into_inner).pop();
         kept.unwrap_or_else(|| Scratch {
             hits: vec![Vec::new(); self.searches.len()],
-            captures: self.searches.iter().map(RuleSearch::captures).collect(),
+            captures: self.searches.iter().map(|_| None).collect(),
             ..Scratch::default()
         })
     }
@@ -525,7 +525,7 @@ impl Ruleset {
     pub(crate) fn rule_finding_count(&self, i: usize, text: &str) -> usize {
         let Some(rule) = self.rules.get(i) else { return 0 };
         let (mut hits, mut regions, mut out) = (own_keyword_hits(rule, text), Vec::new(), Vec::new());
-        let mut caps = self.engine.searches.get(i).and_then(RuleSearch::captures);
+        let mut caps = None;
         self.rule_one_shot(i, text, &mut hits, &mut regions, &mut caps, &mut out);
         out.iter().filter(|f| !f.is_candidate()).count()
     }
@@ -619,24 +619,25 @@ impl Ruleset {
 /// pass; see [`Ruleset::pattern_matches`] and the module docs for what counts.
 fn rule_matches(rule: &Rule, hay: &str, base: usize, from: usize, until: usize, out: &mut Vec<Finding>) -> usize {
     let mut at = from;
-    let mut caps = (rule.scan_group != 0).then(|| rule.regex.create_captures());
+    let Some(regex) = rule.regex.get() else { return from.max(until) };
+    let mut caps = (rule.scan_group != 0).then(|| regex.create_captures());
     while at <= hay.len() {
         let input = Input::new(hay).span(at..hay.len());
         let found = match (caps.as_mut(), &rule.tail) {
-            (None, _) => rule.regex.search(&input).map(|m| ((m.start(), m.end()), (m.start(), m.end()))),
-            (Some(caps), Some(tail)) => rule.regex.search(&input).and_then(|m| {
+            (None, _) => regex.search(&input).map(|m| ((m.start(), m.end()), (m.start(), m.end()))),
+            (Some(caps), Some(tail)) => regex.search(&input).and_then(|m| {
                 let whole = (m.start(), m.end());
                 match tail.secret(hay, whole) {
                     Some(secret) => Some((whole, secret)),
                     // The same match's captures: anchored where it starts, ending where it ends.
                     None => {
-                        rule.regex.search_captures(&input.clone().span(m.range()).anchored(Anchored::Yes), caps);
+                        regex.search_captures(&input.clone().span(m.range()).anchored(Anchored::Yes), caps);
                         found_in(caps, rule.scan_group)
                     }
                 }
             }),
             (Some(caps), None) => {
-                rule.regex.search_captures(&input, caps);
+                regex.search_captures(&input, caps);
                 found_in(caps, rule.scan_group)
             }
         };
@@ -768,7 +769,8 @@ mod tests {
         for r in &rules.rules {
             let Some(tail) = &r.tail else { continue };
             for text in corpus.iter().chain(&r.must_match) {
-                for caps in r.regex.captures_iter(text.as_str()) {
+                let Some(regex) = r.regex.get() else { panic!("{} does not compile", r.id) };
+                for caps in regex.captures_iter(text.as_str()) {
                     let (Some(m), Some(g)) = (caps.get_match(), caps.get_group(r.scan_group)) else { continue };
                     match tail.secret(text, (m.start(), m.end())) {
                         Some(secret) => assert_eq!(secret, (g.start, g.end), "{}: {text:?}", r.id),

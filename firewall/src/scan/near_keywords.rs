@@ -20,13 +20,12 @@
 //! the unanchored walk over the whole text (`scan::rule_matches`) reports; the tests of
 //! `scan` check it on the labelled corpus with every default rule.
 
-use std::sync::Arc;
-
 use regex_automata::meta::Regex as MetaRegex;
 use regex_automata::util::captures::Captures;
 use regex_automata::{Anchored, Input};
 use regex_syntax::hir::{Class, Hir, HirKind};
 
+use crate::rules::rule::RuleRegex;
 use crate::scan::secret_span::{SecretScratch, SecretSearch, TailSplit};
 use crate::scan::start_filter::StartFilter;
 
@@ -43,7 +42,7 @@ pub(crate) enum Verdict {
 /// Everything needed to try one rule anchored at chosen positions.
 #[derive(Debug, Clone)]
 pub(crate) struct RuleSearch {
-    regex: Arc<MetaRegex>,
+    regex: RuleRegex,
     /// The rule's `scan_group`: the secret's capture group, 0 when the match is the secret.
     group: usize,
     /// Where the group lies when the match alone tells (most provider rules).
@@ -63,7 +62,7 @@ pub(crate) struct RuleSearch {
 impl RuleSearch {
     /// `regex` is the rule's compiled `hir`; `tail`, the rule's [`TailSplit`] if it has one.
     pub(crate) fn new(
-        regex: Arc<MetaRegex>,
+        regex: RuleRegex,
         hir: &Hir,
         group: usize,
         tail: Option<TailSplit>,
@@ -105,17 +104,20 @@ impl RuleSearch {
         }
     }
 
-    /// Captures for [`RuleSearch::walk_regions`]; None when the secret is the whole match.
-    pub(crate) fn captures(&self) -> Option<CaptureScratch> {
+    /// Captures for [`RuleSearch::walk_regions`]; None when the secret is the whole match
+    /// (or the regex does not compile).
+    fn captures(&self) -> Option<CaptureScratch> {
+        let regex = self.regex.get()?;
         (self.group != 0).then(|| CaptureScratch {
-            meta: self.regex.create_captures(),
+            meta: regex.create_captures(),
             secret: self.secret.as_ref().map(SecretSearch::scratch),
         })
     }
 
     /// Walks the start positions of `regions` (sorted, disjoint) in `text`, trying the
-    /// regex anchored at each; `take` judges every match found. `caps` comes from
-    /// [`RuleSearch::captures`] (kept between walks: creating it allocates).
+    /// regex anchored at each; `take` judges every match found. `caps` is this rule's
+    /// capture scratch, made by its first walk and kept between walks (making it
+    /// allocates, and compiles a regex whose compiling was put off).
     pub(crate) fn walk_regions(
         &self,
         text: &str,
@@ -123,6 +125,10 @@ impl RuleSearch {
         caps: &mut Option<CaptureScratch>,
         mut take: impl FnMut(Found) -> Verdict,
     ) {
+        let Some(regex) = self.regex.get() else { return };
+        if caps.is_none() {
+            *caps = self.captures();
+        }
         let bytes = text.as_bytes();
         let mut at = 0;
         for &(first, last) in regions {
@@ -132,7 +138,7 @@ impl RuleSearch {
                     s += 1;
                     continue;
                 }
-                let Some(found) = self.anchored_at(text, s, caps.as_mut()) else {
+                let Some(found) = self.anchored_at(regex, text, s, caps.as_mut()) else {
                     s += 1;
                     continue;
                 };
@@ -147,15 +153,15 @@ impl RuleSearch {
     }
 
     /// The leftmost-first match starting exactly at `s`, seeing the whole text around it.
-    fn anchored_at(&self, text: &str, s: usize, caps: Option<&mut CaptureScratch>) -> Option<Found> {
+    fn anchored_at(&self, regex: &MetaRegex, text: &str, s: usize, caps: Option<&mut CaptureScratch>) -> Option<Found> {
         let input = Input::new(text).span(s..text.len()).anchored(Anchored::Yes);
         match caps {
-            None => self.regex.search(&input).map(|m| ((m.start(), m.end()), (m.start(), m.end()))),
+            None => regex.search(&input).map(|m| ((m.start(), m.end()), (m.start(), m.end()))),
             Some(CaptureScratch { meta, secret }) => {
                 // The lazy DFA rules out most tries; captures run on the match it found
                 // (an anchored capture search of the whole rest would go by the slower
                 // one-pass engine, failures included).
-                let end = self.regex.search_half(&input)?.offset();
+                let end = regex.search_half(&input)?.offset();
                 if let Some(secret) = self.tail.as_ref().and_then(|tail| tail.secret(text, (s, end))) {
                     return Some(((s, end), secret));
                 }
@@ -164,7 +170,7 @@ impl RuleSearch {
                         return found_in(caps, self.group);
                     }
                 }
-                self.regex.search_captures(&input.span(s..end), meta);
+                regex.search_captures(&input.span(s..end), meta);
                 found_in(meta, self.group)
             }
         }
@@ -218,7 +224,7 @@ mod tests {
     fn search(pattern: &str, reach: usize) -> RuleSearch {
         let hir = regex_syntax::parse(pattern).expect("pattern parses");
         let regex = crate::rules::rule::compile_hir(&hir, false).expect("pattern compiles");
-        RuleSearch::new(Arc::new(regex), &hir, 0, None, Some(reach), StartFilter::of(&hir))
+        RuleSearch::new(RuleRegex::compiled(regex), &hir, 0, None, Some(reach), StartFilter::of(&hir))
     }
 
     #[test]

@@ -59,9 +59,11 @@ pub fn scan(args: &ScanArgs) -> ExitCode {
     // One-shot scanning never streams: the streaming automata (most of the loading time)
     // are not built. A rules folder still has its samples checked; the built-in rules had
     // theirs checked by the test suite on the very files embedded in this binary, so
-    // checking them again would only add start-up time.
+    // checking them again would only add start-up time, and each of their regexes is
+    // compiled only if a text's keywords call for its rule.
     let files = RuleFiles::folder_or_builtin(args.rules.as_deref());
-    let opts = LoadOptions { check_samples: files != RuleFiles::Builtin, defer_streaming: true };
+    let builtin = files == RuleFiles::Builtin;
+    let opts = LoadOptions { check_samples: !builtin, defer_streaming: true, defer_regexes: builtin };
     let rules = match Ruleset::load(&files, &[], opts) {
         Ok(r) => r,
         Err(e) => {

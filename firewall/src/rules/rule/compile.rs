@@ -1,11 +1,12 @@
 //! Validating one rule or canary and compiling it: the regex under the size limit and in
 //! its ASCII twin, the secret group, keywords, entropy and judge bounds, the exemptions.
 
-use std::sync::Arc;
+use std::fmt;
+use std::sync::{Arc, OnceLock};
 
 use regex::{Regex, RegexBuilder};
 use regex_automata::meta::Regex as MetaRegex;
-use regex_syntax::hir::Hir;
+use regex_syntax::hir::{Hir, HirKind};
 
 use super::allow::AllowCache;
 use super::{
@@ -31,6 +32,47 @@ pub(crate) fn compile_hir(hir: &Hir, prefilter: bool) -> Result<MetaRegex, Strin
         .map_err(|e| one_line(&e.to_string()))
 }
 
+/// A rule's compiled pattern, shared by every search of the rule (and with it the lazy
+/// DFA's caches): compiled at load, or, for rules loaded with
+/// [`crate::LoadOptions::defer_regexes`], by the first search that needs it.
+#[derive(Clone)]
+pub struct RuleRegex(Arc<RegexCell>);
+
+struct RegexCell {
+    compiled: OnceLock<Option<MetaRegex>>,
+    /// What a deferred compile builds: the pattern, and whether with a prefilter.
+    deferred: Option<(Hir, bool)>,
+}
+
+impl RuleRegex {
+    pub(crate) fn compiled(regex: MetaRegex) -> RuleRegex {
+        RuleRegex(Arc::new(RegexCell { compiled: OnceLock::from(Some(regex)), deferred: None }))
+    }
+
+    fn deferred(hir: Hir, prefilter: bool) -> RuleRegex {
+        RuleRegex(Arc::new(RegexCell { compiled: OnceLock::new(), deferred: Some((hir, prefilter)) }))
+    }
+
+    /// The compiled regex; None only for a deferred pattern that does not compile (which
+    /// loading would have refused), whose rule then finds nothing.
+    pub fn get(&self) -> Option<&MetaRegex> {
+        let cell = &*self.0;
+        cell.compiled
+            .get_or_init(|| cell.deferred.as_ref().and_then(|(hir, prefilter)| compile_hir(hir, *prefilter).ok()))
+            .as_ref()
+    }
+}
+
+impl fmt::Debug for RuleRegex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.compiled.get() {
+            Some(Some(re)) => f.debug_tuple("RuleRegex").field(re).finish(),
+            Some(None) => f.write_str("RuleRegex(does not compile)"),
+            None => f.write_str("RuleRegex(deferred)"),
+        }
+    }
+}
+
 fn one_line(message: &str) -> String {
     message.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
 }
@@ -38,11 +80,12 @@ fn one_line(message: &str) -> String {
 impl RawRule {
     /// Validates everything that can be checked on the rule alone; every problem is listed.
     pub fn compile(self) -> Result<Rule, Vec<FieldError>> {
-        self.compile_sharing(&mut AllowCache::default())
+        self.compile_sharing(&mut AllowCache::default(), false)
     }
 
-    /// [`RawRule::compile`], taking `allow` patterns compiled already from `cache`.
-    pub(crate) fn compile_sharing(self, cache: &mut AllowCache) -> Result<Rule, Vec<FieldError>> {
+    /// [`RawRule::compile`], taking `allow` patterns compiled already from `cache`; with
+    /// `defer_regex`, the pattern is parsed and checked but compiled by its first search.
+    pub(crate) fn compile_sharing(self, cache: &mut AllowCache, defer_regex: bool) -> Result<Rule, Vec<FieldError>> {
         let mut errs = Vec::new();
         if !is_kebab(&self.id) {
             errs.push(field("id", format!("id `{}` is not kebab-case (a-z, 0-9, single hyphens)", self.id)));
@@ -59,8 +102,11 @@ impl RawRule {
         // The regex that runs is the ASCII-boundary twin of the one written (same groups,
         // never larger), so only the twin is compiled; the one written is compiled when
         // the twin fails, to word the error in terms of what the author wrote.
-        let regex = match hir.as_ref().map(|h| compile_hir(h, reach.is_none())) {
-            Some(Ok(re)) => Some(Arc::new(re)),
+        let regex = match hir.as_ref().map(|h| match defer_regex {
+            true => Ok(RuleRegex::deferred(h.clone(), reach.is_none())),
+            false => compile_hir(h, reach.is_none()).map(RuleRegex::compiled),
+        }) {
+            Some(Ok(re)) => Some(re),
             twin => {
                 let twin_error = twin.and_then(Result::err);
                 let e = compile_regex(&self.regex)
@@ -77,7 +123,7 @@ impl RawRule {
             }
         }
         let secret_group =
-            regex.as_ref().and_then(|re| resolve_group(re, self.secret_group.as_ref()).map_err(|e| errs.push(e)).ok());
+            hir.as_ref().and_then(|h| resolve_group(h, self.secret_group.as_ref()).map_err(|e| errs.push(e)).ok());
         if let Some(e) = self.min_entropy {
             if !(0.0..=8.0).contains(&e) {
                 errs.push(field(
@@ -127,7 +173,6 @@ impl RawRule {
 /// Whether capture group `group` spans every match of `hir` whole: the pattern is that
 /// group, possibly between zero-width assertions (or inside other groups that are).
 fn group_is_whole_match(hir: &Hir, group: usize) -> bool {
-    use regex_syntax::hir::HirKind;
     match hir.kind() {
         HirKind::Capture(c) => c.index as usize == group || group_is_whole_match(&c.sub, group),
         HirKind::Concat(parts) => {
@@ -197,19 +242,28 @@ fn ascii_letter_pair(c: &regex_syntax::hir::ClassUnicode) -> Option<regex_syntax
     pair.then(|| ClassUnicode::new([ClassUnicodeRange::new(a, a), ClassUnicodeRange::new(b, b)]))
 }
 
-fn resolve_group(re: &MetaRegex, group: Option<&SecretGroup>) -> Result<usize, FieldError> {
+fn resolve_group(hir: &Hir, group: Option<&SecretGroup>) -> Result<usize, FieldError> {
+    let groups = hir.properties().explicit_captures_len();
     match group {
         None => Ok(0),
-        Some(SecretGroup::Index(i)) if *i < re.captures_len() => Ok(*i),
+        Some(SecretGroup::Index(i)) if *i <= groups => Ok(*i),
         Some(SecretGroup::Index(i)) => Err(field(
             "secret_group",
-            format!("secret_group {i} does not exist: the regex has {} capture group(s)", re.captures_len() - 1),
+            format!("secret_group {i} does not exist: the regex has {groups} capture group(s)"),
         )),
-        Some(SecretGroup::Name(n)) => re
-            .group_info()
-            .pattern_names(regex_automata::PatternID::ZERO)
-            .position(|c| c == Some(n.as_str()))
+        Some(SecretGroup::Name(n)) => group_named(hir, n)
             .ok_or_else(|| field("secret_group", format!("secret_group `{n}` names no capture group of the regex"))),
+    }
+}
+
+/// The index of the capture group called `name` in `hir`.
+fn group_named(hir: &Hir, name: &str) -> Option<usize> {
+    match hir.kind() {
+        HirKind::Capture(c) if c.name.as_deref() == Some(name) => Some(c.index as usize),
+        HirKind::Capture(c) => group_named(&c.sub, name),
+        HirKind::Repetition(r) => group_named(&r.sub, name),
+        HirKind::Concat(parts) | HirKind::Alternation(parts) => parts.iter().find_map(|p| group_named(p, name)),
+        HirKind::Empty | HirKind::Literal(_) | HirKind::Class(_) | HirKind::Look(_) => None,
     }
 }
 
