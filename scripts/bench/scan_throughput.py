@@ -7,7 +7,9 @@ by side.
         (--text FILE | --jsonl FILE)...
 
 `--crossguard` may be given several times as NAME=BINARY (two builds side by side); every
-binary runs with every rule folder, labelled BINARY-NAME/RULES-NAME.
+binary runs with every rule folder, labelled BINARY-NAME/RULES-NAME. `--rules NAME=builtin`
+runs the binary's built-in rules (as a user does: no samples checked at load, each regex
+compiled when a text first calls for its rule).
 
 Each round runs every rule folder once on every input, in turn, so a noisy host's drift
 falls on all of them alike; printed per rules and input: every run's CPU seconds (user +
@@ -23,6 +25,10 @@ import os
 import resource
 import statistics
 import subprocess
+
+
+# A `--rules` folder that means the binary's built-in rules (no `--rules` flag).
+BUILTIN = "builtin"
 
 
 def cpu_seconds(cmd, env):
@@ -43,7 +49,8 @@ def text_mb(path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--crossguard", action="append", required=True, help="BINARY or NAME=BINARY; repeatable")
-    ap.add_argument("--rules", action="append", required=True, help="NAME=FOLDER; repeatable")
+    ap.add_argument("--rules", action="append", required=True,
+                    help=f"NAME=FOLDER, or NAME={BUILTIN} for the rules built into the binary; repeatable")
     ap.add_argument("--text", action="append", default=[], help="a text file to scan whole; repeatable")
     ap.add_argument("--jsonl", action="append", default=[], help="a JSONL corpus; repeatable")
     ap.add_argument("--rounds", type=int, default=5)
@@ -62,7 +69,8 @@ def main():
     for _ in range(a.rounds):
         for f, args in inputs:
             for name, binary, folder in configs:
-                runs[(name, f)].append(cpu_seconds([binary, "scan", "--rules", folder, *args], env))
+                rules = [] if folder == BUILTIN else ["--rules", folder]
+                runs[(name, f)].append(cpu_seconds([binary, "scan", *rules, *args], env))
     for f, args in inputs:
         mb = text_mb(f) if args[0] == "--input-jsonl" else os.path.getsize(f) / 1e6
         for name, _, _ in configs:
