@@ -3,7 +3,7 @@
 //! match matches, within a bounded look-back that streaming keeps.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use regex::Regex;
 use regex_automata::meta::Regex as MetaRegex;
@@ -41,10 +41,45 @@ impl Rule {
 
     /// Whether an `allow` pattern exempts `secret`.
     pub fn is_allowed(&self, secret: &str) -> bool {
-        match &self.allow_set {
-            Some(groups) => groups.iter().any(|re| re.is_match(secret)),
-            None => self.allow.iter().any(|a| a.is_match(secret)),
+        if self.allow.patterns.is_empty() {
+            return false;
         }
+        let compiled = self.allow.compiled();
+        match &compiled.groups {
+            Some(groups) => groups.iter().any(|re| re.is_match(secret)),
+            None => compiled.each.iter().any(|a| a.is_match(secret)),
+        }
+    }
+}
+
+/// A rule's `allow` patterns, compiled at load or, for rules loaded with
+/// [`crate::LoadOptions::defer_regexes`], by the first secret they judge (then shared by
+/// every rule with the same list).
+#[derive(Debug)]
+pub(crate) struct AllowList {
+    pub(crate) patterns: Vec<String>,
+    compiled: OnceLock<AllowCompiled>,
+}
+
+#[derive(Debug)]
+pub(crate) struct AllowCompiled {
+    /// Each pattern alone: what is searched where the alternations outgrew the size limit.
+    /// A deferred compile that has the alternations leaves it empty.
+    pub(crate) each: Vec<Regex>,
+    /// [`allow_groups`]; None where they outgrow the size limit that each pattern kept.
+    pub(crate) groups: Option<Arc<[MetaRegex]>>,
+}
+
+impl AllowList {
+    pub(crate) fn compiled(&self) -> &AllowCompiled {
+        self.compiled.get_or_init(|| {
+            let groups = allow_groups(&self.patterns).map(Arc::from);
+            let each = match groups {
+                Some(_) => Vec::new(),
+                None => self.patterns.iter().filter_map(|p| compile_regex(p).ok()).collect(),
+            };
+            AllowCompiled { each, groups }
+        })
     }
 }
 
@@ -56,6 +91,8 @@ pub(crate) struct AllowCache {
     patterns: HashMap<String, Regex>,
     /// [`allow_groups`] by the list's patterns; None where they outgrow the size limit.
     sets: HashMap<Vec<String>, Option<Arc<[MetaRegex]>>>,
+    /// Lists whose compiling is put off, by their patterns.
+    deferred: HashMap<Vec<String>, Arc<AllowList>>,
 }
 
 impl AllowCache {
@@ -85,8 +122,26 @@ impl AllowCache {
         out
     }
 
+    /// A rule's `allow` list: compiled now (each pattern that does not compile is an
+    /// error), or, with `defer`, when it first judges a secret.
+    pub(super) fn allow_list(
+        &mut self,
+        patterns: &[String],
+        defer: bool,
+        errs: &mut Vec<FieldError>,
+    ) -> Arc<AllowList> {
+        if defer {
+            let list = AllowList { patterns: patterns.to_vec(), compiled: OnceLock::new() };
+            return self.deferred.entry(patterns.to_vec()).or_insert_with(|| Arc::new(list)).clone();
+        }
+        let errors_before = errs.len();
+        let each = self.compile_all("allow", patterns, errs);
+        let groups = if errs.len() == errors_before { self.compile_set(patterns) } else { None };
+        Arc::new(AllowList { patterns: patterns.to_vec(), compiled: OnceLock::from(AllowCompiled { each, groups }) })
+    }
+
     /// The alternations of `patterns` (each compiled alone already), built once per list.
-    pub(super) fn compile_set(&mut self, patterns: &[String]) -> Option<Arc<[MetaRegex]>> {
+    fn compile_set(&mut self, patterns: &[String]) -> Option<Arc<[MetaRegex]>> {
         if patterns.is_empty() {
             return None;
         }

@@ -137,9 +137,8 @@ impl RawRule {
                 errs.push(field("judge", format!("judge is the least score for a match, within 0..=1, got {j}")));
             }
         }
-        let allow = cache.compile_all("allow", &self.allow, &mut errs);
+        let allow = cache.allow_list(&self.allow, defer_regex, &mut errs);
         let allow_line = cache.compile_all("allow_line", &self.allow_line, &mut errs);
-        let allow_set = if errs.is_empty() { cache.compile_set(&self.allow) } else { None };
         match (regex, hir, secret_group, keywords) {
             (Some(regex), Some(hir), Some(secret_group), Some(keywords)) if errs.is_empty() => {
                 let scan_group = if group_is_whole_match(&hir, secret_group) { 0 } else { secret_group };
@@ -157,7 +156,6 @@ impl RawRule {
                     min_entropy: self.min_entropy,
                     judge: self.judge.map(|j| j as f32),
                     allow,
-                    allow_set,
                     allow_line,
                     tags: self.tags,
                     must_match: self.must_match,

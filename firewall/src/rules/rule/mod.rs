@@ -22,7 +22,6 @@ mod raw;
 use std::sync::Arc;
 
 use regex::Regex;
-use regex_automata::meta::Regex as MetaRegex;
 use regex_syntax::hir::Hir;
 
 use crate::scan::secret_span::TailSplit;
@@ -31,7 +30,7 @@ use crate::verdict::{Action, Severity};
 
 #[cfg(test)]
 use allow::allow_groups;
-pub(crate) use allow::{line_start, AllowCache, ALLOW_LINE_LOOKBACK};
+pub(crate) use allow::{line_start, AllowCache, AllowList, ALLOW_LINE_LOOKBACK};
 pub use compile::RuleRegex;
 #[cfg(test)]
 pub(crate) use compile::{ascii_twin, compile_hir, compile_regex};
@@ -73,11 +72,9 @@ pub struct Rule {
     /// The least score of the generic-secret judge ([`crate::Judge`]) for a match to
     /// count; None: the rule does not ask the judge.
     pub judge: Option<f32>,
-    pub allow: Vec<Regex>,
-    /// `allow` as at most two alternations (see [`allow_groups`]), searched instead of
-    /// the patterns one by one; None without patterns, or where an alternation outgrows
-    /// the size limit that each pattern alone kept.
-    allow_set: Option<Arc<[MetaRegex]>>,
+    /// Exemptions by the secret alone: a secret that one of these patterns matches is no
+    /// finding (see [`Rule::is_allowed`]).
+    pub(crate) allow: Arc<AllowList>,
     /// Patterns that exempt a match by its line: searched in the text from the start of
     /// the match's line (at most `ALLOW_LINE_LOOKBACK` bytes before the match) to the
     /// match's end. They see what `allow` cannot: the name before a keyword
@@ -205,12 +202,13 @@ mod tests {
         let rules = crate::Ruleset::builtin().map_err(|e| e.to_string());
         let Ok(rules) = rules else { return assert_eq!(rules.err(), None) };
         let mut judged = 0;
-        for r in rules.rules.iter().filter(|r| !r.allow.is_empty()) {
-            assert!(r.allow_set.is_some(), "{}: no alternations", r.id);
+        for r in rules.rules.iter().filter(|r| !r.allow.patterns.is_empty()) {
+            let compiled = r.allow.compiled();
+            assert!(compiled.groups.is_some(), "{}: no alternations", r.id);
             for sample in r.must_match.iter().chain(&r.must_not_match) {
                 let cuts = (0..=sample.len()).filter(|&i| sample.is_char_boundary(i));
                 for text in cuts.flat_map(|i| [&sample[i..], &sample[..i]]) {
-                    assert_eq!(r.is_allowed(text), one_by_one(&r.allow, text), "{} on {text:?}", r.id);
+                    assert_eq!(r.is_allowed(text), one_by_one(&compiled.each, text), "{} on {text:?}", r.id);
                     judged += 1;
                 }
             }
