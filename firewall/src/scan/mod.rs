@@ -203,7 +203,14 @@ impl Engine {
         let searches = rules
             .iter()
             .map(|r| {
-                RuleSearch::new(r.regex.clone(), &r.hir, r.scan_group, r.tail.clone(), r.reach, StartFilter::of(&r.hir))
+                RuleSearch::new(
+                    r.regex.clone(),
+                    &r.hir,
+                    r.scan_group,
+                    r.split.clone(),
+                    r.reach,
+                    StartFilter::of(&r.hir),
+                )
             })
             .collect();
         let unkeyed = (0..rules.len()).filter(|&i| rules[i].keywords.is_empty()).map(|i| i as u32).collect();
@@ -623,11 +630,11 @@ fn rule_matches(rule: &Rule, hay: &str, base: usize, from: usize, until: usize, 
     let mut caps = (rule.scan_group != 0).then(|| regex.create_captures());
     while at <= hay.len() {
         let input = Input::new(hay).span(at..hay.len());
-        let found = match (caps.as_mut(), &rule.tail) {
+        let found = match (caps.as_mut(), &rule.split) {
             (None, _) => regex.search(&input).map(|m| ((m.start(), m.end()), (m.start(), m.end()))),
-            (Some(caps), Some(tail)) => regex.search(&input).and_then(|m| {
+            (Some(caps), Some(split)) => regex.search(&input).and_then(|m| {
                 let whole = (m.start(), m.end());
-                match tail.secret(hay, whole) {
+                match split.secret(hay, whole) {
                     Some(secret) => Some((whole, secret)),
                     // The same match's captures: anchored where it starts, ending where it ends.
                     None => {
@@ -767,17 +774,17 @@ mod tests {
         let mut checked = 0;
         let (mut after_text, mut left) = (0, 0);
         for r in &rules.rules {
-            let Some(tail) = &r.tail else { continue };
+            let Some(split) = &r.split else { continue };
             for text in corpus.iter().chain(&r.must_match) {
                 let Some(regex) = r.regex.get() else { panic!("{} does not compile", r.id) };
                 for caps in regex.captures_iter(text.as_str()) {
                     let (Some(m), Some(g)) = (caps.get_match(), caps.get_group(r.scan_group)) else { continue };
-                    match tail.secret(text, (m.start(), m.end())) {
+                    match split.secret(text, (m.start(), m.end())) {
                         Some(secret) => assert_eq!(secret, (g.start, g.end), "{}: {text:?}", r.id),
                         None => left += 1,
                     }
                     checked += 1;
-                    after_text += usize::from(!tail.always_splits());
+                    after_text += usize::from(!split.always_splits());
                 }
             }
         }

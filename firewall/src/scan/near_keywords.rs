@@ -26,7 +26,7 @@ use regex_automata::{Anchored, Input};
 use regex_syntax::hir::{Class, Hir, HirKind};
 
 use crate::rules::rule::RuleRegex;
-use crate::scan::secret_span::{SecretScratch, SecretSearch, TailSplit};
+use crate::scan::secret_span::{SecretScratch, SecretSearch, SecretSplit};
 use crate::scan::start_filter::StartFilter;
 
 /// A match: whole-match span and secret span, byte offsets into the text.
@@ -45,8 +45,8 @@ pub(crate) struct RuleSearch {
     regex: RuleRegex,
     /// The rule's `scan_group`: the secret's capture group, 0 when the match is the secret.
     group: usize,
-    /// Where the group lies when the match alone tells (most provider rules).
-    tail: Option<TailSplit>,
+    /// Where the group lies when the match alone tells (most rules; see `secret_span`).
+    split: Option<SecretSplit>,
     /// The capture search for the group, where the meta regex's would cost more.
     secret: Option<SecretSearch>,
     /// Upper bound on the offset of the first keyword in any match; `None`: unbounded.
@@ -60,12 +60,12 @@ pub(crate) struct RuleSearch {
 }
 
 impl RuleSearch {
-    /// `regex` is the rule's compiled `hir`; `tail`, the rule's [`TailSplit`] if it has one.
+    /// `regex` is the rule's compiled `hir`; `split`, the rule's [`SecretSplit`] if it has one.
     pub(crate) fn new(
         regex: RuleRegex,
         hir: &Hir,
         group: usize,
-        tail: Option<TailSplit>,
+        split: Option<SecretSplit>,
         reach: Option<usize>,
         starts: StartFilter,
     ) -> RuleSearch {
@@ -74,16 +74,16 @@ impl RuleSearch {
         // Only walks with a bounded reach run capture searches here. A split that cannot
         // tell where its secret starts (under 3 % of such matches on the corpus) leaves it
         // to the meta regex: too rare to build a search of its own for.
-        let tail = if group != 0 { tail } else { None };
-        let secret = if group != 0 && reach.is_some() && tail.is_none() { SecretSearch::new(hir) } else { None };
-        RuleSearch { regex, group, reach, starts, inside, tail, secret }
+        let split = if group != 0 { split } else { None };
+        let secret = if group != 0 && reach.is_some() && split.is_none() { SecretSearch::new(hir) } else { None };
+        RuleSearch { regex, group, reach, starts, inside, split, secret }
     }
 
-    /// Whether the secret's span comes from the match alone ([`TailSplit`]), always or
+    /// Whether the secret's span comes from the match alone ([`SecretSplit`]), always or
     /// where the part before the secret can end in one place only.
     #[cfg(test)]
     pub(crate) fn splits(&self) -> (bool, bool) {
-        (self.tail.as_ref().is_some_and(TailSplit::always_splits), self.tail.is_some())
+        (self.split.as_ref().is_some_and(SecretSplit::always_splits), self.split.is_some())
     }
 
     /// Merges the start regions of the keyword hits in `text`, `(start, end)` sorted by
@@ -162,7 +162,7 @@ impl RuleSearch {
                 // (an anchored capture search of the whole rest would go by the slower
                 // one-pass engine, failures included).
                 let end = regex.search_half(&input)?.offset();
-                if let Some(secret) = self.tail.as_ref().and_then(|tail| tail.secret(text, (s, end))) {
+                if let Some(secret) = self.split.as_ref().and_then(|split| split.secret(text, (s, end))) {
                     return Some(((s, end), secret));
                 }
                 if let (Some(search), Some(scratch)) = (&self.secret, secret.as_mut()) {

@@ -16,7 +16,7 @@
 //! captures are the same; longer spans go the meta regex's way. The tests of `scan` compare
 //! every capture on the labelled corpus with the meta regex's unanchored search.
 //!
-//! Most rules need no capture search at all ([`TailSplit`]). Provider rules written
+//! Most rules need no capture search at all ([`SecretSplit`]). Provider rules written
 //! `\b(SECRET)(?:[^…]|$)` have as secret the match less its closing character, and the
 //! match's last character tells whether there is one. Rules written `NAME = (VALUE)…`
 //! (the generic ones, URLs with a password, `Bearer …`) end their secret the same way, or
@@ -108,7 +108,7 @@ impl SecretSearch {
 ///   place. When there are several (`token==abc`, where `=` both ends the separator and may
 ///   begin the value), the split does not choose and the capture search does.
 #[derive(Debug, Clone)]
-pub(crate) struct TailSplit {
+pub(crate) struct SecretSplit {
     /// Every character the closing part can hold.
     closing: CharSet,
     /// What comes before the group, when more than assertions.
@@ -129,9 +129,9 @@ struct Head {
     max_len: Option<usize>,
 }
 
-impl TailSplit {
+impl SecretSplit {
     /// The split for group `group` of `hir`, when `hir` has that shape.
-    pub(crate) fn new(hir: &Hir, group: usize) -> Option<TailSplit> {
+    pub(crate) fn new(hir: &Hir, group: usize) -> Option<SecretSplit> {
         let HirKind::Concat(parts) = hir.kind() else { return None };
         let at = parts.iter().position(|p| matches!(p.kind(), HirKind::Capture(c) if c.index as usize == group))?;
         let (before, rest) = parts.split_at(at);
@@ -154,10 +154,10 @@ impl TailSplit {
             true => None,
             false => Some(Head::new(before, &c.sub)?),
         };
-        Some(TailSplit { closing, head })
+        Some(SecretSplit { closing, head })
     }
 
-    /// Whether [`TailSplit::secret`] always tells (nothing but assertions before the group).
+    /// Whether [`SecretSplit::secret`] always tells (nothing but assertions before the group).
     #[cfg(test)]
     pub(crate) fn always_splits(&self) -> bool {
         self.head.is_none()
@@ -411,7 +411,7 @@ mod tests {
     fn split_against_captures(pattern: &str, text: &str) -> Option<(usize, usize)> {
         let (_, meta) = search(pattern);
         let hir = regex_syntax::parse(pattern).unwrap_or_else(|_| Hir::empty());
-        let split = TailSplit::new(&hir, 1)?;
+        let split = SecretSplit::new(&hir, 1)?;
         let mut caps = meta.create_captures();
         let (mut tried, mut left) = (0, 0);
         for start in (0..text.len()).filter(|&i| text.is_char_boundary(i)) {
@@ -486,7 +486,7 @@ mod tests {
 
     #[test]
     fn a_secret_the_closing_part_could_end_is_left_to_the_capture_search() {
-        let split = |p: &str| TailSplit::new(&regex_syntax::parse(p).unwrap_or_else(|_| Hir::empty()), 1).is_some();
+        let split = |p: &str| SecretSplit::new(&regex_syntax::parse(p).unwrap_or_else(|_| Hir::empty()), 1).is_some();
         // The closing part can hold what the secret can end with (`-`, ` `), the secret may
         // be empty, or a part is made of bytes, not characters.
         assert!(!split(r"\b(sk-[a-z]{4}-?)(?:[^a-z]|$)"));

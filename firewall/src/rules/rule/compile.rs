@@ -13,7 +13,7 @@ use super::{
     field, is_kebab, Canary, FieldError, RawCanary, RawRule, Rule, SecretGroup, MIN_CANARY_LEN, REGEX_SIZE_LIMIT,
 };
 use crate::scan::keyword_reach::keyword_reach;
-use crate::scan::secret_span::TailSplit;
+use crate::scan::secret_span::SecretSplit;
 
 /// Compiles a regex under the size limit, reporting the regex crate's message on one line.
 pub(crate) fn compile_regex(pattern: &str) -> Result<Regex, String> {
@@ -150,7 +150,7 @@ impl RawRule {
                     regex,
                     secret_group,
                     scan_group,
-                    tail: if scan_group == 0 { None } else { TailSplit::new(&hir, scan_group) },
+                    split: if scan_group == 0 { None } else { SecretSplit::new(&hir, scan_group) },
                     keywords,
                     reach,
                     min_entropy: self.min_entropy,

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use regex::Regex;
 use regex_syntax::hir::Hir;
 
-use crate::scan::secret_span::TailSplit;
+use crate::scan::secret_span::SecretSplit;
 
 use crate::verdict::{Action, Severity};
 
@@ -61,7 +61,7 @@ pub struct Rule {
     /// Where the secret lies when the match alone tells: a pattern written
     /// `\b(SECRET)(?:[^…]|$)` or `NAME = (VALUE)…`, read without a capture search (see
     /// `scan::secret_span`).
-    pub(crate) tail: Option<TailSplit>,
+    pub(crate) split: Option<SecretSplit>,
     /// ASCII-lowercased keywords; empty = the rule runs on every text.
     pub keywords: Vec<String>,
     /// How far past a match's start its first keyword can begin, at most (see
