@@ -627,23 +627,26 @@ impl Ruleset {
 fn rule_matches(rule: &Rule, hay: &str, base: usize, from: usize, until: usize, out: &mut Vec<Finding>) -> usize {
     let mut at = from;
     let Some(regex) = rule.regex.get() else { return from.max(until) };
-    let mut caps = (rule.scan_group != 0).then(|| regex.create_captures());
+    // Made on first need: most rules with a group read their secret from the match alone.
+    let mut caps = None;
     while at <= hay.len() {
         let input = Input::new(hay).span(at..hay.len());
-        let found = match (caps.as_mut(), &rule.split) {
-            (None, _) => regex.search(&input).map(|m| ((m.start(), m.end()), (m.start(), m.end()))),
-            (Some(caps), Some(split)) => regex.search(&input).and_then(|m| {
+        let found = match (rule.scan_group, &rule.split) {
+            (0, _) => regex.search(&input).map(|m| ((m.start(), m.end()), (m.start(), m.end()))),
+            (_, Some(split)) => regex.search(&input).and_then(|m| {
                 let whole = (m.start(), m.end());
                 match split.secret(hay, whole) {
                     Some(secret) => Some((whole, secret)),
                     // The same match's captures: anchored where it starts, ending where it ends.
                     None => {
+                        let caps = caps.get_or_insert_with(|| regex.create_captures());
                         regex.search_captures(&input.clone().span(m.range()).anchored(Anchored::Yes), caps);
                         found_in(caps, rule.scan_group)
                     }
                 }
             }),
-            (Some(caps), None) => {
+            (_, None) => {
+                let caps = caps.get_or_insert_with(|| regex.create_captures());
                 regex.search_captures(&input, caps);
                 found_in(caps, rule.scan_group)
             }
