@@ -833,6 +833,45 @@ mod tests {
         assert_eq!(kept(&rules), 1);
     }
 
+    /// Texts made to keep the walk busy: each built-in rule's samples cut short of a
+    /// match (the last character dropped, or replaced by a byte that closes no match), over
+    /// and over. A walk that tried each keyword hit anchored read the rest of the run from
+    /// each (`token=` 80,000 times, then `<`: 29 s for 480 KB), quadratic in the text; now
+    /// no walk reads a byte more than a few times (see `near_keywords`), and the findings
+    /// stay those of the whole-text walk.
+    #[test]
+    fn no_text_makes_a_walk_read_its_bytes_more_than_a_bounded_number_of_times() {
+        let Some(rules) = builtin() else { panic!("built-in rules do not load") };
+        let mut fragments = vec!["token=".to_owned(), "password=".to_owned()];
+        for rule in rules.rules() {
+            for sample in rule.must_match.iter().take(2) {
+                let mut cut = sample.trim().to_owned();
+                cut.pop();
+                if cut.len() >= 4 {
+                    fragments.extend(["", "<", "(", "[", ",", " "].map(|end| format!("{cut}{end}")));
+                }
+            }
+        }
+        // TRIES_PER_RUN + 2 today (a try or a pass per byte more than the tries), with room
+        // for the tries to grow to 16; the unbounded walk read 236 times per byte here.
+        let bound = 18.0;
+        const { assert!(near_keywords::TRIES_PER_RUN + 2 <= 18) };
+        let mut worst = (0.0, String::new());
+        for fragment in &fragments {
+            // Ended by a byte that closes none of them: `$` cannot end the last one either.
+            let text = fragment.repeat(2048 / fragment.len() + 1) + "<";
+            near_keywords::MOST_READ_PER_BYTE.with(|m| m.set(0.0));
+            let found = rules.scan(&text);
+            let per_byte = near_keywords::MOST_READ_PER_BYTE.with(std::cell::Cell::get);
+            if per_byte > worst.0 {
+                worst = (per_byte, fragment.clone());
+            }
+            assert!(per_byte <= bound, "{per_byte:.1} reads per byte (bound {bound}) on {fragment:?} repeated");
+            assert_eq!(found, reference(&rules, &text), "{fragment:?} repeated");
+        }
+        eprintln!("{} texts; most reads per byte {:.1}, on {:?} repeated", fragments.len(), worst.0, worst.1);
+    }
+
     #[test]
     fn windowed_one_shot_equals_the_whole_text_walk_on_the_corpus() {
         let rules = builtin();

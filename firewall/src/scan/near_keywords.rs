@@ -16,6 +16,16 @@
 //! can start (by its byte and, for matches opening with `^` or `\b`, the byte before; see
 //! `start_filter`) is skipped without a try: the regex would fail there anyway.
 //!
+//! Within one *run* (the bytes from a start up to the first byte that no match can hold
+//! anywhere but at its very end, see [`RuleSearch::new`]'s `inner` set) every try may read to
+//! the run's end. A text made of keyword hits whose match never completes (`token=` a
+//! hundred thousand times, then `<`) would make each try read the rest of the run, and the
+//! walk quadratic in the text. So after [`TRIES_PER_RUN`] tries in one run, the rest of the
+//! run is searched unanchored, in one pass over it: its leftmost match is the first
+//! position's anchored match that the walk would find (leftmost-first), and the positions
+//! before it have none. The walk reads every byte at most `TRIES_PER_RUN + 1` times, plus
+//! the matches it steps back into after passing them.
+//!
 //! Invariant: for any text, [`RuleSearch::walk_regions`] reports exactly the matches that
 //! the unanchored walk over the whole text (`scan::rule_matches`) reports; the tests of
 //! `scan` check it on the labelled corpus with every default rule.
@@ -57,6 +67,29 @@ pub(crate) struct RuleSearch {
     /// keyword hit holds every byte between, so a region ends, going back from its hit, at
     /// the first byte outside this set (a newline, for most generic rules).
     inside: [bool; 256],
+    /// Every byte that can occur in a match before its last byte (a superset): a match
+    /// ends at the latest just after the first byte outside this set. Narrower than
+    /// `inside` for rules that close with a class such as `[^A-Za-z0-9]`.
+    inner: [bool; 256],
+}
+
+/// Anchored tries in one run before the rest of the run is searched in one unanchored pass
+/// (see the module docs). Most runs see one or two; a handful keeps the tries' early exits
+/// for ordinary text.
+pub(crate) const TRIES_PER_RUN: usize = 8;
+
+// What the tests bound: the bytes each search of the current walk may read (a try, to its
+// run's end; a pass, to the end of the match it found or of the run), and the most any walk
+// read per byte of its text.
+#[cfg(test)]
+thread_local! {
+    static WALK_READ: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    pub(crate) static MOST_READ_PER_BYTE: std::cell::Cell<f64> = const { std::cell::Cell::new(0.0) };
+}
+
+#[cfg(test)]
+fn may_read(n: usize) {
+    WALK_READ.with(|c| c.set(c.get() + n));
 }
 
 impl RuleSearch {
@@ -69,14 +102,15 @@ impl RuleSearch {
         reach: Option<usize>,
         starts: StartFilter,
     ) -> RuleSearch {
-        let mut inside = [false; 256];
+        let (mut inside, mut inner) = ([false; 256], [false; 256]);
         add_match_bytes(hir, &mut inside);
+        add_inner_bytes(hir, &mut inner);
         // Only walks with a bounded reach run capture searches here. A split that cannot
         // tell where its secret starts (under 3 % of such matches on the corpus) leaves it
         // to the meta regex: too rare to build a search of its own for.
         let split = if group != 0 { split } else { None };
         let secret = if group != 0 && reach.is_some() && split.is_none() { SecretSearch::new(hir) } else { None };
-        RuleSearch { regex, group, reach, starts, inside, split, secret }
+        RuleSearch { regex, group, reach, starts, inside, inner, split, secret }
     }
 
     /// Whether the secret's span comes from the match alone ([`SecretSplit`]), always or
@@ -129,51 +163,185 @@ impl RuleSearch {
         if caps.is_none() {
             *caps = self.captures();
         }
+        #[cfg(test)]
+        WALK_READ.with(|c| c.set(0));
         let bytes = text.as_bytes();
+        let mut run = Run::default();
         let mut at = 0;
         for &(first, last) in regions {
             let mut s = first.max(at);
             while s <= last && s < bytes.len() {
-                if !self.starts.may_start_at(bytes, s) || !text.is_char_boundary(s) {
-                    s += 1;
-                    continue;
-                }
-                let Some(found) = self.anchored_at(regex, text, s, caps.as_mut()) else {
-                    s += 1;
-                    continue;
+                let next = match run.ahead {
+                    // A pass over this run found no match starting before `until`.
+                    Some(Ahead { from, until, .. }) if from <= s && s < until => Next::From(until),
+                    Some(Ahead { from, until, next: Some(found) }) if from <= s && s == until => Next::Match(found),
+                    _ => match run.pass_end(s, bytes, &self.inner, text) {
+                        Some(end) => {
+                            let ahead = self.leftmost_in(regex, text, (s, end), caps.as_mut());
+                            run.ahead = Some(ahead);
+                            match ahead.next {
+                                Some(found) if found.0 .0 == s => Next::Match(found),
+                                _ => Next::From(ahead.until),
+                            }
+                        }
+                        None => {
+                            if !self.starts.may_start_at(bytes, s) || !text.is_char_boundary(s) {
+                                s += 1;
+                                continue;
+                            }
+                            run.tried(s);
+                            #[cfg(test)]
+                            may_read(run_end(s, bytes, &self.inner, text) - s);
+                            match self.anchored_at(regex, text, s, caps.as_mut()) {
+                                Some(found) => Next::Match(found),
+                                None => Next::From(s + 1),
+                            }
+                        }
+                    },
                 };
-                match take(found) {
+                s = match next {
+                    Next::From(p) => p,
                     // Rules never match the empty string (the loader rejects them).
-                    Verdict::Taken => s = found.0 .1.max(s + 1),
-                    Verdict::Passed => s += 1,
-                }
+                    Next::Match(found) => match take(found) {
+                        Verdict::Taken => found.0 .1.max(s + 1),
+                        Verdict::Passed => s + 1,
+                    },
+                };
             }
             at = at.max(s);
         }
+        #[cfg(test)]
+        MOST_READ_PER_BYTE.with(|most| {
+            let per_byte = WALK_READ.with(std::cell::Cell::get) as f64 / text.len().max(1) as f64;
+            most.set(most.get().max(per_byte));
+        });
+    }
+
+    /// The leftmost match starting in `[s, end)`, found by one unanchored search of that
+    /// span, `end` the end of the run that holds `s` (no match starting there reads past
+    /// it). A match that starts inside a character is skipped, as the walk skips such
+    /// positions.
+    fn leftmost_in(
+        &self,
+        regex: &MetaRegex,
+        text: &str,
+        (mut s, end): (usize, usize),
+        mut caps: Option<&mut CaptureScratch>,
+    ) -> Ahead {
+        let from = s;
+        while s < end {
+            let input = Input::new(text).span(s..end);
+            let Some(m) = regex.search(&input) else {
+                break;
+            };
+            if !text.is_char_boundary(m.start()) {
+                s = m.start() + 1;
+                continue;
+            }
+            #[cfg(test)]
+            may_read(m.end() - from);
+            let found = self.secret_of(regex, text, (m.start(), m.end()), caps.as_deref_mut());
+            return Ahead { from, until: m.start(), next: found };
+        }
+        #[cfg(test)]
+        may_read(end - from);
+        Ahead { from, until: end, next: None }
     }
 
     /// The leftmost-first match starting exactly at `s`, seeing the whole text around it.
     fn anchored_at(&self, regex: &MetaRegex, text: &str, s: usize, caps: Option<&mut CaptureScratch>) -> Option<Found> {
         let input = Input::new(text).span(s..text.len()).anchored(Anchored::Yes);
-        match caps {
-            None => regex.search(&input).map(|m| ((m.start(), m.end()), (m.start(), m.end()))),
-            Some(CaptureScratch { meta, secret }) => {
-                // The lazy DFA rules out most tries; captures run on the match it found
-                // (an anchored capture search of the whole rest would go by the slower
-                // one-pass engine, failures included).
-                let end = regex.search_half(&input)?.offset();
-                if let Some(secret) = self.split.as_ref().and_then(|split| split.secret(text, (s, end))) {
-                    return Some(((s, end), secret));
-                }
-                if let (Some(search), Some(scratch)) = (&self.secret, secret.as_mut()) {
-                    if let Some(caps) = search.captures(text, (s, end), scratch) {
-                        return found_in(caps, self.group);
-                    }
-                }
-                regex.search_captures(&input.span(s..end), meta);
-                found_in(meta, self.group)
+        if caps.is_none() {
+            return regex.search(&input).map(|m| ((m.start(), m.end()), (m.start(), m.end())));
+        }
+        // The lazy DFA rules out most tries; captures run on the match it found (an
+        // anchored capture search of the whole rest would go by the slower one-pass
+        // engine, failures included).
+        let end = regex.search_half(&input)?.offset();
+        self.secret_of(regex, text, (s, end), caps)
+    }
+
+    /// The match `(s, end)` with its secret's span: the whole match, or the group read
+    /// from the match alone ([`SecretSplit`]), or by a capture search of just the match.
+    fn secret_of(
+        &self,
+        regex: &MetaRegex,
+        text: &str,
+        (s, end): (usize, usize),
+        caps: Option<&mut CaptureScratch>,
+    ) -> Option<Found> {
+        let Some(CaptureScratch { meta, secret }) = caps else { return Some(((s, end), (s, end))) };
+        if let Some(secret) = self.split.as_ref().and_then(|split| split.secret(text, (s, end))) {
+            return Some(((s, end), secret));
+        }
+        if let (Some(search), Some(scratch)) = (&self.secret, secret.as_mut()) {
+            if let Some(caps) = search.captures(text, (s, end), scratch) {
+                return found_in(caps, self.group);
             }
         }
+        regex.search_captures(&Input::new(text).span(s..end).anchored(Anchored::Yes), meta);
+        found_in(meta, self.group)
+    }
+}
+
+/// What the walk does at a position: go on from a later one, or judge a match there.
+enum Next {
+    From(usize),
+    Match(Found),
+}
+
+/// The run the walk is in (see the module docs): where its tries began, how many there
+/// were, its end once asked for, and what an unanchored pass over its rest found.
+#[derive(Default)]
+struct Run {
+    start: usize,
+    tries: usize,
+    end: Option<usize>,
+    ahead: Option<Ahead>,
+}
+
+/// An unanchored pass's result: no match starts in `[from, until)`; `next`, the match at
+/// `until` (none: the pass reached the run's end, `until`).
+#[derive(Clone, Copy)]
+struct Ahead {
+    from: usize,
+    until: usize,
+    next: Option<Found>,
+}
+
+impl Run {
+    /// Counts a try at `s`.
+    fn tried(&mut self, s: usize) {
+        if self.tries == 0 {
+            self.start = s;
+        }
+        self.tries += 1;
+    }
+
+    /// Where a pass from `s` must end, once the run holding `s` has had its
+    /// [`TRIES_PER_RUN`] tries; `None`: try `s` anchored. The end is looked for only then
+    /// (most rules never get there), from the first try's position, and tries made in an
+    /// earlier run start the count again.
+    fn pass_end(&mut self, s: usize, bytes: &[u8], inner: &[bool; 256], text: &str) -> Option<usize> {
+        if self.tries < TRIES_PER_RUN {
+            return None;
+        }
+        let end = *self.end.get_or_insert_with(|| run_end(self.start, bytes, inner, text));
+        if s < end {
+            return Some(end);
+        }
+        *self = Run::default();
+        None
+    }
+}
+
+/// The end of the run holding `s`: just after the first byte at or after `s` outside
+/// `inner` (at the next character boundary), or the text's end. No match starting in
+/// `[s, end)` reads past it.
+fn run_end(s: usize, bytes: &[u8], inner: &[bool; 256], text: &str) -> usize {
+    match bytes.get(s..).and_then(|rest| rest.iter().position(|&b| !inner[usize::from(b)])) {
+        Some(i) => (s + i + 1..=text.len()).find(|&e| text.is_char_boundary(e)).unwrap_or(text.len()),
+        None => text.len(),
     }
 }
 
@@ -190,6 +358,42 @@ pub(crate) fn found_in(caps: &Captures, secret_group: usize) -> Option<Found> {
     let m = caps.get_match()?;
     let secret = caps.get_group(secret_group).map_or((m.start(), m.end()), |g| (g.start, g.end));
     Some(((m.start(), m.end()), secret))
+}
+
+/// Marks every byte that can occur in a match of `hir` before the match's last byte (a
+/// superset): all the bytes of every part but the last that can hold one, and those the
+/// last part can hold before its own last byte (a non-ASCII character's leading bytes).
+fn add_inner_bytes(hir: &Hir, set: &mut [bool; 256]) {
+    match hir.kind() {
+        HirKind::Empty | HirKind::Look(_) | HirKind::Class(Class::Bytes(_)) => {}
+        HirKind::Literal(lit) => lit
+            .0
+            .split_last()
+            .into_iter()
+            .for_each(|(_, before)| before.iter().for_each(|&b| set[usize::from(b)] = true)),
+        HirKind::Class(Class::Unicode(c)) => {
+            if c.ranges().last().is_some_and(|r| u32::from(r.end()) >= 0x80) {
+                set[0x80..].iter_mut().for_each(|b| *b = true);
+            }
+        }
+        HirKind::Repetition(r) if r.max == Some(1) => add_inner_bytes(&r.sub, set),
+        HirKind::Repetition(r) if r.max == Some(0) => {}
+        HirKind::Repetition(r) => add_match_bytes(&r.sub, set),
+        HirKind::Capture(c) => add_inner_bytes(&c.sub, set),
+        HirKind::Alternation(parts) => parts.iter().for_each(|p| add_inner_bytes(p, set)),
+        HirKind::Concat(parts) => {
+            // Zero-width parts at the end (`$`, `\b`) hold no byte: the part before them
+            // holds the match's last byte.
+            let last = parts.iter().rposition(|p| p.properties().maximum_len() != Some(0));
+            for (i, p) in parts.iter().enumerate() {
+                match last {
+                    Some(l) if i < l => add_match_bytes(p, set),
+                    Some(l) if i == l => add_inner_bytes(p, set),
+                    _ => {}
+                }
+            }
+        }
+    }
 }
 
 /// Marks every byte that can occur in a match of `hir` (non-ASCII characters as every byte
@@ -225,6 +429,42 @@ mod tests {
         let hir = regex_syntax::parse(pattern).expect("pattern parses");
         let regex = crate::rules::rule::compile_hir(&hir, false).expect("pattern compiles");
         RuleSearch::new(RuleRegex::compiled(regex), &hir, 0, None, Some(reach), StartFilter::of(&hir))
+    }
+
+    /// A pass searches only its run, `[s, end)`, and must find there what a search of the
+    /// whole rest would: assertions at the span's end see the text after it.
+    #[test]
+    fn assertions_at_a_spans_end_see_the_text_after_it() {
+        let text = "ab abc";
+        for (pattern, matches) in [("ab$", false), (r"ab\b", false), ("ab", true), (r"(?m)ab(?:[^a-z]|$)", false)] {
+            let hir = regex_syntax::parse(pattern).expect("pattern parses");
+            let regex = crate::rules::rule::compile_hir(&hir, false).expect("pattern compiles");
+            let found = regex.search(&Input::new(text).span(3..5));
+            assert_eq!(found.is_some(), matches, "{pattern}");
+        }
+    }
+
+    #[test]
+    fn a_match_ends_at_the_latest_just_after_the_first_byte_only_its_end_can_hold() {
+        let inner = |pattern: &str| {
+            let mut set = [false; 256];
+            add_inner_bytes(&regex_syntax::parse(pattern).expect("pattern parses"), &mut set);
+            set
+        };
+        // The closing class holds `,` and `\n`, but only as the last byte.
+        let token = inner(r"token[ \t]*[:=][ \t]*([A-Za-z0-9_=]{20,})(?:[^A-Za-z0-9_=<(]|$)");
+        for b in *b"tokenTOK_=az09 \t:" {
+            assert!(token[usize::from(b)], "{}", b as char);
+        }
+        for b in *b",\n<(;\"" {
+            assert!(!token[usize::from(b)], "{}", b as char);
+        }
+        // A literal's last byte, and a trailing assertion that holds no byte.
+        let lit = inner(r"\bkey\b");
+        assert!(lit[usize::from(b'k')] && lit[usize::from(b'e')] && !lit[usize::from(b'y')]);
+        // Non-ASCII characters' leading bytes; a repeated class's every byte.
+        let cyr = inner("[а-я]x");
+        assert!(cyr[0xD0] && cyr[0xB0] && !cyr[usize::from(b'x')]);
     }
 
     #[test]
