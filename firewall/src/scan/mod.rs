@@ -861,7 +861,12 @@ mod tests {
             // Ended by a byte that closes none of them: `$` cannot end the last one either.
             let text = fragment.repeat(2048 / fragment.len() + 1) + "<";
             near_keywords::MOST_READ_PER_BYTE.with(|m| m.set(0.0));
-            let found = rules.scan(&text);
+            // The raw text's pass alone: the rules view (Cyrillic read as Latin
+            // look-alikes) adds matches of its own, which the reference does not look for.
+            let mut found = Vec::new();
+            rules.pattern_findings(&text, &ScanContext::anonymous(), &mut found);
+            found.retain(|f| !f.is_candidate());
+            Finding::sort(&mut found);
             let per_byte = near_keywords::MOST_READ_PER_BYTE.with(std::cell::Cell::get);
             if per_byte > worst.0 {
                 worst = (per_byte, fragment.clone());
