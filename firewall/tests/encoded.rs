@@ -163,6 +163,30 @@ fn another_tenants_data_is_blocked_in_every_encoding() {
     }
 }
 
+/// A list in brackets is a value of its own: written twice, or after another list, the
+/// token's character codes were read as one list with their neighbour, a longer word no
+/// token matched, and nothing was blocked (found by `encoded_texts_stream_like_one_shot`).
+#[test]
+fn a_token_in_brackets_is_blocked_next_to_other_lists() {
+    let (rules, det) = (fixture_rules(), detectors(true));
+    let other = format!("[{}]", "Hello, world".bytes().map(|b| b.to_string()).collect::<Vec<_>>().join(","));
+    for (name, form) in encodings(TOKEN).into_iter().filter(|(_, f)| f.starts_with(['[', '{'])) {
+        for (layout, text) in [
+            ("written twice", format!("{form}\n{form}")),
+            ("after another list", format!("{other}\n{form}")),
+            ("before another list", format!("{form} {other}")),
+        ] {
+            let found = rules.scan_with(&text, &acme(), &det);
+            let first = found.iter().filter(|f| f.action == Action::Block).min_by_key(|f| f.match_start);
+            let at = text.find(&form).unwrap_or(0);
+            assert!(
+                first.is_some_and(|f| f.match_start >= at && f.match_end <= at + form.len()),
+                "{name}, {layout}: {found:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn the_finding_names_the_encoding_the_client_sees_and_the_owner() {
     let rules = fixture_rules();

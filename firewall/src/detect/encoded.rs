@@ -247,6 +247,14 @@ impl EncodedState {
             return;
         }
         let (from, to) = trim_list(&self.word);
+        // A bracket opens a list and closes it: `[55,72,…]` and the `[55,72,…]` on the next
+        // line are two values, not one (read as one, a token written twice, or after any
+        // other list, decoded as a longer word that no token matched).
+        let opens = self.word[..from].iter().any(|c| matches!(c, '[' | '(' | '{'));
+        let closes = self.word[to..].iter().any(|c| matches!(c, ']' | ')' | '}'));
+        if opens {
+            self.list.close(sink);
+        }
         let text: String = self.word[from..to].iter().collect();
         match unit_word(&text) {
             Some(kind) => {
@@ -290,6 +298,9 @@ impl EncodedState {
                 }
                 None => self.list.close(sink),
             },
+        }
+        if closes {
+            self.list.close(sink);
         }
         self.word.clear();
         self.word_spans.clear();
