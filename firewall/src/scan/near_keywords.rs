@@ -28,7 +28,8 @@
 //!
 //! Invariant: for any text, [`RuleSearch::walk_regions`] reports exactly the matches that
 //! the unanchored walk over the whole text (`scan::rule_matches`) reports; the tests of
-//! `scan` check it on the labelled corpus with every default rule.
+//! `scan` check it on the labelled corpus with every default rule, and on texts built from
+//! every rule's samples to make the walk read as much as it can.
 
 use regex_automata::meta::Regex as MetaRegex;
 use regex_automata::util::captures::Captures;
