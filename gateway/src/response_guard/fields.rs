@@ -6,7 +6,14 @@
 //! ([`firewall::Ruleset::scan_with`]) as whole strings: a block finding blocks the choice,
 //! a redaction redacts. A tool call's header (`id`, `type`, `name`) is held until its
 //! first `arguments` fragment or the end of the choice, so a name sent in fragments is
-//! judged whole; a fragment after that is judged with all that came before it.
+//! judged whole. Header text that comes after that (no honest server sends any) is held
+//! to the choice's end and judged with the last judged bytes before it, so a secret
+//! split across such fragments is never partly sent. Held header text is bounded as a
+//! streamed channel's is: once a field holds twice the holdback limit, what lies more
+//! than the limit before its end is judged and sent, and only the last
+//! `max_holdback_bytes` sent are kept to judge what follows. An upstream that streams a
+//! name in a million fragments costs linear work and bounded memory; honest names never
+//! come near the limit (OpenAI's are at most 64 characters).
 //! Metadata passes only in a strict known format (and scanned): `system_fingerprint`
 //! as `fp_` and 1 to 40 ASCII letters or digits; `role` is always `assistant`; a
 //! `finish_reason` outside OpenAI's set becomes `stop`. Anything else is dropped.
@@ -37,7 +44,7 @@ pub(super) enum FieldVerdict {
     Block,
 }
 
-/// One header field of a tool call, as received so far.
+/// One header field of a tool call: its last judged bytes and what came after them.
 #[derive(Debug, Default)]
 struct FieldText {
     text: String,
@@ -45,7 +52,27 @@ struct FieldText {
     sent: usize,
 }
 
-/// A tool call's `id`, `type` and `function.name`, held until announced.
+impl FieldText {
+    /// Bytes received and not yet sent.
+    fn held(&self) -> usize {
+        self.text.len() - self.sent
+    }
+
+    /// Marks `text` sent up to byte `cut` and drops what lies more than `keep` bytes
+    /// before that (at a character boundary, keeping at most `keep`): the context the
+    /// next part is judged with.
+    fn sent_to(&mut self, cut: usize, keep: usize) {
+        self.sent = cut;
+        let mut drop = cut.saturating_sub(keep);
+        while !self.text.is_char_boundary(drop) {
+            drop += 1;
+        }
+        self.text.drain(..drop);
+        self.sent -= drop;
+    }
+}
+
+/// A tool call's `id`, `type` and `function.name`, and whether its arguments began.
 #[derive(Debug, Default)]
 pub(super) struct CallHeader {
     id: FieldText,
@@ -65,24 +92,51 @@ impl CallHeader {
             }
         }
     }
+
+    fn fields(&self) -> impl Iterator<Item = &FieldText> {
+        [&self.id, &self.kind, &self.name].into_iter()
+    }
+}
+
+/// When a tool call's header is looked at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum HeaderAt {
+    /// A fragment of the call arrived; `arguments` when it carries some.
+    Fragment { arguments: bool },
+    /// The choice ends.
+    ChoiceEnd,
 }
 
 impl ResponseGuard {
-    /// Scans `text` one-shot and judges the part from byte `from` on (what came before was
-    /// judged earlier). Findings that reach into that part are recorded for choice `index`.
-    pub(super) fn check_field(&mut self, index: u32, text: &str, from: usize) -> FieldVerdict {
-        let fresh = text.get(from..).unwrap_or_default();
+    /// Scans a short field one-shot, whole; its findings are recorded for choice `index`.
+    pub(super) fn check_field(&mut self, index: u32, text: &str) -> FieldVerdict {
+        self.judge_field(index, text, 0, text.len()).0
+    }
+
+    /// Scans `text` one-shot and judges its part from byte `from` (what came before was
+    /// judged earlier) to about byte `upto`: the part ends after every finding that starts
+    /// in it, so a finding is judged, recorded and redacted whole, once. Returns the verdict
+    /// on that part and where it ends.
+    fn judge_field(&mut self, index: u32, text: &str, from: usize, upto: usize) -> (FieldVerdict, usize) {
         let s = &self.settings;
         let scanned = catch_unwind(AssertUnwindSafe(|| s.rules.scan_with(text, &s.ctx, &s.detectors)));
-        let findings: Vec<Finding> = match scanned {
-            Ok(findings) => findings.into_iter().filter(|f| f.end > from || f.match_end > from).collect(),
+        let mut findings: Vec<Finding> = match scanned {
+            Ok(findings) => findings.into_iter().filter(|f| span(f).1 > from).collect(),
             Err(panic) => {
-                return match self.fail(panic_reason(panic.as_ref())) {
+                let verdict = match self.fail(panic_reason(panic.as_ref())) {
                     FailMode::Closed => FieldVerdict::Block,
-                    FailMode::Open => FieldVerdict::Pass(fresh.to_owned()),
-                }
+                    FailMode::Open => FieldVerdict::Pass(text.get(from..upto).unwrap_or_default().to_owned()),
+                };
+                return (verdict, upto);
             }
         };
+        let mut cut = upto;
+        while let Some(end) =
+            findings.iter().map(span).filter(|&(start, end)| start < cut && end > cut).map(|s| s.1).max()
+        {
+            cut = end;
+        }
+        findings.retain(|f| span(f).0 < cut);
         let action = findings.iter().map(|f| f.action).max().unwrap_or(Action::Allow);
         let spans: Vec<(usize, usize, String)> = findings
             .iter()
@@ -90,34 +144,48 @@ impl ResponseGuard {
             .map(|f| (f.start.max(from), f.end, f.rule_id.clone()))
             .collect();
         self.findings.extend(findings.into_iter().map(|finding| ChoiceFinding { choice: index, finding }));
-        match action {
+        let part = text.get(..cut).unwrap_or(text);
+        let verdict = match action {
             Action::Block => FieldVerdict::Block,
-            Action::Redact => FieldVerdict::Redacted(redact(text, from, &spans)),
-            Action::Allow | Action::Log => FieldVerdict::Pass(fresh.to_owned()),
-        }
+            Action::Redact => FieldVerdict::Redacted(redact(part, from, &spans)),
+            Action::Allow | Action::Log => FieldVerdict::Pass(part.get(from..).unwrap_or_default().to_owned()),
+        };
+        (verdict, cut)
     }
 
-    /// The header fields of tool call `call` of choice `index` that may go out now (all
-    /// of them once `announce` is set or the call was announced before); `None` when one
-    /// of them blocked the choice.
-    pub(super) fn release_header(&mut self, index: u32, call: u32, announce: bool) -> Option<ToolCallChunk> {
+    /// The header text of tool call `call` of choice `index` that may go out now; `None`
+    /// when it blocked the choice. All of it goes at the call's first `arguments` fragment
+    /// and at the choice's end; between those, a field's text is held, and only what lies
+    /// more than the holdback before its end goes, once twice the holdback is held.
+    pub(super) fn release_header(&mut self, index: u32, call: u32, at: HeaderAt) -> Option<ToolCallChunk> {
         let mut header = self.calls.remove(&(index, call)).unwrap_or_default();
-        header.announced |= announce;
+        let holdback = self.settings.max_holdback_bytes;
+        let whole = match at {
+            HeaderAt::Fragment { arguments } => {
+                let first = arguments && !header.announced;
+                header.announced |= arguments;
+                first
+            }
+            HeaderAt::ChoiceEnd => true,
+        };
         let mut out = ToolCallChunk { index: call, id: None, kind: None, function: FunctionChunk::default() };
-        if header.announced {
-            for (field, slot) in [
-                (&mut header.id, &mut out.id),
-                (&mut header.kind, &mut out.kind),
-                (&mut header.name, &mut out.function.name),
-            ] {
-                if field.text.len() == field.sent {
-                    continue;
+        for (field, slot) in [
+            (&mut header.id, &mut out.id),
+            (&mut header.kind, &mut out.kind),
+            (&mut header.name, &mut out.function.name),
+        ] {
+            let upto = match field.held() {
+                0 => continue,
+                _ if whole => field.text.len(),
+                held if held > 2 * holdback => floor_char(&field.text, field.text.len() - holdback),
+                _ => continue,
+            };
+            match self.judge_field(index, &field.text, field.sent, upto) {
+                (FieldVerdict::Pass(text) | FieldVerdict::Redacted(text), cut) => {
+                    *slot = Some(text);
+                    field.sent_to(cut, holdback);
                 }
-                match self.check_field(index, &field.text, field.sent) {
-                    FieldVerdict::Pass(text) | FieldVerdict::Redacted(text) => *slot = Some(text),
-                    FieldVerdict::Block => return None,
-                }
-                field.sent = field.text.len();
+                (FieldVerdict::Block, _) => return None,
             }
         }
         self.calls.insert((index, call), header);
@@ -128,15 +196,19 @@ impl ResponseGuard {
     /// rule objects to.
     pub fn release_fingerprint(&mut self, fingerprint: Option<String>) -> Option<String> {
         let fingerprint = fingerprint.filter(|f| is_fingerprint(f))?;
-        match self.check_field(0, &fingerprint, 0) {
+        match self.check_field(0, &fingerprint) {
             FieldVerdict::Pass(f) => Some(f),
             FieldVerdict::Redacted(_) | FieldVerdict::Block => None,
         }
     }
 
-    /// Whether choice `index` has tool calls whose header was never announced.
-    pub(super) fn unannounced_calls(&self, index: u32) -> Vec<u32> {
-        self.calls.iter().filter(|((c, _), h)| *c == index && !h.announced).map(|((_, call), _)| *call).collect()
+    /// The tool calls of choice `index` whose header has text not yet sent.
+    pub(super) fn calls_holding_text(&self, index: u32) -> Vec<u32> {
+        self.calls
+            .iter()
+            .filter(|((c, _), h)| *c == index && h.fields().any(|f| f.held() > 0))
+            .map(|((_, call), _)| *call)
+            .collect()
     }
 }
 
@@ -154,6 +226,19 @@ pub(super) fn finish_reason(reason: String) -> String {
     } else {
         "stop".to_owned()
     }
+}
+
+/// A finding's whole extent: its match and its secret.
+fn span(f: &Finding) -> (usize, usize) {
+    (f.start.min(f.match_start), f.end.max(f.match_end))
+}
+
+/// The largest character boundary of `text` at or before `at`.
+fn floor_char(text: &str, mut at: usize) -> usize {
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
 }
 
 /// `text[from..]` with each span (absolute, sorted by start) replaced by its marker.
@@ -176,7 +261,136 @@ fn redact(text: &str, from: usize, spans: &[(usize, usize, String)]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use firewall::{Detectors, Ruleset, ScanContext};
+
+    use super::super::{BackendEvent, GuardSettings};
     use super::*;
+    use crate::backend::ChoiceDelta;
+
+    const TOKEN_RULE: &str = r#"
+[[rule]]
+id = "test-token"
+description = "a test token"
+severity = "critical"
+action = "block"
+regex = '''\b(tok_[a-z0-9]{16})\b'''
+secret_group = 1
+keywords = ["tok_"]
+tags = ["test"]
+must_match = ["x tok_a1b2c3d4e5f6g7h8 y"]
+must_not_match = ["tok_short"]
+
+[[rule]]
+id = "test-redact"
+description = "a redacted id"
+severity = "low"
+action = "redact"
+regex = '''\b(rid_[0-9]{8})\b'''
+secret_group = 1
+keywords = ["rid_"]
+tags = ["test"]
+must_match = ["rid_12345678"]
+must_not_match = ["rid_1"]
+"#;
+
+    const HOLDBACK: usize = 256;
+
+    fn guard() -> ResponseGuard {
+        let rules = Ruleset::load_sources(&[firewall::RuleSource::new("test.toml", TOKEN_RULE)], Default::default())
+            .expect("test rules load");
+        let settings = GuardSettings::new(Arc::new(rules), ScanContext::new("acme"), Arc::new(Detectors::default()));
+        ResponseGuard::new(GuardSettings { max_holdback_bytes: HOLDBACK, ..settings })
+    }
+
+    fn fragment(name: &str, arguments: Option<&str>) -> BackendEvent {
+        BackendEvent::Delta(ChoiceDelta {
+            index: 0,
+            tool_calls: vec![ToolCallChunk {
+                index: 0,
+                id: None,
+                kind: None,
+                function: FunctionChunk { name: Some(name.into()), arguments: arguments.map(str::to_owned) },
+            }],
+            ..Default::default()
+        })
+    }
+
+    /// Streams `pieces` as one tool call's name (announced by an `arguments` fragment
+    /// first, or never) and returns the name the client received, whether the choice was
+    /// blocked, and the most header bytes the guard held at once.
+    fn stream_name(pieces: &[String], announced: bool) -> (String, bool, usize) {
+        let mut g = guard();
+        let mut out = Vec::new();
+        if announced {
+            out.extend(g.apply(fragment("", Some(""))));
+        }
+        let mut most_held = 0;
+        for piece in pieces {
+            out.extend(g.apply(fragment(piece, None)));
+            let held = g.calls.values().flat_map(|h| h.fields()).map(|f| f.text.len()).sum::<usize>();
+            most_held = most_held.max(held);
+        }
+        out.extend(g.apply(BackendEvent::Finish { index: 0, reason: "tool_calls".into() }));
+        let name = out
+            .iter()
+            .flat_map(|e| match e {
+                BackendEvent::Delta(d) => d.tool_calls.iter().filter_map(|c| c.function.name.clone()).collect(),
+                _ => Vec::new(),
+            })
+            .collect();
+        (name, g.blocked(), most_held)
+    }
+
+    #[test]
+    fn a_name_in_many_fragments_is_held_within_the_holdback_and_arrives_whole() {
+        let pieces: Vec<String> = (0..5_000).map(|i| format!("part{:05}_", i)).collect();
+        for announced in [true, false] {
+            let (name, blocked, most_held) = stream_name(&pieces, announced);
+            assert_eq!(name, pieces.concat(), "announced {announced}");
+            assert!(!blocked);
+            assert!(most_held <= 3 * (HOLDBACK + pieces[0].len()), "announced {announced}: held {most_held}");
+        }
+    }
+
+    #[test]
+    fn a_secret_split_across_fragments_deep_in_a_long_name_is_blocked() {
+        let secret = "tok_q8w7e6r5t4y3u2i1";
+        for announced in [true, false] {
+            for (lead, split) in [0, 37, 85, 150].into_iter().flat_map(|lead| (1..20).map(move |split| (lead, split))) {
+                let mut pieces: Vec<String> = (0..2_000 + lead).map(|i| format!("p{:04}.", i)).collect();
+                pieces.push(format!("x {}", &secret[..split]));
+                pieces.push(format!("{} y", &secret[split..]));
+                pieces.extend((0..10).map(|i| format!("q{i}.")));
+                let (name, blocked, _) = stream_name(&pieces, announced);
+                assert!(blocked, "announced {announced}, lead {lead}, split {split}");
+                assert!(!name.contains(&secret[..8]), "announced {announced}, lead {lead}, split {split}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_redaction_across_the_point_a_long_name_is_sent_to_is_made_once_whole() {
+        let text = "ab rid_12345678 ".repeat(1_000);
+        let pieces: Vec<String> = text.as_bytes().chunks(7).map(|c| String::from_utf8_lossy(c).into_owned()).collect();
+        for announced in [true, false] {
+            let (name, blocked, _) = stream_name(&pieces, announced);
+            assert_eq!(name, "ab [REDACTED:test-redact] ".repeat(1_000), "announced {announced}");
+            assert!(!blocked);
+        }
+    }
+
+    #[test]
+    fn only_sent_bytes_are_dropped_and_never_inside_a_character() {
+        let mut field = FieldText { text: "ééééé".into(), sent: 0 };
+        field.sent_to(8, 3);
+        assert_eq!((field.text.as_str(), field.sent), ("éé", 2));
+        field.text.push_str("ab");
+        assert_eq!(field.held(), 4);
+        field.sent_to(field.text.len(), 100);
+        assert_eq!((field.text.as_str(), field.held()), ("ééab", 0));
+    }
 
     #[test]
     fn fingerprints_pass_only_in_their_format() {

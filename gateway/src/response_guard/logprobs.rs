@@ -101,7 +101,7 @@ impl ResponseGuard {
     /// The entry as the client gets it, `None` to drop it, `Err` when it blocks the choice.
     fn rebuild(&mut self, index: u32, entry: TokenLogprob, spelled: bool) -> Result<Option<TokenLogprob>, Blocked> {
         if !spelled {
-            match self.check_field(index, &entry.token, 0) {
+            match self.check_field(index, &entry.token) {
                 FieldVerdict::Pass(_) => {}
                 FieldVerdict::Redacted(_) => return Ok(None),
                 FieldVerdict::Block => return Err(Blocked),
@@ -109,7 +109,7 @@ impl ResponseGuard {
         }
         let mut top_logprobs = Vec::with_capacity(entry.top_logprobs.len());
         for top in entry.top_logprobs.into_iter().filter(|t| t.logprob.is_finite()) {
-            match self.check_field(index, &top.token, 0) {
+            match self.check_field(index, &top.token) {
                 FieldVerdict::Pass(_) => top_logprobs.push(TopLogprob { token: top.token, logprob: top.logprob }),
                 FieldVerdict::Redacted(_) => {}
                 FieldVerdict::Block => return Err(Blocked),

@@ -40,7 +40,7 @@ use crate::backend::{BackendEvent, ChoiceDelta, TokenLogprob};
 use crate::config::FailMode;
 use crate::error::ApiError;
 use channel::{Channel, ChannelScan};
-use fields::CallHeader;
+use fields::{CallHeader, HeaderAt};
 
 pub use finish::{Delivery, Finisher};
 
@@ -247,7 +247,8 @@ impl ResponseGuard {
     /// fragment, its arguments are scanned as they stream. True when it blocked.
     fn tool_call(&mut self, index: u32, call: ToolCallChunk, out: &mut ChoiceDelta) -> bool {
         self.calls.entry((index, call.index)).or_default().absorb(&call);
-        let Some(mut fragment) = self.release_header(index, call.index, call.function.arguments.is_some()) else {
+        let at = HeaderAt::Fragment { arguments: call.function.arguments.is_some() };
+        let Some(mut fragment) = self.release_header(index, call.index, at) else {
             return true;
         };
         let mut blocked = false;
@@ -357,8 +358,8 @@ impl ResponseGuard {
     /// Ends every channel of a choice; the released remainder (or a block) follows.
     fn flush_choice(&mut self, index: u32) -> Vec<BackendEvent> {
         let mut out = ChoiceDelta { index, ..ChoiceDelta::default() };
-        for call in self.unannounced_calls(index) {
-            match self.release_header(index, call, true) {
+        for call in self.calls_holding_text(index) {
+            match self.release_header(index, call, HeaderAt::ChoiceEnd) {
                 Some(header) if !is_empty_call(&header) => out.tool_calls.push(header),
                 Some(_) => {}
                 None => return self.blocked_events(index, out),
