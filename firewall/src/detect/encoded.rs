@@ -117,9 +117,20 @@ impl Default for DecodeConfig {
 /// holdback), in characters: a multiple of four, so segments stay whole base64 quanta.
 pub(crate) const SEGMENT_CHARS: usize = 4096;
 
-fn in_alphabet(c: char) -> bool {
+const fn in_alphabet(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '=' | '-' | '_' | '%')
 }
+
+/// [`in_alphabet`] by byte.
+const ALPHABET: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 128 {
+        table[b] = in_alphabet(b as u8 as char);
+        b += 1;
+    }
+    table
+};
 
 /// What decoded text is scanned with, and how deep the scan already is.
 #[derive(Clone, Copy)]
@@ -170,11 +181,55 @@ impl EncodedState {
         }
     }
 
-    /// Feeds plain text (not JSON) at raw offset `at`.
+    /// Feeds plain text (not JSON) at raw offset `at`: as [`Self::feed`] one character
+    /// at a time would, with the stretches [`Self::feed_stretch`] can take in bulk.
     pub(crate) fn feed_plain(&mut self, text: &str, at: usize, sink: &mut Sink<'_>) {
-        for (i, c) in text.char_indices() {
+        let bytes = text.as_bytes();
+        let mut i = 0;
+        while let Some(&b) = bytes.get(i) {
+            if self.not_unit && self.chunks.in_word && ALPHABET[usize::from(b)] {
+                let stretch = bytes[i..].iter().take_while(|&&b| ALPHABET[usize::from(b)]).count();
+                i += self.feed_stretch(&bytes[i..i + stretch], at + i, sink);
+                continue;
+            }
+            let c = text.get(i..).and_then(|rest| rest.chars().next()).unwrap_or(char::REPLACEMENT_CHARACTER);
             self.feed(c, false, (at + i, at + i + c.len_utf8()), sink);
+            i += c.len_utf8();
         }
+    }
+
+    /// Feeds the first characters of `stretch` (alphabet characters, one byte each, at raw
+    /// offset `at`, inside a word already known to be no unit) and returns how many: in
+    /// bulk as many as [`Self::feed`] would only append, one by one otherwise. Within
+    /// such a stretch nothing is judged until the run reaches the segment, or the word
+    /// reaches its groups' length (or `%`, or the longest group) while it may be one.
+    fn feed_stretch(&mut self, stretch: &[u8], at: usize, sink: &mut Sink<'_>) -> usize {
+        let run_room = (self.segment - 1).saturating_sub(self.run.len());
+        let ch = &self.chunks;
+        let chunk_room = if ch.word_ok {
+            let n = ch.chars.len() - ch.word_at;
+            let before_restart = match (ch.count, ch.ended) {
+                (0, _) => usize::MAX,
+                (_, true) => 0,
+                (_, false) => ch.len.saturating_sub(n),
+            };
+            let before_percent = stretch.iter().position(|&b| b == b'%').unwrap_or(usize::MAX);
+            before_restart.min(before_percent).min(SEGMENT_CHARS.saturating_sub(n))
+        } else {
+            usize::MAX
+        };
+        let k = stretch.len().min(run_room).min(chunk_room);
+        if k == 0 {
+            self.feed(char::from(stretch[0]), false, (at, at + 1), sink);
+            return 1;
+        }
+        self.run.extend_from_slice(&stretch[..k]);
+        self.run_spans.push_bytes(at, k);
+        if self.chunks.word_ok {
+            self.chunks.chars.extend_from_slice(&stretch[..k]);
+            self.chunks.spans.push_bytes(at, k);
+        }
+        k
     }
 
     /// Feeds one decoded character (JSON syntax ends runs and words: quotes delimit its
@@ -455,6 +510,18 @@ impl Spans {
         }
         self.list.push(span);
         self.len += 1;
+    }
+
+    /// Pushes the spans of `n` one-byte characters from raw offset `at` on.
+    fn push_bytes(&mut self, at: usize, n: usize) {
+        if !self.listed && (self.len == 0 || self.start + self.len == at) {
+            if self.len == 0 {
+                self.start = at;
+            }
+            self.len += n;
+        } else {
+            (at..at + n).for_each(|a| self.push((a, a + 1)));
+        }
     }
 
     fn get(&self, i: usize) -> (usize, usize) {
@@ -1104,6 +1171,88 @@ mod tests {
 
     fn texts(s: &str) -> Vec<String> {
         decoded_texts(s, &DecodeConfig::default())
+    }
+
+    /// A decoded text as its sink got it: encoding, bytes, raw spans.
+    type SinkCall = (Encoding, Vec<u8>, Vec<(usize, usize)>);
+
+    /// Every decoded text a state hands its sink.
+    fn sink_calls(text: &str, segment: usize, bulk: bool) -> Vec<SinkCall> {
+        let mut calls = Vec::new();
+        let mut st = EncodedState::new(&DecodeConfig::default(), segment);
+        let mut sink = |d: &DecodedText| calls.push((d.encoding, d.bytes.clone(), d.raw.clone()));
+        if bulk {
+            st.feed_plain(text, 3, &mut sink);
+        } else {
+            for (i, c) in text.char_indices() {
+                st.feed(c, false, (3 + i, 3 + i + c.len_utf8()), &mut sink);
+            }
+        }
+        st.finish(&mut sink);
+        calls
+    }
+
+    #[test]
+    fn plain_text_fed_in_bulk_is_read_as_one_character_at_a_time() {
+        const PIECES: [&str; 37] = [
+            "dXNl cjpz M2Ny ZXRw ",
+            "7573 6572 3a73 3363 ",
+            "01110101 01110011 ",
+            "SGVsbG8sIHdvcmxkIQ==",
+            "dXNl",
+            "cjpz",
+            "M2Ny",
+            "ZA==",
+            "48",
+            "65",
+            "6c",
+            "0x48,",
+            "[72,",
+            "101,",
+            "7",
+            "H",
+            "-",
+            ".",
+            "%41%42%43",
+            "the",
+            "merger",
+            "password",
+            " ",
+            " ",
+            "  ",
+            "\n",
+            "\t",
+            "[",
+            "]",
+            "é",
+            "01001000",
+            "01101001",
+            "aGVsbG8gd29ybGQgaGVsbG8gd29ybGQ",
+            "7-H-q-2",
+            ".... .",
+            "=",
+            "токен",
+        ];
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut texts: Vec<String> = (0..3_000)
+            .map(|_| {
+                let n = 1 + next() % 60;
+                (0..n).map(|_| PIECES[(next() % PIECES.len() as u64) as usize]).collect()
+            })
+            .collect();
+        texts.push("SGVsbG8sIHdvcmxkIQ".repeat(600));
+        texts.push(format!("x {} y", "dXNlcjpz".repeat(1_100)));
+        for text in &texts {
+            for segment in [SEGMENT_CHARS, 64, 16] {
+                assert_eq!(sink_calls(text, segment, true), sink_calls(text, segment, false), "{segment}: {text:?}");
+            }
+        }
     }
 
     #[test]
