@@ -180,6 +180,14 @@ pub struct AuditRecord {
     /// Why the response failed closed (a firewall or store error), if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     failure: Option<String>,
+    /// Findings the response made beyond those listed (see
+    /// [`crate::response_guard::MAX_LISTED_FINDINGS`]): counted in the metrics, not kept.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    unlisted_findings: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl AuditRecord {
@@ -232,7 +240,19 @@ impl AuditRecord {
             source_tenants,
             bytes_released,
             failure: None,
+            unlisted_findings: 0,
         }
+    }
+
+    /// Notes that the response made `n` findings more than `findings` lists.
+    pub fn with_unlisted_findings(mut self, n: u64) -> AuditRecord {
+        self.unlisted_findings = n;
+        self
+    }
+
+    /// Findings the response made beyond those the record lists.
+    pub fn unlisted_findings(&self) -> u64 {
+        self.unlisted_findings
     }
 
     /// Marks the record as a fail-closed block caused by `reason`.

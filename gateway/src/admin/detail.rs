@@ -71,6 +71,13 @@ fn render(r: &AuditRecord) -> String {
         span_map(r.bytes_released(), &spans)
     );
     let _ = write!(out, "<h2>Findings ({})</h2>", r.findings().len());
+    if r.unlisted_findings() > 0 {
+        let _ = write!(
+            out,
+            "<p class=\"muted\">and {} more findings of redact or log rules, counted in the metrics but not kept</p>",
+            r.unlisted_findings()
+        );
+    }
     let (first, rest) = r.findings().split_at(r.findings().len().min(OPEN_FINDINGS));
     for f in first {
         out.push_str(&finding(f));
@@ -191,6 +198,22 @@ mod tests {
                 && html.contains("5.50")
         );
         assert!(html.contains("Tenants sharing the text"));
+    }
+
+    #[test]
+    fn findings_past_the_listed_ones_are_counted_on_the_page_and_in_the_record() {
+        let listed = [raw_finding("test-redact", "rid_******** (12 chars)", Detail::None)];
+        let r = AuditRecord::new(ctx("acme"), Action::Redact, &listed, 40);
+        assert!(!render(&r).contains("more findings of redact or log rules"));
+        assert!(
+            !serde_json::to_string(&r).unwrap_or_default().contains("unlisted_findings"),
+            "old readers see no change"
+        );
+        let r = r.with_unlisted_findings(2_000);
+        assert!(render(&r).contains("and 2000 more findings of redact or log rules"));
+        let json = serde_json::to_string(&r).unwrap_or_default();
+        let back: AuditRecord = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
+        assert_eq!(back.unlisted_findings(), 2_000);
     }
 
     #[test]

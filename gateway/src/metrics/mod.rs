@@ -77,9 +77,9 @@ impl Metrics {
         self.with(|m| *m.backend_errors.entry((model.to_owned(), kind)).or_default() += 1);
     }
 
-    /// The firewall found `rule_id` in a response to `tenant` and took `action`.
-    pub fn observe_finding(&self, tenant: &str, rule_id: &str, action: &'static str) {
-        self.with(|m| *m.findings.entry((tenant.to_owned(), rule_id.to_owned(), action)).or_default() += 1);
+    /// The firewall found `rule_id` `count` times in a response to `tenant` and took `action`.
+    pub fn observe_findings(&self, tenant: &str, rule_id: &str, action: &'static str, count: u64) {
+        self.with(|m| *m.findings.entry((tenant.to_owned(), rule_id.to_owned(), action)).or_default() += count);
     }
 
     /// Something went wrong on a response's protection path for `tenant`: `event` is
@@ -361,8 +361,8 @@ mod tests {
         m.observe_completion("a", "acme", "ok");
         m.observe_completion("b", "acme", "upstream_error");
         m.observe_completion("a", "globex", "ok");
-        m.observe_finding("acme", "aws-access-key", "block");
-        m.observe_finding("acme", "aws-access-key", "block");
+        m.observe_findings("acme", "aws-access-key", "block", 1);
+        m.observe_findings("acme", "aws-access-key", "block", 1);
         assert_eq!(
             m.completions_by_tenant().into_iter().collect::<Vec<_>>(),
             [("acme".to_owned(), 2), ("globex".to_owned(), 1)]

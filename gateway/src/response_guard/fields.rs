@@ -23,7 +23,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use firewall::{Action, Finding};
 
 use super::channel::panic_reason;
-use super::{ChoiceFinding, ResponseGuard};
+use super::ResponseGuard;
 use crate::api::response::{FunctionChunk, ToolCallChunk};
 use crate::config::FailMode;
 
@@ -143,7 +143,7 @@ impl ResponseGuard {
             .filter(|f| f.action == Action::Redact)
             .map(|f| (f.start.max(from), f.end, f.rule_id.clone()))
             .collect();
-        self.findings.extend(findings.into_iter().map(|finding| ChoiceFinding { choice: index, finding }));
+        findings.into_iter().for_each(|finding| self.note(index, finding));
         let part = text.get(..cut).unwrap_or(text);
         let verdict = match action {
             Action::Block => FieldVerdict::Block,

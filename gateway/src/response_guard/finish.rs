@@ -106,8 +106,8 @@ impl Finisher {
         let request_id = crate::redact::identifier(request_id);
         let request_id = request_id.as_str();
         let metrics = &self.state.metrics;
-        for f in guard.findings() {
-            metrics.observe_finding(tenant, &f.finding.rule_id, f.finding.action.as_str());
+        for (rule, action, count) in guard.finding_counts() {
+            metrics.observe_findings(tenant, rule, action.as_str(), count);
         }
         if let Some(failure) = guard.failure() {
             let event = match failure.mode {
@@ -130,6 +130,7 @@ impl Finisher {
                 request_id,
                 tenant,
                 ?rules,
+                unlisted_findings = guard.unlisted_findings(),
                 released_bytes = guard.released_bytes(),
                 "response blocked by the firewall"
             );
@@ -159,7 +160,8 @@ fn audit_record(response: &ResponseRecord, guard: &ResponseGuard) -> Option<Audi
         action.unwrap_or(Action::Block),
         &findings,
         guard.released_bytes() as u64,
-    );
+    )
+    .with_unlisted_findings(guard.unlisted_findings());
     Some(match failed_closed {
         Some(f) => record.failed_closed(format!("firewall failed: {}", f.reason)),
         None => record,

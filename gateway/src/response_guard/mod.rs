@@ -50,6 +50,11 @@ pub const CONTENT_FILTER: &str = "content_filter";
 /// The only role a choice speaks with.
 const ASSISTANT: &str = "assistant";
 
+/// Most findings a response keeps to list (in its audit record and its log line), blocks
+/// aside: a response that matches a redact or log rule a million times is still counted in
+/// full, by rule and action, but its record stays readable and its memory bounded.
+pub const MAX_LISTED_FINDINGS: usize = 1_000;
+
 /// What a response's guard is built from.
 #[derive(Clone)]
 pub struct GuardSettings {
@@ -78,6 +83,12 @@ impl GuardSettings {
     }
 }
 
+/// The actions a finding may have, in the order [`ActionCounts`] counts them.
+const ACTIONS: [Action; 4] = [Action::Allow, Action::Log, Action::Redact, Action::Block];
+
+/// Findings of one rule, by action (in [`ACTIONS`]' order).
+type ActionCounts = [u64; ACTIONS.len()];
+
 /// A finding with the choice it was made in.
 #[derive(Debug, Clone)]
 pub struct ChoiceFinding {
@@ -102,7 +113,12 @@ pub struct ResponseGuard {
     blocked: BTreeSet<u32>,
     /// Choices that ended (by the backend or by a block).
     finished: BTreeSet<u32>,
+    /// The findings listed: every block, and the first [`MAX_LISTED_FINDINGS`] others.
     findings: Vec<ChoiceFinding>,
+    /// Every finding made, listed or not, by rule and action.
+    tally: BTreeMap<String, ActionCounts>,
+    /// Findings counted but not listed.
+    unlisted: u64,
     released_bytes: usize,
     failure: Option<Failure>,
     /// The error that ended the backend's events, if one did.
@@ -119,6 +135,8 @@ impl ResponseGuard {
             blocked: BTreeSet::new(),
             finished: BTreeSet::new(),
             findings: Vec::new(),
+            tally: BTreeMap::new(),
+            unlisted: 0,
             released_bytes: 0,
             failure: None,
             backend_error: None,
@@ -152,9 +170,40 @@ impl ResponseGuard {
         &self.settings.rules
     }
 
-    /// Every finding so far (log, redact and block).
+    /// The findings listed so far (log, redact and block): every block, and the first
+    /// [`MAX_LISTED_FINDINGS`] others.
     pub fn findings(&self) -> &[ChoiceFinding] {
         &self.findings
+    }
+
+    /// How many findings each rule made with each action, listed or not.
+    pub fn finding_counts(&self) -> impl Iterator<Item = (&str, Action, u64)> + '_ {
+        self.tally.iter().flat_map(|(rule, counts)| {
+            ACTIONS.into_iter().zip(counts).filter(|(_, n)| **n > 0).map(move |(action, n)| (rule.as_str(), action, *n))
+        })
+    }
+
+    /// Findings made but not listed (past [`MAX_LISTED_FINDINGS`]).
+    pub fn unlisted_findings(&self) -> u64 {
+        self.unlisted
+    }
+
+    /// Counts a finding and lists it if there is room (a block always).
+    fn note(&mut self, choice: u32, finding: Finding) {
+        let slot = ACTIONS.iter().position(|a| *a == finding.action).unwrap_or(0);
+        match self.tally.get_mut(finding.rule_id.as_str()) {
+            Some(counts) => counts[slot] += 1,
+            None => {
+                let mut counts = ActionCounts::default();
+                counts[slot] = 1;
+                self.tally.insert(finding.rule_id.clone(), counts);
+            }
+        }
+        if finding.action == Action::Block || self.findings.len() < MAX_LISTED_FINDINGS {
+            self.findings.push(ChoiceFinding { choice, finding });
+        } else {
+            self.unlisted += 1;
+        }
     }
 
     /// Whether any choice was blocked.
@@ -331,7 +380,7 @@ impl ResponseGuard {
         let s = self.channel(index, channel);
         s.record(&step.release);
         s.redacted.extend(step.findings.iter().filter(|f| f.action == Action::Redact).map(|f| (f.start, f.end)));
-        self.findings.extend(step.findings.into_iter().map(|finding| ChoiceFinding { choice: index, finding }));
+        step.findings.into_iter().for_each(|finding| self.note(index, finding));
         let mut blocked = step.action == Action::Block;
         match channel {
             Channel::Content => {
@@ -506,6 +555,23 @@ strings = ["GLOBEX-CANARY-5d1e2b"]
         assert!(g.blocked() && g.all_finished());
         assert_eq!(g.findings()[0].finding.rule_id, "test-token");
         assert!(g.apply(text(0, "more")).is_empty(), "nothing after a block");
+    }
+
+    #[test]
+    fn a_response_lists_a_bounded_number_of_findings_and_counts_every_one() {
+        let mut g = guard(1);
+        let ids = "id rid_12345678, ".repeat(MAX_LISTED_FINDINGS + 2_000);
+        let mut chunks: Vec<&str> = ids.as_bytes().chunks(7).map(|c| std::str::from_utf8(c).unwrap()).collect();
+        chunks.push(" and tok_q8w7e6r5t4y3u2i1 ");
+        let out = run(&mut g, &chunks);
+        let sent = released(&out);
+        assert!(sent.ends_with("id [REDACTED:test-redact],  and "), "{}", &sent[sent.len() - 80..]);
+        assert!(g.blocked());
+        assert_eq!(g.findings().len(), MAX_LISTED_FINDINGS + 1, "the block is listed past the limit");
+        assert_eq!(g.findings().last().map(|f| f.finding.rule_id.as_str()), Some("test-token"));
+        assert_eq!(g.unlisted_findings(), 2_000);
+        let counts: Vec<(&str, Action, u64)> = g.finding_counts().collect();
+        assert_eq!(counts, [("test-redact", Action::Redact, 3_000), ("test-token", Action::Block, 1)]);
     }
 
     #[test]
