@@ -235,10 +235,17 @@ impl ResponseGuard {
         mode
     }
 
-    /// The events to relay for one backend event.
+    /// The events to relay for one backend event. A choice the request did not ask for
+    /// (an upstream's index past `n`) is dropped: its client never expects it, and its
+    /// end must not count toward [`Self::all_finished`] and stop the backend early.
     pub fn apply(&mut self, event: BackendEvent) -> Vec<BackendEvent> {
         match event {
             BackendEvent::Usage(u) => vec![BackendEvent::Usage(u)],
+            BackendEvent::Delta(ChoiceDelta { index, .. }) | BackendEvent::Finish { index, .. }
+                if index >= self.settings.choices =>
+            {
+                Vec::new()
+            }
             BackendEvent::Delta(d) if self.finished.contains(&d.index) => Vec::new(),
             BackendEvent::Delta(d) => self.delta(d),
             BackendEvent::Finish { index, .. } if self.finished.contains(&index) => Vec::new(),
@@ -572,6 +579,17 @@ strings = ["GLOBEX-CANARY-5d1e2b"]
         assert_eq!(g.unlisted_findings(), 2_000);
         let counts: Vec<(&str, Action, u64)> = g.finding_counts().collect();
         assert_eq!(counts, [("test-redact", Action::Redact, 3_000), ("test-token", Action::Block, 1)]);
+    }
+
+    #[test]
+    fn a_choice_the_request_did_not_ask_for_is_dropped_and_ends_nothing() {
+        let mut g = guard(1);
+        assert!(g.apply(text(1, "an extra choice")).is_empty());
+        assert!(g.apply(BackendEvent::Finish { index: 1, reason: "stop".into() }).is_empty());
+        assert!(!g.all_finished(), "choice 0 is still to come");
+        let out = run(&mut g, &["the answer"]);
+        assert_eq!(released(&out), "the answer");
+        assert!(g.all_finished());
     }
 
     #[test]
