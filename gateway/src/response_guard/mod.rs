@@ -50,6 +50,11 @@ pub const CONTENT_FILTER: &str = "content_filter";
 /// The only role a choice speaks with.
 const ASSISTANT: &str = "assistant";
 
+/// Most tool calls one choice may make (OpenAI allows 128 tools a request; a model calls
+/// a handful at once): each holds its header and its arguments' scanner until the choice
+/// ends, so an upstream making millions would hold them all.
+pub const MAX_TOOL_CALLS: usize = 1_024;
+
 /// Most findings a response keeps to list (in its audit record and its log line), blocks
 /// aside: a response that matches a redact or log rule a million times is still counted in
 /// full, by rule and action, but its record stays readable and its memory bounded.
@@ -302,6 +307,18 @@ impl ResponseGuard {
     /// One tool-call fragment: its header is held until the call's first `arguments`
     /// fragment, its arguments are scanned as they stream. True when it blocked.
     fn tool_call(&mut self, index: u32, call: ToolCallChunk, out: &mut ChoiceDelta) -> bool {
+        if !self.calls.contains_key(&(index, call.index)) && self.call_count(index) >= MAX_TOOL_CALLS {
+            // Each call holds its header and a scanner of its own: past the bound the
+            // firewall cannot judge it, and the tenant's fail mode decides.
+            let reason = format!("the backend sent more than {MAX_TOOL_CALLS} tool calls in one choice");
+            return match self.fail(reason) {
+                FailMode::Closed => true,
+                FailMode::Open => {
+                    out.tool_calls.push(call);
+                    false
+                }
+            };
+        }
         self.calls.entry((index, call.index)).or_default().absorb(&call);
         let at = HeaderAt::Fragment { arguments: call.function.arguments.is_some() };
         let Some(mut fragment) = self.release_header(index, call.index, at) else {
@@ -322,6 +339,11 @@ impl ResponseGuard {
             out.tool_calls.push(fragment);
         }
         blocked
+    }
+
+    /// How many tool calls choice `index` has begun.
+    fn call_count(&self, index: u32) -> usize {
+        self.calls.range((index, 0)..=(index, u32::MAX)).count()
     }
 
     fn channel(&mut self, index: u32, channel: Channel) -> &mut ChannelScan {
@@ -590,6 +612,34 @@ strings = ["GLOBEX-CANARY-5d1e2b"]
         let out = run(&mut g, &["the answer"]);
         assert_eq!(released(&out), "the answer");
         assert!(g.all_finished());
+    }
+
+    #[test]
+    fn a_choice_past_the_tool_call_bound_takes_the_fail_mode() {
+        let calls = |g: &mut ResponseGuard| {
+            let mut out = Vec::new();
+            for i in 0..=MAX_TOOL_CALLS as u32 {
+                let c = ToolCallChunk { index: i, ..call(&format!("call_{i}"), "function", "lookup", "{}") };
+                out.extend(g.apply(BackendEvent::Delta(ChoiceDelta {
+                    index: 0,
+                    tool_calls: vec![c],
+                    ..Default::default()
+                })));
+            }
+            out
+        };
+        let mut g = guard(1);
+        let out = calls(&mut g);
+        assert!(matches!(out.last(), Some(BackendEvent::Finish { reason, .. }) if reason == CONTENT_FILTER));
+        assert!(g.blocked() && g.failure().is_some_and(|f| f.reason.contains("tool calls")));
+        let sent = out.iter().filter(|e| matches!(e, BackendEvent::Delta(d) if !d.tool_calls.is_empty())).count();
+        assert_eq!(sent, MAX_TOOL_CALLS, "every call within the bound went out");
+        let mut g = ResponseGuard::new(GuardSettings { fail_mode: FailMode::Open, ..settings() });
+        let out = calls(&mut g);
+        assert!(!g.blocked() && g.failure().is_some_and(|f| f.mode == FailMode::Open));
+        let sent = out.iter().filter(|e| matches!(e, BackendEvent::Delta(d) if !d.tool_calls.is_empty())).count();
+        assert_eq!(sent, MAX_TOOL_CALLS + 1, "fail open: the call past the bound passes unscanned");
+        assert!(g.calls.len() <= MAX_TOOL_CALLS);
     }
 
     #[test]
