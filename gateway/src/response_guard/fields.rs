@@ -8,7 +8,9 @@
 //! first `arguments` fragment or the end of the choice, so a name sent in fragments is
 //! judged whole. Header text that comes after that (no honest server sends any) is held
 //! to the choice's end and judged with the last judged bytes before it, so a secret
-//! split across such fragments is never partly sent. Held header text is bounded as a
+//! split across such later fragments is never partly sent. What went out at the
+//! announcement stays out: a secret begun there and finished after it blocks the choice,
+//! but its beginning was sent (clients expect the name whole with the first arguments). Held header text is bounded as a
 //! streamed channel's is: once a field holds twice the holdback limit, what lies more
 //! than the limit before its end is judged and sent, and only the last
 //! `max_holdback_bytes` sent are kept to judge what follows. An upstream that streams a
@@ -130,11 +132,16 @@ impl ResponseGuard {
                 return (verdict, upto);
             }
         };
+        // By start: a finding that starts before the cut moves it to its end, and once one
+        // starts at or past the cut, every later one does too.
+        let mut extents: Vec<(usize, usize)> = findings.iter().map(span).collect();
+        extents.sort_unstable();
         let mut cut = upto;
-        while let Some(end) =
-            findings.iter().map(span).filter(|&(start, end)| start < cut && end > cut).map(|s| s.1).max()
-        {
-            cut = end;
+        for (start, end) in extents {
+            if start >= cut {
+                break;
+            }
+            cut = cut.max(end);
         }
         findings.retain(|f| span(f).0 < cut);
         let action = findings.iter().map(|f| f.action).max().unwrap_or(Action::Allow);
@@ -144,7 +151,8 @@ impl ResponseGuard {
             .map(|f| (f.start.max(from), f.end, f.rule_id.clone()))
             .collect();
         findings.into_iter().for_each(|finding| self.note(index, finding));
-        let part = text.get(..cut).unwrap_or(text);
+        // Findings end on character boundaries; were one not to, nothing is sent.
+        let Some(part) = text.get(..cut) else { return (FieldVerdict::Block, cut) };
         let verdict = match action {
             Action::Block => FieldVerdict::Block,
             Action::Redact => FieldVerdict::Redacted(redact(part, from, &spans)),

@@ -52,7 +52,8 @@ const ASSISTANT: &str = "assistant";
 
 /// Most tool calls one choice may make (OpenAI allows 128 tools a request; a model calls
 /// a handful at once): each holds its header and its arguments' scanner until the choice
-/// ends, so an upstream making millions would hold them all.
+/// ends, so an upstream making millions would hold them all. Past it the choice is blocked,
+/// whatever the tenant's fail mode.
 pub const MAX_TOOL_CALLS: usize = 1_024;
 
 /// Most findings a response keeps to list (in its audit record and its log line), blocks
@@ -94,6 +95,9 @@ const ACTIONS: [Action; 4] = [Action::Allow, Action::Log, Action::Redact, Action
 /// Findings of one rule, by action (in [`ACTIONS`]' order).
 type ActionCounts = [u64; ACTIONS.len()];
 
+/// One flag per action, in [`ACTIONS`]' order.
+type ActionFlags = [bool; ACTIONS.len()];
+
 /// A finding with the choice it was made in.
 #[derive(Debug, Clone)]
 pub struct ChoiceFinding {
@@ -118,12 +122,16 @@ pub struct ResponseGuard {
     blocked: BTreeSet<u32>,
     /// Choices that ended (by the backend or by a block).
     finished: BTreeSet<u32>,
-    /// The findings listed: every block, and the first [`MAX_LISTED_FINDINGS`] others.
+    /// The findings listed: every block, the first of each action, and the first
+    /// [`MAX_LISTED_FINDINGS`] others.
     findings: Vec<ChoiceFinding>,
     /// Every finding made, listed or not, by rule and action.
     tally: BTreeMap<String, ActionCounts>,
     /// Findings counted but not listed.
     unlisted: u64,
+    /// Which actions (in [`ACTIONS`]' order) a listed finding has: the first finding of
+    /// each action is always listed, so the record's action is the response's.
+    actions_listed: ActionFlags,
     released_bytes: usize,
     failure: Option<Failure>,
     /// The error that ended the backend's events, if one did.
@@ -142,6 +150,7 @@ impl ResponseGuard {
             findings: Vec::new(),
             tally: BTreeMap::new(),
             unlisted: 0,
+            actions_listed: ActionFlags::default(),
             released_bytes: 0,
             failure: None,
             backend_error: None,
@@ -175,8 +184,8 @@ impl ResponseGuard {
         &self.settings.rules
     }
 
-    /// The findings listed so far (log, redact and block): every block, and the first
-    /// [`MAX_LISTED_FINDINGS`] others.
+    /// The findings listed so far (log, redact and block): every block, the first of each
+    /// action, and the first [`MAX_LISTED_FINDINGS`] others.
     pub fn findings(&self) -> &[ChoiceFinding] {
         &self.findings
     }
@@ -204,7 +213,9 @@ impl ResponseGuard {
                 self.tally.insert(finding.rule_id.clone(), counts);
             }
         }
-        if finding.action == Action::Block || self.findings.len() < MAX_LISTED_FINDINGS {
+        let first_of_its_action = !self.actions_listed[slot];
+        if finding.action == Action::Block || first_of_its_action || self.findings.len() < MAX_LISTED_FINDINGS {
+            self.actions_listed[slot] = true;
             self.findings.push(ChoiceFinding { choice, finding });
         } else {
             self.unlisted += 1;
@@ -309,15 +320,11 @@ impl ResponseGuard {
     fn tool_call(&mut self, index: u32, call: ToolCallChunk, out: &mut ChoiceDelta) -> bool {
         if !self.calls.contains_key(&(index, call.index)) && self.call_count(index) >= MAX_TOOL_CALLS {
             // Each call holds its header and a scanner of its own: past the bound the
-            // firewall cannot judge it, and the tenant's fail mode decides.
+            // firewall cannot judge it. The backend alone decides to get there, so this is
+            // no failure a tenant's fail-open covers: the choice is blocked whatever it says.
             let reason = format!("the backend sent more than {MAX_TOOL_CALLS} tool calls in one choice");
-            return match self.fail(reason) {
-                FailMode::Closed => true,
-                FailMode::Open => {
-                    out.tool_calls.push(call);
-                    false
-                }
-            };
+            self.failure.get_or_insert(Failure { reason, mode: FailMode::Closed });
+            return true;
         }
         self.calls.entry((index, call.index)).or_default().absorb(&call);
         let at = HeaderAt::Fragment { arguments: call.function.arguments.is_some() };
@@ -529,6 +536,18 @@ tags = ["test"]
 must_match = ["long_abcdefgh"]
 must_not_match = ["long_abc"]
 
+[[rule]]
+id = "test-log"
+description = "a logged id"
+severity = "low"
+action = "log"
+regex = '''\b(lid_[0-9]{8})\b'''
+secret_group = 1
+keywords = ["lid_"]
+tags = ["test"]
+must_match = ["lid_12345678"]
+must_not_match = ["lid_1"]
+
 [[canary]]
 id = "globex-canary"
 owner = "globex"
@@ -604,6 +623,18 @@ strings = ["GLOBEX-CANARY-5d1e2b"]
     }
 
     #[test]
+    fn the_first_finding_of_each_action_is_listed_past_the_limit() {
+        let mut g = guard(1);
+        let text = format!("{}and rid_12345678 then", "lid_12345678 ".repeat(MAX_LISTED_FINDINGS + 5));
+        let out = run(&mut g, &[&text]);
+        assert!(released(&out).ends_with("and [REDACTED:test-redact] then"));
+        let actions: Vec<Action> = g.findings().iter().map(|f| f.finding.action).collect();
+        assert!(actions.contains(&Action::Redact), "a record's action comes from its listed findings");
+        assert_eq!(g.findings().len(), MAX_LISTED_FINDINGS + 1);
+        assert_eq!(g.unlisted_findings(), 5);
+    }
+
+    #[test]
     fn a_choice_the_request_did_not_ask_for_is_dropped_and_ends_nothing() {
         let mut g = guard(1);
         assert!(g.apply(text(1, "an extra choice")).is_empty());
@@ -615,8 +646,9 @@ strings = ["GLOBEX-CANARY-5d1e2b"]
     }
 
     #[test]
-    fn a_choice_past_the_tool_call_bound_takes_the_fail_mode() {
-        let calls = |g: &mut ResponseGuard| {
+    fn a_choice_past_the_tool_call_bound_is_blocked_whatever_the_fail_mode() {
+        for mode in [FailMode::Closed, FailMode::Open] {
+            let mut g = ResponseGuard::new(GuardSettings { fail_mode: mode, ..settings() });
             let mut out = Vec::new();
             for i in 0..=MAX_TOOL_CALLS as u32 {
                 let c = ToolCallChunk { index: i, ..call(&format!("call_{i}"), "function", "lookup", "{}") };
@@ -626,20 +658,15 @@ strings = ["GLOBEX-CANARY-5d1e2b"]
                     ..Default::default()
                 })));
             }
-            out
-        };
-        let mut g = guard(1);
-        let out = calls(&mut g);
-        assert!(matches!(out.last(), Some(BackendEvent::Finish { reason, .. }) if reason == CONTENT_FILTER));
-        assert!(g.blocked() && g.failure().is_some_and(|f| f.reason.contains("tool calls")));
-        let sent = out.iter().filter(|e| matches!(e, BackendEvent::Delta(d) if !d.tool_calls.is_empty())).count();
-        assert_eq!(sent, MAX_TOOL_CALLS, "every call within the bound went out");
-        let mut g = ResponseGuard::new(GuardSettings { fail_mode: FailMode::Open, ..settings() });
-        let out = calls(&mut g);
-        assert!(!g.blocked() && g.failure().is_some_and(|f| f.mode == FailMode::Open));
-        let sent = out.iter().filter(|e| matches!(e, BackendEvent::Delta(d) if !d.tool_calls.is_empty())).count();
-        assert_eq!(sent, MAX_TOOL_CALLS + 1, "fail open: the call past the bound passes unscanned");
-        assert!(g.calls.len() <= MAX_TOOL_CALLS);
+            assert!(matches!(out.last(), Some(BackendEvent::Finish { reason, .. }) if reason == CONTENT_FILTER));
+            assert!(
+                g.blocked()
+                    && g.failure().is_some_and(|f| f.reason.contains("tool calls") && f.mode == FailMode::Closed)
+            );
+            let sent = out.iter().filter(|e| matches!(e, BackendEvent::Delta(d) if !d.tool_calls.is_empty())).count();
+            assert_eq!(sent, MAX_TOOL_CALLS, "{mode:?}: every call within the bound went out, none past it");
+            assert!(g.calls.len() <= MAX_TOOL_CALLS);
+        }
     }
 
     #[test]
