@@ -52,6 +52,9 @@ struct FieldText {
     text: String,
     /// Bytes of `text` already judged (and sent, unless blocked).
     sent: usize,
+    /// The findings noted that end where the sent text ends, as (rule, start in `text`):
+    /// the next fragment may lengthen one, and it is the same finding, not a new one.
+    noted_at_end: Vec<(String, usize)>,
 }
 
 impl FieldText {
@@ -71,6 +74,13 @@ impl FieldText {
         }
         self.text.drain(..drop);
         self.sent -= drop;
+        self.noted_at_end.retain_mut(|(_, start)| match start.checked_sub(drop) {
+            Some(moved) => {
+                *start = moved;
+                true
+            }
+            None => false,
+        });
     }
 }
 
@@ -112,14 +122,22 @@ pub(super) enum HeaderAt {
 impl ResponseGuard {
     /// Scans a short field one-shot, whole; its findings are recorded for choice `index`.
     pub(super) fn check_field(&mut self, index: u32, text: &str) -> FieldVerdict {
-        self.judge_field(index, text, 0, text.len()).0
+        self.judge_field(index, text, (0, text.len()), &mut Vec::new()).0
     }
 
     /// Scans `text` one-shot and judges its part from byte `from` (what came before was
     /// judged earlier) to about byte `upto`: the part ends after every finding that starts
     /// in it, so a finding is judged, recorded and redacted whole, once. Returns the verdict
-    /// on that part and where it ends.
-    fn judge_field(&mut self, index: u32, text: &str, from: usize, upto: usize) -> (FieldVerdict, usize) {
+    /// on that part and where it ends. `noted_at_end` holds the findings noted before that
+    /// ended at `from` (a match the new text lengthens is not noted again), and is left
+    /// holding those noted now that end at the part's end.
+    fn judge_field(
+        &mut self,
+        index: u32,
+        text: &str,
+        (from, upto): (usize, usize),
+        noted_at_end: &mut Vec<(String, usize)>,
+    ) -> (FieldVerdict, usize) {
         let s = &self.settings;
         let scanned = catch_unwind(AssertUnwindSafe(|| s.rules.scan_with(text, &s.ctx, &s.detectors)));
         let mut findings: Vec<Finding> = match scanned {
@@ -150,7 +168,17 @@ impl ResponseGuard {
             .filter(|f| f.action == Action::Redact)
             .map(|f| (f.start.max(from), f.end, f.rule_id.clone()))
             .collect();
-        findings.into_iter().for_each(|finding| self.note(index, finding));
+        let before = std::mem::take(noted_at_end);
+        for finding in findings {
+            let (start, end) = span(&finding);
+            if end == cut {
+                noted_at_end.push((finding.rule_id.clone(), start));
+            }
+            let lengthened = start < from && before.iter().any(|(rule, at)| *at == start && *rule == finding.rule_id);
+            if !lengthened {
+                self.note(index, finding);
+            }
+        }
         // Findings end on character boundaries; were one not to, nothing is sent.
         let Some(part) = text.get(..cut) else { return (FieldVerdict::Block, cut) };
         let verdict = match action {
@@ -188,7 +216,7 @@ impl ResponseGuard {
                 held if held > 2 * holdback => floor_char(&field.text, field.text.len() - holdback),
                 _ => continue,
             };
-            match self.judge_field(index, &field.text, field.sent, upto) {
+            match self.judge_field(index, &field.text, (field.sent, upto), &mut field.noted_at_end) {
                 (FieldVerdict::Pass(text) | FieldVerdict::Redacted(text), cut) => {
                     *slot = Some(text);
                     field.sent_to(cut, holdback);
@@ -301,6 +329,18 @@ keywords = ["rid_"]
 tags = ["test"]
 must_match = ["rid_12345678"]
 must_not_match = ["rid_1"]
+
+[[rule]]
+id = "test-grow"
+description = "a redacted id of any length"
+severity = "low"
+action = "redact"
+regex = '''\b(grow_[0-9]{8,})'''
+secret_group = 1
+keywords = ["grow_"]
+tags = ["test"]
+must_match = ["grow_12345678"]
+must_not_match = ["grow_1"]
 "#;
 
     const HOLDBACK: usize = 256;
@@ -390,10 +430,29 @@ must_not_match = ["rid_1"]
     }
 
     #[test]
+    fn a_match_the_next_fragment_lengthens_is_one_finding() {
+        let mut g = guard();
+        let mut out = g.apply(fragment("a grow_12345678", Some("")));
+        out.extend(g.apply(fragment("9999 b", None)));
+        out.extend(g.apply(BackendEvent::Finish { index: 0, reason: "tool_calls".into() }));
+        let name: Vec<String> = out
+            .iter()
+            .flat_map(|e| match e {
+                BackendEvent::Delta(d) => d.tool_calls.iter().filter_map(|c| c.function.name.clone()).collect(),
+                _ => Vec::new(),
+            })
+            .collect();
+        assert_eq!(name, ["a [REDACTED:test-grow]", "[REDACTED:test-grow] b"], "no digit of it is sent");
+        assert_eq!(g.findings().len(), 1, "{:?}", g.findings());
+    }
+
+    #[test]
     fn only_sent_bytes_are_dropped_and_never_inside_a_character() {
-        let mut field = FieldText { text: "ééééé".into(), sent: 0 };
+        let mut field =
+            FieldText { text: "ééééé".into(), sent: 0, noted_at_end: vec![("r".into(), 6), ("r".into(), 2)] };
         field.sent_to(8, 3);
         assert_eq!((field.text.as_str(), field.sent), ("éé", 2));
+        assert_eq!(field.noted_at_end, [("r".to_owned(), 0)], "starts move with the text; dropped ones go");
         field.text.push_str("ab");
         assert_eq!(field.held(), 4);
         field.sent_to(field.text.len(), 100);
