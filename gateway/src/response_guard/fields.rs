@@ -297,59 +297,17 @@ fn redact(text: &str, from: usize, spans: &[(usize, usize, String)]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use firewall::{Detectors, Ruleset, ScanContext};
-
+    use super::super::tests::settings;
     use super::super::{BackendEvent, GuardSettings};
     use super::*;
     use crate::backend::ChoiceDelta;
 
-    const TOKEN_RULE: &str = r#"
-[[rule]]
-id = "test-token"
-description = "a test token"
-severity = "critical"
-action = "block"
-regex = '''\b(tok_[a-z0-9]{16})\b'''
-secret_group = 1
-keywords = ["tok_"]
-tags = ["test"]
-must_match = ["x tok_a1b2c3d4e5f6g7h8 y"]
-must_not_match = ["tok_short"]
-
-[[rule]]
-id = "test-redact"
-description = "a redacted id"
-severity = "low"
-action = "redact"
-regex = '''\b(rid_[0-9]{8})\b'''
-secret_group = 1
-keywords = ["rid_"]
-tags = ["test"]
-must_match = ["rid_12345678"]
-must_not_match = ["rid_1"]
-
-[[rule]]
-id = "test-grow"
-description = "a redacted id of any length"
-severity = "low"
-action = "redact"
-regex = '''\b(grow_[0-9]{8,})'''
-secret_group = 1
-keywords = ["grow_"]
-tags = ["test"]
-must_match = ["grow_12345678"]
-must_not_match = ["grow_1"]
-"#;
-
     const HOLDBACK: usize = 256;
 
+    /// The guard's test rules (`test-token` blocks, `test-redact` and `test-grow` redact),
+    /// with a small holdback.
     fn guard() -> ResponseGuard {
-        let rules = Ruleset::load_sources(&[firewall::RuleSource::new("test.toml", TOKEN_RULE)], Default::default())
-            .expect("test rules load");
-        let settings = GuardSettings::new(Arc::new(rules), ScanContext::new("acme"), Arc::new(Detectors::default()));
-        ResponseGuard::new(GuardSettings { max_holdback_bytes: HOLDBACK, ..settings })
+        ResponseGuard::new(GuardSettings { max_holdback_bytes: HOLDBACK, ..settings() })
     }
 
     fn fragment(name: &str, arguments: Option<&str>) -> BackendEvent {

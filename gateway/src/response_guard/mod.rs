@@ -525,6 +525,18 @@ must_match = ["rid_12345678"]
 must_not_match = ["rid_1"]
 
 [[rule]]
+id = "test-grow"
+description = "a redacted id of any length"
+severity = "low"
+action = "redact"
+regex = '''\b(grow_[0-9]{8,})'''
+secret_group = 1
+keywords = ["grow_"]
+tags = ["test"]
+must_match = ["grow_12345678"]
+must_not_match = ["grow_1"]
+
+[[rule]]
 id = "test-long"
 description = "a match that can grow long"
 severity = "high"
@@ -554,7 +566,7 @@ owner = "globex"
 strings = ["GLOBEX-CANARY-5d1e2b"]
 "#;
 
-    fn settings() -> GuardSettings {
+    pub(super) fn settings() -> GuardSettings {
         let rules = Ruleset::load_sources(&[firewall::RuleSource::new("test.toml", RULES)], Default::default())
             .expect("test rules load");
         GuardSettings::new(Arc::new(rules), ScanContext::new("acme"), Arc::new(Detectors::default()))
