@@ -13,6 +13,7 @@ pub mod ngram;
 pub mod provenance;
 pub mod rewrite;
 pub mod secret;
+pub(crate) mod table;
 
 use crate::rules::ruleset::Ruleset;
 use crate::verdict::{Action, Finding};

@@ -395,6 +395,7 @@ impl Ruleset {
         depth: usize,
         mut out: Vec<Finding>,
     ) -> Vec<Finding> {
+        detect::table::scan(self, text, ctx, &mut out);
         detect::secret::settle(detectors.secrets.as_ref(), ctx, &mut out, |f| {
             canon::rules_string(text.get(f.start..f.end).unwrap_or(""), false)
         });

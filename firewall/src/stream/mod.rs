@@ -33,6 +33,7 @@ use crate::canon::{self, Canon, Decoded, Piece};
 use crate::detect::encoded::{judge as judge_decoded, DecodedText, EncodedState, Reader};
 use crate::detect::entropy::{EntropyState, Observations};
 use crate::detect::ngram::NgramState;
+use crate::detect::table::{self, TableState};
 use crate::detect::{provenance, secret, Detectors, ScanContext, TokenSignals};
 use crate::rules::ruleset::Ruleset;
 use crate::stream::pass::{floor_char, merge_findings, Pass, ViewPass};
@@ -81,6 +82,8 @@ pub struct StreamScanner {
     ngram: Option<NgramState>,
     // the encoded run in progress, when runs are read decoded
     encoded: Option<EncodedState>,
+    // the markdown table in progress (none in JSON, whose line breaks are escapes)
+    table: Option<TableState>,
     entropy: EntropyState,
     blocked: bool,
     finished: bool,
@@ -106,6 +109,7 @@ impl StreamScanner {
             redactions: Vec::new(),
             ngram,
             encoded,
+            table: Some(TableState::new(table::MAX_ROW_BYTES)),
             entropy: EntropyState::default(),
             blocked: false,
             finished: false,
@@ -118,14 +122,19 @@ impl StreamScanner {
     pub fn decode_json_strings(mut self) -> StreamScanner {
         if self.pushed == 0 {
             self.canon = Canon::json();
+            self.table = None;
         }
         self
     }
 
     /// Changes the holdback bound (at least 64 bytes). An encoded run is judged a segment
-    /// of this many characters at a time.
+    /// of this many characters at a time, and a table row is read up to this many bytes
+    /// (when fewer than [`table::MAX_ROW_BYTES`]).
     pub fn with_max_holdback(mut self, bytes: usize) -> StreamScanner {
         self.max_holdback = bytes.max(64);
+        if let (0, Some(_)) = (self.pushed, &self.table) {
+            self.table = Some(TableState::new(self.max_holdback.min(table::MAX_ROW_BYTES)));
+        }
         if let (0, Some(cfg)) = (self.pushed, &self.detectors.decode) {
             self.encoded = Some(EncodedState::new(cfg, self.max_holdback));
         }
@@ -217,6 +226,9 @@ impl StreamScanner {
         if let Some(h) = self.encoded.as_ref().and_then(EncodedState::hold_from) {
             limit = limit.min(h);
         }
+        if let Some(h) = self.table.as_ref().and_then(TableState::hold_from) {
+            limit = limit.min(h);
+        }
         let block_at = found.iter().filter(|f| f.action == Action::Block).map(|f| f.match_start).min();
         if let Some(b) = block_at {
             limit = limit.min(b);
@@ -242,9 +254,27 @@ impl StreamScanner {
     /// the n-gram detector as soon as they are decoded.
     fn take_in(&mut self, delta: &str, at: usize, finishing: bool, found: &mut Vec<Finding>) {
         let StreamScanner {
-            rules, ctx, detectors, canon, raw, view, undecided, undecided_from, ngram, encoded, ..
+            rules,
+            ctx,
+            detectors,
+            canon,
+            raw,
+            view,
+            undecided,
+            undecided_from,
+            ngram,
+            encoded,
+            table,
+            ..
         } = self;
         let live = rules.engine.live();
+        if let Some(st) = table.as_mut() {
+            let mut judge = |cell: table::LabelledCell| table::judge(rules, ctx, &cell, found);
+            st.feed(delta, at, &mut judge);
+            if finishing {
+                st.finish(&mut judge);
+            }
+        }
         let reader = Reader { rules, ctx, detectors, depth: 0 };
         undecided.push_str(delta);
         // Decoded characters go to the n-gram splitter and the encoded-run reader.

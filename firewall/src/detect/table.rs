@@ -1,0 +1,400 @@
+//! Credentials in a markdown table's columns: the name of a secret is in the header row, its
+//! value rows below, out of reach of any rule that reads a line.
+//!
+//! ```text
+//! | Service  | User   | Password     |
+//! |----------|--------|--------------|
+//! | Postgres | app_rw | Kq8Wz3Tv6Lx2 |
+//! ```
+//!
+//! Answers lay out accounts this way all the time. Each cell under a header that names a
+//! credential (`Password`, `API key`, `Token`, `Пароль`...) is read as the header would say
+//! it, `Password: Kq8Wz3Tv6Lx2`, and that text is scanned with the rules: the rules, their
+//! allow lists and the generic-secret judge decide, as for any `name: value` the response
+//! wrote itself, and findings lie over the cell. What the rules find in the cell alone
+//! (a provider token) the scan of the line finds already and is not reported twice.
+//!
+//! Rows are read whole, so a stream holds a row of such a table from its first byte until
+//! its line ends; only [`MAX_ROW_BYTES`] of a row are read, one-shot as streaming, which
+//! bounds the hold.
+
+use crate::rules::ruleset::Ruleset;
+use crate::stream::pass::merge_findings;
+use crate::verdict::Finding;
+
+use super::ScanContext;
+
+/// The longest stretch of a row that is read (and held back while it streams).
+pub const MAX_ROW_BYTES: usize = 1024;
+
+/// Columns past this are not read.
+const MAX_COLUMNS: usize = 32;
+
+/// A header naming a credential column holds one of these (lowercased).
+const CREDENTIAL_WORDS: [&str; 24] = [
+    "password",
+    "passwd",
+    "passphrase",
+    "pwd",
+    "secret",
+    "token",
+    "api key",
+    "api_key",
+    "apikey",
+    "api-key",
+    "access key",
+    "private key",
+    "credential",
+    "пароль",
+    "токен",
+    "ключ api",
+    "секрет",
+    "contraseña",
+    "passwort",
+    "kennwort",
+    "mot de passe",
+    "密码",
+    "口令",
+    "密钥",
+];
+
+/// ... unless it names something about the credential rather than the credential:
+/// `Token name`, `Password policy`, `Secret ID`, `Key type`.
+const ABOUT_WORDS: [&str; 16] = [
+    "name",
+    "id",
+    "type",
+    "hash",
+    "policy",
+    "length",
+    "expir",
+    "rotation",
+    "scope",
+    "description",
+    "format",
+    "location",
+    "path",
+    "url",
+    "required",
+    "usage",
+];
+
+/// A cell under a credential header, labelled with it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct LabelledCell {
+    /// `header: cell`
+    text: String,
+    /// where the cell starts in `text`
+    label_len: usize,
+    /// where the cell starts in the raw text
+    raw_start: usize,
+    /// where its row starts in the raw text: a finding's match starts there, as a rule's
+    /// match starts at the name before the value
+    row_start: usize,
+}
+
+/// A line that can head a table: how many cells it has, and its credential columns.
+#[derive(Debug, Clone, PartialEq)]
+struct Head {
+    cells: usize,
+    columns: Vec<(usize, String)>,
+}
+
+/// The table reader, fed a text in order (the whole of it one-shot, deltas when streaming).
+#[derive(Debug)]
+pub(crate) struct TableState {
+    /// the line in progress, up to `row_bytes`
+    line: String,
+    row_bytes: usize,
+    line_start: usize,
+    /// the line reached the limit and was read; the rest of it is skipped
+    line_read: bool,
+    /// the line before, when it can head a table with credential columns
+    head: Option<Head>,
+    /// the credential columns of the table being read
+    columns: Option<Vec<(usize, String)>>,
+}
+
+impl TableState {
+    /// A reader that reads `row_bytes` of each row.
+    pub(crate) fn new(row_bytes: usize) -> TableState {
+        TableState { line: String::new(), row_bytes, line_start: 0, line_read: false, head: None, columns: None }
+    }
+
+    /// Reads `text`, found at raw offset `at`, handing out each credential cell of a
+    /// completed row.
+    pub(crate) fn feed(&mut self, text: &str, at: usize, cells: &mut impl FnMut(LabelledCell)) {
+        let mut from = 0;
+        while from < text.len() {
+            let rest = &text[from..];
+            let (part, ends_line) = match rest.find('\n') {
+                Some(nl) => (&rest[..nl], true),
+                None => (rest, false),
+            };
+            if !self.line_read {
+                let room = self.row_bytes.saturating_sub(self.line.len());
+                let mut take = part.len().min(room);
+                while !part.is_char_boundary(take) {
+                    take -= 1;
+                }
+                self.line.push_str(&part[..take]);
+                if take < part.len() || self.line.len() >= self.row_bytes {
+                    self.read_line(cells);
+                    self.line_read = true;
+                }
+            }
+            from += part.len();
+            if ends_line {
+                if !self.line_read {
+                    self.read_line(cells);
+                }
+                from += 1;
+                self.line.clear();
+                self.line_read = false;
+                self.line_start = at + from;
+            }
+        }
+    }
+
+    /// Ends the text: the last line is read as it stands.
+    pub(crate) fn finish(&mut self, cells: &mut impl FnMut(LabelledCell)) {
+        if !self.line_read && !self.line.is_empty() {
+            self.read_line(cells);
+        }
+        self.line_read = true;
+    }
+
+    /// Where a stream must hold back from: the start of a row in progress of a table with
+    /// credential columns.
+    pub(crate) fn hold_from(&self) -> Option<usize> {
+        (self.columns.is_some() && !self.line_read).then_some(self.line_start)
+    }
+
+    fn read_line(&mut self, out: &mut impl FnMut(LabelledCell)) {
+        let line = self.line.strip_suffix('\r').unwrap_or(&self.line);
+        let spans = cell_spans(line);
+        if let Some(columns) = &self.columns {
+            if spans.is_empty() {
+                self.columns = None;
+            } else {
+                for (column, label) in columns {
+                    let Some(&(start, end)) = spans.get(*column) else { continue };
+                    let cell = &line[start..end];
+                    if !cell.is_empty() {
+                        let text = format!("{label}: {cell}");
+                        out(LabelledCell {
+                            text,
+                            label_len: label.len() + 2,
+                            raw_start: self.line_start + start,
+                            row_start: self.line_start,
+                        });
+                    }
+                }
+                self.head = None;
+                return;
+            }
+        }
+        match self.head.take() {
+            Some(head) if head.cells == spans.len() && is_delimiter_row(line, &spans) => {
+                self.columns = Some(head.columns);
+            }
+            _ => {
+                let columns: Vec<(usize, String)> = spans
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &(s, e))| names_credential(&line[s..e]))
+                    .map(|(i, &(s, e))| (i, line[s..e].trim_matches(['*', '_', '`']).to_string()))
+                    .collect();
+                self.head = (!columns.is_empty()).then_some(Head { cells: spans.len(), columns });
+            }
+        }
+    }
+}
+
+/// The trimmed byte span of each cell of a table line: cells are separated by `|` (not
+/// `\|`), and a pipe at either end of the line opens or closes the row. A line without a
+/// pipe has none.
+fn cell_spans(line: &str) -> Vec<(usize, usize)> {
+    let bytes = line.as_bytes();
+    let mut pipes = Vec::new();
+    let mut escaped = false;
+    for (i, &b) in bytes.iter().enumerate() {
+        if b == b'|' && !escaped {
+            pipes.push(i);
+        }
+        escaped = b == b'\\' && !escaped;
+    }
+    if pipes.is_empty() {
+        return Vec::new();
+    }
+    let first = line.len() - line.trim_start().len();
+    let last = line.trim_end().len();
+    let mut bounds = Vec::with_capacity(pipes.len() + 2);
+    if pipes[0] != first {
+        bounds.push(first.wrapping_sub(1));
+    }
+    bounds.extend_from_slice(&pipes);
+    if pipes.last().is_some_and(|&p| p + 1 != last) {
+        bounds.push(last);
+    }
+    bounds
+        .windows(2)
+        .take(MAX_COLUMNS)
+        .map(|w| {
+            let (s, e) = (w[0].wrapping_add(1), w[1]);
+            let cell = &line[s..e];
+            let lead = cell.len() - cell.trim_start().len();
+            (s + lead, s + lead + cell.trim().len())
+        })
+        .collect()
+}
+
+/// `|---|:--:|---:|`: every cell dashes with optional colons at its ends.
+fn is_delimiter_row(line: &str, spans: &[(usize, usize)]) -> bool {
+    spans.iter().all(|&(s, e)| {
+        let cell = line[s..e].trim_start_matches(':').trim_end_matches(':');
+        !cell.is_empty() && cell.bytes().all(|b| b == b'-')
+    })
+}
+
+/// Whether a header cell names a credential: it holds a credential word and no word
+/// about one.
+fn names_credential(header: &str) -> bool {
+    if header.is_empty() || header.len() > 64 {
+        return false;
+    }
+    let lower = header.to_lowercase();
+    CREDENTIAL_WORDS.iter().any(|w| lower.contains(w))
+        && !lower.split(|c: char| !c.is_alphanumeric()).any(|word| ABOUT_WORDS.iter().any(|a| word.starts_with(a)))
+}
+
+/// Scans a labelled cell with the rules and adds to `out` the findings the label makes,
+/// over the cell: what the cell alone gives the rules is the line's scan's to report.
+pub(crate) fn judge(rules: &Ruleset, ctx: &ScanContext, cell: &LabelledCell, out: &mut Vec<Finding>) {
+    let Some(bare) = cell.text.get(cell.label_len..) else { return };
+    let alone = rules.matches(bare, ctx);
+    let mut found = Vec::new();
+    for mut f in rules.matches(&cell.text, ctx) {
+        let Some(start) = f.start.checked_sub(cell.label_len) else { continue };
+        let end = f.end - cell.label_len;
+        if alone.iter().any(|g| g.rule_id == f.rule_id && (g.start, g.end) == (start, end)) {
+            continue;
+        }
+        let match_end = cell.raw_start + f.match_end.saturating_sub(cell.label_len);
+        (f.start, f.end) = (cell.raw_start + start, cell.raw_start + end);
+        (f.match_start, f.match_end) = (cell.row_start, match_end.max(f.end));
+        found.push(f);
+    }
+    merge_findings(out, found, 0);
+}
+
+/// The credential cells of `text`'s tables, scanned (the one-shot reader).
+pub(crate) fn scan(rules: &Ruleset, text: &str, ctx: &ScanContext, out: &mut Vec<Finding>) {
+    // A table has a delimiter row: no `-|` or `|-` (with or without a space), no table.
+    if !text.contains('|') || !text.contains("--") {
+        return;
+    }
+    let mut st = TableState::new(MAX_ROW_BYTES);
+    let mut cells = Vec::new();
+    st.feed(text, 0, &mut |c| cells.push(c));
+    st.finish(&mut |c| cells.push(c));
+    for cell in &cells {
+        judge(rules, ctx, cell, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cells_of(text: &str) -> Vec<(String, usize)> {
+        let mut st = TableState::new(MAX_ROW_BYTES);
+        let mut out = Vec::new();
+        st.feed(text, 0, &mut |c| out.push((c.text.clone(), c.raw_start)));
+        st.finish(&mut |c| out.push((c.text.clone(), c.raw_start)));
+        out
+    }
+
+    #[test]
+    fn a_cell_under_a_credential_header_is_read_with_its_header() {
+        let text = "| Service | User | Password |\n|---|:---:|---:|\n| db | app | Kq8Wz3Tv6Lx2 |\n| cache | x |  |\n";
+        let at = text.find("Kq8").unwrap_or(0);
+        assert_eq!(cells_of(text), vec![("Password: Kq8Wz3Tv6Lx2".to_string(), at)]);
+        // Without the outer pipes, and with CRLF.
+        let text = "Service | Password\r\n--- | ---\r\ndb | Kq8Wz3Tv6Lx2\r\n";
+        let at = text.find("Kq8").unwrap_or(0);
+        assert_eq!(cells_of(text), vec![("Password: Kq8Wz3Tv6Lx2".to_string(), at)]);
+    }
+
+    #[test]
+    fn what_is_not_a_credential_table_is_not_read() {
+        for text in [
+            // No delimiter row.
+            "| User | Password |\n| app | Kq8Wz3Tv6Lx2 |\n",
+            // The header does not name a credential, or names something about one.
+            "| Field | Value |\n|---|---|\n| Password | Kq8Wz3Tv6Lx2 |\n",
+            "| Token name | Scope |\n|---|---|\n| ci-deploy | repo |\n",
+            "| Secret ID | Password policy |\n|---|---|\n| 12 | strong |\n",
+            // Cell counts differ between header and delimiter.
+            "| User | Password |\n|---|---|---|\n| app | Kq8Wz3Tv6Lx2 |\n",
+            // A line without a pipe ends the table.
+            "| User | Password |\n|---|---|\nthen prose\napp | Kq8Wz3Tv6Lx2\n",
+        ] {
+            assert_eq!(cells_of(text), vec![], "{text:?}");
+        }
+    }
+
+    #[test]
+    fn escaped_pipes_stay_in_their_cell() {
+        let text = "| User | Password |\n|---|---|\n| a\\|b | Kq8\\|Wz3Tv6Lx2 |\n";
+        assert_eq!(cells_of(text).first().map(|c| c.0.as_str()), Some("Password: Kq8\\|Wz3Tv6Lx2"));
+    }
+
+    /// Fed in pieces of any size, the reader hands out the same cells at the same offsets
+    /// as fed whole, and holds a row back from its first byte until it is read.
+    #[test]
+    fn a_table_streamed_in_pieces_reads_as_whole_and_holds_each_row() {
+        let text = "Here:\n\n| Service | Пароль | API key |\n|---|---|---|\n| db | Kq8Wz3Tv6Lx2 | sk-9Xq2 |\n| долгий | Zt7Wq2Kv9Lx4 | – |\n\nDone.";
+        let whole = cells_of(text);
+        assert_eq!(whole.len(), 4);
+        for size in 1..12 {
+            let mut st = TableState::new(MAX_ROW_BYTES);
+            let mut got = Vec::new();
+            let mut at = 0;
+            while at < text.len() {
+                let mut end = (at + size).min(text.len());
+                while !text.is_char_boundary(end) {
+                    end += 1;
+                }
+                st.feed(&text[at..end], at, &mut |c| got.push((c.text.clone(), c.raw_start)));
+                if let Some(h) = st.hold_from() {
+                    // Everything of the current row is held; nothing before it need be.
+                    assert!(h <= end && !text[h..end].contains('\n'), "{size} {h} {end}");
+                    assert!(h == 0 || text.as_bytes()[h - 1] == b'\n');
+                }
+                at = end;
+            }
+            st.finish(&mut |c| got.push((c.text.clone(), c.raw_start)));
+            assert_eq!(got, whole, "pieces of {size}");
+        }
+    }
+
+    #[test]
+    fn a_row_is_read_up_to_the_limit_and_the_hold_ends_there() {
+        let head = "| User | Password |\n|---|---|\n";
+        let mut st = TableState::new(MAX_ROW_BYTES);
+        let mut got = Vec::new();
+        st.feed(head, 0, &mut |c| got.push(c));
+        st.feed("| a | ", head.len(), &mut |c| got.push(c));
+        assert_eq!(st.hold_from(), Some(head.len()));
+        st.feed(&"x".repeat(2 * MAX_ROW_BYTES), head.len() + 6, &mut |c| got.push(c));
+        // Read at the limit: the row's cell so far is judged, and nothing more is held.
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].text.len(), MAX_ROW_BYTES - 6 + "Password: ".len());
+        assert_eq!(st.hold_from(), None);
+        st.feed(" |\n| b | Kq8Wz3Tv6Lx2 |", 0, &mut |c| got.push(c));
+        assert_eq!(got.len(), 1, "the rest of the long row is skipped");
+        st.finish(&mut |c| got.push(c));
+        assert_eq!(got.last().map(|c| c.text.as_str()), Some("Password: Kq8Wz3Tv6Lx2"));
+    }
+}

@@ -1,0 +1,113 @@
+//! Credentials in markdown tables: a cell under a `Password` (`API key`, `Token`...) header
+//! is read as `Password: <cell>`, one-shot and streamed alike, and a stream holds each row
+//! of such a table until it is read, so no byte of a blocked cell goes out.
+// A rule set that does not load fails the test: panicking is how tests fail.
+#![allow(clippy::panic)]
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use common::*;
+use firewall::{
+    secret_fingerprints, Action, Detectors, NgramKey, NgramOwners, OwnerSet, Ruleset, ScanContext, SecretOwnership,
+};
+
+fn builtin() -> Arc<Ruleset> {
+    match Ruleset::builtin() {
+        Ok(r) => Arc::new(r),
+        Err(e) => panic!("built-in rules: {e}"),
+    }
+}
+
+const ACCOUNTS: &str = "Here are the accounts:\n\n| Service | Host | User | Password |\n|---------|------|------|----------|\n| Postgres | db.internal | app_rw | Kq8Wz3Tv6Lx2 |\n| Redis | cache.internal | default | Zt7Wq2Kv9Lx4 |\n\nRotate them monthly.";
+
+#[test]
+fn a_password_column_is_found_cell_by_cell() {
+    let rules = builtin();
+    let found = rules.scan(ACCOUNTS);
+    for secret in ["Kq8Wz3Tv6Lx2", "Zt7Wq2Kv9Lx4"] {
+        let at = ACCOUNTS.find(secret).unwrap_or(0);
+        let row = ACCOUNTS[..at].rfind('\n').map_or(0, |nl| nl + 1);
+        let f = found.iter().find(|f| (f.start, f.end) == (at, at + secret.len()));
+        assert!(f.is_some_and(|f| f.action == Action::Block && f.match_start == row), "{secret}: {found:?}");
+    }
+    // The same rows without the header naming the column are not read.
+    let unnamed = ACCOUNTS.replace("| Password |", "| Notes |");
+    assert!(rules.scan(&unnamed).is_empty(), "{:?}", rules.scan(&unnamed));
+}
+
+#[test]
+fn other_tables_and_made_up_values_stay_quiet() {
+    let rules = builtin();
+    for text in [
+        "| Setting | Token name | Scope |\n|---|---|---|\n| CI | deploy-bot | repo |\n",
+        "| User | Password |\n|---|---|\n| admin | `<your password>` |\n| demo | changeme |\n| guest | ******** |\n| ops | N/A |\n",
+        "| Variable | API key |\n|---|---|\n| prod | `$STRIPE_KEY` |\n| dev | (see vault) |\n",
+        "| Key | Description |\n|---|---|\n| timeout_seconds | How long to wait |\n",
+    ] {
+        let found = rules.scan(text);
+        assert!(found.is_empty(), "{text:?}: {found:?}");
+    }
+}
+
+#[test]
+fn a_provider_token_in_a_credential_column_is_reported_once_per_rule() {
+    let rules = builtin();
+    let text = "| Name | API Key |\n| --- | --- |\n| Stripe | rk_live_51Hq8Wz3Tv6Lx2Kq8Wz3Tv6Lx2 |\n";
+    let found = rules.scan(text);
+    let stripe = found.iter().filter(|f| f.rule_id.starts_with("stripe")).count();
+    assert_eq!(stripe, 1, "{found:?}");
+}
+
+/// Streamed in pieces of every size, a table gives the one-shot findings and releases the
+/// text before the first blocked row, and never any byte of it.
+#[test]
+fn a_streamed_table_blocks_before_the_row_goes_out() {
+    let rules = builtin();
+    let (ctx, det) = (ScanContext::anonymous(), Arc::new(Detectors::default()));
+    check_chunking(&rules, &ctx, &det, ACCOUNTS, &char_cuts(ACCOUNTS));
+    for size in [2, 3, 5, 7, 16, 40] {
+        let cuts: Vec<usize> = (size..ACCOUNTS.len()).step_by(size).filter(|&c| ACCOUNTS.is_char_boundary(c)).collect();
+        check_chunking(&rules, &ctx, &det, ACCOUNTS, &cuts);
+        let s = stream(&rules, &ctx, &det, ACCOUNTS, &cuts);
+        assert!(s.blocked && !s.released.contains("| Postgres"), "{size}: {:?}", s.released);
+    }
+}
+
+const HASH_KEY: NgramKey = NgramKey(*b"0123456789abcdef");
+
+#[derive(Default)]
+struct Index(HashMap<u64, OwnerSet>);
+
+impl NgramOwners for Index {
+    fn owners(&self, hash: u64) -> OwnerSet {
+        self.0.get(&hash).cloned().unwrap_or_default()
+    }
+}
+
+/// A table cell settles like any finding: acme's password in a table goes back to acme,
+/// and blocks in globex's answer.
+#[test]
+fn a_tenants_own_password_in_a_table_is_no_leak_and_anothers_is() {
+    let rules = builtin();
+    let prompt = "DB_PASSWORD = \"Kq8Wz3Tv6Lx2\"";
+    let mut idx = Index::default();
+    for h in secret_fingerprints(&rules, prompt, &HASH_KEY) {
+        idx.0.insert(h, OwnerSet { tenants: vec!["acme".into()], shared_by: 1, model_native: false });
+    }
+    let det = Arc::new(Detectors {
+        secrets: Some(SecretOwnership { key: HASH_KEY, owners: Arc::new(idx) }),
+        ..Detectors::default()
+    });
+    let text = "| Service | Password |\n|---|---|\n| Postgres | Kq8Wz3Tv6Lx2 |\n";
+    let at = text.find("Kq8").unwrap_or(0);
+    let cell = |ctx: &ScanContext| {
+        rules.scan_with(text, ctx, &det).into_iter().filter(|f| f.start == at).map(|f| f.action).max()
+    };
+    assert_ne!(cell(&ScanContext::new("acme")), Some(Action::Block));
+    assert_eq!(cell(&ScanContext::new("globex")), Some(Action::Block));
+    let s = stream(&rules, &ScanContext::new("globex"), &det, text, &char_cuts(text));
+    assert!(s.blocked && !s.released.contains("Kq8"), "{:?}", s.released);
+}
