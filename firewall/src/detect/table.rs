@@ -268,6 +268,24 @@ fn names_credential(header: &str) -> bool {
         && !lower.split(|c: char| !c.is_alphanumeric()).any(|word| ABOUT_WORDS.iter().any(|a| word.starts_with(a)))
 }
 
+/// Whether some line of `text` could be a table's delimiter row (`|---|:--:|`): the quick
+/// check that lets the many texts without one skip the reader.
+fn has_delimiter_row(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let mut from = 0;
+    while let Some(at) = text.get(from..).and_then(|rest| rest.find('-')) {
+        let at = from + at;
+        let start = bytes[..at].iter().rposition(|&b| b == b'\n').map_or(0, |nl| nl + 1);
+        let end = bytes[at..].iter().position(|&b| b == b'\n').map_or(bytes.len(), |nl| at + nl);
+        let line = &bytes[start..end];
+        if line.contains(&b'|') && line.iter().all(|b| matches!(b, b'|' | b'-' | b':' | b' ' | b'\t' | b'\r')) {
+            return true;
+        }
+        from = end;
+    }
+    false
+}
+
 /// Scans a labelled cell with the rules and adds to `out` the findings the label makes,
 /// over the cell: what the cell alone gives the rules is the line's scan's to report.
 pub(crate) fn judge(rules: &Ruleset, ctx: &ScanContext, cell: &LabelledCell, out: &mut Vec<Finding>) {
@@ -290,8 +308,7 @@ pub(crate) fn judge(rules: &Ruleset, ctx: &ScanContext, cell: &LabelledCell, out
 
 /// The credential cells of `text`'s tables, scanned (the one-shot reader).
 pub(crate) fn scan(rules: &Ruleset, text: &str, ctx: &ScanContext, out: &mut Vec<Finding>) {
-    // A table has a delimiter row: no `-|` or `|-` (with or without a space), no table.
-    if !text.contains('|') || !text.contains("--") {
+    if !has_delimiter_row(text) {
         return;
     }
     let mut st = TableState::new(MAX_ROW_BYTES);
@@ -342,6 +359,15 @@ mod tests {
         ] {
             assert_eq!(cells_of(text), vec![], "{text:?}");
         }
+    }
+
+    #[test]
+    fn only_a_text_with_a_delimiter_row_is_read() {
+        assert!(has_delimiter_row("a | b\n--- | ---\n1 | 2"));
+        assert!(has_delimiter_row("x\n|:--|--:|\r\n"));
+        assert!(has_delimiter_row("|-|-|"), "one dash makes a delimiter cell");
+        assert!(!has_delimiter_row("a -- b | c\n---\n| x |"));
+        assert!(!has_delimiter_row(""));
     }
 
     #[test]
