@@ -110,4 +110,11 @@ fn a_tenants_own_password_in_a_table_is_no_leak_and_anothers_is() {
     assert_eq!(cell(&ScanContext::new("globex")), Some(Action::Block));
     let s = stream(&rules, &ScanContext::new("globex"), &det, text, &char_cuts(text));
     assert!(s.blocked && !s.released.contains("Kq8"), "{:?}", s.released);
+    // A header worded as about the credential makes its cells candidates only: an unknown
+    // value passes, another tenant's still blocks.
+    let steered = "| Service | Token name |\n|---|---|\n| Postgres | Kq8Wz3Tv6Lx2 |\n| Redis | Zt7Wq2Kv9Lx4 |\n";
+    let globex = rules.scan_with(steered, &ScanContext::new("globex"), &det);
+    let at = steered.find("Kq8").unwrap_or(0);
+    assert!(globex.iter().any(|f| f.start == at && f.action == Action::Block), "{globex:?}");
+    assert!(globex.iter().all(|f| f.start == at), "{globex:?}");
 }

@@ -20,7 +20,7 @@
 
 use crate::rules::ruleset::Ruleset;
 use crate::stream::pass::merge_findings;
-use crate::verdict::Finding;
+use crate::verdict::{Action, DetectorKind, Finding};
 
 use super::ScanContext;
 
@@ -58,8 +58,10 @@ const CREDENTIAL_WORDS: [&str; 24] = [
     "密钥",
 ];
 
-/// ... unless it names something about the credential rather than the credential:
-/// `Token name`, `Password policy`, `Secret ID`, `Key type`.
+/// ... and when it also holds one of these, it names something about the credential
+/// rather than the credential (`Token name`, `Password policy`, `Secret ID`): its cells are
+/// only candidates, which a tenant's known secret still blocks (the header is the
+/// response's own words, and wording must not hide another tenant's secret).
 const ABOUT_WORDS: [&str; 16] = [
     "name",
     "id",
@@ -91,13 +93,18 @@ pub(crate) struct LabelledCell {
     /// where its row starts in the raw text: a finding's match starts there, as a rule's
     /// match starts at the name before the value
     row_start: usize,
+    /// the header names something about a credential: findings are candidates
+    about: bool,
 }
+
+/// A credential column: its index, its header, and whether the header is about one.
+type Column = (usize, String, bool);
 
 /// A line that can head a table: how many cells it has, and its credential columns.
 #[derive(Debug, Clone, PartialEq)]
 struct Head {
     cells: usize,
-    columns: Vec<(usize, String)>,
+    columns: Vec<Column>,
 }
 
 /// The table reader, fed a text in order (the whole of it one-shot, deltas when streaming).
@@ -112,7 +119,7 @@ pub(crate) struct TableState {
     /// the line before, when it can head a table with credential columns
     head: Option<Head>,
     /// the credential columns of the table being read
-    columns: Option<Vec<(usize, String)>>,
+    columns: Option<Vec<Column>>,
 }
 
 impl TableState {
@@ -177,7 +184,7 @@ impl TableState {
             if spans.is_empty() {
                 self.columns = None;
             } else {
-                for (column, label) in columns {
+                for (column, label, about) in columns {
                     let Some(&(start, end)) = spans.get(*column) else { continue };
                     let cell = &line[start..end];
                     if !cell.is_empty() {
@@ -187,6 +194,7 @@ impl TableState {
                             label_len: label.len() + 2,
                             raw_start: self.line_start + start,
                             row_start: self.line_start,
+                            about: *about,
                         });
                     }
                 }
@@ -195,15 +203,22 @@ impl TableState {
             }
         }
         match self.head.take() {
-            Some(head) if head.cells == spans.len() && is_delimiter_row(line, &spans) => {
+            Some(head) if is_delimiter_row(line, head.cells) => {
                 self.columns = Some(head.columns);
             }
             _ => {
-                let columns: Vec<(usize, String)> = spans
+                let columns: Vec<Column> = spans
                     .iter()
                     .enumerate()
-                    .filter(|&(_, &(s, e))| names_credential(&line[s..e]))
-                    .map(|(i, &(s, e))| (i, line[s..e].trim_matches(['*', '_', '`']).to_string()))
+                    .filter_map(|(i, &(s, e))| {
+                        let header = line[s..e].trim_matches(['*', '_', '`']);
+                        // A header about a credential is read as the credential's word, so
+                        // that the rules find the value for the ownership check to judge.
+                        credential_header(header).map(|(about, word)| match about {
+                            true => (i, word.to_string(), true),
+                            false => (i, header.to_string(), false),
+                        })
+                    })
                     .collect();
                 self.head = (!columns.is_empty()).then_some(Head { cells: spans.len(), columns });
             }
@@ -215,11 +230,16 @@ impl TableState {
 /// `\|`), and a pipe at either end of the line opens or closes the row. A line without a
 /// pipe has none.
 fn cell_spans(line: &str) -> Vec<(usize, usize)> {
+    cells_between(line, |b| b == b'|')
+}
+
+/// [`cell_spans`] with separators `sep`.
+fn cells_between(line: &str, sep: impl Fn(u8) -> bool) -> Vec<(usize, usize)> {
     let bytes = line.as_bytes();
     let mut pipes = Vec::new();
     let mut escaped = false;
     for (i, &b) in bytes.iter().enumerate() {
-        if b == b'|' && !escaped {
+        if sep(b) && !escaped {
             pipes.push(i);
         }
         escaped = b == b'\\' && !escaped;
@@ -249,23 +269,29 @@ fn cell_spans(line: &str) -> Vec<(usize, usize)> {
         .collect()
 }
 
-/// `|---|:--:|---:|`: every cell dashes with optional colons at its ends.
-fn is_delimiter_row(line: &str, spans: &[(usize, usize)]) -> bool {
-    spans.iter().all(|&(s, e)| {
-        let cell = line[s..e].trim_start_matches(':').trim_end_matches(':');
-        !cell.is_empty() && cell.bytes().all(|b| b == b'-')
-    })
+/// A delimiter row of `cells` cells: each dashes with optional colons at its ends, between
+/// pipes (`|---|:--:|`) or, in what database clients print, plus signs (`+----+----+`,
+/// psql's `-----+-----`).
+fn is_delimiter_row(line: &str, cells: usize) -> bool {
+    let spans = cells_between(line, |b| b == b'|' || b == b'+');
+    spans.len() == cells
+        && spans.iter().all(|&(s, e)| {
+            let cell = line[s..e].trim_start_matches(':').trim_end_matches(':');
+            !cell.is_empty() && cell.bytes().all(|b| b == b'-')
+        })
 }
 
-/// Whether a header cell names a credential: it holds a credential word and no word
-/// about one.
-fn names_credential(header: &str) -> bool {
+/// Whether a header cell names a credential, read through the rules view (so `Pаss\u{200b}word`
+/// reads `Password`): None when it holds no credential word, else whether it also holds a
+/// word about one, and the credential word.
+fn credential_header(header: &str) -> Option<(bool, &'static str)> {
     if header.is_empty() || header.len() > 64 {
-        return false;
+        return None;
     }
-    let lower = header.to_lowercase();
-    CREDENTIAL_WORDS.iter().any(|w| lower.contains(w))
-        && !lower.split(|c: char| !c.is_alphanumeric()).any(|word| ABOUT_WORDS.iter().any(|a| word.starts_with(a)))
+    let lower = crate::canon::rules_string(header, false).to_lowercase();
+    let word = CREDENTIAL_WORDS.iter().find(|w| lower.contains(*w))?;
+    let about = lower.split(|c: char| !c.is_alphanumeric()).any(|word| ABOUT_WORDS.iter().any(|a| word.starts_with(a)));
+    Some((about, word))
 }
 
 /// Whether some line of `text` could be a table's delimiter row (`|---|:--:|`): the quick
@@ -278,7 +304,8 @@ fn has_delimiter_row(text: &str) -> bool {
         let start = bytes[..at].iter().rposition(|&b| b == b'\n').map_or(0, |nl| nl + 1);
         let end = bytes[at..].iter().position(|&b| b == b'\n').map_or(bytes.len(), |nl| at + nl);
         let line = &bytes[start..end];
-        if line.contains(&b'|') && line.iter().all(|b| matches!(b, b'|' | b'-' | b':' | b' ' | b'\t' | b'\r')) {
+        let separated = line.iter().any(|&b| b == b'|' || b == b'+');
+        if separated && line.iter().all(|b| matches!(b, b'|' | b'+' | b'-' | b':' | b' ' | b'\t' | b'\r')) {
             return true;
         }
         from = end;
@@ -297,6 +324,9 @@ pub(crate) fn judge(rules: &Ruleset, ctx: &ScanContext, cell: &LabelledCell, out
         let end = f.end - cell.label_len;
         if alone.iter().any(|g| g.rule_id == f.rule_id && (g.start, g.end) == (start, end)) {
             continue;
+        }
+        if cell.about && f.kind == DetectorKind::Secret {
+            f.action = Action::Allow;
         }
         let match_end = cell.raw_start + f.match_end.saturating_sub(cell.label_len);
         (f.start, f.end) = (cell.raw_start + start, cell.raw_start + end);
@@ -350,8 +380,7 @@ mod tests {
             "| User | Password |\n| app | Kq8Wz3Tv6Lx2 |\n",
             // The header does not name a credential, or names something about one.
             "| Field | Value |\n|---|---|\n| Password | Kq8Wz3Tv6Lx2 |\n",
-            "| Token name | Scope |\n|---|---|\n| ci-deploy | repo |\n",
-            "| Secret ID | Password policy |\n|---|---|\n| 12 | strong |\n",
+            "| Notes | Scope |\n|---|---|\n| ci-deploy | repo |\n",
             // Cell counts differ between header and delimiter.
             "| User | Password |\n|---|---|---|\n| app | Kq8Wz3Tv6Lx2 |\n",
             // A line without a pipe ends the table.
@@ -368,6 +397,27 @@ mod tests {
         assert!(has_delimiter_row("|-|-|"), "one dash makes a delimiter cell");
         assert!(!has_delimiter_row("a -- b | c\n---\n| x |"));
         assert!(!has_delimiter_row(""));
+    }
+
+    #[test]
+    fn database_client_output_is_a_table_too() {
+        let mysql = "+-------+--------------+\n| user  | password     |\n+-------+--------------+\n| app   | Kq8Wz3Tv6Lx2 |\n+-------+--------------+\n";
+        let psql = " usename | passwd\n---------+--------------\n app     | Kq8Wz3Tv6Lx2\n(1 row)\n";
+        for (text, label) in [(mysql, "password"), (psql, "passwd")] {
+            let at = text.find("Kq8").unwrap_or(0);
+            assert_eq!(cells_of(text), vec![(format!("{label}: Kq8Wz3Tv6Lx2"), at)], "{text:?}");
+            assert!(has_delimiter_row(text));
+        }
+    }
+
+    #[test]
+    fn headers_about_a_credential_and_disguised_headers() {
+        assert_eq!(credential_header("Password"), Some((false, "password")));
+        assert_eq!(credential_header("Pa\u{200b}ssword"), Some((false, "password")));
+        assert_eq!(credential_header("Раssword"), Some((false, "password")), "a Cyrillic Р among ASCII letters");
+        assert_eq!(credential_header("Token name"), Some((true, "token")));
+        assert_eq!(credential_header("Password policy"), Some((true, "password")));
+        assert_eq!(credential_header("Notes"), None);
     }
 
     #[test]
