@@ -9,16 +9,10 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use common::*;
-use firewall::{
-    secret_fingerprints, Action, Detail, Detectors, NgramKey, NgramOwners, OwnerSet, Ruleset, ScanContext,
-    SecretOwnership,
-};
-
-const HASH_KEY: NgramKey = NgramKey(*b"0123456789abcdef");
+use firewall::{secret_fingerprints, Action, Detail, Detectors, Ruleset, ScanContext};
 
 /// A password weak enough for wording to matter: the judge takes it in a config line and
 /// may turn it down in prose.
@@ -36,15 +30,6 @@ const WORDINGS: &[&str] = &[
     "// lorem ipsum dolor sit amet example placeholder text: password = \"{}\"",
 ];
 
-#[derive(Default)]
-struct Index(HashMap<u64, OwnerSet>);
-
-impl NgramOwners for Index {
-    fn owners(&self, hash: u64) -> OwnerSet {
-        self.0.get(&hash).cloned().unwrap_or_default()
-    }
-}
-
 fn builtin() -> Arc<Ruleset> {
     match Ruleset::builtin() {
         Ok(r) => Arc::new(r),
@@ -56,14 +41,7 @@ fn builtin() -> Arc<Ruleset> {
 fn owned_by_acme(rules: &Ruleset) -> Arc<Detectors> {
     let hashes = secret_fingerprints(rules, PROMPT, &HASH_KEY);
     assert!(!hashes.is_empty(), "the rules find no secret in acme's prompt {PROMPT:?}");
-    let mut idx = Index::default();
-    for h in hashes {
-        idx.0.insert(h, OwnerSet { tenants: vec!["acme".into()], shared_by: 1, model_native: false });
-    }
-    Arc::new(Detectors {
-        secrets: Some(SecretOwnership { key: HASH_KEY, owners: Arc::new(idx) }),
-        ..Detectors::default()
-    })
+    secrets_owned_by(rules, "acme", PROMPT)
 }
 
 #[test]
@@ -121,14 +99,7 @@ fn a_secret_its_owner_worded_weakly_is_still_owned() {
     assert!(steering.len() >= 2, "fewer than two wordings steer the built-in rules: {steering:?}");
     // acme's prompt words its password one way, globex's response another.
     let (prompt, response) = (&steering[0], &steering[1]);
-    let mut idx = Index::default();
-    for h in secret_fingerprints(&rules, prompt, &HASH_KEY) {
-        idx.0.insert(h, OwnerSet { tenants: vec!["acme".into()], shared_by: 1, model_native: false });
-    }
-    let det = Arc::new(Detectors {
-        secrets: Some(SecretOwnership { key: HASH_KEY, owners: Arc::new(idx) }),
-        ..Detectors::default()
-    });
+    let det = secrets_owned_by(&rules, "acme", prompt);
     let found = rules.scan_with(response, &globex, &det);
     assert!(
         found
@@ -168,14 +139,7 @@ allow_line = ['''(?i)example''']
         Ok(r) => Arc::new(r),
         Err(e) => panic!("{e}"),
     };
-    let mut idx = Index::default();
-    for h in secret_fingerprints(&rules, "pass=k3y9s3cr3t", &HASH_KEY) {
-        idx.0.insert(h, OwnerSet { tenants: vec!["acme".into()], shared_by: 1, model_native: false });
-    }
-    let det = Arc::new(Detectors {
-        secrets: Some(SecretOwnership { key: HASH_KEY, owners: Arc::new(idx) }),
-        ..Detectors::default()
-    });
+    let det = secrets_owned_by(&rules, "acme", "pass=k3y9s3cr3t");
     let text = "for example pass=k3y9s3cr3t";
     assert!(rules.scan(text).is_empty(), "the exemption applies without ownership");
     let found = rules.scan_with(text, &ScanContext::new("globex"), &det);

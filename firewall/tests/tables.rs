@@ -6,13 +6,10 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use common::*;
-use firewall::{
-    secret_fingerprints, Action, Detectors, NgramKey, NgramOwners, OwnerSet, Ruleset, ScanContext, SecretOwnership,
-};
+use firewall::{Action, Detectors, Ruleset, ScanContext};
 
 fn builtin() -> Arc<Ruleset> {
     match Ruleset::builtin() {
@@ -76,31 +73,12 @@ fn a_streamed_table_blocks_before_the_row_goes_out() {
     }
 }
 
-const HASH_KEY: NgramKey = NgramKey(*b"0123456789abcdef");
-
-#[derive(Default)]
-struct Index(HashMap<u64, OwnerSet>);
-
-impl NgramOwners for Index {
-    fn owners(&self, hash: u64) -> OwnerSet {
-        self.0.get(&hash).cloned().unwrap_or_default()
-    }
-}
-
 /// A table cell settles like any finding: acme's password in a table goes back to acme,
 /// and blocks in globex's answer.
 #[test]
 fn a_tenants_own_password_in_a_table_is_no_leak_and_anothers_is() {
     let rules = builtin();
-    let prompt = "DB_PASSWORD = \"Kq8Wz3Tv6Lx2\"";
-    let mut idx = Index::default();
-    for h in secret_fingerprints(&rules, prompt, &HASH_KEY) {
-        idx.0.insert(h, OwnerSet { tenants: vec!["acme".into()], shared_by: 1, model_native: false });
-    }
-    let det = Arc::new(Detectors {
-        secrets: Some(SecretOwnership { key: HASH_KEY, owners: Arc::new(idx) }),
-        ..Detectors::default()
-    });
+    let det = secrets_owned_by(&rules, "acme", "DB_PASSWORD = \"Kq8Wz3Tv6Lx2\"");
     let text = "| Service | Password |\n|---|---|\n| Postgres | Kq8Wz3Tv6Lx2 |\n";
     let at = text.find("Kq8").unwrap_or(0);
     let cell = |ctx: &ScanContext| {

@@ -2,10 +2,40 @@
 // A fixture that does not load fails the test: panicking is how tests fail.
 #![allow(dead_code, clippy::panic)]
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use firewall::{Action, DetectorKind, Detectors, Finding, Ruleset, ScanContext, StreamScanner};
+use firewall::{
+    secret_fingerprints, Action, DetectorKind, Detectors, Finding, NgramKey, NgramOwners, OwnerSet, Ruleset,
+    ScanContext, SecretOwnership, StreamScanner,
+};
+
+/// The key the tests' ownership indexes hash with.
+pub const HASH_KEY: NgramKey = NgramKey(*b"0123456789abcdef");
+
+/// An in-memory ownership index: fingerprint -> owners.
+#[derive(Default)]
+pub struct Index(pub HashMap<u64, OwnerSet>);
+
+impl NgramOwners for Index {
+    fn owners(&self, hash: u64) -> OwnerSet {
+        self.0.get(&hash).cloned().unwrap_or_default()
+    }
+}
+
+/// Detectors whose secret-ownership index holds the secrets `rules` find in `tenant`'s
+/// `prompt`, recorded as the gateway records a prompt.
+pub fn secrets_owned_by(rules: &Ruleset, tenant: &str, prompt: &str) -> Arc<Detectors> {
+    let mut idx = Index::default();
+    for h in secret_fingerprints(rules, prompt, &HASH_KEY) {
+        idx.0.insert(h, OwnerSet { tenants: vec![tenant.into()], shared_by: 1, model_native: false });
+    }
+    Arc::new(Detectors {
+        secrets: Some(SecretOwnership { key: HASH_KEY, owners: Arc::new(idx) }),
+        ..Detectors::default()
+    })
+}
 
 pub fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests").join("fixtures")
