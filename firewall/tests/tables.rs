@@ -73,6 +73,25 @@ fn a_streamed_table_blocks_before_the_row_goes_out() {
     }
 }
 
+const EXPORT: &str = "Exported 2 users:\n\nusername,email,password\nalice,alice@corp.example,Kq8Wz3Tv6Lx2\nbob,bob@corp.example,\"Zt7Wq2Kv9Lx4\"\n\nImport it with the admin tool.";
+
+#[test]
+fn a_csv_export_blocks_before_its_rows_go_out() {
+    let rules = builtin();
+    let found = rules.scan(EXPORT);
+    for secret in ["Kq8Wz3Tv6Lx2", "Zt7Wq2Kv9Lx4"] {
+        let at = EXPORT.find(secret).unwrap_or(0);
+        assert!(found.iter().any(|f| f.start == at && f.action == Action::Block), "{secret}: {found:?}");
+    }
+    let (ctx, det) = (ScanContext::anonymous(), Arc::new(Detectors::default()));
+    check_chunking(&rules, &ctx, &det, EXPORT, &char_cuts(EXPORT));
+    for size in [3, 7, 16] {
+        let cuts: Vec<usize> = (size..EXPORT.len()).step_by(size).collect();
+        let s = stream(&rules, &ctx, &det, EXPORT, &cuts);
+        assert!(s.blocked && !s.released.contains("alice"), "{size}: {:?}", s.released);
+    }
+}
+
 /// A table cell settles like any finding: acme's password in a table goes back to acme,
 /// and blocks in globex's answer.
 #[test]

@@ -100,9 +100,29 @@ pub(crate) struct LabelledCell {
 /// A credential column: its index, its header, and whether the header is about one.
 type Column = (usize, String, bool);
 
-/// A line that can head a table: how many cells it has, and its credential columns.
+/// How a table separates its cells.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Layout {
+    /// Markdown (and database clients): `|` between cells, a delimiter row under the header.
+    Pipes,
+    /// CSV or TSV: `,` or a tab between cells, a header line and then rows with as many.
+    Separated(u8),
+}
+
+impl Layout {
+    fn cells(self, line: &str) -> Vec<(usize, usize)> {
+        match self {
+            Layout::Pipes => cell_spans(line),
+            Layout::Separated(sep) => separated_spans(line, sep),
+        }
+    }
+}
+
+/// A line that can head a table: its layout, how many cells it has, and its credential
+/// columns.
 #[derive(Debug, Clone, PartialEq)]
 struct Head {
+    layout: Layout,
     cells: usize,
     columns: Vec<Column>,
 }
@@ -116,16 +136,29 @@ pub(crate) struct TableState {
     line_start: usize,
     /// the line reached the limit and was read; the rest of it is skipped
     line_read: bool,
-    /// the line before, when it can head a table with credential columns
-    head: Option<Head>,
-    /// the credential columns of the table being read
-    columns: Option<Vec<Column>>,
+    /// the line before, in each layout it can head a table with credential columns in
+    heads: Vec<Head>,
+    /// the table being read
+    table: Option<Head>,
+    /// which layouts a line is tried as a header in (a one-shot scan leaves out those the
+    /// text cannot hold)
+    pipes: bool,
+    separated: bool,
 }
 
 impl TableState {
     /// A reader that reads `row_bytes` of each row.
     pub(crate) fn new(row_bytes: usize) -> TableState {
-        TableState { line: String::new(), row_bytes, line_start: 0, line_read: false, head: None, columns: None }
+        TableState {
+            line: String::new(),
+            row_bytes,
+            line_start: 0,
+            line_read: false,
+            heads: Vec::new(),
+            table: None,
+            pipes: true,
+            separated: true,
+        }
     }
 
     /// Reads `text`, found at raw offset `at`, handing out each credential cell of a
@@ -140,20 +173,21 @@ impl TableState {
             };
             if !self.line_read {
                 let room = self.row_bytes.saturating_sub(self.line.len());
-                let mut take = part.len().min(room);
-                while !part.is_char_boundary(take) {
-                    take -= 1;
-                }
+                let take = floor_boundary(part, part.len().min(room));
                 self.line.push_str(&part[..take]);
                 if take < part.len() || self.line.len() >= self.row_bytes {
-                    self.read_line(cells);
+                    let line = std::mem::take(&mut self.line);
+                    self.read_line(&line, cells);
+                    self.line = line;
                     self.line_read = true;
                 }
             }
             from += part.len();
             if ends_line {
                 if !self.line_read {
-                    self.read_line(cells);
+                    let line = std::mem::take(&mut self.line);
+                    self.read_line(&line, cells);
+                    self.line = line;
                 }
                 from += 1;
                 self.line.clear();
@@ -163,66 +197,208 @@ impl TableState {
         }
     }
 
+    /// Reads a whole text from its start: what [`TableState::feed`] then
+    /// [`TableState::finish`] read, without copying each line.
+    pub(crate) fn read_all(&mut self, text: &str, cells: &mut impl FnMut(LabelledCell)) {
+        let bytes = text.as_bytes();
+        let mut start = 0;
+        loop {
+            if self.table.is_none() && self.heads.is_empty() {
+                // Outside a table, a line without a separator changes nothing: go straight
+                // to the line of the next one (most of a text is skipped so).
+                let Some(k) = memchr::memchr3(b'|', b',', b'\t', &bytes[start..]) else { break };
+                let at = start + k;
+                start = memchr::memrchr(b'\n', &bytes[start..at]).map_or(start, |nl| start + nl + 1);
+            }
+            let end = memchr::memchr(b'\n', &bytes[start..]).map_or(bytes.len(), |k| start + k);
+            let line = &text[start..end];
+            self.line_start = start;
+            // A last line that is empty is no line (`finish` reads none).
+            if end < bytes.len() || !line.is_empty() {
+                self.read_line(&line[..floor_boundary(line, line.len().min(self.row_bytes))], cells);
+            }
+            if end >= bytes.len() {
+                break;
+            }
+            start = end + 1;
+        }
+        self.line_start = text.len();
+        self.line_read = true;
+    }
+
     /// Ends the text: the last line is read as it stands.
     pub(crate) fn finish(&mut self, cells: &mut impl FnMut(LabelledCell)) {
         if !self.line_read && !self.line.is_empty() {
-            self.read_line(cells);
+            let line = std::mem::take(&mut self.line);
+            self.read_line(&line, cells);
         }
         self.line_read = true;
     }
 
     /// Where a stream must hold back from: the start of a row in progress of a table with
-    /// credential columns.
+    /// credential columns, or of the line after a CSV header (its first row).
     pub(crate) fn hold_from(&self) -> Option<usize> {
-        (self.columns.is_some() && !self.line_read).then_some(self.line_start)
+        let pending = self.heads.iter().any(|h| h.layout != Layout::Pipes);
+        ((self.table.is_some() || pending) && !self.line_read).then_some(self.line_start)
     }
 
-    fn read_line(&mut self, out: &mut impl FnMut(LabelledCell)) {
-        let line = self.line.strip_suffix('\r').unwrap_or(&self.line);
-        let spans = cell_spans(line);
-        if let Some(columns) = &self.columns {
-            if spans.is_empty() {
-                self.columns = None;
-            } else {
-                for (column, label, about) in columns {
-                    let Some(&(start, end)) = spans.get(*column) else { continue };
-                    let cell = &line[start..end];
-                    if !cell.is_empty() {
-                        let text = format!("{label}: {cell}");
-                        out(LabelledCell {
-                            text,
-                            label_len: label.len() + 2,
-                            raw_start: self.line_start + start,
-                            row_start: self.line_start,
-                            about: *about,
-                        });
-                    }
-                }
-                self.head = None;
+    fn read_line(&mut self, line: &str, out: &mut impl FnMut(LabelledCell)) {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        if let Some(table) = self.table.take() {
+            let spans = table.layout.cells(line);
+            let continues = match table.layout {
+                Layout::Pipes => !spans.is_empty(),
+                Layout::Separated(_) => spans.len() == table.cells,
+            };
+            if continues {
+                self.emit(line, &spans, &table.columns, out);
+                self.table = Some(table);
                 return;
             }
         }
-        match self.head.take() {
-            Some(head) if is_delimiter_row(line, head.cells) => {
-                self.columns = Some(head.columns);
-            }
-            _ => {
-                let columns: Vec<Column> = spans
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, &(s, e))| {
-                        let header = line[s..e].trim_matches(['*', '_', '`']);
-                        // A header about a credential is read as the credential's word, so
-                        // that the rules find the value for the ownership check to judge.
-                        credential_header(header).map(|(about, word)| match about {
-                            true => (i, word.to_string(), true),
-                            false => (i, header.to_string(), false),
-                        })
-                    })
-                    .collect();
-                self.head = (!columns.is_empty()).then_some(Head { cells: spans.len(), columns });
+        let heads = std::mem::take(&mut self.heads);
+        for head in heads {
+            match head.layout {
+                Layout::Pipes if is_delimiter_row(line, head.cells) => {
+                    self.table = Some(head);
+                    return;
+                }
+                Layout::Separated(sep) => {
+                    let spans = separated_spans(line, sep);
+                    if spans.len() == head.cells {
+                        self.emit(line, &spans, &head.columns, out);
+                        self.table = Some(head);
+                        return;
+                    }
+                }
+                Layout::Pipes => {}
             }
         }
+        // Most lines hold no separator: one pass that the compiler vectorises says so.
+        let (mut pipe, mut comma, mut tab) = (false, false, false);
+        for &b in line.as_bytes() {
+            pipe |= b == b'|';
+            comma |= b == b',';
+            tab |= b == b'\t';
+        }
+        let layouts = [
+            (pipe && self.pipes, Layout::Pipes),
+            (comma && self.separated, Layout::Separated(b',')),
+            (tab && self.separated, Layout::Separated(b'\t')),
+        ];
+        for (_, layout) in layouts.into_iter().filter(|(present, _)| *present) {
+            if let Some(head) = head_of(line, layout) {
+                self.heads.push(head);
+            }
+        }
+    }
+
+    fn emit(&self, line: &str, spans: &[(usize, usize)], columns: &[Column], out: &mut impl FnMut(LabelledCell)) {
+        for (column, label, about) in columns {
+            let Some(&(start, end)) = spans.get(*column) else { continue };
+            let cell = &line[start..end];
+            if !cell.is_empty() {
+                out(LabelledCell {
+                    text: format!("{label}: {cell}"),
+                    label_len: label.len() + 2,
+                    raw_start: self.line_start + start,
+                    row_start: self.line_start,
+                    about: *about,
+                });
+            }
+        }
+    }
+}
+
+/// The longest prefix of `s` of at most `at` bytes that ends on a character boundary.
+fn floor_boundary(s: &str, mut at: usize) -> usize {
+    while !s.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
+}
+
+/// `line` as the header of a table laid out so, when it names a credential column.
+fn head_of(line: &str, layout: Layout) -> Option<Head> {
+    let spans = match layout {
+        Layout::Pipes => cell_spans(line),
+        Layout::Separated(sep) => header_names(line, sep)?,
+    };
+    let columns: Vec<Column> = spans
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &(s, e))| {
+            let header = line[s..e].trim_matches(['*', '_', '`']);
+            // A header about a credential is read as the credential's word, so that the
+            // rules find the value for the ownership check to judge.
+            credential_header(header).map(|(about, word)| match about {
+                true => (i, word.to_string(), true),
+                false => (i, header.to_string(), false),
+            })
+        })
+        .collect();
+    (!columns.is_empty()).then_some(Head { layout, cells: spans.len(), columns })
+}
+
+/// The fields of a CSV (or TSV) header line: at least two, each a few short words (a
+/// sentence with commas in it is none). Gives up at the first field that is not a name, so
+/// prose costs a look at its first words.
+fn header_names(line: &str, sep: u8) -> Option<Vec<(usize, usize)>> {
+    let mut spans = Vec::new();
+    let mut at = 0;
+    for field in line.split(char::from(sep)).take(MAX_COLUMNS) {
+        let lead = field.len() - field.trim_start_matches(' ').len();
+        let name = field.trim_matches(' ');
+        let (quote, name) = match name.strip_prefix('"').and_then(|n| n.strip_suffix('"')) {
+            Some(inner) => (1, inner),
+            None => (0, name),
+        };
+        let named = !name.is_empty()
+            && name.len() <= 40
+            && name.bytes().filter(|&b| b == b' ').count() <= 2
+            && name.chars().all(|c| c.is_alphanumeric() || matches!(c, ' ' | '_' | '-'));
+        if !named {
+            return None;
+        }
+        let start = at + lead + quote;
+        spans.push((start, start + name.len()));
+        at += field.len() + 1;
+    }
+    (spans.len() >= 2).then_some(spans)
+}
+
+/// The byte span of each field of a CSV (or TSV) line, trimmed, and inside its quotes when
+/// quoted (`"a,b"` is one field, `""` a quote in it).
+fn separated_spans(line: &str, sep: u8) -> Vec<(usize, usize)> {
+    let bytes = line.as_bytes();
+    let mut spans = Vec::new();
+    let mut i = 0;
+    loop {
+        while i < bytes.len() && bytes[i] == b' ' {
+            i += 1;
+        }
+        let (start, mut end);
+        if bytes.get(i) == Some(&b'"') {
+            start = i + 1;
+            let mut j = start;
+            while j < bytes.len() && !(bytes[j] == b'"' && bytes.get(j + 1) != Some(&b'"')) {
+                j += if bytes[j] == b'"' { 2 } else { 1 };
+            }
+            end = j.min(bytes.len());
+            i = bytes[end..].iter().position(|&b| b == sep).map_or(bytes.len(), |k| end + k);
+        } else {
+            start = i;
+            i = bytes[i..].iter().position(|&b| b == sep).map_or(bytes.len(), |k| i + k);
+            end = i;
+            while end > start && bytes[end - 1] == b' ' {
+                end -= 1;
+            }
+        }
+        spans.push((start, end));
+        if i >= bytes.len() || spans.len() == MAX_COLUMNS {
+            return spans;
+        }
+        i += 1;
     }
 }
 
@@ -273,12 +449,17 @@ fn cells_between(line: &str, sep: impl Fn(u8) -> bool) -> Vec<(usize, usize)> {
 /// pipes (`|---|:--:|`) or, in what database clients print, plus signs (`+----+----+`,
 /// psql's `-----+-----`).
 fn is_delimiter_row(line: &str, cells: usize) -> bool {
+    delimiter_cells(line) == Some(cells)
+}
+
+/// How many cells `line` has as a delimiter row, if it is one.
+fn delimiter_cells(line: &str) -> Option<usize> {
     let spans = cells_between(line, |b| b == b'|' || b == b'+');
-    spans.len() == cells
-        && spans.iter().all(|&(s, e)| {
-            let cell = line[s..e].trim_start_matches(':').trim_end_matches(':');
-            !cell.is_empty() && cell.bytes().all(|b| b == b'-')
-        })
+    let dashes = |&(s, e): &(usize, usize)| {
+        let cell = line[s..e].trim_start_matches(':').trim_end_matches(':');
+        !cell.is_empty() && cell.bytes().all(|b| b == b'-')
+    };
+    (!spans.is_empty() && spans.iter().all(dashes)).then_some(spans.len())
 }
 
 /// Whether a header cell names a credential, read through the rules view (so `Pаss\u{200b}word`
@@ -294,23 +475,42 @@ fn credential_header(header: &str) -> Option<(bool, &'static str)> {
     Some((about, word))
 }
 
-/// Whether some line of `text` could be a table's delimiter row (`|---|:--:|`): the quick
-/// check that lets the many texts without one skip the reader.
+/// Whether some line of `text` is a delimiter row (`|---|:--:|`) as the reader reads it:
+/// the quick check that lets the many texts without one skip the reader. Only lines with
+/// a dash are looked at.
 fn has_delimiter_row(text: &str) -> bool {
     let bytes = text.as_bytes();
     let mut from = 0;
-    while let Some(at) = text.get(from..).and_then(|rest| rest.find('-')) {
-        let at = from + at;
-        let start = bytes[..at].iter().rposition(|&b| b == b'\n').map_or(0, |nl| nl + 1);
-        let end = bytes[at..].iter().position(|&b| b == b'\n').map_or(bytes.len(), |nl| at + nl);
-        let line = &bytes[start..end];
-        let separated = line.iter().any(|&b| b == b'|' || b == b'+');
-        if separated && line.iter().all(|b| matches!(b, b'|' | b'+' | b'-' | b':' | b' ' | b'\t' | b'\r')) {
+    while let Some(k) = memchr::memchr(b'-', &bytes[from..]) {
+        let at = from + k;
+        let start = memchr::memrchr(b'\n', &bytes[from..at]).map_or(from, |nl| from + nl + 1);
+        let end = memchr::memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |nl| at + nl);
+        let line = &text[start..end];
+        let line = &line[..floor_boundary(line, line.len().min(MAX_ROW_BYTES))];
+        // Dashes, colons, separators and spaces only (or characters outside ASCII, which
+        // may be spaces): a line of prose fails at its first letter.
+        let may_be = line
+            .bytes()
+            .all(|b| matches!(b, b'|' | b'+' | b'-' | b':' | b' ' | b'\t' | b'\r' | 0x0b | 0x0c) || b >= 0x80);
+        if may_be && delimiter_cells(line.strip_suffix('\r').unwrap_or(line)).is_some() {
             return true;
         }
         from = end;
     }
     false
+}
+
+/// Whether `text` could hold a CSV or TSV table with a credential column: a separator, and
+/// a credential word's ASCII core or a character outside ASCII (words in other scripts,
+/// and disguised letters, which only the rules view reads as credential words).
+fn may_hold_separated_table(text: &str) -> bool {
+    static WORDS: std::sync::OnceLock<Option<aho_corasick::AhoCorasick>> = std::sync::OnceLock::new();
+    let words = WORDS.get_or_init(|| {
+        let cores = ["pass", "pwd", "secret", "token", "key", "credential", "kennwort"];
+        aho_corasick::AhoCorasick::builder().ascii_case_insensitive(true).build(cores).ok()
+    });
+    memchr::memchr2(b',', b'\t', text.as_bytes()).is_some()
+        && (!text.is_ascii() || words.as_ref().is_none_or(|w| w.is_match(text)))
 }
 
 /// Scans a labelled cell with the rules and adds to `out` the findings the label makes,
@@ -338,13 +538,15 @@ pub(crate) fn judge(rules: &Ruleset, ctx: &ScanContext, cell: &LabelledCell, out
 
 /// The credential cells of `text`'s tables, scanned (the one-shot reader).
 pub(crate) fn scan(rules: &Ruleset, text: &str, ctx: &ScanContext, out: &mut Vec<Finding>) {
-    if !has_delimiter_row(text) {
+    let (pipes, separated) = (has_delimiter_row(text), may_hold_separated_table(text));
+    if !pipes && !separated {
         return;
     }
-    let mut st = TableState::new(MAX_ROW_BYTES);
+    // A layout the text holds no table in needs no header looked for: the cells read are
+    // the same (a pipe table's header holds nothing back either).
+    let mut st = TableState { pipes, separated, ..TableState::new(MAX_ROW_BYTES) };
     let mut cells = Vec::new();
-    st.feed(text, 0, &mut |c| cells.push(c));
-    st.finish(&mut |c| cells.push(c));
+    st.read_all(text, &mut |c| cells.push(c));
     for cell in &cells {
         judge(rules, ctx, cell, out);
     }
@@ -354,11 +556,15 @@ pub(crate) fn scan(rules: &Ruleset, text: &str, ctx: &ScanContext, out: &mut Vec
 mod tests {
     use super::*;
 
+    /// The cells `text` gives fed whole, which must be what reading it whole gives.
     fn cells_of(text: &str) -> Vec<(String, usize)> {
         let mut st = TableState::new(MAX_ROW_BYTES);
         let mut out = Vec::new();
         st.feed(text, 0, &mut |c| out.push((c.text.clone(), c.raw_start)));
         st.finish(&mut |c| out.push((c.text.clone(), c.raw_start)));
+        let mut whole = Vec::new();
+        TableState::new(MAX_ROW_BYTES).read_all(text, &mut |c| whole.push((c.text.clone(), c.raw_start)));
+        assert_eq!(out, whole, "{text:?}");
         out
     }
 
@@ -408,6 +614,38 @@ mod tests {
             assert_eq!(cells_of(text), vec![(format!("{label}: Kq8Wz3Tv6Lx2"), at)], "{text:?}");
             assert!(has_delimiter_row(text));
         }
+    }
+
+    #[test]
+    fn csv_and_tsv_tables_are_read_from_their_header_line() {
+        let csv = "username,password,host\nadmin,Kq8Wz3Tv6Lx2,db1\n\"ops, team\",\"Zt7\"\"Wq2\",db2\nnot a row\nx,Mv4Kq9Tz2Wx7,y\n";
+        let cells = cells_of(csv);
+        let at = |s: &str| csv.find(s).unwrap_or(0);
+        assert_eq!(
+            cells,
+            vec![("password: Kq8Wz3Tv6Lx2".to_string(), at("Kq8")), ("password: Zt7\"\"Wq2".to_string(), at("Zt7"))],
+            "a row with other than the header's count of fields ends the table"
+        );
+        let tsv = "Service\tAPI Key\nstripe\tsk_test_x9Kq2Wz7Tv4Lx8\n";
+        assert_eq!(cells_of(tsv), vec![("API Key: sk_test_x9Kq2Wz7Tv4Lx8".to_string(), tsv.find("sk_").unwrap_or(0))]);
+        // Prose with commas heads no table, nor does a sentence naming a password.
+        for text in [
+            "Well, if you forget your password, reset it here, then log in.\nYes, I did, thanks, bye.\n",
+            "Remember: user, password.\nadmin, hunter2.\n",
+        ] {
+            assert_eq!(cells_of(text), vec![], "{text:?}");
+        }
+    }
+
+    #[test]
+    fn a_csv_header_holds_the_line_after_it() {
+        let mut st = TableState::new(MAX_ROW_BYTES);
+        st.feed("user,password\nadm", 0, &mut |_| {});
+        assert_eq!(st.hold_from(), Some(14));
+        st.feed("in,Kq8Wz3Tv6Lx2\nthe end", 17, &mut |_| {});
+        assert_eq!(st.hold_from(), Some(33), "in the table, the next line may be a row");
+        st.feed("\nplain prose\n", 40, &mut |_| {});
+        assert_eq!(st.hold_from(), None);
     }
 
     #[test]
