@@ -1,5 +1,5 @@
-//! Credentials in a markdown table's columns: the name of a secret is in the header row, its
-//! value rows below, out of reach of any rule that reads a line.
+//! Credentials in a table's columns: the name of a secret is in the header row, its values
+//! in the rows below, out of reach of any rule that reads a line.
 //!
 //! ```text
 //! | Service  | User   | Password     |
@@ -7,16 +7,19 @@
 //! | Postgres | app_rw | Kq8Wz3Tv6Lx2 |
 //! ```
 //!
-//! Answers lay out accounts this way all the time. Each cell under a header that names a
-//! credential (`Password`, `API key`, `Token`, `Пароль`...) is read as the header would say
-//! it, `Password: Kq8Wz3Tv6Lx2`, and that text is scanned with the rules: the rules, their
-//! allow lists and the generic-secret judge decide, as for any `name: value` the response
-//! wrote itself, and findings lie over the cell. What the rules find in the cell alone
-//! (a provider token) the scan of the line finds already and is not reported twice.
+//! Answers lay out accounts this way all the time, as markdown, as a database client's
+//! result (`+----+` or `----+----` delimiter rows) or as CSV and TSV (a header line of short
+//! names, then lines with as many fields). Each cell under a header that names a credential
+//! (`Password`, `API key`, `Token`, `Пароль`...) is read as the header would say it,
+//! `Password: Kq8Wz3Tv6Lx2`, and that text is scanned with the rules: the rules, their allow
+//! lists and the generic-secret judge decide, as for any `name: value` the response wrote
+//! itself, and findings lie over the cell. What the rules find in the cell alone (a provider
+//! token) the scan of the line finds already and is not reported twice.
 //!
-//! Rows are read whole, so a stream holds a row of such a table from its first byte until
-//! its line ends; only [`MAX_ROW_BYTES`] of a row are read, one-shot as streaming, which
-//! bounds the hold.
+//! Rows are read whole, so a stream holds a row of such a table (and the line after a CSV
+//! header) from its first byte until its line ends; only [`MAX_ROW_BYTES`] of a row are
+//! read, one-shot as streaming, which bounds the hold. The one-shot reader gives what the
+//! stream's gives, faster: it skips the lines that cannot change anything.
 
 use crate::rules::ruleset::Ruleset;
 use crate::stream::pass::merge_findings;
