@@ -3,33 +3,20 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use common::*;
 use firewall::{
-    fingerprints, Action, Detectors, NgramConfig, NgramKey, NgramOwners, OwnerSet, ProvenanceConfig, ScanContext,
-    StreamScanner, TokenSignals,
+    fingerprints, Action, Detectors, NgramConfig, NgramKey, ProvenanceConfig, ScanContext, StreamScanner, TokenSignals,
 };
 use proptest::prelude::*;
 
 const KEY: NgramKey = NgramKey(*b"fedcba9876543210");
 const SECRET_PROSE: &str = "the merger with initech closes on friday at noon sharp";
 
-#[derive(Default)]
-struct Index(HashMap<u64, OwnerSet>);
-
-impl NgramOwners for Index {
-    fn owners(&self, hash: u64) -> OwnerSet {
-        self.0.get(&hash).cloned().unwrap_or_default()
-    }
-}
-
 fn detectors(n: usize) -> Arc<Detectors> {
     let mut idx = Index::default();
-    for h in fingerprints(SECRET_PROSE, &KEY, n) {
-        idx.0.insert(h, OwnerSet { tenants: vec!["globex".into()], shared_by: 1, model_native: false });
-    }
+    idx.record(fingerprints(SECRET_PROSE, &KEY, n), "globex");
     let ngram = NgramConfig { n, ..NgramConfig::new(KEY, Arc::new(idx)) };
     Arc::new(Detectors {
         ngram: Some(ngram),

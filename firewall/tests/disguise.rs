@@ -6,13 +6,12 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use common::*;
 use firewall::{
     fingerprints, secret_fingerprints, Action, Detail, DetectorKind, Detectors, Finding, NgramConfig, NgramKey,
-    NgramOwners, OwnerSet, Ruleset, ScanContext, SecretOwnership, StreamScanner,
+    Ruleset, ScanContext, SecretOwnership, StreamScanner,
 };
 use proptest::prelude::*;
 
@@ -21,25 +20,6 @@ const CANARY: &str = "GLOBEX-CANARY-51d0e2";
 const PASSWORD: &str = "db_password = 'S3cr3t!Pa55w0rd'";
 const PROSE: &str = "the merger with initech closes on friday at noon sharp";
 const HASH_KEY: NgramKey = NgramKey(*b"fedcba9876543210");
-
-#[derive(Default)]
-struct Index(HashMap<u64, OwnerSet>);
-
-impl NgramOwners for Index {
-    fn owners(&self, hash: u64) -> OwnerSet {
-        self.0.get(&hash).cloned().unwrap_or_default()
-    }
-}
-
-impl Index {
-    fn record(&mut self, hashes: Vec<u64>, tenant: &str) {
-        for h in hashes {
-            let e = self.0.entry(h).or_default();
-            e.tenants.push(tenant.into());
-            e.shared_by = e.tenants.len();
-        }
-    }
-}
 
 /// n-grams of [`PROSE`] owned by globex, with `n` words.
 fn ngram_detectors(n: usize) -> Arc<Detectors> {

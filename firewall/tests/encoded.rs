@@ -7,13 +7,12 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use common::*;
 use firewall::{
     fingerprints_and_tokens, secret_fingerprints, Action, DecodeConfig, Detail, DetectorKind, Detectors, Encoding,
-    Finding, NgramConfig, NgramKey, NgramOwners, OwnerSet, Rewrite, ScanContext, SecretOwnership,
+    Finding, NgramConfig, NgramKey, Rewrite, ScanContext, SecretOwnership,
 };
 use proptest::prelude::*;
 
@@ -24,15 +23,6 @@ const PASSWORD: &str = "db_password = 'Gl0bex!Secret99'";
 const PROSE: &str = "the merger with initech closes on friday at noon sharp";
 const CANARY: &str = "GLOBEX-CANARY-51d0e2";
 
-#[derive(Default)]
-struct Index(HashMap<u64, OwnerSet>);
-
-impl NgramOwners for Index {
-    fn owners(&self, hash: u64) -> OwnerSet {
-        self.0.get(&hash).cloned().unwrap_or_default()
-    }
-}
-
 /// Everything on (`decode`: reading encoded and rewritten text, as `read_encoded` does in the
 /// gateway), with globex owning a password, a token and a paragraph.
 fn detectors(decode: bool) -> Arc<Detectors> {
@@ -41,9 +31,7 @@ fn detectors(decode: bool) -> Arc<Detectors> {
     let sent = format!("{PASSWORD}\nrelay id {TOKEN}\n{PROSE}");
     let (ngrams, tokens) = fingerprints_and_tokens(&sent, &KEY, 6);
     let secrets = secret_fingerprints(&rules, &sent, &KEY);
-    for h in ngrams.into_iter().chain(tokens).chain(secrets) {
-        idx.0.insert(h, OwnerSet { tenants: vec!["globex".into()], shared_by: 1, model_native: false });
-    }
+    idx.record(ngrams.into_iter().chain(tokens).chain(secrets), "globex");
     let idx = Arc::new(idx);
     Arc::new(Detectors {
         ngram: Some(NgramConfig { n: 6, rewrites: decode, ..NgramConfig::new(KEY, idx.clone()) }),

@@ -24,13 +24,25 @@ impl NgramOwners for Index {
     }
 }
 
+impl Index {
+    /// Records `tenant` as an owner of each fingerprint, as the gateway records what a
+    /// tenant sends.
+    pub fn record(&mut self, hashes: impl IntoIterator<Item = u64>, tenant: &str) {
+        for h in hashes {
+            let e = self.0.entry(h).or_default();
+            if !e.tenants.iter().any(|t| t == tenant) {
+                e.tenants.push(tenant.into());
+            }
+            e.shared_by = e.tenants.len();
+        }
+    }
+}
+
 /// Detectors whose secret-ownership index holds the secrets `rules` find in `tenant`'s
 /// `prompt`, recorded as the gateway records a prompt.
 pub fn secrets_owned_by(rules: &Ruleset, tenant: &str, prompt: &str) -> Arc<Detectors> {
     let mut idx = Index::default();
-    for h in secret_fingerprints(rules, prompt, &HASH_KEY) {
-        idx.0.insert(h, OwnerSet { tenants: vec![tenant.into()], shared_by: 1, model_native: false });
-    }
+    idx.record(secret_fingerprints(rules, prompt, &HASH_KEY), tenant);
     Arc::new(Detectors {
         secrets: Some(SecretOwnership { key: HASH_KEY, owners: Arc::new(idx) }),
         ..Detectors::default()
