@@ -21,6 +21,7 @@
 //! read, one-shot as streaming, which bounds the hold. The one-shot reader gives what the
 //! stream's gives, faster: it skips the lines that cannot change anything.
 
+use crate::canon::{Decoded, Kind};
 use crate::rules::ruleset::Ruleset;
 use crate::stream::pass::merge_findings;
 use crate::verdict::{Action, DetectorKind, Finding};
@@ -98,6 +99,23 @@ pub(crate) struct LabelledCell {
     row_start: usize,
     /// the header names something about a credential: findings are candidates
     about: bool,
+    /// the raw span of each byte of the cell, where the text was decoded (JSON strings);
+    /// None where the cell is the raw text from `raw_start` on
+    raw: Option<Vec<(usize, usize)>>,
+}
+
+impl LabelledCell {
+    /// The raw span of cell bytes `start..end`.
+    fn raw_span(&self, start: usize, end: usize) -> (usize, usize) {
+        match &self.raw {
+            None => (self.raw_start + start, self.raw_start + end),
+            Some(spans) => {
+                let first = spans.get(start).map_or(self.raw_start, |s| s.0);
+                let last = end.checked_sub(1).and_then(|e| spans.get(e.max(start))).map_or(first, |s| s.1);
+                (first, last.max(first))
+            }
+        }
+    }
 }
 
 /// A credential column: its index, its header, and whether the header is about one.
@@ -147,6 +165,9 @@ pub(crate) struct TableState {
     /// text cannot hold)
     pipes: bool,
     separated: bool,
+    /// fed decoded characters ([`TableState::feed_char`]): the raw span of each byte of
+    /// `line`
+    decoded: Option<Vec<(usize, usize)>>,
 }
 
 impl TableState {
@@ -161,6 +182,55 @@ impl TableState {
             table: None,
             pipes: true,
             separated: true,
+            decoded: None,
+        }
+    }
+
+    /// A reader fed decoded characters (JSON strings, whose line breaks are escapes): a
+    /// string's quotes and the JSON around strings end a line too.
+    pub(crate) fn decoded(row_bytes: usize) -> TableState {
+        TableState { decoded: Some(Vec::new()), ..TableState::new(row_bytes) }
+    }
+
+    pub(crate) fn is_decoded(&self) -> bool {
+        self.decoded.is_some()
+    }
+
+    /// Reads one decoded character.
+    pub(crate) fn feed_char(&mut self, d: Decoded, cells: &mut impl FnMut(LabelledCell)) {
+        if d.kind == Kind::Syntax || d.c == '\n' {
+            if !self.line_read {
+                let line = std::mem::take(&mut self.line);
+                self.read_line(&line, cells);
+                self.line = line;
+            }
+            self.line.clear();
+            if let Some(spans) = &mut self.decoded {
+                spans.clear();
+            }
+            self.line_read = false;
+            self.line_start = d.end;
+            return;
+        }
+        if self.line_read {
+            return;
+        }
+        if self.line.is_empty() {
+            self.line_start = d.start;
+        }
+        // As `feed` cuts a line: what does not fit is not read, and a full line is read.
+        let fits = self.line.len() + d.c.len_utf8() <= self.row_bytes;
+        if fits {
+            self.line.push(d.c);
+            if let Some(spans) = &mut self.decoded {
+                spans.extend(std::iter::repeat_n((d.start, d.end), d.c.len_utf8()));
+            }
+        }
+        if !fits || self.line.len() >= self.row_bytes {
+            let line = std::mem::take(&mut self.line);
+            self.read_line(&line, cells);
+            self.line = line;
+            self.line_read = true;
         }
     }
 
@@ -301,12 +371,15 @@ impl TableState {
             let Some(&(start, end)) = spans.get(*column) else { continue };
             let cell = &line[start..end];
             if !cell.is_empty() {
+                let raw = self.decoded.as_ref().map(|spans| spans.get(start..end).unwrap_or_default().to_vec());
+                let raw_start = raw.as_ref().and_then(|r| r.first()).map_or(self.line_start + start, |r| r.0);
                 out(LabelledCell {
                     text: format!("{label}: {cell}"),
                     label_len: label.len() + 2,
-                    raw_start: self.line_start + start,
+                    raw_start,
                     row_start: self.line_start,
                     about: *about,
+                    raw,
                 });
             }
         }
@@ -531,8 +604,8 @@ pub(crate) fn judge(rules: &Ruleset, ctx: &ScanContext, cell: &LabelledCell, out
         if cell.about && f.kind == DetectorKind::Secret {
             f.action = Action::Allow;
         }
-        let match_end = cell.raw_start + f.match_end.saturating_sub(cell.label_len);
-        (f.start, f.end) = (cell.raw_start + start, cell.raw_start + end);
+        let match_end = cell.raw_span(start, f.match_end.saturating_sub(cell.label_len).max(start)).1;
+        (f.start, f.end) = cell.raw_span(start, end);
         (f.match_start, f.match_end) = (cell.row_start, match_end.max(f.end));
         found.push(f);
     }
@@ -693,6 +766,31 @@ mod tests {
             }
             st.finish(&mut |c| got.push((c.text.clone(), c.raw_start)));
             assert_eq!(got, whole, "pieces of {size}");
+        }
+    }
+
+    /// Fed decoded characters (as a JSON string's are), the reader reads what it reads fed
+    /// the text, at the same offsets when the characters are the raw text.
+    #[test]
+    fn characters_fed_one_by_one_read_as_the_text() {
+        let text = "| User | Пароль |\n|---|---|\n| a | Kq8Wz3Tv6Lx2 |\nuser,password\nb,Zt7Wq2Kv9Lx4\n";
+        for row_bytes in [MAX_ROW_BYTES, 20, 7] {
+            let mut fed = Vec::new();
+            let mut st = TableState::new(row_bytes);
+            st.feed(text, 0, &mut |c| {
+                fed.push((c.text.clone(), c.raw_start, c.raw_span(0, c.text.len() - c.label_len)))
+            });
+            st.finish(&mut |c| fed.push((c.text.clone(), c.raw_start, c.raw_span(0, c.text.len() - c.label_len))));
+            let mut chars = Vec::new();
+            let mut st = TableState::decoded(row_bytes);
+            for (i, c) in text.char_indices() {
+                let d = Decoded { c, start: i, end: i + c.len_utf8(), kind: Kind::Text };
+                st.feed_char(d, &mut |c| {
+                    chars.push((c.text.clone(), c.raw_start, c.raw_span(0, c.text.len() - c.label_len)))
+                });
+            }
+            st.finish(&mut |c| chars.push((c.text.clone(), c.raw_start, c.raw_span(0, c.text.len() - c.label_len))));
+            assert_eq!(chars, fed, "rows of {row_bytes} bytes");
         }
     }
 

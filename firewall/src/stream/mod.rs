@@ -122,7 +122,7 @@ impl StreamScanner {
     pub fn decode_json_strings(mut self) -> StreamScanner {
         if self.pushed == 0 {
             self.canon = Canon::json();
-            self.table = None;
+            self.table = Some(TableState::decoded(self.max_holdback.min(table::MAX_ROW_BYTES)));
         }
         self
     }
@@ -132,8 +132,10 @@ impl StreamScanner {
     /// (when fewer than [`table::MAX_ROW_BYTES`]).
     pub fn with_max_holdback(mut self, bytes: usize) -> StreamScanner {
         self.max_holdback = bytes.max(64);
-        if let (0, Some(_)) = (self.pushed, &self.table) {
-            self.table = Some(TableState::new(self.max_holdback.min(table::MAX_ROW_BYTES)));
+        if let (0, Some(st)) = (self.pushed, &self.table) {
+            let row_bytes = self.max_holdback.min(table::MAX_ROW_BYTES);
+            self.table =
+                Some(if st.is_decoded() { TableState::decoded(row_bytes) } else { TableState::new(row_bytes) });
         }
         if let (0, Some(cfg)) = (self.pushed, &self.detectors.decode) {
             self.encoded = Some(EncodedState::new(cfg, self.max_holdback));
@@ -268,7 +270,7 @@ impl StreamScanner {
             ..
         } = self;
         let live = rules.engine.live();
-        if let Some(st) = table.as_mut() {
+        if let Some(st) = table.as_mut().filter(|st| !st.is_decoded()) {
             let mut judge = |cell: table::LabelledCell| table::judge(rules, ctx, &cell, found);
             st.feed(delta, at, &mut judge);
             if finishing {
@@ -277,8 +279,10 @@ impl StreamScanner {
         }
         let reader = Reader { rules, ctx, detectors, depth: 0 };
         undecided.push_str(delta);
-        // Decoded characters go to the n-gram splitter and the encoded-run reader.
-        let has_words = ngram.is_some() || encoded.is_some();
+        // Decoded characters go to the n-gram splitter, the encoded-run reader and, in JSON,
+        // the table reader.
+        let mut decoded_table = table.as_mut().filter(|st| st.is_decoded());
+        let has_words = ngram.is_some() || encoded.is_some() || decoded_table.is_some();
         let mut want_words = has_words;
         if want_words && !canon.is_json() && delta.is_ascii() {
             // Plain ASCII reads as itself in the words view: the splitter takes it whole.
@@ -297,6 +301,9 @@ impl StreamScanner {
             }
             if let Some(st) = encoded.as_mut() {
                 st.feed_char(d, &mut |d: &DecodedText| judge_decoded(reader, d, found));
+            }
+            if let Some(st) = decoded_table.as_mut() {
+                st.feed_char(d, &mut |cell: table::LabelledCell| table::judge(reader.rules, reader.ctx, &cell, found));
             }
         };
         let mut pieces = |p: Piece<'_>| {
@@ -335,6 +342,9 @@ impl StreamScanner {
             }
             if let Some(st) = encoded.as_mut() {
                 st.finish(&mut |d: &DecodedText| judge_decoded(reader, d, found));
+            }
+            if let Some(st) = decoded_table.as_mut() {
+                st.finish(&mut |cell: table::LabelledCell| table::judge(reader.rules, reader.ctx, &cell, found));
             }
         }
     }
