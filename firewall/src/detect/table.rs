@@ -240,7 +240,7 @@ impl TableState {
         let mut from = 0;
         while from < text.len() {
             let rest = &text[from..];
-            let (part, ends_line) = match rest.find('\n') {
+            let (part, ends_line) = match memchr::memchr(b'\n', rest.as_bytes()) {
                 Some(nl) => (&rest[..nl], true),
                 None => (rest, false),
             };
