@@ -84,7 +84,7 @@ async fn a_password_in_a_tables_column_ends_the_choice_before_its_row() {
                 frames.iter().filter(|f| *f != "[DONE]").map(|f| serde_json::from_str(f).unwrap()).collect();
             let text: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
             let finish =
-                chunks.iter().filter_map(|c| c["choices"][0]["finish_reason"].as_str()).last().map(String::from);
+                chunks.iter().filter_map(|c| c["choices"][0]["finish_reason"].as_str()).next_back().map(String::from);
             (text, finish)
         } else {
             let v: Value = resp.json().await.unwrap();
