@@ -120,19 +120,8 @@ fn stream_chars(
     if json {
         s = s.decode_json_strings();
     }
-    let (mut out, mut blocked, mut found) = (String::new(), false, Vec::new());
-    let mut buf = [0u8; 4];
-    for c in text.chars() {
-        let step = s.push(c.encode_utf8(&mut buf));
-        out += &step.release;
-        blocked |= step.action == Action::Block;
-        found.extend(step.findings);
-    }
-    let step = s.finish();
-    out += &step.release;
-    blocked |= step.action == Action::Block;
-    found.extend(step.findings);
-    (out, blocked, found)
+    let out = stream_through(s, text, &char_cuts(text));
+    (out.released, out.blocked, out.findings)
 }
 
 #[test]

@@ -75,7 +75,11 @@ pub struct Streamed {
 
 /// Streams `text` cut at `cuts` (sorted byte offsets on char boundaries).
 pub fn stream(rules: &Arc<Ruleset>, ctx: &ScanContext, det: &Arc<Detectors>, text: &str, cuts: &[usize]) -> Streamed {
-    let mut s = StreamScanner::new(rules.clone(), ctx.clone(), det.clone());
+    stream_through(StreamScanner::new(rules.clone(), ctx.clone(), det.clone()), text, cuts)
+}
+
+/// [`stream`] through a scanner set up otherwise (JSON mode, another holdback).
+pub fn stream_through(mut s: StreamScanner, text: &str, cuts: &[usize]) -> Streamed {
     let mut out = Streamed { released: String::new(), findings: Vec::new(), blocked: false, max_held: 0 };
     let mut prev = 0;
     for &c in cuts.iter().chain(std::iter::once(&text.len())) {
