@@ -8,8 +8,10 @@
 //! ```
 //!
 //! Answers lay out accounts this way all the time, as markdown, as a database client's
-//! result (`+----+` or `----+----` delimiter rows) or as CSV and TSV (a header line of short
-//! names, then lines with as many fields). Each cell under a header that names a credential
+//! result (`+----+` or `----+----` delimiter rows, or drawn with box-drawing characters as
+//! DuckDB, `sqlite3 -box`, psql's unicode style and Python's rich print them) or as CSV,
+//! TSV and semicolon-separated values (a header line of short names, then lines with as
+//! many fields). Each cell under a header that names a credential
 //! (`Password`, `API key`, `Token`, `Пароль`...) is read as the header would say it,
 //! `Password: Kq8Wz3Tv6Lx2`, and that text is scanned with the rules: the rules, their allow
 //! lists and the generic-secret judge decide, as for any `name: value` the response wrote
@@ -20,6 +22,8 @@
 //! header) from its first byte until its line ends; only [`MAX_ROW_BYTES`] of a row are
 //! read, one-shot as streaming, which bounds the hold. The one-shot reader gives what the
 //! stream's gives, faster: it skips the lines that cannot change anything.
+
+use std::borrow::Cow;
 
 use crate::canon::{Decoded, Kind};
 use crate::rules::ruleset::Ruleset;
@@ -126,7 +130,8 @@ type Column = (usize, String, bool);
 enum Layout {
     /// Markdown (and database clients): `|` between cells, a delimiter row under the header.
     Pipes,
-    /// CSV or TSV: `,` or a tab between cells, a header line and then rows with as many.
+    /// CSV, TSV or semicolon-separated: `,`, a tab or `;` between cells, a header line and
+    /// then rows with as many.
     Separated(u8),
 }
 
@@ -146,6 +151,9 @@ struct Head {
     layout: Layout,
     cells: usize,
     columns: Vec<Column>,
+    /// a line came between it and its delimiter row (the column types DuckDB prints under
+    /// the names): one may, no more
+    waited: bool,
 }
 
 /// The table reader, fed a text in order (the whole of it one-shot, deltas when streaming).
@@ -273,14 +281,34 @@ impl TableState {
     /// Reads a whole text from its start: what [`TableState::feed`] then
     /// [`TableState::finish`] read, without copying each line.
     pub(crate) fn read_all(&mut self, text: &str, cells: &mut impl FnMut(LabelledCell)) {
+        // A box-drawn table's lines hold no `|` for the skip below to find. Its ASCII twin
+        // has the same length and line breaks; a row is cut where the text's characters
+        // allow, as `feed` cuts it.
+        let raw = text;
+        let boxed = box_ascii(text);
+        let text = boxed.as_ref();
         let bytes = text.as_bytes();
         let mut start = 0;
+        // The next `;` at or after `start` that can separate fields, kept between lines: code
+        // has one on most lines, and searching for it again from each would read them twice.
+        let mut semicolon: Option<usize> = None;
+        let mut semicolons_left = self.separated;
         loop {
             if self.table.is_none() && self.heads.is_empty() {
                 // Outside a table, a line without a separator changes nothing: go straight
                 // to the line of the next one (most of a text is skipped so).
-                let Some(k) = memchr::memchr3(b'|', b',', b'\t', &bytes[start..]) else { break };
-                let at = start + k;
+                let mut next = memchr::memchr3(b'|', b',', b'\t', &bytes[start..]).map(|k| start + k);
+                if semicolons_left {
+                    if semicolon.is_none_or(|at| at < start) {
+                        semicolon = next_field_semicolon(bytes, start);
+                        semicolons_left = semicolon.is_some();
+                    }
+                    next = match (next, semicolon) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                }
+                let Some(at) = next else { break };
                 start = memchr::memrchr(b'\n', &bytes[start..at]).map_or(start, |nl| start + nl + 1);
             }
             let end = memchr::memchr(b'\n', &bytes[start..]).map_or(bytes.len(), |k| start + k);
@@ -288,7 +316,8 @@ impl TableState {
             self.line_start = start;
             // A last line that is empty is no line (`finish` reads none).
             if end < bytes.len() || !line.is_empty() {
-                self.read_line(&line[..floor_boundary(line, line.len().min(self.row_bytes))], cells);
+                let cut = floor_boundary(&raw[start..end], line.len().min(self.row_bytes));
+                self.read_ascii_line(&line[..cut], cells);
             }
             if end >= bytes.len() {
                 break;
@@ -315,9 +344,20 @@ impl TableState {
         ((self.table.is_some() || pending) && !self.line_read).then_some(self.line_start)
     }
 
+    /// Reads a line as fed (box-drawing characters and all).
     fn read_line(&mut self, line: &str, out: &mut impl FnMut(LabelledCell)) {
+        self.read_ascii_line(&box_ascii(line), out);
+    }
+
+    /// Reads a line whose box-drawing characters are ASCII already ([`box_ascii`]).
+    fn read_ascii_line(&mut self, line: &str, out: &mut impl FnMut(LabelledCell)) {
         let line = line.strip_suffix('\r').unwrap_or(line);
         if let Some(table) = self.table.take() {
+            // A grid's rule between two rows (`+----+`, `├────┼────┤`) goes on with the table.
+            if table.layout == Layout::Pipes && is_delimiter_row(line, table.cells) {
+                self.table = Some(table);
+                return;
+            }
             let spans = table.layout.cells(line);
             let continues = match table.layout {
                 Layout::Pipes => !spans.is_empty(),
@@ -330,6 +370,7 @@ impl TableState {
             }
         }
         let heads = std::mem::take(&mut self.heads);
+        let mut waiting = Vec::new();
         for head in heads {
             match head.layout {
                 Layout::Pipes if is_delimiter_row(line, head.cells) => {
@@ -344,26 +385,33 @@ impl TableState {
                         return;
                     }
                 }
+                Layout::Pipes if !head.waited && cell_spans(line).len() == head.cells => {
+                    waiting.push(Head { waited: true, ..head });
+                }
                 Layout::Pipes => {}
             }
         }
         // Most lines hold no separator: one pass that the compiler vectorises says so.
-        let (mut pipe, mut comma, mut tab) = (false, false, false);
+        let (mut pipe, mut comma, mut tab, mut semicolon) = (false, false, false, false);
         for &b in line.as_bytes() {
             pipe |= b == b'|';
             comma |= b == b',';
             tab |= b == b'\t';
+            semicolon |= b == b';';
         }
         let layouts = [
             (pipe && self.pipes, Layout::Pipes),
             (comma && self.separated, Layout::Separated(b',')),
             (tab && self.separated, Layout::Separated(b'\t')),
+            (semicolon && self.separated, Layout::Separated(b';')),
         ];
         for (_, layout) in layouts.into_iter().filter(|(present, _)| *present) {
             if let Some(head) = head_of(line, layout) {
                 self.heads.push(head);
             }
         }
+        // A header right above the delimiter row is the table's, before one a line up.
+        self.heads.append(&mut waiting);
     }
 
     fn emit(&self, line: &str, spans: &[(usize, usize)], columns: &[Column], out: &mut impl FnMut(LabelledCell)) {
@@ -384,6 +432,45 @@ impl TableState {
             }
         }
     }
+}
+
+/// The first `;` from `from` on that is not the last character of its line: a line's only
+/// `;` at its end (a statement's, in code) leaves its last field empty, and a line with an
+/// empty field heads no table.
+fn next_field_semicolon(bytes: &[u8], from: usize) -> Option<usize> {
+    let mut at = from;
+    loop {
+        let k = at + memchr::memchr(b';', &bytes[at..])?;
+        match bytes.get(k + 1..) {
+            Some([] | [b'\n', ..] | [b'\r', b'\n', ..] | [b'\r']) => at = k + 1,
+            _ => return Some(k),
+        }
+    }
+}
+
+/// `text` with its box-drawing characters (U+2500 to U+257F) written in ASCII of the same
+/// length, each padded with spaces to its three bytes: a vertical as `|`, a horizontal as
+/// `---`, a corner, tee or cross as `+`. A table drawn in them (DuckDB, `sqlite3 -box`, psql's
+/// unicode style, Python's rich) then reads as the ASCII grid it draws, at the same offsets.
+fn box_ascii(text: &str) -> Cow<'_, str> {
+    if !has_box_drawing(text.as_bytes()) {
+        return Cow::Borrowed(text);
+    }
+    let mut ascii = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '│' | '┃' | '║' | '┆' | '┇' | '┊' | '┋' | '╎' | '╏' => ascii.push_str("|  "),
+            '─' | '━' | '═' | '┄' | '┅' | '┈' | '┉' | '╌' | '╍' => ascii.push_str("---"),
+            '\u{2500}'..='\u{257f}' => ascii.push_str("+  "),
+            c => ascii.push(c),
+        }
+    }
+    Cow::Owned(ascii)
+}
+
+/// Whether `bytes` hold a box-drawing character (`E2 94 xx` or `E2 95 xx` in UTF-8).
+fn has_box_drawing(bytes: &[u8]) -> bool {
+    memchr::memchr_iter(0xe2, bytes).any(|i| matches!(bytes.get(i + 1), Some(0x94 | 0x95)))
 }
 
 /// The longest prefix of `s` of at most `at` bytes that ends on a character boundary.
@@ -413,7 +500,7 @@ fn head_of(line: &str, layout: Layout) -> Option<Head> {
             })
         })
         .collect();
-    (!columns.is_empty()).then_some(Head { layout, cells: spans.len(), columns })
+    (!columns.is_empty()).then_some(Head { layout, cells: spans.len(), columns, waited: false })
 }
 
 /// The fields of a CSV (or TSV) header line: at least two, each a few short words (a
@@ -576,7 +663,7 @@ fn has_delimiter_row(text: &str) -> bool {
     false
 }
 
-/// Whether `text` could hold a CSV or TSV table with a credential column: a separator, and
+/// Whether `text` could hold a CSV, TSV or `;` table with a credential column: a separator, and
 /// a credential word's ASCII core or a character outside ASCII (words in other scripts,
 /// and disguised letters, which only the rules view reads as credential words).
 fn may_hold_separated_table(text: &str) -> bool {
@@ -585,7 +672,7 @@ fn may_hold_separated_table(text: &str) -> bool {
         let cores = ["pass", "pwd", "secret", "token", "key", "credential", "kennwort"];
         aho_corasick::AhoCorasick::builder().ascii_case_insensitive(true).build(cores).ok()
     });
-    memchr::memchr2(b',', b'\t', text.as_bytes()).is_some()
+    memchr::memchr3(b',', b'\t', b';', text.as_bytes()).is_some()
         && (!text.is_ascii() || words.as_ref().is_none_or(|w| w.is_match(text)))
 }
 
@@ -614,6 +701,9 @@ pub(crate) fn judge(rules: &Ruleset, ctx: &ScanContext, cell: &LabelledCell, out
 
 /// The credential cells of `text`'s tables, scanned (the one-shot reader).
 pub(crate) fn scan(rules: &Ruleset, text: &str, ctx: &ScanContext, out: &mut Vec<Finding>) {
+    // A box-drawn table's delimiter rows hold no `-`: look at its ASCII twin.
+    let boxed = box_ascii(text);
+    let text = boxed.as_ref();
     let (pipes, separated) = (has_delimiter_row(text), may_hold_separated_table(text));
     if !pipes && !separated {
         return;
@@ -690,6 +780,55 @@ mod tests {
             assert_eq!(cells_of(text), vec![(format!("{label}: Kq8Wz3Tv6Lx2"), at)], "{text:?}");
             assert!(has_delimiter_row(text));
         }
+    }
+
+    #[test]
+    fn tables_drawn_with_box_drawing_characters_are_read() {
+        // DuckDB (a type row under the names), psql's unicode style without and with a
+        // border, Python's rich (heavy header), tabulate's fancy_grid (a rule between rows).
+        let duckdb = "┌─────────┬──────────────┐\n│  user   │   password   │\n│ varchar │   varchar    │\n├─────────┼──────────────┤\n│ app     │ Kq8Wz3Tv6Lx2 │\n└─────────┴──────────────┘\n";
+        let psql = " usename │    passwd\n─────────┼──────────────\n app     │ Kq8Wz3Tv6Lx2\n(1 row)\n";
+        let psql_border = "┌─────────┬──────────────┐\n│ usename │    passwd    │\n├─────────┼──────────────┤\n│ app     │ Kq8Wz3Tv6Lx2 │\n└─────────┴──────────────┘\n";
+        let rich = "┏━━━━━━━━━┳━━━━━━━━━━━━━━┓\n┃ Service ┃ Token        ┃\n┡━━━━━━━━━╇━━━━━━━━━━━━━━┩\n│ app     │ Kq8Wz3Tv6Lx2 │\n└─────────┴──────────────┘\n";
+        let fancy = "╒═════════╤══════════════╕\n│ user    │ Password     │\n╞═════════╪══════════════╡\n│ app     │ Kq8Wz3Tv6Lx2 │\n├─────────┼──────────────┤\n│ ops     │ Zt7Wq2Kv9Lx4 │\n╘═════════╧══════════════╛\n";
+        for (text, label) in [(duckdb, "password"), (psql, "passwd"), (psql_border, "passwd"), (rich, "Token")] {
+            let at = text.find("Kq8").unwrap_or(0);
+            assert_eq!(cells_of(text), vec![(format!("{label}: Kq8Wz3Tv6Lx2"), at)], "{text}");
+            assert!(has_delimiter_row(&box_ascii(text)), "{text}");
+        }
+        let at = |s: &str| fancy.find(s).unwrap_or(0);
+        assert_eq!(
+            cells_of(fancy),
+            vec![("Password: Kq8Wz3Tv6Lx2".to_string(), at("Kq8")), ("Password: Zt7Wq2Kv9Lx4".to_string(), at("Zt7"))]
+        );
+        // Box-drawing characters keep their byte length, so offsets hold.
+        for text in [duckdb, rich, fancy, "a ─ b ║ c ╳"] {
+            let ascii = box_ascii(text);
+            assert_eq!(ascii.len(), text.len());
+            assert!(ascii.is_ascii() || !text.is_ascii());
+        }
+        assert!(matches!(box_ascii("no boxes — “quoted”"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn one_line_may_come_between_a_header_and_its_delimiter_row_but_not_two() {
+        let two = "| user | password |\n| text | text |\n| a | b |\n|---|---|\n| app | Kq8Wz3Tv6Lx2 |\n";
+        assert_eq!(cells_of(two), vec![]);
+        // The line right above the delimiter row heads the table when it names a credential.
+        let later = "| user | password |\n| name | token |\n|---|---|\n| app | Kq8Wz3Tv6Lx2 |\n";
+        assert_eq!(cells_of(later), vec![("token: Kq8Wz3Tv6Lx2".to_string(), later.find("Kq8").unwrap_or(0))]);
+    }
+
+    #[test]
+    fn semicolon_separated_values_are_read_like_csv() {
+        // Spreadsheets write `;` where a decimal comma is the locale's.
+        let text = "Benutzer;Kennwort;Server\nadmin;Kq8Wz3Tv6Lx2;db1\n";
+        assert_eq!(cells_of(text), vec![("Kennwort: Kq8Wz3Tv6Lx2".to_string(), text.find("Kq8").unwrap_or(0))]);
+        // Code ends its statements with `;`: no header.
+        assert_eq!(cells_of("String password; String user;\nx; y; z;\n"), vec![]);
+        assert_eq!(next_field_semicolon(b"a;\nb;\r\nc;d;", 0), Some(8), "a statement's `;` is skipped");
+        assert_eq!(next_field_semicolon(b"a;\nb;", 0), None);
+        assert_eq!(cells_of("return user; // token\nadmin; Kq8Wz3Tv6Lx2\n"), vec![]);
     }
 
     #[test]
