@@ -1,6 +1,8 @@
-//! Credentials in markdown tables: a cell under a `Password` (`API key`, `Token`...) header
-//! is read as `Password: <cell>`, one-shot and streamed alike, and a stream holds each row
-//! of such a table until it is read, so no byte of a blocked cell goes out.
+//! Credentials in tables and in name/value pairs: a cell under a `Password` (`API key`,
+//! `Token`...) header is read as `Password: <cell>`, and a `value` after a credential's
+//! `name` (`- name: DB_PASSWORD` / `value: ...`) as `DB_PASSWORD: <value>`, one-shot and
+//! streamed alike; a stream holds each row of such a table, and each line while a name
+//! waits for its value, until it is read, so no byte of a blocked value goes out.
 // A rule set that does not load fails the test: panicking is how tests fail.
 #![allow(clippy::panic)]
 
@@ -162,4 +164,50 @@ fn a_table_in_tool_call_arguments_is_read_after_json_decoding() {
     let quiet =
         stream_arguments(&rules, r#"{"Password": 1, "rows": ["x", "y"], "a|b": "|---|", "c": "Kq8Wz3Tv6Lx2"}"#, 4);
     assert!(!quiet.blocked, "{:?}", quiet.findings);
+}
+
+/// A Kubernetes manifest's env list and an SSM parameter as the AWS CLI prints it.
+const MANIFEST: &str = "containers:\n  - name: api\n    env:\n      - name: LOG_LEVEL\n        value: info\n      - name: DB_PASSWORD\n        value: Kq8Wz3Tv6Lx2\n      - name: PORT\n        value: \"8080\"\n";
+const PARAMETER: &str = "{\"Parameter\": {\"Name\": \"/prod/api/token\", \"Type\": \"SecureString\", \"Value\": \"Zt7Wq2Kv9Lx4Mv4Kq9\", \"Version\": 3}}\nDone.";
+
+/// A value whose name is another field's blocks one-shot, and in a stream before any byte
+/// of it goes out, whether the name is on the line before (YAML) or on the same line (JSON).
+#[test]
+fn a_value_named_by_another_field_blocks_before_it_goes_out() {
+    let rules = builtin();
+    let (ctx, det) = (ScanContext::anonymous(), Arc::new(Detectors::default()));
+    for (text, secret) in [(MANIFEST, "Kq8Wz3Tv6Lx2"), (PARAMETER, "Zt7Wq2Kv9Lx4Mv4Kq9")] {
+        let found = rules.scan(text);
+        let at = text.find(secret).unwrap_or(0);
+        assert!(
+            found.iter().any(|f| (f.start, f.end) == (at, at + secret.len()) && f.action == Action::Block),
+            "{secret}: {found:?}"
+        );
+        assert!(found.iter().all(|f| f.start == at), "only the named value: {found:?}");
+        check_chunking(&rules, &ctx, &det, text, &char_cuts(text));
+        for size in [1, 3, 7, 16] {
+            let cuts: Vec<usize> = (size..text.len()).step_by(size).filter(|&c| text.is_char_boundary(c)).collect();
+            let s = stream(&rules, &ctx, &det, text, &cuts);
+            assert!(s.blocked && !s.released.contains(&secret[..2]), "{size}: {:?}", s.released);
+        }
+    }
+    // The same values named as nothing secret pass.
+    let plain = MANIFEST.replace("DB_PASSWORD", "DB_HOST");
+    assert!(rules.scan(&plain).is_empty(), "{:?}", rules.scan(&plain));
+}
+
+/// A manifest written into a tool call's arguments is read after JSON decoding.
+#[test]
+fn a_named_value_in_tool_call_arguments_is_read_after_json_decoding() {
+    let rules = builtin();
+    let json = r#"{"path": "deploy.yaml", "content": "env:\n  - name: DB_PASSWORD\n    value: Kq8Wz3Tv6Lx2\n"}"#;
+    let at = json.find("Kq8").unwrap_or(0);
+    for size in [1, 3, 8, 64] {
+        let Streamed { released, blocked, findings, .. } = stream_arguments(&rules, json, size);
+        assert!(blocked && !released.contains("Kq8"), "{size}: {released:?}");
+        assert!(
+            findings.iter().any(|f| (f.start, f.end) == (at, at + 12) && f.action == Action::Block),
+            "{findings:?}"
+        );
+    }
 }

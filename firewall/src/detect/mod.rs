@@ -10,6 +10,7 @@
 pub mod encoded;
 pub mod entropy;
 pub mod ngram;
+pub(crate) mod pairs;
 pub mod provenance;
 pub mod rewrite;
 pub mod secret;

@@ -30,6 +30,7 @@ use crate::rules::ruleset::Ruleset;
 use crate::stream::pass::merge_findings;
 use crate::verdict::{Action, DetectorKind, Finding};
 
+use super::pairs::{self, PairState};
 use super::ScanContext;
 
 /// The longest stretch of a row that is read (and held back while it streams).
@@ -39,7 +40,7 @@ pub const MAX_ROW_BYTES: usize = 1024;
 const MAX_COLUMNS: usize = 32;
 
 /// A header naming a credential column holds one of these (lowercased).
-const CREDENTIAL_WORDS: [&str; 24] = [
+pub(super) const CREDENTIAL_WORDS: [&str; 24] = [
     "password",
     "passwd",
     "passphrase",
@@ -176,6 +177,16 @@ pub(crate) struct TableState {
     /// fed decoded characters ([`TableState::feed_char`]): the raw span of each byte of
     /// `line`
     decoded: Option<Vec<(usize, usize)>>,
+    /// name/value pairs ([`super::pairs`]), read from the same lines unless the text
+    /// holds none
+    pairs: PairState,
+    pairs_on: bool,
+    /// the line in progress has a name field's key: each value that ends in it may be a
+    /// credential's name
+    names_in_line: bool,
+    /// where the line in progress names a credential (raw offset): its secret may follow
+    /// on the line
+    pair_hold: Option<usize>,
 }
 
 impl TableState {
@@ -191,6 +202,10 @@ impl TableState {
             pipes: true,
             separated: true,
             decoded: None,
+            pairs: PairState::default(),
+            pairs_on: true,
+            names_in_line: false,
+            pair_hold: None,
         }
     }
 
@@ -218,6 +233,7 @@ impl TableState {
             }
             self.line_read = false;
             self.line_start = d.end;
+            (self.names_in_line, self.pair_hold) = (false, None);
             return;
         }
         if self.line_read {
@@ -232,6 +248,9 @@ impl TableState {
             self.line.push(d.c);
             if let Some(spans) = &mut self.decoded {
                 spans.extend(std::iter::repeat_n((d.start, d.end), d.c.len_utf8()));
+            }
+            if matches!(d.c, ':' | '=' | '"' | '\'' | ',' | '}' | ']') {
+                self.look_for_names(self.line.len() - d.c.len_utf8());
             }
         }
         if !fits || self.line.len() >= self.row_bytes {
@@ -255,7 +274,9 @@ impl TableState {
             if !self.line_read {
                 let room = self.row_bytes.saturating_sub(self.line.len());
                 let take = floor_boundary(part, part.len().min(room));
+                let from = self.line.len();
                 self.line.push_str(&part[..take]);
+                self.look_for_names(from);
                 if take < part.len() || self.line.len() >= self.row_bytes {
                     let line = std::mem::take(&mut self.line);
                     self.read_line(&line, cells);
@@ -274,6 +295,7 @@ impl TableState {
                 self.line.clear();
                 self.line_read = false;
                 self.line_start = at + from;
+                (self.names_in_line, self.pair_hold) = (false, None);
             }
         }
     }
@@ -293,8 +315,11 @@ impl TableState {
         // has one on most lines, and searching for it again from each would read them twice.
         let mut semicolon: Option<usize> = None;
         let mut semicolons_left = self.separated;
+        // The next place that may name a credential for a pair, kept so too.
+        let mut core: Option<usize> = None;
+        let mut cores_left = self.pairs_on;
         loop {
-            if self.table.is_none() && self.heads.is_empty() {
+            if self.table.is_none() && self.heads.is_empty() && !self.pairs.is_pending() {
                 // Outside a table, a line without a separator changes nothing: go straight
                 // to the line of the next one (most of a text is skipped so).
                 let mut next = memchr::memchr3(b'|', b',', b'\t', &bytes[start..]).map(|k| start + k);
@@ -303,10 +328,14 @@ impl TableState {
                         semicolon = next_field_semicolon(bytes, start);
                         semicolons_left = semicolon.is_some();
                     }
-                    next = match (next, semicolon) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
-                        (a, b) => a.or(b),
-                    };
+                    next = earliest(next, semicolon);
+                }
+                if cores_left {
+                    if core.is_none_or(|at| at < start) {
+                        core = pairs::next_core(bytes, start);
+                        cores_left = core.is_some();
+                    }
+                    next = earliest(next, core);
                 }
                 let Some(at) = next else { break };
                 start = memchr::memrchr(b'\n', &bytes[start..at]).map_or(start, |nl| start + nl + 1);
@@ -338,10 +367,35 @@ impl TableState {
     }
 
     /// Where a stream must hold back from: the start of a row in progress of a table with
-    /// credential columns, or of the line after a CSV header (its first row).
+    /// credential columns, of the line after a CSV header (its first row) or of a line
+    /// while a credential's name waits for its value, or a name field's key in the line.
     pub(crate) fn hold_from(&self) -> Option<usize> {
+        if self.line_read {
+            return None;
+        }
         let pending = self.heads.iter().any(|h| h.layout != Layout::Pipes);
-        ((self.table.is_some() || pending) && !self.line_read).then_some(self.line_start)
+        let line = (self.table.is_some() || pending || self.pairs.is_pending()).then_some(self.line_start);
+        line.into_iter().chain(self.pair_hold).min()
+    }
+
+    /// Notes where the line in progress first names a credential ([`pairs::named_at`]),
+    /// once bytes from `from` on have come.
+    fn look_for_names(&mut self, from: usize) {
+        if !self.pairs_on || self.pair_hold.is_some() {
+            return;
+        }
+        self.names_in_line = self.names_in_line || pairs::name_key_at(&self.line, from).is_some();
+        if self.names_in_line {
+            if let Some(k) = pairs::named_at(&self.line) {
+                self.pair_hold = Some(self.raw_offset(k));
+            }
+        }
+    }
+
+    /// The raw offset of byte `k` of the line in progress.
+    fn raw_offset(&self, k: usize) -> usize {
+        let decoded = self.decoded.as_ref().map(|spans| spans.get(k).map_or(self.line_start, |s| s.0));
+        decoded.unwrap_or(self.line_start + k)
     }
 
     /// Reads a line as fed (box-drawing characters and all).
@@ -352,6 +406,24 @@ impl TableState {
     /// Reads a line whose box-drawing characters are ASCII already ([`box_ascii`]).
     fn read_ascii_line(&mut self, line: &str, out: &mut impl FnMut(LabelledCell)) {
         let line = line.strip_suffix('\r').unwrap_or(line);
+        if self.pairs_on {
+            // A stream holds the line from its start while a name waits, else from its first
+            // name field: a finding's match starts there, so that a block releases what a
+            // stream released.
+            let pending = self.pairs.is_pending();
+            let mut values = Vec::new();
+            self.pairs.read_line(line, &mut |name, span| values.push((name.to_string(), span)));
+            let held = match pending || values.is_empty() {
+                true => 0,
+                false => pairs::named_at(line).unwrap_or(0),
+            };
+            for (name, span) in values {
+                // A name about a credential (`token_type`, `password_policy`) makes its
+                // value a candidate only, as a table's header does.
+                let about = credential_header(&name).is_some_and(|(about, _)| about);
+                self.emit_cell(line, held, span, &name, about, out);
+            }
+        }
         if let Some(table) = self.table.take() {
             // A grid's rule between two rows (`+----+`, `├────┼────┤`) goes on with the table.
             if table.layout == Layout::Pipes && is_delimiter_row(line, table.cells) {
@@ -416,21 +488,45 @@ impl TableState {
 
     fn emit(&self, line: &str, spans: &[(usize, usize)], columns: &[Column], out: &mut impl FnMut(LabelledCell)) {
         for (column, label, about) in columns {
-            let Some(&(start, end)) = spans.get(*column) else { continue };
-            let cell = &line[start..end];
-            if !cell.is_empty() {
-                let raw = self.decoded.as_ref().map(|spans| spans.get(start..end).unwrap_or_default().to_vec());
-                let raw_start = raw.as_ref().and_then(|r| r.first()).map_or(self.line_start + start, |r| r.0);
-                out(LabelledCell {
-                    text: format!("{label}: {cell}"),
-                    label_len: label.len() + 2,
-                    raw_start,
-                    row_start: self.line_start,
-                    about: *about,
-                    raw,
-                });
+            if let Some(&span) = spans.get(*column) {
+                self.emit_cell(line, 0, span, label, *about, out);
             }
         }
+    }
+
+    /// Hands out `line[start..end]` labelled `label`, unless it is empty; its findings'
+    /// matches start at `line[row..]`.
+    fn emit_cell(
+        &self,
+        line: &str,
+        row: usize,
+        (start, end): (usize, usize),
+        label: &str,
+        about: bool,
+        out: &mut impl FnMut(LabelledCell),
+    ) {
+        let cell = &line[start..end];
+        if cell.is_empty() {
+            return;
+        }
+        let raw = self.decoded.as_ref().map(|spans| spans.get(start..end).unwrap_or_default().to_vec());
+        let raw_start = raw.as_ref().and_then(|r| r.first()).map_or(self.line_start + start, |r| r.0);
+        let row_start = self.raw_offset(row);
+        out(LabelledCell {
+            text: format!("{label}: {cell}"),
+            label_len: label.len() + 2,
+            raw_start,
+            row_start,
+            about,
+            raw,
+        });
+    }
+}
+
+fn earliest(a: Option<usize>, b: Option<usize>) -> Option<usize> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -705,12 +801,13 @@ pub(crate) fn scan(rules: &Ruleset, text: &str, ctx: &ScanContext, out: &mut Vec
     let boxed = box_ascii(text);
     let text = boxed.as_ref();
     let (pipes, separated) = (has_delimiter_row(text), may_hold_separated_table(text));
-    if !pipes && !separated {
+    let pairs_on = pairs::may_hold_pairs(text);
+    if !pipes && !separated && !pairs_on {
         return;
     }
     // A layout the text holds no table in needs no header looked for: the cells read are
     // the same (a pipe table's header holds nothing back either).
-    let mut st = TableState { pipes, separated, ..TableState::new(MAX_ROW_BYTES) };
+    let mut st = TableState { pipes, separated, pairs_on, ..TableState::new(MAX_ROW_BYTES) };
     let mut cells = Vec::new();
     st.read_all(text, &mut |c| cells.push(c));
     for cell in &cells {
