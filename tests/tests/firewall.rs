@@ -67,32 +67,49 @@ async fn a_non_streaming_answer_is_scanned_before_anything_is_sent() {
     assert_eq!(v["choices"][0]["finish_reason"], "content_filter");
 }
 
-/// A password in a table's column (its header names it, its row holds it, no line says
-/// both) ends the choice before the row, streamed or not.
+/// A password named away from its value, in a table's header or in another field (a
+/// manifest's env list), ends the choice before the line that holds it, streamed and not.
 #[tokio::test]
-async fn a_password_in_a_tables_column_ends_the_choice_before_its_row() {
+async fn a_password_named_away_from_its_value_ends_the_choice_before_its_line() {
     let (_mock, gw) = setup().await;
-    let table = "Here are the accounts:\n\n| Service | User | Password |\n|---|---|---|\n| Postgres | app_rw | Kq8Wz3Tv6Lx2 |\n\nRotate them.";
-    let head = "Here are the accounts:\n\n| Service | User | Password |\n|---|---|---|\n";
-    for stream in [true, false] {
-        let request = json!({"model": "mock", "stream": stream, "messages": [{"role": "user", "content": format!("#leak {table}")}]});
-        let resp = post(&gw, &request).await;
-        assert_eq!(resp.status(), 200);
-        let (text, finish) = if stream {
-            let frames = sse_data(&resp.text().await.unwrap());
-            let chunks: Vec<Value> =
-                frames.iter().filter(|f| *f != "[DONE]").map(|f| serde_json::from_str(f).unwrap()).collect();
-            let text: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
-            let finish =
-                chunks.iter().filter_map(|c| c["choices"][0]["finish_reason"].as_str()).next_back().map(String::from);
-            (text, finish)
-        } else {
-            let v: Value = resp.json().await.unwrap();
-            let text = v["choices"][0]["message"]["content"].as_str().unwrap_or("").to_string();
-            (text, v["choices"][0]["finish_reason"].as_str().map(String::from))
-        };
-        assert_eq!(text, head, "stream: {stream}");
-        assert_eq!(finish.as_deref(), Some("content_filter"), "stream: {stream}");
+    // (what goes out, the rest)
+    let cases = [
+        (
+            "Here are the accounts:\n\n| Service | User | Password |\n|---|---|---|\n",
+            "| Postgres | app_rw | Kq8Wz3Tv6Lx2 |\n\nRotate them.",
+        ),
+        (
+            "┌──────┬──────────────┐\n│ user │   password   │\n├──────┼──────────────┤\n",
+            "│ app  │ Kq8Wz3Tv6Lx2 │\n└──────┴──────────────┘\n",
+        ),
+        ("env:\n  - name: DB_PASSWORD\n", "    value: Kq8Wz3Tv6Lx2\n  - name: PORT\n    value: \"8080\"\n"),
+    ];
+    for (head, rest) in cases {
+        for stream in [true, false] {
+            let content = format!("#leak {head}{rest}");
+            let request =
+                json!({"model": "mock", "stream": stream, "messages": [{"role": "user", "content": content}]});
+            let resp = post(&gw, &request).await;
+            assert_eq!(resp.status(), 200);
+            let (text, finish) = if stream {
+                let frames = sse_data(&resp.text().await.unwrap());
+                let chunks: Vec<Value> =
+                    frames.iter().filter(|f| *f != "[DONE]").map(|f| serde_json::from_str(f).unwrap()).collect();
+                let text: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+                let finish = chunks
+                    .iter()
+                    .filter_map(|c| c["choices"][0]["finish_reason"].as_str())
+                    .next_back()
+                    .map(String::from);
+                (text, finish)
+            } else {
+                let v: Value = resp.json().await.unwrap();
+                let text = v["choices"][0]["message"]["content"].as_str().unwrap_or("").to_string();
+                (text, v["choices"][0]["finish_reason"].as_str().map(String::from))
+            };
+            assert_eq!(text, head, "stream: {stream}");
+            assert_eq!(finish.as_deref(), Some("content_filter"), "stream: {stream}");
+        }
     }
 }
 
