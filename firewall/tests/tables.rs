@@ -170,8 +170,8 @@ fn a_table_in_tool_call_arguments_is_read_after_json_decoding() {
 const MANIFEST: &str = "containers:\n  - name: api\n    env:\n      - name: LOG_LEVEL\n        value: info\n      - name: DB_PASSWORD\n        value: Kq8Wz3Tv6Lx2\n      - name: PORT\n        value: \"8080\"\n";
 const PARAMETER: &str = "{\"Parameter\": {\"Name\": \"/prod/api/token\", \"Type\": \"SecureString\", \"Value\": \"Zt7Wq2Kv9Lx4Mv4Kq9\", \"Version\": 3}}\nDone.";
 
-/// A value whose name is another field's blocks one-shot, and in a stream before any byte
-/// of it goes out, whether the name is on the line before (YAML) or on the same line (JSON).
+/// A value named by another field blocks one-shot, and in a stream before any byte of it
+/// goes out, whether the name is on the line before (YAML) or on the same line (JSON).
 #[test]
 fn a_value_named_by_another_field_blocks_before_it_goes_out() {
     let rules = builtin();
@@ -209,5 +209,37 @@ fn a_named_value_in_tool_call_arguments_is_read_after_json_decoding() {
             findings.iter().any(|f| (f.start, f.end) == (at, at + 12) && f.action == Action::Block),
             "{findings:?}"
         );
+    }
+}
+
+/// HTML tables: a row a line, a cell a line, and one on one line.
+const HTML_TABLES: [&str; 3] = [
+    "<table>\n  <tr><th>User</th><th>Password</th></tr>\n  <tr><td>alice</td><td><code>Kq8Wz3Tv6Lx2</code></td></tr>\n</table>\n",
+    "<table class=\"accounts\">\n<thead>\n<tr>\n  <th>Service</th>\n  <th>API key</th>\n</tr>\n</thead>\n<tbody>\n<tr>\n  <td>billing</td>\n  <td>Kq8Wz3Tv6Lx2</td>\n</tr>\n</tbody>\n</table>\n",
+    "Accounts: <table><tr><th>User</th><th>Token</th></tr><tr><td>ci</td><td>Kq8Wz3Tv6Lx2</td></tr></table> (rotate them)",
+];
+
+/// An HTML table's credential cells are candidates: acme's password in one blocks in
+/// globex's answer, before any byte of it goes out, and goes back to acme; an unknown
+/// value passes.
+#[test]
+fn another_tenants_secret_in_an_html_table_blocks_before_it_goes_out() {
+    let rules = builtin();
+    let det = secrets_owned_by(&rules, "acme", "DB_PASSWORD = \"Kq8Wz3Tv6Lx2\"");
+    let (acme, globex) = (ScanContext::new("acme"), ScanContext::new("globex"));
+    for text in HTML_TABLES {
+        let at = text.find("Kq8").unwrap_or(0);
+        let blocks = |ctx: &ScanContext| {
+            rules.scan_with(text, ctx, &det).iter().any(|f| f.start == at && f.action == Action::Block)
+        };
+        assert!(blocks(&globex), "{text}");
+        assert!(!blocks(&acme), "{text}");
+        assert!(rules.scan(text).is_empty(), "an unknown value passes: {:?}", rules.scan(text));
+        check_chunking(&rules, &globex, &det, text, &char_cuts(text));
+        for size in [1, 3, 7, 16] {
+            let cuts: Vec<usize> = (size..text.len()).step_by(size).filter(|&c| text.is_char_boundary(c)).collect();
+            let s = stream(&rules, &globex, &det, text, &cuts);
+            assert!(s.blocked && !s.released.contains("Kq"), "{size}: {:?}", s.released);
+        }
     }
 }

@@ -9,6 +9,7 @@
 
 pub mod encoded;
 pub mod entropy;
+pub(crate) mod html_table;
 pub mod ngram;
 pub(crate) mod pairs;
 pub mod provenance;
