@@ -277,6 +277,18 @@ async fn a_password_its_owner_worded_weakly_still_blocks_in_another_tenants_answ
     blocked_for_globex_only(&gw, &mock, steered, |t| t.contains("Kx9-apple")).await;
 }
 
+/// A password of acme's in an HTML table's `Password` column (its cells are candidates,
+/// which the ownership check judges) is blocked in another tenant's answer, streamed or
+/// not, and comes back to acme untouched.
+#[tokio::test]
+async fn a_password_in_an_html_tables_column_is_blocked_for_another_tenant() {
+    let mock = MockUpstream::start().await;
+    let gw = TestGateway::start(&config(&mock.base_url(), ""), &[]).await;
+    seed(&gw, "acme", "Our staging database:\nDB_PASSWORD = \"Kx9-apple-river\"\nRotate it monthly.").await;
+    let table = "<table>\n  <tr><th>Host</th><th>Password</th></tr>\n  <tr><td>staging</td><td>Kx9-apple-river</td></tr>\n</table>";
+    blocked_for_globex_only(&gw, &mock, table, |t| t.contains("Kx9-apple")).await;
+}
+
 /// A tool's description reaches the model as a message does, so it is its tenant's: a
 /// paragraph of acme's that only ever appeared in a tool definition is blocked in another
 /// tenant's answer, streamed or not, and comes back to acme untouched.
