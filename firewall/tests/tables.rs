@@ -168,15 +168,19 @@ fn a_table_in_tool_call_arguments_is_read_after_json_decoding() {
 
 /// A Kubernetes manifest's env list and an SSM parameter as the AWS CLI prints it.
 const MANIFEST: &str = "containers:\n  - name: api\n    env:\n      - name: LOG_LEVEL\n        value: info\n      - name: DB_PASSWORD\n        value: Kq8Wz3Tv6Lx2\n      - name: PORT\n        value: \"8080\"\n";
+/// Maven's settings.xml: the password is an element's text.
+const SETTINGS: &str = "<settings>\n  <servers>\n    <server>\n      <id>nexus</id>\n      <username>deploy</username>\n      <password>Tq4vL9xWm2sKd7</password>\n    </server>\n  </servers>\n</settings>\n";
 const PARAMETER: &str = "{\"Parameter\": {\"Name\": \"/prod/api/token\", \"Type\": \"SecureString\", \"Value\": \"Zt7Wq2Kv9Lx4Mv4Kq9\", \"Version\": 3}}\nDone.";
 
-/// A value named by another field blocks one-shot, and in a stream before any byte of it
-/// goes out, whether the name is on the line before (YAML) or on the same line (JSON).
+/// A value named by another field, or by its element, blocks one-shot, and in a stream
+/// before any byte of it goes out, whether the name is on the line before (YAML) or on the
+/// same line (JSON, XML).
 #[test]
 fn a_value_named_by_another_field_blocks_before_it_goes_out() {
     let rules = builtin();
     let (ctx, det) = (ScanContext::anonymous(), Arc::new(Detectors::default()));
-    for (text, secret) in [(MANIFEST, "Kq8Wz3Tv6Lx2"), (PARAMETER, "Zt7Wq2Kv9Lx4Mv4Kq9")] {
+    for (text, secret) in [(MANIFEST, "Kq8Wz3Tv6Lx2"), (PARAMETER, "Zt7Wq2Kv9Lx4Mv4Kq9"), (SETTINGS, "Tq4vL9xWm2sKd7")]
+    {
         let found = rules.scan(text);
         let at = text.find(secret).unwrap_or(0);
         assert!(

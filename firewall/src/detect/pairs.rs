@@ -16,6 +16,10 @@
 //! lines and judges what this gives), when the name holds a word a credential header
 //! holds (`password`, `secret`, `token`, `api key`...).
 //!
+//! An XML element names its text so too (`<password>Kq8Wz3Tv6Lx2</password>` in Maven's
+//! settings.xml, `<entry key="db.password">…</entry>`): its text, when its closing tag is on
+//! its line, is read under its name, or under its `key` or `name` attribute's value.
+//!
 //! Every such format writes the name first, and only then is the value read: a value with
 //! no name before it in its record stays as the line rules read it. A record is an object
 //! on the name's line (JSON, YAML's flow style, HCL), or the lines from the name's on whose
@@ -84,10 +88,15 @@ impl PairState {
     /// Reads a line, handing out each value that follows a credential's name: the name and
     /// the value's span in `line`.
     pub(crate) fn read_line(&mut self, line: &str, out: &mut impl FnMut(&str, (usize, usize))) {
-        // With no name waiting, only a line with a name field can matter.
-        if self.pending.is_none() && name_key_at(line, 0).is_none() {
+        // With no name waiting, only a line with a name field or a tag can matter.
+        if self.pending.is_none() && name_key_at(line, 0).is_none() && memchr::memchr(b'<', line.as_bytes()).is_none() {
             return;
         }
+        elements(line, |e| {
+            if let Some(text) = e.text.filter(|t| t.0 < t.1) {
+                out(e.name, text);
+            }
+        });
         if let Some(p) = &mut self.pending {
             p.lines += 1;
             let indent = line.len() - line.trim_start().len();
@@ -141,7 +150,67 @@ pub(crate) fn named_at(line: &str) -> Option<usize> {
             }
         }
     });
-    at
+    // An element named so holds from its opening tag's end.
+    let mut opened = None;
+    elements(line, |e| {
+        opened = opened.or(Some(e.opened));
+    });
+    match (at, opened) {
+        (Some(a), Some(o)) => Some(a.min(o)),
+        (a, o) => a.or(o),
+    }
+}
+
+/// An element whose name, or `key` or `name` attribute, is a credential's
+/// (`<password>Kq8…</password>`, `<entry key="db.password">Kq8…</entry>`).
+struct Element<'a> {
+    name: &'a str,
+    /// where its opening tag ends
+    opened: usize,
+    /// its text, when a closing tag ends it on the line
+    text: Option<(usize, usize)>,
+}
+
+/// The elements of a line named as a credential's, whose opening tag ends on the line.
+fn elements<'a>(line: &'a str, mut on: impl FnMut(Element<'a>)) {
+    let bytes = line.as_bytes();
+    let mut from = 0;
+    while let Some(k) = memchr::memchr(b'<', &bytes[from..]) {
+        let at = from + k;
+        from = at + 1;
+        if !bytes.get(at + 1).is_some_and(u8::is_ascii_alphabetic) {
+            continue;
+        }
+        let tag_len = bytes[at + 1..].iter().take_while(|&&b| is_key_char(char::from(b)) || b == b':').count();
+        let tag_end = at + 1 + tag_len;
+        let Some(gt) = memchr::memchr(b'>', &bytes[tag_end..]).map(|g| tag_end + g) else { return };
+        from = gt + 1;
+        if bytes[gt - 1] == b'/' {
+            continue;
+        }
+        let attributes = &line[tag_end..gt];
+        let mut named_by = None;
+        fields(attributes, |event| {
+            if let Event::Field(f) = event {
+                if named_by.is_none() && key_in(&attributes[f.key.0..f.key.1], &NAME_KEYS) {
+                    named_by = Some(&attributes[f.value.0..f.value.1]);
+                }
+            }
+        });
+        let name = match named_by.filter(|n| names_credential(n)) {
+            Some(n) => n,
+            None if names_credential(&line[at + 1..tag_end]) => &line[at + 1..tag_end],
+            None => continue,
+        };
+        let text =
+            memchr::memchr(b'<', &bytes[gt + 1..]).map(|e| gt + 1 + e).filter(|&e| bytes.get(e + 1) == Some(&b'/'));
+        let text = text.map(|end| {
+            let raw = &line[gt + 1..end];
+            let start = gt + 1 + (raw.len() - raw.trim_start().len());
+            (start, start + raw.trim().len())
+        });
+        on(Element { name, opened: gt + 1, text });
+    }
 }
 
 /// Where a line being written holds a name field: the separator after its key, the first
@@ -176,7 +245,7 @@ pub(crate) fn next_core(bytes: &[u8], from: usize) -> Option<usize> {
 }
 
 /// Whether `text` may hold a pair: a value field (a key ending in `value`, then a
-/// separator) and a credential's name.
+/// separator) or a closing tag, and a credential's name.
 pub(crate) fn may_hold_pairs(text: &str) -> bool {
     // `alue` in lower case or upper (`value`, `Value`, `VALUE`) is found with SIMD, then the
     // whole key checked.
@@ -191,7 +260,9 @@ pub(crate) fn may_hold_pairs(text: &str) -> bool {
             key_in(&key[key_start..], &VALUE_KEYS) && separator_follows(&bytes[key_end..])
         })
     });
-    value_field && next_core(bytes, 0).is_some()
+    // An element's text needs a closing tag.
+    let element = memchr::memmem::find(bytes, b"</").is_some();
+    (value_field || element) && next_core(bytes, 0).is_some()
 }
 
 /// Whether a key's closing quote (if any) and a separator come first in `rest`.
@@ -371,6 +442,15 @@ mod tests {
         assert_eq!(pairs_of(cfn), vec![pair("DBPassword", "Kq8Wz3Tv6Lx2")]);
         let terraform = "resource \"github_actions_secret\" \"db\" {\n  repository      = \"app\"\n  secret_name     = \"DB_PASSWORD\"\n  plaintext_value = \"Kq8Wz3Tv6Lx2\"\n}\n";
         assert_eq!(pairs_of(terraform), vec![pair("DB_PASSWORD", "Kq8Wz3Tv6Lx2")]);
+    }
+
+    #[test]
+    fn elements_named_as_a_credential_give_their_text() {
+        let text = "<servers>\n  <server>\n    <id>nexus</id>\n    <username>deploy</username>\n    <password>Kq8Wz3Tv6Lx2</password>\n  </server>\n</servers>\n<entry key=\"db.password\"> Zt7Wq2Kv9Lx4 </entry>\n<clientSecret><![CDATA[x]]></clientSecret><b>Password</b>: <i>see below</i>\n<token>\n  multi-line\n</token>\n<add key=\"ApiSecret\" />";
+        assert_eq!(pairs_of(text), vec![pair("password", "Kq8Wz3Tv6Lx2"), pair("db.password", "Zt7Wq2Kv9Lx4")]);
+        assert_eq!(named_at("<password>Kq8"), Some(10));
+        assert_eq!(named_at("<pass"), None, "an opening tag not yet ended");
+        assert_eq!(named_at(r#"{"name": "api_token", "x": 1} <secret>"#), Some(19), "the first of both");
     }
 
     #[test]

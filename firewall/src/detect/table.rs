@@ -261,7 +261,7 @@ impl TableState {
             if let Some(spans) = &mut self.decoded {
                 spans.extend(std::iter::repeat_n((d.start, d.end), d.c.len_utf8()));
             }
-            if matches!(d.c, ':' | '=' | '"' | '\'' | ',' | '}' | ']') {
+            if matches!(d.c, ':' | '=' | '"' | '\'' | ',' | '}' | ']' | '<' | '>') {
                 self.look_for_names(self.line.len() - d.c.len_utf8());
             }
             if !d.c.is_ascii_alphanumeric() {
@@ -424,7 +424,9 @@ impl TableState {
         if !self.pairs_on || self.pair_hold.is_some() {
             return;
         }
-        self.names_in_line = self.names_in_line || pairs::name_key_at(&self.line, from).is_some();
+        self.names_in_line = self.names_in_line
+            || pairs::name_key_at(&self.line, from).is_some()
+            || memchr::memchr(b'<', self.line.as_bytes().get(from..).unwrap_or_default()).is_some();
         if self.names_in_line {
             if let Some(k) = pairs::named_at(&self.line) {
                 self.pair_hold = Some(self.raw_offset(k));
