@@ -22,6 +22,10 @@
 //! header) from its first byte until its line ends; only [`MAX_ROW_BYTES`] of a row are
 //! read, one-shot as streaming, which bounds the hold. The one-shot reader gives what the
 //! stream's gives, faster: it skips the lines that cannot change anything.
+//!
+//! The same lines feed two more readers of values named away from them: name/value pairs
+//! and XML elements ([`super::pairs`]), and HTML tables ([`super::html_table`]), whose
+//! cells are candidates only.
 
 use std::borrow::Cow;
 
@@ -161,7 +165,9 @@ struct Head {
     waited: bool,
 }
 
-/// The table reader, fed a text in order (the whole of it one-shot, deltas when streaming).
+/// The reader of labelled cells, fed a text in order (the whole of it one-shot, deltas when
+/// streaming): tables' columns, and on the same lines name/value pairs
+/// ([`super::pairs`]) and HTML tables ([`super::html_table`]).
 #[derive(Debug)]
 pub(crate) struct TableState {
     /// the line in progress, up to `row_bytes`
