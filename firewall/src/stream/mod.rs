@@ -129,7 +129,7 @@ impl StreamScanner {
 
     /// Changes the holdback bound (at least 64 bytes). An encoded run is judged a segment
     /// of this many characters at a time, and a table row is read up to this many bytes
-    /// (when fewer than [`table::MAX_ROW_BYTES`]).
+    /// (when fewer than the table reader's 1,024).
     pub fn with_max_holdback(mut self, bytes: usize) -> StreamScanner {
         self.max_holdback = bytes.max(64);
         if let (0, Some(st)) = (self.pushed, &self.table) {
