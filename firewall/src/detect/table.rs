@@ -191,9 +191,12 @@ pub(crate) struct TableState {
     /// holds none
     pairs: PairState,
     pairs_on: bool,
-    /// the line in progress has a name field's key: each value that ends in it may be a
-    /// credential's name
+    /// the line in progress has a name field's key or a tag, and a credential word: each
+    /// value or tag that ends in it may name a credential
     names_in_line: bool,
+    credential_in_line: bool,
+    /// how far the line in progress was looked at for a credential word
+    words_read_to: usize,
     /// where the line in progress names a credential (raw offset): its secret may follow
     /// on the line
     pair_hold: Option<usize>,
@@ -220,6 +223,8 @@ impl TableState {
             pairs: PairState::default(),
             pairs_on: true,
             names_in_line: false,
+            credential_in_line: false,
+            words_read_to: 0,
             pair_hold: None,
             html: None,
             html_on: true,
@@ -251,7 +256,7 @@ impl TableState {
             }
             self.line_read = false;
             self.line_start = d.end;
-            (self.names_in_line, self.pair_hold, self.html_hold) = (false, None, None);
+            self.end_line_in_progress();
             return;
         }
         if self.line_read {
@@ -317,7 +322,7 @@ impl TableState {
                 self.line.clear();
                 self.line_read = false;
                 self.line_start = at + from;
-                (self.names_in_line, self.pair_hold, self.html_hold) = (false, None, None);
+                self.end_line_in_progress();
             }
         }
     }
@@ -426,18 +431,39 @@ impl TableState {
 
     /// Notes where the line in progress first names a credential ([`pairs::named_at`]),
     /// once bytes from `from` on have come.
+    ///
+    /// The line is read again only when a character that can end a name came (a quote, a
+    /// flow collection's `,` `}` `]`, a tag's `>`), and only once it holds both a name field
+    /// (or a tag) and a credential word, so that a long line is not read once a push.
     fn look_for_names(&mut self, from: usize) {
         if !self.pairs_on || self.pair_hold.is_some() {
             return;
         }
-        self.names_in_line = self.names_in_line
-            || pairs::name_key_at(&self.line, from).is_some()
-            || memchr::memchr(b'<', self.line.as_bytes().get(from..).unwrap_or_default()).is_some();
-        if self.names_in_line {
+        let bytes = self.line.as_bytes();
+        let new = bytes.get(from..).unwrap_or_default();
+        if !self.names_in_line {
+            self.names_in_line = pairs::name_key_at(&self.line, from).is_some() || memchr::memchr(b'<', new).is_some();
+        }
+        let ends_a_name = new.iter().any(|b| matches!(b, b'"' | b'\'' | b',' | b'}' | b']' | b'>'));
+        if !self.names_in_line || !ends_a_name {
+            return;
+        }
+        // A credential word may have begun in the bytes before (`credential` is 10 long).
+        if !self.credential_in_line {
+            self.credential_in_line = pairs::next_core(bytes, self.words_read_to.saturating_sub(9)).is_some();
+            self.words_read_to = bytes.len();
+        }
+        if self.credential_in_line {
             if let Some(k) = pairs::named_at(&self.line) {
                 self.pair_hold = Some(self.raw_offset(k));
             }
         }
+    }
+
+    /// Forgets what the line in progress held: a new line starts.
+    fn end_line_in_progress(&mut self) {
+        (self.names_in_line, self.credential_in_line, self.words_read_to) = (false, false, 0);
+        (self.pair_hold, self.html_hold) = (None, None);
     }
 
     /// The raw offset of byte `k` of the line in progress.
