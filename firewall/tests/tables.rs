@@ -200,6 +200,29 @@ fn a_value_named_by_another_field_blocks_before_it_goes_out() {
     assert!(rules.scan(&plain).is_empty(), "{:?}", rules.scan(&plain));
 }
 
+/// A tool call whose own arguments are a name/value pair (`set_secret(name, value)`) is read
+/// as one: its fields are JSON, not strings the decoded reader sees.
+#[test]
+fn tool_call_arguments_that_name_a_value_are_read_as_a_pair() {
+    let rules = builtin();
+    for json in [
+        r#"{"name": "DB_PASSWORD", "value": "Kq8Wz3Tv6Lx2"}"#,
+        "{\n  \"repo\": \"app\",\n  \"secret_name\": \"DEPLOY_TOKEN\",\n  \"plaintext_value\": \"Kq8Wz3Tv6Lx2\"\n}",
+    ] {
+        let at = json.find("Kq8").unwrap_or(0);
+        for size in [1, 3, 8, 64] {
+            let Streamed { released, blocked, findings, .. } = stream_arguments(&rules, json, size);
+            assert!(blocked && !released.contains("Kq8"), "{size}: {released:?}");
+            assert!(
+                findings.iter().any(|f| (f.start, f.end) == (at, at + 12) && f.action == Action::Block),
+                "{findings:?}"
+            );
+        }
+    }
+    let quiet = stream_arguments(&rules, r#"{"name": "LOG_LEVEL", "value": "Kq8Wz3Tv6Lx2"}"#, 4);
+    assert!(!quiet.blocked, "{:?}", quiet.findings);
+}
+
 /// A manifest written into a tool call's arguments is read after JSON decoding.
 #[test]
 fn a_named_value_in_tool_call_arguments_is_read_after_json_decoding() {

@@ -232,6 +232,11 @@ impl TableState {
         }
     }
 
+    /// A reader of name/value pairs only, fed raw JSON: a tool call's own arguments.
+    pub(crate) fn pairs_only(row_bytes: usize) -> TableState {
+        TableState { pipes: false, separated: false, html_on: false, ..TableState::new(row_bytes) }
+    }
+
     /// A reader fed decoded characters (JSON strings, whose line breaks are escapes): a
     /// string's quotes and the JSON around strings end a line too.
     pub(crate) fn decoded(row_bytes: usize) -> TableState {

@@ -84,6 +84,9 @@ pub struct StreamScanner {
     encoded: Option<EncodedState>,
     // the markdown table in progress (none in JSON, whose line breaks are escapes)
     table: Option<TableState>,
+    // in JSON, the raw text read for name/value pairs: a tool call's own arguments
+    // (`{"name": "DB_PASSWORD", "value": …}`), whose fields the decoded reader sees apart
+    raw_pairs: Option<TableState>,
     entropy: EntropyState,
     blocked: bool,
     finished: bool,
@@ -110,6 +113,7 @@ impl StreamScanner {
             ngram,
             encoded,
             table: Some(TableState::new(table::MAX_ROW_BYTES)),
+            raw_pairs: None,
             entropy: EntropyState::default(),
             blocked: false,
             finished: false,
@@ -123,6 +127,7 @@ impl StreamScanner {
         if self.pushed == 0 {
             self.canon = Canon::json();
             self.table = Some(TableState::decoded(self.max_holdback.min(table::MAX_ROW_BYTES)));
+            self.raw_pairs = Some(TableState::pairs_only(self.max_holdback.min(table::MAX_ROW_BYTES)));
         }
         self
     }
@@ -136,6 +141,9 @@ impl StreamScanner {
             let row_bytes = self.max_holdback.min(table::MAX_ROW_BYTES);
             self.table =
                 Some(if st.is_decoded() { TableState::decoded(row_bytes) } else { TableState::new(row_bytes) });
+            if self.raw_pairs.is_some() {
+                self.raw_pairs = Some(TableState::pairs_only(row_bytes));
+            }
         }
         if let (0, Some(cfg)) = (self.pushed, &self.detectors.decode) {
             self.encoded = Some(EncodedState::new(cfg, self.max_holdback));
@@ -228,7 +236,7 @@ impl StreamScanner {
         if let Some(h) = self.encoded.as_ref().and_then(EncodedState::hold_from) {
             limit = limit.min(h);
         }
-        if let Some(h) = self.table.as_ref().and_then(TableState::hold_from) {
+        for h in [&self.table, &self.raw_pairs].into_iter().filter_map(|t| t.as_ref().and_then(TableState::hold_from)) {
             limit = limit.min(h);
         }
         let block_at = found.iter().filter(|f| f.action == Action::Block).map(|f| f.match_start).min();
@@ -267,10 +275,11 @@ impl StreamScanner {
             ngram,
             encoded,
             table,
+            raw_pairs,
             ..
         } = self;
         let live = rules.engine.live();
-        if let Some(st) = table.as_mut().filter(|st| !st.is_decoded()) {
+        for st in [table.as_mut().filter(|st| !st.is_decoded()), raw_pairs.as_mut()].into_iter().flatten() {
             let mut judge = |cell: table::LabelledCell| table::judge(rules, ctx, &cell, found);
             st.feed(delta, at, &mut judge);
             if finishing {
