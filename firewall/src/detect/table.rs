@@ -485,13 +485,14 @@ impl TableState {
     /// Reads a line whose box-drawing characters are ASCII already ([`box_ascii`]).
     fn read_ascii_line(&mut self, line: &str, out: &mut impl FnMut(LabelledCell)) {
         let line = line.strip_suffix('\r').unwrap_or(line);
-        if self.html_on && (self.html.is_some() || html_table::next_table_tag(line.as_bytes(), 0).is_some()) {
-            // A stream holds an open table's lines from their start, and a line that opens
-            // one from after its `<table`: a finding's match starts there.
-            let held = match self.html {
-                Some(_) => 0,
-                None => html_table::next_table_tag(line.as_bytes(), 0).map_or(0, |k| k + TABLE_TAG_LEN),
-            };
+        // A stream holds an open table's lines from their start, and a line that opens one
+        // from after its `<table`: a finding's match starts there.
+        let html_held = match (self.html_on, &self.html) {
+            (false, _) => None,
+            (true, Some(_)) => Some(0),
+            (true, None) => html_table::next_table_tag(line.as_bytes(), 0).map(|k| k + TABLE_TAG_LEN),
+        };
+        if let Some(held) = html_held {
             let mut cells = Vec::new();
             self.html = HtmlTable::read_line(self.html.take(), line, &mut |span, label, about| {
                 cells.push((span, label.to_string(), about))
