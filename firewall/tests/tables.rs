@@ -68,7 +68,7 @@ fn a_streamed_table_blocks_before_the_row_goes_out() {
     let (ctx, det) = (ScanContext::anonymous(), Arc::new(Detectors::default()));
     check_chunking(&rules, &ctx, &det, ACCOUNTS, &char_cuts(ACCOUNTS));
     for size in [2, 3, 5, 7, 16, 40] {
-        let cuts: Vec<usize> = (size..ACCOUNTS.len()).step_by(size).filter(|&c| ACCOUNTS.is_char_boundary(c)).collect();
+        let cuts = cuts_every(ACCOUNTS, size);
         check_chunking(&rules, &ctx, &det, ACCOUNTS, &cuts);
         let s = stream(&rules, &ctx, &det, ACCOUNTS, &cuts);
         assert!(s.blocked && !s.released.contains("| Postgres"), "{size}: {:?}", s.released);
@@ -98,7 +98,7 @@ fn exports_and_query_results_block_before_their_rows_go_out() {
         let (ctx, det) = (ScanContext::anonymous(), Arc::new(Detectors::default()));
         check_chunking(&rules, &ctx, &det, text, &char_cuts(text));
         for size in [3, 7, 16] {
-            let cuts: Vec<usize> = (size..text.len()).step_by(size).filter(|&c| text.is_char_boundary(c)).collect();
+            let cuts = cuts_every(text, size);
             let s = stream(&rules, &ctx, &det, text, &cuts);
             assert!(s.blocked && !s.released.contains("alice"), "{size}: {:?}", s.released);
         }
@@ -132,7 +132,7 @@ fn a_tenants_own_password_in_a_table_is_no_leak_and_anothers_is() {
 /// Streams `json` as a tool call's arguments, `size` bytes a push.
 fn stream_arguments(rules: &Arc<Ruleset>, json: &str, size: usize) -> Streamed {
     let s = StreamScanner::new(rules.clone(), ScanContext::anonymous(), Arc::new(Detectors::default()));
-    let cuts: Vec<usize> = (size..json.len()).step_by(size).filter(|&c| json.is_char_boundary(c)).collect();
+    let cuts = cuts_every(json, size);
     stream_through(s.decode_json_strings(), json, &cuts)
 }
 
@@ -190,7 +190,7 @@ fn a_value_named_by_another_field_blocks_before_it_goes_out() {
         assert!(found.iter().all(|f| f.start == at), "only the named value: {found:?}");
         check_chunking(&rules, &ctx, &det, text, &char_cuts(text));
         for size in [1, 3, 7, 16] {
-            let cuts: Vec<usize> = (size..text.len()).step_by(size).filter(|&c| text.is_char_boundary(c)).collect();
+            let cuts = cuts_every(text, size);
             let s = stream(&rules, &ctx, &det, text, &cuts);
             assert!(s.blocked && !s.released.contains(&secret[..2]), "{size}: {:?}", s.released);
         }
@@ -264,7 +264,7 @@ fn another_tenants_secret_in_an_html_table_blocks_before_it_goes_out() {
         assert!(rules.scan(text).is_empty(), "an unknown value passes: {:?}", rules.scan(text));
         check_chunking(&rules, &globex, &det, text, &char_cuts(text));
         for size in [1, 3, 7, 16] {
-            let cuts: Vec<usize> = (size..text.len()).step_by(size).filter(|&c| text.is_char_boundary(c)).collect();
+            let cuts = cuts_every(text, size);
             let s = stream(&rules, &globex, &det, text, &cuts);
             assert!(s.blocked && !s.released.contains("Kq"), "{size}: {:?}", s.released);
         }

@@ -98,6 +98,11 @@ pub fn stream_through(mut s: StreamScanner, text: &str, cuts: &[usize]) -> Strea
     out
 }
 
+/// Cuts every `size` bytes, less those that fall inside a character.
+pub fn cuts_every(text: &str, size: usize) -> Vec<usize> {
+    (size..text.len()).step_by(size).filter(|&c| text.is_char_boundary(c)).collect()
+}
+
 /// Every char boundary of `text` as a cut: one char per push.
 pub fn char_cuts(text: &str) -> Vec<usize> {
     text.char_indices().map(|(i, _)| i).filter(|&i| i > 0).collect()
