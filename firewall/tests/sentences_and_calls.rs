@@ -1,0 +1,89 @@
+//! Credentials a model writes into a sentence ("the password for the staging database is
+//! X", "Das Passwort lautet X") or passes to a client's constructor (`Client(sid, token)`,
+//! `new mysqli(host, user, pw)`, `client.run(token)`) block one-shot and streamed, and no
+//! byte of the value goes out; the same sentences about a password that give none stay quiet.
+// A rule set that does not load fails the test: panicking is how tests fail.
+#![allow(clippy::panic)]
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use firewall::{Action, Detectors, Ruleset, ScanContext};
+
+fn builtin() -> Arc<Ruleset> {
+    match Ruleset::builtin() {
+        Ok(r) => Arc::new(r),
+        Err(e) => panic!("built-in rules: {e}"),
+    }
+}
+
+/// Each text, and the value in it that must block.
+const LEAKS: &[(&str, &str)] = &[
+    ("Sure. The password for the staging database is hX7#kq2Lm9vR, rotate it after the demo.", "hX7#kq2Lm9vR"),
+    ("Your new password is: Kq8#vTz2Lm\nChange it at first login.", "Kq8#vTz2Lm"),
+    ("The token for the CI runner is 8f3kQ2pL9mZ7vX4cN1bT6yH0wR5jS3dG.", "8f3kQ2pL9mZ7vX4cN1bT6yH0wR5jS3dG"),
+    ("Das Passwort für den Server lautet Vq8mLz2Tx9, bitte nicht weitergeben.", "Vq8mLz2Tx9"),
+    ("La contraseña del servidor es hX7#kq2Lm9vR y el usuario es admin.", "hX7#kq2Lm9vR"),
+    ("Der API-Schlüssel lautet 8f3kQ2pL9mZ7vX4cN1bT6yH0wR5jS3dG.", "8f3kQ2pL9mZ7vX4cN1bT6yH0wR5jS3dG"),
+    (
+        "```python\nfrom twilio.rest import Client\nclient = Client(\"AC3f9b2e71c4d8a05e6b1f27c9d4e8a013\", \"9c41e7b2d05f8a36c1e4b7d29a0f3c58\")\n```",
+        "9c41e7b2d05f8a36c1e4b7d29a0f3c58",
+    ),
+    (
+        "configuration = Configuration()\nconfiguration.api_key[\"apiKeyAuth\"] = \"5f1c9a7e3b2d48c6a0e9f1b7d3c5a28e\"\n",
+        "5f1c9a7e3b2d48c6a0e9f1b7d3c5a28e",
+    ),
+    (
+        "bot = commands.Bot(command_prefix=\"!\")\nbot.run('MTE3NzQ1NjM1ODk0NTI5ODQzNg.GxYz12.Qw9pL3mN7vB2kR5tY8uI1oP4aS6dF0gH3jK9lZ')\n",
+        "MTE3NzQ1NjM1ODk0NTI5ODQzNg.GxYz12.Qw9pL3mN7vB2kR5tY8uI1oP4aS6dF0gH3jK9lZ",
+    ),
+    ("<?php\n$conn = new mysqli(\"localhost\", \"root\", \"hX7kq2Lm9vR\", \"shop\");\n", "hX7kq2Lm9vR"),
+    ("db, err := sql.Open(\"mysql\", \"app:Tq4#vL9xWm2s@tcp(127.0.0.1:3306)/prod\")", "Tq4#vL9xWm2s"),
+    (
+        "AmazonS3 s3 = new AmazonS3Client(new BasicAWSCredentials(accessKey, \"q8Hk2RvT0nLp3XwZ9sYbE4mJc7UaF1dGiK6oVt5B\"));",
+        "q8Hk2RvT0nLp3XwZ9sYbE4mJc7UaF1dGiK6oVt5B",
+    ),
+    ("$ aws configure\nAWS Access Key ID [None]: \nAWS Secret Access Key [None]: mEhjO8I2ky1dhu3alnuf/8WS/kZjL8FKP6DyR39N\n", "mEhjO8I2ky1dhu3alnuf/8WS/kZjL8FKP6DyR39N"),
+];
+
+#[test]
+fn a_credential_in_a_sentence_or_a_call_blocks_one_shot_and_streamed() {
+    let rules = builtin();
+    let (ctx, det) = (ScanContext::anonymous(), Arc::new(Detectors::default()));
+    for &(text, secret) in LEAKS {
+        let found = rules.scan(text);
+        let at = text.find(secret).unwrap_or(usize::MAX);
+        assert!(
+            found.iter().any(|f| f.start == at && f.end == at + secret.len() && f.action == Action::Block),
+            "{text:?}: {found:?}"
+        );
+        check_chunking(&rules, &ctx, &det, text, &char_cuts(text));
+        for size in [3, 7, 16] {
+            let cuts = cuts_every(text, size);
+            check_chunking(&rules, &ctx, &det, text, &cuts);
+            let s = stream(&rules, &ctx, &det, text, &cuts);
+            assert!(s.blocked && !s.released.contains(&secret[..4]), "{size}: {:?}", s.released);
+        }
+    }
+}
+
+#[test]
+fn sentences_and_calls_without_a_credential_stay_quiet() {
+    let rules = builtin();
+    for text in [
+        "The password for this account is the one you set during installation.",
+        "The password for the admin user is stored in the vault.",
+        "The token for the next page is returned in the response.",
+        "Das Passwort ist falsch. La contraseña es incorrecta. Der API-Schlüssel ist ungültig.",
+        "client = Client(account_sid, auth_token)\nbot.run(TOKEN)\n",
+        "$conn = new mysqli($servername, $username, $password, $dbname);",
+        "dsn := fmt.Sprintf(\"%s:%s@tcp(%s)/%s\", user, pass, host, name)",
+        "new BasicAWSCredentials(accessKey, secretKey)",
+        "Deployed AKIA key rotation at commit 3f9b2e71c4d8a05e6b1f27c9d4e8a013c58a9e21.",
+    ] {
+        let found = rules.scan(text);
+        assert!(found.is_empty(), "{text:?}: {found:?}");
+    }
+}
