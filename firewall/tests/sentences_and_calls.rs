@@ -1,7 +1,8 @@
 //! Credentials a model writes into a sentence ("the password for the staging database is
 //! X", "Das Passwort lautet X") or passes to a client's constructor (`Client(sid, token)`,
-//! `new mysqli(host, user, pw)`, `client.run(token)`) block one-shot and streamed, and no
-//! byte of the value goes out; the same sentences about a password that give none stay quiet.
+//! `new mysqli(host, user, pw)`, `client.run(token)`) or a command line (`7z a -pX`, `net
+//! user NAME X`) block one-shot and streamed, and no byte of the value goes out; the same
+//! sentences and calls that give no credential stay quiet.
 // A rule set that does not load fails the test: panicking is how tests fail.
 #![allow(clippy::panic)]
 
@@ -46,6 +47,12 @@ const LEAKS: &[(&str, &str)] = &[
         "q8Hk2RvT0nLp3XwZ9sYbE4mJc7UaF1dGiK6oVt5B",
     ),
     ("$ aws configure\nAWS Access Key ID [None]: \nAWS Secret Access Key [None]: mEhjO8I2ky1dhu3alnuf/8WS/kZjL8FKP6DyR39N\n", "mEhjO8I2ky1dhu3alnuf/8WS/kZjL8FKP6DyR39N"),
+    (
+        "const transporter = nodemailer.createTransport({\n  service: 'gmail',\n  auth: { user: 'alerts@corp.io', pass: 'vbgt xkmw ryqe hzfo' },\n});",
+        "vbgt xkmw ryqe hzfo",
+    ),
+    ("Encrypt the dump first:\n\n    7z a -pQw7Zt2Kx9Lm4 -mhe=on dump.7z dump.sql\n", "Qw7Zt2Kx9Lm4"),
+    ("On the domain controller run `net user svc_sql Mv4Kq9Tz2Wx7 /add /domain`.", "Mv4Kq9Tz2Wx7"),
 ];
 
 #[test]
@@ -82,6 +89,7 @@ fn sentences_and_calls_without_a_credential_stay_quiet() {
         "dsn := fmt.Sprintf(\"%s:%s@tcp(%s)/%s\", user, pass, host, name)",
         "new BasicAWSCredentials(accessKey, secretKey)",
         "Deployed AKIA key rotation at commit 3f9b2e71c4d8a05e6b1f27c9d4e8a013c58a9e21.",
+        "EMAIL_HOST_PASSWORD = 'type your code here'\nzip -r -P \"$ZIP_PASSWORD\" backup.zip data/\nnet user bob * /add",
     ] {
         let found = rules.scan(text);
         assert!(found.is_empty(), "{text:?}: {found:?}");
