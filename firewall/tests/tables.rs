@@ -270,3 +270,17 @@ fn another_tenants_secret_in_an_html_table_blocks_before_it_goes_out() {
         }
     }
 }
+
+/// A name waits for its value only while lines stay at its column: a line that starts left of
+/// it closes the record. A stream stops holding such a line as soon as its indentation shows,
+/// so a block later on that line releases what one-shot scanning cuts at, not less.
+#[test]
+fn a_name_stops_waiting_at_an_outdented_line() {
+    let rules = builtin();
+    let (ctx, det) = (ScanContext::anonymous(), Arc::new(Detectors::default()));
+    let text = "valueFrom:\n  secretKeyRef:\n    name: app-secrets\n    key: password\n  \"githubToken\": \"ghu_JcMfsVALFKFPIpdC9wTzKZHpSB2SN723NGT1\",\n  \"version\": 3\n";
+    assert!(rules.scan(text).iter().any(|f| f.action == Action::Block), "{:?}", rules.scan(text));
+    check_chunking(&rules, &ctx, &det, text, &char_cuts(text));
+    let token_end = text.find("NGT1\"").map_or(0, |at| at + 5);
+    check_chunking(&rules, &ctx, &det, text, &[token_end]);
+}

@@ -80,9 +80,17 @@ struct Field {
 }
 
 impl PairState {
-    /// Whether a name waits for its value: a stream holds each line while one does.
+    /// Whether a name waits for its value.
     pub(crate) fn is_pending(&self) -> bool {
         self.pending.is_some()
+    }
+
+    /// Whether a name waits for a value the line in progress (as far as it has come) may
+    /// still give: a stream holds the line while one does. A line that shows itself outdented
+    /// from the name's column, or comes past the last line the name may wait, ends the wait
+    /// as soon as that shows, as reading the whole line would.
+    pub(crate) fn waits_on(&self, line: &str) -> bool {
+        self.pending.as_ref().is_some_and(|p| p.lines < MAX_LINES_APART && !outdented(line, p.column))
     }
 
     /// Reads a line, handing out each value that follows a credential's name: the name and
@@ -99,9 +107,7 @@ impl PairState {
         });
         if let Some(p) = &mut self.pending {
             p.lines += 1;
-            let indent = line.len() - line.trim_start().len();
-            let outdented = indent < line.len() && indent < p.column;
-            if p.lines > MAX_LINES_APART || outdented {
+            if p.lines > MAX_LINES_APART || outdented(line, p.column) {
                 self.pending = None;
             }
         }
@@ -134,6 +140,13 @@ impl PairState {
             }
         });
     }
+}
+
+/// Whether `line` (whole, or as far as it has come) starts left of `column`: it closes the
+/// record a name at that column opened. A line of blanks so far shows nothing yet.
+fn outdented(line: &str, column: usize) -> bool {
+    let indent = line.len() - line.trim_start().len();
+    indent < line.len() && indent < column
 }
 
 /// Where a line first names a credential in a field whose value has ended: the value's end.

@@ -416,7 +416,7 @@ impl TableState {
             return None;
         }
         let pending = self.heads.iter().any(|h| h.layout != Layout::Pipes);
-        let waits = self.table.is_some() || pending || self.pairs.is_pending() || self.html.is_some();
+        let waits = self.table.is_some() || pending || self.pairs.waits_on(&self.line) || self.html.is_some();
         let line = waits.then_some(self.line_start);
         line.into_iter().chain(self.pair_hold).chain(self.html_hold).min()
     }
