@@ -1,5 +1,5 @@
 //! Credentials a model writes into a sentence ("the password for the staging database is
-//! X", "Das Passwort lautet X") or passes to a client's constructor (`Client(sid, token)`,
+//! X", "Das Passwort lautet X") or a markdown list (`**Password:** X`) or passes to a client's constructor (`Client(sid, token)`,
 //! `new mysqli(host, user, pw)`, `client.run(token)`) or a command line (`7z a -pX`, `net
 //! user NAME X`) block one-shot and streamed, and no byte of the value goes out; the same
 //! sentences and calls that give no credential stay quiet.
@@ -23,6 +23,8 @@ fn builtin() -> Arc<Ruleset> {
 /// Each text, and the value in it that must block.
 const LEAKS: &[(&str, &str)] = &[
     ("Sure. The password for the staging database is hX7#kq2Lm9vR, rotate it after the demo.", "hX7#kq2Lm9vR"),
+    ("Here are the staging credentials:\n\n- **Username:** admin\n- **Password:** hX7kq2Lm9vRw\n", "hX7kq2Lm9vRw"),
+    ("1. Open the console.\n2. **API key**: `8f3kQ2pL9mZ7vX4cN1bT6yH0wR5jS3dG`\n", "8f3kQ2pL9mZ7vX4cN1bT6yH0wR5jS3dG"),
     ("Your new password is: Kq8#vTz2Lm\nChange it at first login.", "Kq8#vTz2Lm"),
     ("The token for the CI runner is 8f3kQ2pL9mZ7vX4cN1bT6yH0wR5jS3dG.", "8f3kQ2pL9mZ7vX4cN1bT6yH0wR5jS3dG"),
     ("Das Passwort für den Server lautet Vq8mLz2Tx9, bitte nicht weitergeben.", "Vq8mLz2Tx9"),
@@ -53,6 +55,7 @@ const LEAKS: &[(&str, &str)] = &[
     ),
     ("Encrypt the dump first:\n\n    7z a -pQw7Zt2Kx9Lm4 -mhe=on dump.7z dump.sql\n", "Qw7Zt2Kx9Lm4"),
     ("On the domain controller run `net user svc_sql Mv4Kq9Tz2Wx7 /add /domain`.", "Mv4Kq9Tz2Wx7"),
+    ("```java\nSystem.setProperty(\"db.password\", \"hX7kq2Lm9vRw\");\n```", "hX7kq2Lm9vRw"),
 ];
 
 #[test]
@@ -90,6 +93,7 @@ fn sentences_and_calls_without_a_credential_stay_quiet() {
         "new BasicAWSCredentials(accessKey, secretKey)",
         "Deployed AKIA key rotation at commit 3f9b2e71c4d8a05e6b1f27c9d4e8a013c58a9e21.",
         "EMAIL_HOST_PASSWORD = 'type your code here'\nzip -r -P \"$ZIP_PASSWORD\" backup.zip data/\nnet user bob * /add",
+        "for name in (\"dfas\", \"keywords\", \"tokens\", \"symbol2label\"):\n    spec = ('OAUTH2_CLIENT_SECRET', 'oauth2ClientSecret')",
     ] {
         let found = rules.scan(text);
         assert!(found.is_empty(), "{text:?}: {found:?}");
