@@ -1,9 +1,12 @@
 //! Liveness: which positions of a stream could still be the start of a match.
 //!
 //! For every pattern we build an *anchored* dense DFA of a relaxed version of its regex:
-//! look-around assertions are dropped and non-ASCII parts of large classes widen to "any
+//! look-around assertions are dropped, non-ASCII parts of large classes widen to "any
 //! non-ASCII character" (small ones, such as the case pairs of `(?i:пароль)`, are kept:
-//! widened, every Cyrillic letter started a thread of such a rule). The relaxed language contains every string the real regex can
+//! widened, every Cyrillic letter started a thread of such a rule), and a repetition counted
+//! past [`LONG_RUN`] loses its upper bound (`[A-Za-z0-9]{20,2048}` was 2,048 states; `{20,}`
+//! is 20, and a thread lives on only in a run longer than the bound, up to the holdback
+//! limit). The relaxed language contains every string the real regex can
 //! match, so "no relaxed thread started at `p` is alive" soundly proves "no match can start
 //! at `p` and use bytes we have not seen yet". Being relaxed only ever costs holdback.
 //! Opening look-arounds are kept outside the automaton, as conditions on where a thread may
@@ -37,7 +40,12 @@ use crate::scan::start_filter::{Openings, StartFilter};
 /// Size limit for one pattern's liveness DFA and for its determinisation (bytes).
 pub const LIVE_DFA_LIMIT: usize = 16 << 20;
 
-/// Over-approximates `hir`: same or larger language, no look-around, small classes.
+/// Longest bounded repetition the liveness automata count out; a longer one is relaxed to
+/// no upper bound.
+const LONG_RUN: u32 = 64;
+
+/// Over-approximates `hir`: same or larger language, no look-around, small classes, no
+/// upper bound on long repetitions.
 pub(crate) fn relax(hir: &Hir) -> Hir {
     match hir.kind() {
         HirKind::Look(_) => Hir::empty(),
@@ -45,7 +53,10 @@ pub(crate) fn relax(hir: &Hir) -> Hir {
         HirKind::Class(Class::Unicode(c)) => Hir::class(Class::Unicode(widen(c))),
         HirKind::Class(Class::Bytes(_)) => hir.clone(),
         HirKind::Repetition(r) => {
-            Hir::repetition(Repetition { min: r.min, max: r.max, greedy: r.greedy, sub: Box::new(relax(&r.sub)) })
+            // A long bounded run is one state per count; its upper bound only ends a thread
+            // early, so dropping it loses no match and holds back only runs longer than it.
+            let max = r.max.filter(|&m| m <= LONG_RUN);
+            Hir::repetition(Repetition { min: r.min, max, greedy: r.greedy, sub: Box::new(relax(&r.sub)) })
         }
         HirKind::Capture(c) => relax(&c.sub),
         HirKind::Concat(v) => Hir::concat(v.iter().map(relax).collect()),
@@ -638,6 +649,25 @@ mod tests {
                 assert_eq!(end, want_end);
             }
         }
+    }
+
+    /// A long counted run costs its count in states; relaxed, it costs its minimum, and a
+    /// thread still covers every match: alive inside the run, reported once it is long
+    /// enough, and alive past the bound only while the run goes on.
+    #[test]
+    fn a_long_counted_run_is_relaxed_to_its_minimum() {
+        let bounded = live(&[r"\bBearer [A-Za-z0-9]{20,2048}"]);
+        let short = live(&[r"\bBearer [A-Za-z0-9]{20,64}"]);
+        assert!(
+            bounded.memory_usage() <= short.memory_usage(),
+            "{} > {}",
+            bounded.memory_usage(),
+            short.memory_usage()
+        );
+        let token = "x".repeat(30);
+        assert_eq!(run(&bounded, &format!("auth: Bearer {token}")).0, Some(6));
+        assert!(run(&bounded, &format!("auth: Bearer {token} ok")).1.contains(&(0, 6)));
+        assert_eq!(run(&bounded, &format!("auth: Bearer {} ok", "x".repeat(3000))).0, None);
     }
 
     #[test]
