@@ -7,17 +7,6 @@ use std::sync::Arc;
 use common::*;
 use firewall::{Detectors, LoadOptions, RuleFiles, RuleSource, Ruleset, ScanContext};
 
-#[allow(clippy::panic)] // the shipped rules not loading fails every test here
-fn builtin() -> Arc<Ruleset> {
-    static RULES: std::sync::OnceLock<Arc<Ruleset>> = std::sync::OnceLock::new();
-    RULES
-        .get_or_init(|| match Ruleset::builtin() {
-            Ok(r) => Arc::new(r),
-            Err(e) => panic!("built-in rules: {e}"),
-        })
-        .clone()
-}
-
 #[test]
 fn builtin_loads_with_samples_on_every_rule() {
     let rules = builtin();

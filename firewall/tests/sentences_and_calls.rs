@@ -1,24 +1,16 @@
-//! Credentials a model writes into a sentence ("the password for the staging database is
-//! X", "Das Passwort lautet X") or a markdown list (`**Password:** X`) or passes to a client's constructor (`Client(sid, token)`,
-//! `new mysqli(host, user, pw)`, `client.run(token)`) or a command line (`7z a -pX`, `net
-//! user NAME X`) block one-shot and streamed, and no byte of the value goes out; the same
-//! sentences and calls that give no credential stay quiet.
-// A rule set that does not load fails the test: panicking is how tests fail.
-#![allow(clippy::panic)]
+//! Credentials a model writes into a markdown list (`**Password:** X`) or a sentence ("the
+//! password for the staging database is X", "Das Passwort lautet X"), passes to a client's
+//! constructor (`Client(sid, token)`, `new mysqli(host, user, pw)`, `client.run(token)`) or
+//! puts on a command line (`7z a -pX`, `net user NAME X`) block one-shot and streamed, and no
+//! byte of the value goes out; the same sentences and calls that give no credential stay
+//! quiet.
 
 mod common;
 
 use std::sync::Arc;
 
 use common::*;
-use firewall::{Action, Detectors, Ruleset, ScanContext};
-
-fn builtin() -> Arc<Ruleset> {
-    match Ruleset::builtin() {
-        Ok(r) => Arc::new(r),
-        Err(e) => panic!("built-in rules: {e}"),
-    }
-}
+use firewall::{Action, Detectors, ScanContext};
 
 /// Each text, and the value in it that must block.
 const LEAKS: &[(&str, &str)] = &[

@@ -30,13 +30,6 @@ const WORDINGS: &[&str] = &[
     "// lorem ipsum dolor sit amet example placeholder text: password = \"{}\"",
 ];
 
-fn builtin() -> Arc<Ruleset> {
-    match Ruleset::builtin() {
-        Ok(r) => Arc::new(r),
-        Err(e) => panic!("built-in rules: {e}"),
-    }
-}
-
 /// Detectors whose ownership index holds acme's prompt, recorded as the gateway records it.
 fn owned_by_acme(rules: &Ruleset) -> Arc<Detectors> {
     let hashes = secret_fingerprints(rules, PROMPT, &HASH_KEY);

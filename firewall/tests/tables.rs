@@ -3,8 +3,6 @@
 //! `name` (`- name: DB_PASSWORD` / `value: ...`) as `DB_PASSWORD: <value>`, one-shot and
 //! streamed alike; a stream holds each row of such a table, and each line while a name
 //! waits for its value, until it is read, so no byte of a blocked value goes out.
-// A rule set that does not load fails the test: panicking is how tests fail.
-#![allow(clippy::panic)]
 
 mod common;
 
@@ -12,13 +10,6 @@ use std::sync::Arc;
 
 use common::*;
 use firewall::{Action, Detectors, Ruleset, ScanContext, StreamScanner};
-
-fn builtin() -> Arc<Ruleset> {
-    match Ruleset::builtin() {
-        Ok(r) => Arc::new(r),
-        Err(e) => panic!("built-in rules: {e}"),
-    }
-}
 
 const ACCOUNTS: &str = "Here are the accounts:\n\n| Service | Host | User | Password |\n|---------|------|------|----------|\n| Postgres | db.internal | app_rw | Kq8Wz3Tv6Lx2 |\n| Redis | cache.internal | default | Zt7Wq2Kv9Lx4 |\n\nRotate them monthly.";
 

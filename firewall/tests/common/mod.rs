@@ -53,6 +53,17 @@ pub fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests").join("fixtures")
 }
 
+/// The rules built into the binary, compiled once per test binary.
+pub fn builtin() -> Arc<Ruleset> {
+    static RULES: std::sync::OnceLock<Arc<Ruleset>> = std::sync::OnceLock::new();
+    RULES
+        .get_or_init(|| match Ruleset::builtin() {
+            Ok(r) => Arc::new(r),
+            Err(e) => panic!("built-in rules: {e}"),
+        })
+        .clone()
+}
+
 /// The fixture ruleset, compiled once per test binary.
 pub fn fixture_rules() -> Arc<Ruleset> {
     static RULES: std::sync::OnceLock<Arc<Ruleset>> = std::sync::OnceLock::new();
