@@ -48,6 +48,7 @@ const LEAKS: &[(&str, &str)] = &[
     ("Encrypt the dump first:\n\n    7z a -pQw7Zt2Kx9Lm4 -mhe=on dump.7z dump.sql\n", "Qw7Zt2Kx9Lm4"),
     ("On the domain controller run `net user svc_sql Mv4Kq9Tz2Wx7 /add /domain`.", "Mv4Kq9Tz2Wx7"),
     ("```java\nSystem.setProperty(\"db.password\", \"hX7kq2Lm9vRw\");\n```", "hX7kq2Lm9vRw"),
+    ("For the staging box:\n**Login:** `svc_backup` / `Mv4Kq9Tz2Wx7`\n", "Mv4Kq9Tz2Wx7"),
 ];
 
 #[test]
@@ -86,6 +87,7 @@ fn sentences_and_calls_without_a_credential_stay_quiet() {
         "Deployed AKIA key rotation at commit 3f9b2e71c4d8a05e6b1f27c9d4e8a013c58a9e21.",
         "EMAIL_HOST_PASSWORD = 'type your code here'\nzip -r -P \"$ZIP_PASSWORD\" backup.zip data/\nnet user bob * /add",
         "for name in (\"dfas\", \"keywords\", \"tokens\", \"symbol2label\"):\n    spec = ('OAUTH2_CLIENT_SECRET', 'oauth2ClientSecret')",
+        "Each line of /etc/passwd reads account:password:UID:GID:GECOS:directory:shell.\nLogin: admin / password",
     ] {
         let found = rules.scan(text);
         assert!(found.is_empty(), "{text:?}: {found:?}");
