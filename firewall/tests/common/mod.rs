@@ -159,6 +159,26 @@ pub fn release_until(text: &str, findings: &[Finding], cut: usize) -> String {
     out
 }
 
+/// Checks `text` streamed a character at a time and in pieces of each of `sizes` bytes: each
+/// chunking agrees with one-shot scanning ([`check_chunking`]), blocks, and releases no byte
+/// of `marker` (what must never go out: a secret's start, its row).
+pub fn check_blocks_in_every_chunking(
+    rules: &Arc<Ruleset>,
+    ctx: &ScanContext,
+    det: &Arc<Detectors>,
+    text: &str,
+    sizes: &[usize],
+    marker: &str,
+) {
+    check_chunking(rules, ctx, det, text, &char_cuts(text));
+    for &size in sizes {
+        let cuts = cuts_every(text, size);
+        check_chunking(rules, ctx, det, text, &cuts);
+        let s = stream(rules, ctx, det, text, &cuts);
+        assert!(s.blocked && !s.released.contains(marker), "{size}: {:?}", s.released);
+    }
+}
+
 /// Checks one chunking of `text` against one-shot scanning.
 pub fn check_chunking(rules: &Arc<Ruleset>, ctx: &ScanContext, det: &Arc<Detectors>, text: &str, cuts: &[usize]) {
     let whole = rules.scan_with(text, ctx, det);
