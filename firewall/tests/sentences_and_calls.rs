@@ -1,9 +1,11 @@
 //! Credentials a model writes into a markdown list (`**Password:** X`) or a sentence ("the
 //! password for the staging database is X", "Das Passwort lautet X"), passes to a client's
 //! constructor (`Client(sid, token)`, `new mysqli(host, user, pw)`, `client.run(token)`) or
-//! puts on a command line (`7z a -pX`, `net user NAME X`) block one-shot and streamed, and no
-//! byte of the value goes out; the same sentences and calls that give no credential stay
-//! quiet.
+//! puts on a command line (`7z a -pX`, `net user NAME X`), writes as an environment lookup's
+//! fallback (`os.environ.get("SECRET_KEY", "X")`) or into the call that signs with it
+//! (`jwt.sign(payload, "X")`) block one-shot and streamed, and no byte of the value goes out;
+//! the same sentences and calls that give no credential stay quiet, and so do code where a
+//! value would be (`apiKey: azureADTokenProvider ?? apiKey`) and the OAuth RFCs' examples.
 
 mod common;
 
@@ -49,6 +51,18 @@ const LEAKS: &[(&str, &str)] = &[
     ("On the domain controller run `net user svc_sql Mv4Kq9Tz2Wx7 /add /domain`.", "Mv4Kq9Tz2Wx7"),
     ("```java\nSystem.setProperty(\"db.password\", \"hX7kq2Lm9vRw\");\n```", "hX7kq2Lm9vRw"),
     ("For the staging box:\n**Login:** `svc_backup` / `Mv4Kq9Tz2Wx7`\n", "Mv4Kq9Tz2Wx7"),
+    (
+        "SECRET_KEY = os.environ.get(\"SECRET_KEY\", \"q8k2mXq7wz0v3pR1ty5ue9oi4l6nb7Hs\")\nDEBUG = True\n",
+        "q8k2mXq7wz0v3pR1ty5ue9oi4l6nb7Hs",
+    ),
+    ("const secret = process.env.JWT_SECRET || 'kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0';", "kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0"),
+    ("const token = jwt.sign({ id: user.id }, 'kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0', { expiresIn: '1h' });", "kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0"),
+    ("sig = hmac.new(b\"Tz8vQ2mLxR4kW7pN\", body, hashlib.sha256).hexdigest()", "Tz8vQ2mLxR4kW7pN"),
+    ("Then log in to the registry:\n\n    echo \"Hk29qLmx7Vb\" | docker login ghcr.io -u deploy --password-stdin\n", "Hk29qLmx7Vb"),
+    ("User.objects.create_superuser('admin', 'admin@corp.io', 'Hk29qLmx7Vb')", "Hk29qLmx7Vb"),
+    ("APP_KEY=base64:kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0mXyZkT3BaQo=\nAPP_DEBUG=false\n", "base64:kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0mXyZkT3BaQo="),
+    ("network={\n    ssid=\"HomeNet\"\n    psk=\"Hk29qLmx7Vb\"\n}\n", "Hk29qLmx7Vb"),
+    ("The API key you need is kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0, keep it out of git.", "kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0"),
 ];
 
 #[test]
@@ -82,6 +96,12 @@ fn sentences_and_calls_without_a_credential_stay_quiet() {
         "EMAIL_HOST_PASSWORD = 'type your code here'\nzip -r -P \"$ZIP_PASSWORD\" backup.zip data/\nnet user bob * /add",
         "for name in (\"dfas\", \"keywords\", \"tokens\", \"symbol2label\"):\n    spec = ('OAUTH2_CLIENT_SECRET', 'oauth2ClientSecret')",
         "Each line of /etc/passwd reads account:password:UID:GID:GECOS:directory:shell.\nLogin: admin / password",
+        "SECRET_KEY = os.environ.get(\"SECRET_KEY\", \"dev-secret-key-change-in-production\")\napiKey: azureADTokenProvider ?? apiKey,",
+        "const token = jwt.sign(payload, process.env.JWT_SECRET);\necho $CR_PAT | docker login ghcr.io -u USERNAME --password-stdin",
+        "\"sentry.op\": OP.QUEUE_SUBMIT_ARQ,\nrefreshToken: credential_factory_1.refreshToken,\nDeviceToken: NonEmptySensitiveString1600;",
+        "HTTP/1.1 200 OK\nContent-Type: application/json\n\n{\"access_token\":\"2YotnFZFEjr1zCsicMWpAA\",\"token_type\":\"example\",\"refresh_token\":\"tGzv3JOkF0XG5Qx2TlKWIA\"}\nAuthorization: Basic czZCaGRSa3F0MzpnWDFmQmF0M2JW",
+        "\"ARN\": \"arn:aws:secretsmanager:us-west-2:123456789012:secret:MyTestDatabaseSecret-a1b2c3\",",
+        "authorization: \"https://oauth.yandex.ru/authorize?scope=login:info+login:email+login:avatar\",",
     ] {
         let found = rules.scan(text);
         assert!(found.is_empty(), "{text:?}: {found:?}");
