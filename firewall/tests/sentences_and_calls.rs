@@ -3,7 +3,10 @@
 //! constructor (`Client(sid, token)`, `new mysqli(host, user, pw)`, `client.run(token)`) or
 //! puts on a command line (`7z a -pX`, `net user NAME X`), writes as an environment lookup's
 //! fallback (`os.environ.get("SECRET_KEY", "X")`) or into the call that signs with it
-//! (`jwt.sign(payload, "X")`) block one-shot and streamed, and no byte of the value goes out;
+//! (`jwt.sign(payload, "X")`), a connect string (`sqlplus USER/X@DB`), a router's or VPN's
+//! configuration (`username U secret 0 X`, `: PSK "X"`) or a secret store's command line
+//! (`az keyvault secret set --value X`, `echo X | wrangler secret put`) block one-shot and
+//! streamed, and no byte of the value goes out;
 //! the same sentences and calls that give no credential stay quiet, and so do code where a
 //! value would be (`apiKey: azureADTokenProvider ?? apiKey`) and the OAuth RFCs' examples.
 
@@ -63,6 +66,17 @@ const LEAKS: &[(&str, &str)] = &[
     ("APP_KEY=base64:kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0mXyZkT3BaQo=\nAPP_DEBUG=false\n", "base64:kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0mXyZkT3BaQo="),
     ("network={\n    ssid=\"HomeNet\"\n    psk=\"Hk29qLmx7Vb\"\n}\n", "Hk29qLmx7Vb"),
     ("The API key you need is kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0, keep it out of git.", "kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0"),
+    ("Export the schema:\n\n    expdp system/Hk29qLmx7Vb@ORCL schemas=hr directory=dp\n", "Hk29qLmx7Vb"),
+    ("interface Gi0/1\n!\nusername netops privilege 15 secret 0 Hk29qLmx7Vb\nsnmp-server community Rq7vZt2Lm9 RO\n", "Hk29qLmx7Vb"),
+    ("conn %default\n\n# /etc/ipsec.secrets\n: PSK \"kQ9vLm2Xw8RtZp4N\"\n", "kQ9vLm2Xw8RtZp4N"),
+    ("az keyvault secret set --vault-name kv-prod --name StripeKey --value Hk29qLmx7Vb4T", "Hk29qLmx7Vb4T"),
+    ("dotnet user-secrets set \"Smtp:Password\" \"Hk29qLmx7Vb\"", "Hk29qLmx7Vb"),
+    ("echo -n 'kQ9vLm2Xw8RtZp4NcYb6HdJs' | npx wrangler secret put STRIPE_KEY", "kQ9vLm2Xw8RtZp4NcYb6HdJs"),
+    ("lftp -u deploy,Hk29qLmx7Vb sftp://files.corp.io", "Hk29qLmx7Vb"),
+    ("xfreerdp /v:10.0.0.5 /u:admin /p:Hk29qLmx7Vb /cert:ignore", "Hk29qLmx7Vb"),
+    ("services:\n  cache:\n    command: [\"redis-server\", \"--requirepass\", \"Hk29qLmx7Vb\"]\n", "Hk29qLmx7Vb"),
+    ("ansible-playbook site.yml --extra-vars \"ansible_become_pass=Hk29qLmx7Vb\"", "Hk29qLmx7Vb"),
+    ("db_password <- \"Hk29qLmx7Vb\"\ncon <- dbConnect(RPostgres::Postgres(), password = db_password)", "Hk29qLmx7Vb"),
 ];
 
 #[test]
@@ -102,6 +116,10 @@ fn sentences_and_calls_without_a_credential_stay_quiet() {
         "HTTP/1.1 200 OK\nContent-Type: application/json\n\n{\"access_token\":\"2YotnFZFEjr1zCsicMWpAA\",\"token_type\":\"example\",\"refresh_token\":\"tGzv3JOkF0XG5Qx2TlKWIA\"}\nAuthorization: Basic czZCaGRSa3F0MzpnWDFmQmF0M2JW",
         "\"ARN\": \"arn:aws:secretsmanager:us-west-2:123456789012:secret:MyTestDatabaseSecret-a1b2c3\",",
         "authorization: \"https://oauth.yandex.ru/authorize?scope=login:info+login:email+login:avatar\",",
+        "sqlplus / as sysdba\nsqlplus scott/tiger@orcl\nConnect client/server apps over TCP/IP.",
+        "enable secret 5 $1$mERr$hx5rVt7rPNoS4wqbXKX7m0\nsnmp-server community public RO",
+        "extra_args += [\"--password\", password]\nmc alias set local http://localhost:9000 minioadmin minioadmin",
+        "echo \"$STRIPE_KEY\" | wrangler secret put STRIPE_KEY\nmsbuild App.sln /p:Configuration=Release",
     ] {
         let found = rules.scan(text);
         assert!(found.is_empty(), "{text:?}: {found:?}");
