@@ -73,6 +73,13 @@ const LEAKS: &[(&str, &str)] = &[
     ("dotnet user-secrets set \"Smtp:Password\" \"Hk29qLmx7Vb\"", "Hk29qLmx7Vb"),
     ("echo -n 'kQ9vLm2Xw8RtZp4NcYb6HdJs' | npx wrangler secret put STRIPE_KEY", "kQ9vLm2Xw8RtZp4NcYb6HdJs"),
     ("lftp -u deploy,Hk29qLmx7Vb sftp://files.corp.io", "Hk29qLmx7Vb"),
+    (
+        "var key = new SymmetricSecurityKey(Encoding.UTF8.GetBytes(\"kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0\"));",
+        "kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0",
+    ),
+    ("var jwtKey = []byte(\"kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0\")", "kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0"),
+    ("\"Jwt\": {\n    \"Issuer\": \"api.corp.io\",\n    \"Key\": \"kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0\"\n}", "kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0"),
+    ("credentials = pika.PlainCredentials('app', 'Hk29qLmx7Vb')", "Hk29qLmx7Vb"),
     ("xfreerdp /v:10.0.0.5 /u:admin /p:Hk29qLmx7Vb /cert:ignore", "Hk29qLmx7Vb"),
     ("services:\n  cache:\n    command: [\"redis-server\", \"--requirepass\", \"Hk29qLmx7Vb\"]\n", "Hk29qLmx7Vb"),
     ("ansible-playbook site.yml --extra-vars \"ansible_become_pass=Hk29qLmx7Vb\"", "Hk29qLmx7Vb"),
@@ -120,6 +127,8 @@ fn sentences_and_calls_without_a_credential_stay_quiet() {
         "enable secret 5 $1$mERr$hx5rVt7rPNoS4wqbXKX7m0\nsnmp-server community public RO",
         "extra_args += [\"--password\", password]\nmc alias set local http://localhost:9000 minioadmin minioadmin",
         "echo \"$STRIPE_KEY\" | wrangler secret put STRIPE_KEY\nmsbuild App.sln /p:Configuration=Release",
+        "new SymmetricSecurityKey(Encoding.UTF8.GetBytes(builder.Configuration[\"Jwt:Key\"]))\nvar jwtKey = []byte(os.Getenv(\"JWT_SECRET\"))",
+        "def sign(self, private_key: PKCS7PrivateKeyTypes, data: bytes):\nX25519PrivateKey = rust_openssl.hpke.X25519PrivateKey",
     ] {
         let found = rules.scan(text);
         assert!(found.is_empty(), "{text:?}: {found:?}");
