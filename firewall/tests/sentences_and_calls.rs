@@ -80,6 +80,10 @@ const LEAKS: &[(&str, &str)] = &[
     ("var jwtKey = []byte(\"kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0\")", "kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0"),
     ("\"Jwt\": {\n    \"Issuer\": \"api.corp.io\",\n    \"Key\": \"kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0\"\n}", "kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0"),
     ("credentials = pika.PlainCredentials('app', 'Hk29qLmx7Vb')", "Hk29qLmx7Vb"),
+    ("Данные от сервера:\n\nκωδικός: Hk29qLmx7Vb\nmật khẩu: Hk29qLmx7Vb", "Hk29qLmx7Vb"),
+    ("数据库的密码是Hk29qLmx7Vb，请妥善保管。", "Hk29qLmx7Vb"),
+    ("Zugangsdaten: admin / Hk29qLmx7Vb", "Hk29qLmx7Vb"),
+    ("Here is your token → kQ9vLm2Xw8RtZp4NcYb6HdJs", "kQ9vLm2Xw8RtZp4NcYb6HdJs"),
     ("xfreerdp /v:10.0.0.5 /u:admin /p:Hk29qLmx7Vb /cert:ignore", "Hk29qLmx7Vb"),
     ("services:\n  cache:\n    command: [\"redis-server\", \"--requirepass\", \"Hk29qLmx7Vb\"]\n", "Hk29qLmx7Vb"),
     ("ansible-playbook site.yml --extra-vars \"ansible_become_pass=Hk29qLmx7Vb\"", "Hk29qLmx7Vb"),
@@ -129,6 +133,7 @@ fn sentences_and_calls_without_a_credential_stay_quiet() {
         "echo \"$STRIPE_KEY\" | wrangler secret put STRIPE_KEY\nmsbuild App.sln /p:Configuration=Release",
         "new SymmetricSecurityKey(Encoding.UTF8.GetBytes(builder.Configuration[\"Jwt:Key\"]))\nvar jwtKey = []byte(os.Getenv(\"JWT_SECRET\"))",
         "def sign(self, private_key: PKCS7PrivateKeyTypes, data: bytes):\nX25519PrivateKey = rust_openssl.hpke.X25519PrivateKey",
+        "κωδικός: απαιτείται για την είσοδο\nMật khẩu: phải có ít nhất tám ký tự\n密码是用户登录时必须提供的\nZugangsdaten: siehe Dokumentation",
     ] {
         let found = rules.scan(text);
         assert!(found.is_empty(), "{text:?}: {found:?}");
