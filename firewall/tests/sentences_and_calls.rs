@@ -83,6 +83,9 @@ const LEAKS: &[(&str, &str)] = &[
     ("Данные от сервера:\n\nκωδικός: Hk29qLmx7Vb\nmật khẩu: Hk29qLmx7Vb", "Hk29qLmx7Vb"),
     ("数据库的密码是Hk29qLmx7Vb，请妥善保管。", "Hk29qLmx7Vb"),
     ("Zugangsdaten: admin / Hk29qLmx7Vb", "Hk29qLmx7Vb"),
+    ("key \"certbot.\" {\n  algorithm hmac-sha512;\n  secret \"kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0mXyZkT3BaQo=\";\n};", "kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0mXyZkT3BaQo="),
+    ("port 26379\nsentinel monitor mymaster 10.0.0.4 6379 2\nsentinel auth-pass mymaster Hk29qLmx7Vb\n", "Hk29qLmx7Vb"),
+    ("export CONSUL_HTTP_TOKEN=c4e81f27-9b3d-4a56-8e0c-72d9f1a5b364", "c4e81f27-9b3d-4a56-8e0c-72d9f1a5b364"),
     ("Here is your token → kQ9vLm2Xw8RtZp4NcYb6HdJs", "kQ9vLm2Xw8RtZp4NcYb6HdJs"),
     ("xfreerdp /v:10.0.0.5 /u:admin /p:Hk29qLmx7Vb /cert:ignore", "Hk29qLmx7Vb"),
     ("services:\n  cache:\n    command: [\"redis-server\", \"--requirepass\", \"Hk29qLmx7Vb\"]\n", "Hk29qLmx7Vb"),
@@ -134,6 +137,7 @@ fn sentences_and_calls_without_a_credential_stay_quiet() {
         "new SymmetricSecurityKey(Encoding.UTF8.GetBytes(builder.Configuration[\"Jwt:Key\"]))\nvar jwtKey = []byte(os.Getenv(\"JWT_SECRET\"))",
         "def sign(self, private_key: PKCS7PrivateKeyTypes, data: bytes):\nX25519PrivateKey = rust_openssl.hpke.X25519PrivateKey",
         "κωδικός: απαιτείται για την είσοδο\nMật khẩu: phải có ít nhất tám ký tự\n密码是用户登录时必须提供的\nZugangsdaten: siehe Dokumentation",
+        "consul acl token read -id 3e1b9c7d-2a4f-4d85-b6e0-9f7a1c5d2e38\nrootpw {SSHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g=\nrocommunity public default",
     ] {
         let found = rules.scan(text);
         assert!(found.is_empty(), "{text:?}: {found:?}");
