@@ -72,6 +72,11 @@ pub(crate) struct RuleSearch {
     /// ends at the latest just after the first byte outside this set. Narrower than
     /// `inside` for rules that close with a class such as `[^A-Za-z0-9]`.
     inner: [bool; 256],
+    /// Every byte that can occur in a match after its first byte (a superset): a match
+    /// that starts before such a byte's position cannot hold it. Narrower than `inner` for
+    /// rules that open with a class such as `(?:^|[\s>*(])`, whose newline would otherwise
+    /// make the whole text one run.
+    after_first: [bool; 256],
 }
 
 /// Anchored tries in one run before the rest of the run is searched in one unanchored pass
@@ -103,15 +108,16 @@ impl RuleSearch {
         reach: Option<usize>,
         starts: StartFilter,
     ) -> RuleSearch {
-        let (mut inside, mut inner) = ([false; 256], [false; 256]);
+        let (mut inside, mut inner, mut after_first) = ([false; 256], [false; 256], [false; 256]);
         add_match_bytes(hir, &mut inside);
         add_inner_bytes(hir, &mut inner);
+        add_after_first_bytes(hir, &mut after_first);
         // Only walks with a bounded reach run capture searches here. A split that cannot
         // tell where its secret starts (under 3 % of such matches on the corpus) leaves it
         // to the meta regex: too rare to build a search of its own for.
         let split = if group != 0 { split } else { None };
         let secret = if group != 0 && reach.is_some() && split.is_none() { SecretSearch::new(hir) } else { None };
-        RuleSearch { regex, group, reach, starts, inside, inner, split, secret }
+        RuleSearch { regex, group, reach, starts, inside, inner, after_first, split, secret }
     }
 
     /// Whether the secret's span comes from the match alone ([`SecretSplit`]), always or
@@ -176,7 +182,7 @@ impl RuleSearch {
                     // A pass over this run found no match starting before `until`.
                     Some(Ahead { from, until, .. }) if from <= s && s < until => Next::From(until),
                     Some(Ahead { from, until, next: Some(found) }) if from <= s && s == until => Next::Match(found),
-                    _ => match run.pass_end(s, bytes, &self.inner, text) {
+                    _ => match run.pass_end(s, bytes, self.run_bytes(), text) {
                         Some(end) => {
                             let ahead = self.leftmost_in(regex, text, (s, end), caps.as_mut());
                             run.ahead = Some(ahead);
@@ -192,7 +198,7 @@ impl RuleSearch {
                             }
                             run.tried(s);
                             #[cfg(test)]
-                            may_read(run_end(s, bytes, &self.inner, text) - s);
+                            may_read(run_end(s, bytes, self.run_bytes(), text) - s);
                             match self.anchored_at(regex, text, s, caps.as_mut()) {
                                 Some(found) => Next::Match(found),
                                 None => Next::From(s + 1),
@@ -323,11 +329,11 @@ impl Run {
     /// [`TRIES_PER_RUN`] tries; `None`: try `s` anchored. The end is looked for only then
     /// (most rules never get there), from the first try's position, and tries made in an
     /// earlier run start the count again.
-    fn pass_end(&mut self, s: usize, bytes: &[u8], inner: &[bool; 256], text: &str) -> Option<usize> {
+    fn pass_end(&mut self, s: usize, bytes: &[u8], run_bytes: RunBytes<'_>, text: &str) -> Option<usize> {
         if self.tries < TRIES_PER_RUN {
             return None;
         }
-        let end = *self.end.get_or_insert_with(|| run_end(self.start, bytes, inner, text));
+        let end = *self.end.get_or_insert_with(|| run_end(self.start, bytes, run_bytes, text));
         if s < end {
             return Some(end);
         }
@@ -336,11 +342,30 @@ impl Run {
     }
 }
 
+/// The byte sets that bound a run: `inner` and `after_first` of [`RuleSearch`].
+#[derive(Clone, Copy)]
+struct RunBytes<'a> {
+    inner: &'a [bool; 256],
+    after_first: &'a [bool; 256],
+}
+
+impl RuleSearch {
+    fn run_bytes(&self) -> RunBytes<'_> {
+        RunBytes { inner: &self.inner, after_first: &self.after_first }
+    }
+}
+
 /// The end of the run holding `s`: just after the first byte at or after `s` outside
-/// `inner` (at the next character boundary), or the text's end. No match starting in
-/// `[s, end)` reads past it.
-fn run_end(s: usize, bytes: &[u8], inner: &[bool; 256], text: &str) -> usize {
-    match bytes.get(s..).and_then(|rest| rest.iter().position(|&b| !inner[usize::from(b)])) {
+/// `inner` (at the next character boundary), or at the first byte after `s` outside
+/// `after_first` (a match that starts before it cannot hold it), or the text's end. No
+/// match starting in `[s, end)` reads past it.
+fn run_end(s: usize, bytes: &[u8], sets: RunBytes<'_>, text: &str) -> usize {
+    let rest = bytes.get(s..).unwrap_or_default();
+    let ends = |(i, &b): (usize, &u8)| !sets.inner[usize::from(b)] || i > 0 && !sets.after_first[usize::from(b)];
+    match rest.iter().enumerate().position(ends) {
+        // A byte only a first byte can be is ASCII (`add_after_first_bytes` keeps every byte
+        // from 0x80), so its position is a character boundary; the run ends before it.
+        Some(i) if i > 0 && !sets.after_first[usize::from(rest[i])] => s + i,
         Some(i) => (s + i + 1..=text.len()).find(|&e| text.is_char_boundary(e)).unwrap_or(text.len()),
         None => text.len(),
     }
@@ -390,6 +415,48 @@ fn add_inner_bytes(hir: &Hir, set: &mut [bool; 256]) {
                 match last {
                     Some(l) if i < l => add_match_bytes(p, set),
                     Some(l) if i == l => add_inner_bytes(p, set),
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// Whether a match of `hir` can hold a newline after its first byte: its runs can be the
+/// whole text, so an unanchored pass over one reads to the text's end unless a literal
+/// prefilter skips ahead.
+pub(crate) fn spans_lines(hir: &Hir) -> bool {
+    let mut after_first = [false; 256];
+    add_after_first_bytes(hir, &mut after_first);
+    after_first[usize::from(b'\n')]
+}
+
+/// Marks every byte that can occur in a match of `hir` after the match's first byte (a
+/// superset): the bytes of a part that opens the match at most one byte long hold only
+/// the first; every byte of the parts after it is marked, and every byte from 0x80
+/// wherever a non-ASCII character may stand.
+fn add_after_first_bytes(hir: &Hir, set: &mut [bool; 256]) {
+    match hir.kind() {
+        HirKind::Empty | HirKind::Look(_) => {}
+        HirKind::Literal(lit) => lit.0.iter().skip(1).for_each(|&b| set[usize::from(b)] = true),
+        HirKind::Class(_) => {
+            if hir.properties().maximum_len() != Some(1) {
+                set[0x80..].iter_mut().for_each(|b| *b = true);
+            }
+        }
+        HirKind::Repetition(r) if r.max == Some(1) => add_after_first_bytes(&r.sub, set),
+        HirKind::Repetition(r) if r.max == Some(0) => {}
+        HirKind::Repetition(r) => add_match_bytes(&r.sub, set),
+        HirKind::Capture(c) => add_after_first_bytes(&c.sub, set),
+        HirKind::Alternation(parts) => parts.iter().for_each(|p| add_after_first_bytes(p, set)),
+        HirKind::Concat(parts) => {
+            // Zero-width parts before the first that holds a byte (`\b`, `^`) take no
+            // place; that part holds the first byte, and may hold more after it.
+            let first = parts.iter().position(|p| p.properties().maximum_len() != Some(0));
+            for (i, p) in parts.iter().enumerate() {
+                match first {
+                    Some(f) if i == f => add_after_first_bytes(p, set),
+                    Some(f) if i > f => add_match_bytes(p, set),
                     _ => {}
                 }
             }
@@ -466,6 +533,23 @@ mod tests {
         // Non-ASCII characters' leading bytes; a repeated class's every byte.
         let cyr = inner("[а-я]x");
         assert!(cyr[0xD0] && cyr[0xB0] && !cyr[usize::from(b'x')]);
+    }
+
+    #[test]
+    fn a_run_ends_before_a_byte_only_a_first_byte_can_be() {
+        let s = search(r"(?:^|[\s>*(])(?i:login)[ \t]*:[ \t]*[A-Za-z0-9_.@-]{1,64}[ \t]*/[ \t]*([^\s/]{6,})", 8);
+        // The opening class holds a newline, but only as a match's first byte.
+        assert!(s.inner[usize::from(b'\n')] && !s.after_first[usize::from(b'\n')]);
+        assert!(s.after_first[usize::from(b'/')] && s.after_first[usize::from(b'l')]);
+        let text = "\nLogin: admin / Tq9Wz4Kv7Lx2\nsecond line, no pair\n";
+        // From the first newline, the run is that line: a match starting in it cannot hold
+        // the next newline, though one starting at that newline may.
+        assert_eq!(run_end(0, text.as_bytes(), s.run_bytes(), text), text[1..].find('\n').map_or(0, |i| i + 1));
+        // A pattern whose matches hold newlines anywhere runs to the text's end.
+        let pem = search(r"-----BEGIN PRIVATE KEY-----(?:\s|\\n)+([A-Za-z0-9+/=]{40,})", 0);
+        assert!(pem.after_first[usize::from(b'\n')]);
+        assert!(spans_lines(&regex_syntax::parse(r"variable[ \t]+\{[^}]*default").expect("parses")));
+        assert!(!spans_lines(&regex_syntax::parse(r"(?:^|\n)login: ([^\s]{6,})").expect("parses")));
     }
 
     #[test]

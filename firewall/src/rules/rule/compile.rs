@@ -13,6 +13,7 @@ use super::{
     field, is_kebab, Canary, FieldError, RawCanary, RawRule, Rule, SecretGroup, MIN_CANARY_LEN, REGEX_SIZE_LIMIT,
 };
 use crate::scan::keyword_reach::keyword_reach;
+use crate::scan::near_keywords::spans_lines;
 use crate::scan::secret_span::SecretSplit;
 
 /// Compiles a regex under the size limit, reporting the regex crate's message on one line.
@@ -24,7 +25,10 @@ pub(crate) fn compile_regex(pattern: &str) -> Result<Regex, String> {
 /// starts within a known reach of a keyword hit is tried anchored at chosen positions in
 /// one-shot scans, and otherwise only over short windows, so it is built without a literal
 /// prefilter (`prefilter: false`): nothing it runs would consult one, and building them
-/// is ~9 % of loading the default rules.
+/// is ~9 % of loading the default rules. The exception is a pattern whose matches can span
+/// lines: after a few tries the rest of its run is searched unanchored, and its run can be
+/// the whole text (a PEM body, a Terraform block), which a prefilter crosses at memchr's
+/// pace instead of the lazy DFA's.
 pub(crate) fn compile_hir(hir: &Hir, prefilter: bool) -> Result<MetaRegex, String> {
     MetaRegex::builder()
         .configure(MetaRegex::config().nfa_size_limit(Some(REGEX_SIZE_LIMIT)).auto_prefilter(prefilter))
@@ -102,21 +106,22 @@ impl RawRule {
         // The regex that runs is the ASCII-boundary twin of the one written (same groups,
         // never larger), so only the twin is compiled; the one written is compiled when
         // the twin fails, to word the error in terms of what the author wrote.
-        let regex = match hir.as_ref().map(|h| match defer_regex {
-            true => Ok(RuleRegex::deferred(h.clone(), reach.is_none())),
-            false => compile_hir(h, reach.is_none()).map(RuleRegex::compiled),
-        }) {
-            Some(Ok(re)) => Some(re),
-            twin => {
-                let twin_error = twin.and_then(Result::err);
-                let e = compile_regex(&self.regex)
-                    .err()
-                    .or(twin_error)
-                    .unwrap_or_else(|| "the pattern does not parse".into());
-                errs.push(field("regex", format!("bad regex: {e}")));
-                None
-            }
-        };
+        let regex =
+            match hir.as_ref().map(|h| (h, reach.is_none() || spans_lines(h))).map(|(h, prefilter)| match defer_regex {
+                true => Ok(RuleRegex::deferred(h.clone(), prefilter)),
+                false => compile_hir(h, prefilter).map(RuleRegex::compiled),
+            }) {
+                Some(Ok(re)) => Some(re),
+                twin => {
+                    let twin_error = twin.and_then(Result::err);
+                    let e = compile_regex(&self.regex)
+                        .err()
+                        .or(twin_error)
+                        .unwrap_or_else(|| "the pattern does not parse".into());
+                    errs.push(field("regex", format!("bad regex: {e}")));
+                    None
+                }
+            };
         if let Some(h) = &hir {
             if h.properties().minimum_len() == Some(0) {
                 errs.push(field("regex", "regex can match the empty string"));
