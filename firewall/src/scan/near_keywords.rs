@@ -17,8 +17,9 @@
 //! `start_filter`) is skipped without a try: the regex would fail there anyway.
 //!
 //! Within one *run* (the bytes from a start up to the first byte that no match can hold
-//! anywhere but at its very end, see [`RuleSearch::new`]'s `inner` set) every try may read to
-//! the run's end. A text made of keyword hits whose match never completes (`token=` a
+//! anywhere but at its very end, see [`RuleSearch::new`]'s `inner` set, or up to the first
+//! byte after the start that a match can hold only as its first, the `after_first` set: the
+//! newline of `(?:^|\n)…`) every try may read to the run's end. A text made of keyword hits whose match never completes (`token=` a
 //! hundred thousand times, then `<`) would make each try read the rest of the run, and the
 //! walk quadratic in the text. So after [`TRIES_PER_RUN`] tries in one run, the rest of the
 //! run is searched unanchored, in one pass over it: its leftmost match is the first
