@@ -111,8 +111,8 @@ impl RuleSearch {
     ) -> RuleSearch {
         let (mut inside, mut inner, mut after_first) = ([false; 256], [false; 256], [false; 256]);
         add_match_bytes(hir, &mut inside);
-        add_inner_bytes(hir, &mut inner);
-        add_after_first_bytes(hir, &mut after_first);
+        add_bytes_off_edge(hir, Edge::Last, &mut inner);
+        add_bytes_off_edge(hir, Edge::First, &mut after_first);
         // Only walks with a bounded reach run capture searches here. A split that cannot
         // tell where its secret starts (under 3 % of such matches on the corpus) leaves it
         // to the meta regex: too rare to build a search of its own for.
@@ -364,7 +364,7 @@ fn run_end(s: usize, bytes: &[u8], sets: RunBytes<'_>, text: &str) -> usize {
     let rest = bytes.get(s..).unwrap_or_default();
     let ends = |(i, &b): (usize, &u8)| !sets.inner[usize::from(b)] || i > 0 && !sets.after_first[usize::from(b)];
     match rest.iter().enumerate().position(ends) {
-        // A byte only a first byte can be is ASCII (`add_after_first_bytes` keeps every byte
+        // A byte only a first byte can be is ASCII (`add_bytes_off_edge` keeps every byte
         // from 0x80), so its position is a character boundary; the run ends before it.
         Some(i) if i > 0 && !sets.after_first[usize::from(rest[i])] => s + i,
         Some(i) => (s + i + 1..=text.len()).find(|&e| text.is_char_boundary(e)).unwrap_or(text.len()),
@@ -387,35 +387,51 @@ pub(crate) fn found_in(caps: &Captures, secret_group: usize) -> Option<Found> {
     Some(((m.start(), m.end()), secret))
 }
 
-/// Marks every byte that can occur in a match of `hir` before the match's last byte (a
-/// superset): all the bytes of every part but the last that can hold one, and those the
-/// last part can hold before its own last byte (a non-ASCII character's leading bytes).
-fn add_inner_bytes(hir: &Hir, set: &mut [bool; 256]) {
+/// The end of a match whose byte [`add_bytes_off_edge`] leaves out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Edge {
+    First,
+    Last,
+}
+
+/// Marks every byte that can occur in a match of `hir` other than as its `edge` byte (a
+/// superset): every byte of the parts on the far side of the part that holds the edge,
+/// and what that part holds besides its own edge byte. With [`Edge::Last`], the bytes a
+/// match holds before its last (`inner`); with [`Edge::First`], those after its first
+/// (`after_first`): a one-byte opening class such as `(?:^|[\s>*(])` holds only the first.
+/// A class of non-ASCII characters marks every byte from 0x80 (their other UTF-8 bytes).
+fn add_bytes_off_edge(hir: &Hir, edge: Edge, set: &mut [bool; 256]) {
     match hir.kind() {
-        HirKind::Empty | HirKind::Look(_) | HirKind::Class(Class::Bytes(_)) => {}
-        HirKind::Literal(lit) => lit
-            .0
-            .split_last()
-            .into_iter()
-            .for_each(|(_, before)| before.iter().for_each(|&b| set[usize::from(b)] = true)),
-        HirKind::Class(Class::Unicode(c)) => {
-            if c.ranges().last().is_some_and(|r| u32::from(r.end()) >= 0x80) {
+        HirKind::Empty | HirKind::Look(_) => {}
+        HirKind::Literal(lit) => {
+            let rest = match edge {
+                Edge::First => lit.0.get(1..),
+                Edge::Last => lit.0.split_last().map(|(_, before)| before),
+            };
+            rest.unwrap_or_default().iter().for_each(|&b| set[usize::from(b)] = true);
+        }
+        HirKind::Class(_) => {
+            if hir.properties().maximum_len() != Some(1) {
                 set[0x80..].iter_mut().for_each(|b| *b = true);
             }
         }
-        HirKind::Repetition(r) if r.max == Some(1) => add_inner_bytes(&r.sub, set),
+        HirKind::Repetition(r) if r.max == Some(1) => add_bytes_off_edge(&r.sub, edge, set),
         HirKind::Repetition(r) if r.max == Some(0) => {}
         HirKind::Repetition(r) => add_match_bytes(&r.sub, set),
-        HirKind::Capture(c) => add_inner_bytes(&c.sub, set),
-        HirKind::Alternation(parts) => parts.iter().for_each(|p| add_inner_bytes(p, set)),
+        HirKind::Capture(c) => add_bytes_off_edge(&c.sub, edge, set),
+        HirKind::Alternation(parts) => parts.iter().for_each(|p| add_bytes_off_edge(p, edge, set)),
         HirKind::Concat(parts) => {
-            // Zero-width parts at the end (`$`, `\b`) hold no byte: the part before them
-            // holds the match's last byte.
-            let last = parts.iter().rposition(|p| p.properties().maximum_len() != Some(0));
+            // Zero-width parts at the edge (`^`, `$`, `\b`) hold no byte: the part next to
+            // them holds the edge byte.
+            let holds = |p: &Hir| p.properties().maximum_len() != Some(0);
+            let at = match edge {
+                Edge::First => parts.iter().position(holds),
+                Edge::Last => parts.iter().rposition(holds),
+            };
             for (i, p) in parts.iter().enumerate() {
-                match last {
-                    Some(l) if i < l => add_match_bytes(p, set),
-                    Some(l) if i == l => add_inner_bytes(p, set),
+                match at {
+                    Some(e) if i == e => add_bytes_off_edge(p, edge, set),
+                    Some(e) if (edge == Edge::First) == (i > e) => add_match_bytes(p, set),
                     _ => {}
                 }
             }
@@ -428,41 +444,8 @@ fn add_inner_bytes(hir: &Hir, set: &mut [bool; 256]) {
 /// prefilter skips ahead.
 pub(crate) fn spans_lines(hir: &Hir) -> bool {
     let mut after_first = [false; 256];
-    add_after_first_bytes(hir, &mut after_first);
+    add_bytes_off_edge(hir, Edge::First, &mut after_first);
     after_first[usize::from(b'\n')]
-}
-
-/// Marks every byte that can occur in a match of `hir` after the match's first byte (a
-/// superset): the bytes of a part that opens the match at most one byte long hold only
-/// the first; every byte of the parts after it is marked, and every byte from 0x80
-/// wherever a non-ASCII character may stand.
-fn add_after_first_bytes(hir: &Hir, set: &mut [bool; 256]) {
-    match hir.kind() {
-        HirKind::Empty | HirKind::Look(_) => {}
-        HirKind::Literal(lit) => lit.0.iter().skip(1).for_each(|&b| set[usize::from(b)] = true),
-        HirKind::Class(_) => {
-            if hir.properties().maximum_len() != Some(1) {
-                set[0x80..].iter_mut().for_each(|b| *b = true);
-            }
-        }
-        HirKind::Repetition(r) if r.max == Some(1) => add_after_first_bytes(&r.sub, set),
-        HirKind::Repetition(r) if r.max == Some(0) => {}
-        HirKind::Repetition(r) => add_match_bytes(&r.sub, set),
-        HirKind::Capture(c) => add_after_first_bytes(&c.sub, set),
-        HirKind::Alternation(parts) => parts.iter().for_each(|p| add_after_first_bytes(p, set)),
-        HirKind::Concat(parts) => {
-            // Zero-width parts before the first that holds a byte (`\b`, `^`) take no
-            // place; that part holds the first byte, and may hold more after it.
-            let first = parts.iter().position(|p| p.properties().maximum_len() != Some(0));
-            for (i, p) in parts.iter().enumerate() {
-                match first {
-                    Some(f) if i == f => add_after_first_bytes(p, set),
-                    Some(f) if i > f => add_match_bytes(p, set),
-                    _ => {}
-                }
-            }
-        }
-    }
 }
 
 /// Marks every byte that can occur in a match of `hir` (non-ASCII characters as every byte
@@ -517,7 +500,7 @@ mod tests {
     fn a_match_ends_at_the_latest_just_after_the_first_byte_only_its_end_can_hold() {
         let inner = |pattern: &str| {
             let mut set = [false; 256];
-            add_inner_bytes(&regex_syntax::parse(pattern).expect("pattern parses"), &mut set);
+            add_bytes_off_edge(&regex_syntax::parse(pattern).expect("pattern parses"), Edge::Last, &mut set);
             set
         };
         // The closing class holds `,` and `\n`, but only as the last byte.
