@@ -71,6 +71,7 @@ const LEAKS: &[(&str, &str)] = &[
     ("conn %default\n\n# /etc/ipsec.secrets\n: PSK \"kQ9vLm2Xw8RtZp4N\"\n", "kQ9vLm2Xw8RtZp4N"),
     ("az keyvault secret set --vault-name kv-prod --name StripeKey --value Hk29qLmx7Vb4T", "Hk29qLmx7Vb4T"),
     ("dotnet user-secrets set \"Smtp:Password\" \"Hk29qLmx7Vb\"", "Hk29qLmx7Vb"),
+    ("aws ssm put-parameter --name /prod/db/password --value 'Hk29qLmx7Vb' --type SecureString", "Hk29qLmx7Vb"),
     ("echo -n 'kQ9vLm2Xw8RtZp4NcYb6HdJs' | npx wrangler secret put STRIPE_KEY", "kQ9vLm2Xw8RtZp4NcYb6HdJs"),
     ("lftp -u deploy,Hk29qLmx7Vb sftp://files.corp.io", "Hk29qLmx7Vb"),
     (
