@@ -19,9 +19,9 @@
 //! Within one *run* (the bytes from a start up to the first byte that no match can hold
 //! anywhere but at its very end, see [`RuleSearch::new`]'s `inner` set, or up to the first
 //! byte after the start that a match can hold only as its first, the `after_first` set: the
-//! newline of `(?:^|\n)…`) every try may read to the run's end. A text made of keyword hits whose match never completes (`token=` a
-//! hundred thousand times, then `<`) would make each try read the rest of the run, and the
-//! walk quadratic in the text. So after [`TRIES_PER_RUN`] tries in one run, the rest of the
+//! newline of `(?:^|\n)…`) every try may read to the run's end. A text made of keyword hits
+//! whose match never completes (`token=` a hundred thousand times, then `<`) would make each
+//! try read the rest of the run, and the walk quadratic in the text. So after [`TRIES_PER_RUN`] tries in one run, the rest of the
 //! run is searched unanchored, in one pass over it: its leftmost match is the first
 //! position's anchored match that the walk would find (leftmost-first), and the positions
 //! before it have none. The walk reads every byte at most `TRIES_PER_RUN + 1` times, plus
@@ -119,6 +119,11 @@ impl RuleSearch {
         let split = if group != 0 { split } else { None };
         let secret = if group != 0 && reach.is_some() && split.is_none() { SecretSearch::new(hir) } else { None };
         RuleSearch { regex, group, reach, starts, inside, inner, after_first, split, secret }
+    }
+
+    /// The byte sets that bound this rule's runs.
+    fn run_bytes(&self) -> RunBytes<'_> {
+        RunBytes { inner: &self.inner, after_first: &self.after_first }
     }
 
     /// Whether the secret's span comes from the match alone ([`SecretSplit`]), always or
@@ -348,12 +353,6 @@ impl Run {
 struct RunBytes<'a> {
     inner: &'a [bool; 256],
     after_first: &'a [bool; 256],
-}
-
-impl RuleSearch {
-    fn run_bytes(&self) -> RunBytes<'_> {
-        RunBytes { inner: &self.inner, after_first: &self.after_first }
-    }
 }
 
 /// The end of the run holding `s`: just after the first byte at or after `s` outside

@@ -106,22 +106,22 @@ impl RawRule {
         // The regex that runs is the ASCII-boundary twin of the one written (same groups,
         // never larger), so only the twin is compiled; the one written is compiled when
         // the twin fails, to word the error in terms of what the author wrote.
-        let regex =
-            match hir.as_ref().map(|h| (h, reach.is_none() || spans_lines(h))).map(|(h, prefilter)| match defer_regex {
-                true => Ok(RuleRegex::deferred(h.clone(), prefilter)),
-                false => compile_hir(h, prefilter).map(RuleRegex::compiled),
-            }) {
-                Some(Ok(re)) => Some(re),
-                twin => {
-                    let twin_error = twin.and_then(Result::err);
-                    let e = compile_regex(&self.regex)
-                        .err()
-                        .or(twin_error)
-                        .unwrap_or_else(|| "the pattern does not parse".into());
-                    errs.push(field("regex", format!("bad regex: {e}")));
-                    None
-                }
-            };
+        let prefilter = reach.is_none() || hir.as_ref().is_some_and(spans_lines);
+        let regex = match hir.as_ref().map(|h| match defer_regex {
+            true => Ok(RuleRegex::deferred(h.clone(), prefilter)),
+            false => compile_hir(h, prefilter).map(RuleRegex::compiled),
+        }) {
+            Some(Ok(re)) => Some(re),
+            twin => {
+                let twin_error = twin.and_then(Result::err);
+                let e = compile_regex(&self.regex)
+                    .err()
+                    .or(twin_error)
+                    .unwrap_or_else(|| "the pattern does not parse".into());
+                errs.push(field("regex", format!("bad regex: {e}")));
+                None
+            }
+        };
         if let Some(h) = &hir {
             if h.properties().minimum_len() == Some(0) {
                 errs.push(field("regex", "regex can match the empty string"));
