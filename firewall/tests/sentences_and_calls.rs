@@ -4,9 +4,10 @@
 //! puts on a command line (`7z a -pX`, `net user NAME X`), writes as an environment lookup's
 //! fallback (`os.environ.get("SECRET_KEY", "X")`) or into the call that signs with it
 //! (`jwt.sign(payload, "X")`), a connect string (`sqlplus USER/X@DB`), a router's or VPN's
-//! configuration (`username U secret 0 X`, `: PSK "X"`) or a secret store's command line
-//! (`az keyvault secret set --value X`, `echo X | wrangler secret put`) block one-shot and
-//! streamed, and no byte of the value goes out;
+//! configuration (`username U secret 0 X`, `: PSK "X"`, `wpa-psk X`, a chap-secrets line), a
+//! secret store's command line (`az keyvault secret set --value X`, `echo X | wrangler secret
+//! put`, `pulumi config set --secret`), a setter (`ds.setPassword("X")`) or a bare key name
+//! (`key = b'…'`) block one-shot and streamed, and no byte of the value goes out;
 //! the same sentences and calls that give no credential stay quiet, and so do code where a
 //! value would be (`apiKey: azureADTokenProvider ?? apiKey`) and the OAuth RFCs' examples.
 
@@ -92,6 +93,20 @@ const LEAKS: &[(&str, &str)] = &[
     ("services:\n  cache:\n    command: [\"redis-server\", \"--requirepass\", \"Hk29qLmx7Vb\"]\n", "Hk29qLmx7Vb"),
     ("ansible-playbook site.yml --extra-vars \"ansible_become_pass=Hk29qLmx7Vb\"", "Hk29qLmx7Vb"),
     ("db_password <- \"Hk29qLmx7Vb\"\ncon <- dbConnect(RPostgres::Postgres(), password = db_password)", "Hk29qLmx7Vb"),
+    ("I've generated a key for you: kQ9vLm2Xw8RtZp4NcYb6HdJs", "kQ9vLm2Xw8RtZp4NcYb6HdJs"),
+    ("Done. The admin password has been reset to Hk29qLmx7Vb, change it at first login.", "Hk29qLmx7Vb"),
+    ("pulumi config set --secret dbPassword Hk29qLmx7Vb", "Hk29qLmx7Vb"),
+    ("ansible-vault encrypt_string 'Hk29qLmx7Vb' --name 'db_password'", "Hk29qLmx7Vb"),
+    ("rclone config create nas sftp host nas.corp.io user deploy pass Hk29qLmx7Vb", "Hk29qLmx7Vb"),
+    ("auto wlan0\niface wlan0 inet dhcp\n    wpa-ssid HomeNet\n    wpa-psk Hk29qLmx7Vb\n", "Hk29qLmx7Vb"),
+    ("iwconfig wlan0 essid HomeNet key s:Hk29qLmx7Vb4T", "Hk29qLmx7Vb4T"),
+    ("# /etc/ppp/chap-secrets\n# client server secret IP addresses\n\"vpnuser\" * \"Hk29qLmx7Vb\" *\n", "Hk29qLmx7Vb"),
+    ("vncpasswd -f <<< Hk29qLmx7Vb > ~/.vnc/passwd", "Hk29qLmx7Vb"),
+    ("aws ssm put-parameter --name /prod/db/password --type SecureString --value Hk29qLmx7Vb", "Hk29qLmx7Vb"),
+    ("HikariDataSource ds = new HikariDataSource();\nds.setUsername(\"app\");\nds.setPassword(\"Hk29qLmx7Vb\");", "Hk29qLmx7Vb"),
+    ("from ftplib import FTP\nftp = FTP('files.corp.io', 'deploy', 'Hk29qLmx7Vb')", "Hk29qLmx7Vb"),
+    ("System.setProperty(\"javax.net.ssl.keyStorePassword\", \"Hk29qLmx7Vb\");", "Hk29qLmx7Vb"),
+    ("from cryptography.fernet import Fernet\n\nkey = b'kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0mXyZkT3BaQo='\nf = Fernet(key)", "kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0mXyZkT3BaQo="),
 ];
 
 #[test]
@@ -139,6 +154,10 @@ fn sentences_and_calls_without_a_credential_stay_quiet() {
         "def sign(self, private_key: PKCS7PrivateKeyTypes, data: bytes):\nX25519PrivateKey = rust_openssl.hpke.X25519PrivateKey",
         "κωδικός: απαιτείται για την είσοδο\nMật khẩu: phải có ít nhất tám ký tự\n密码是用户登录时必须提供的\nZugangsdaten: siehe Dokumentation",
         "consul acl token read -id 3e1b9c7d-2a4f-4d85-b6e0-9f7a1c5d2e38\nrootpw {SSHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g=\nrocommunity public default",
+        "Your password has been reset to the default.\nI generated a key for you: run `openssl rand -hex 32` to make your own.",
+        "pulumi config set aws:region eu-west-1\nrclone config create nas sftp host nas.corp.io user deploy\niwconfig wlan0 key off",
+        "cache_key = \"0f2d565fd49881752b59097ec5736a3a20f24bc1\"\nkey: 'SomeComponentListItemKey'\nds.setPassword(System.getenv(\"DB_PASSWORD\"));",
+        "otpauth://totp/Example:alice@fsf.org?secret=JBSWY3DPEHPK3PXP&issuer=Example\noauth_token=\"ad180jjd733klru7\"",
     ] {
         let found = rules.scan(text);
         assert!(found.is_empty(), "{text:?}: {found:?}");
