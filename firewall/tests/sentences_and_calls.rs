@@ -107,6 +107,11 @@ const LEAKS: &[(&str, &str)] = &[
     ("from ftplib import FTP\nftp = FTP('files.corp.io', 'deploy', 'Hk29qLmx7Vb')", "Hk29qLmx7Vb"),
     ("System.setProperty(\"javax.net.ssl.keyStorePassword\", \"Hk29qLmx7Vb\");", "Hk29qLmx7Vb"),
     ("from cryptography.fernet import Fernet\n\nkey = b'kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0mXyZkT3BaQo='\nf = Fernet(key)", "kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0mXyZkT3BaQo="),
+    ("Use the token kQ9vLm2Xw8RtZp4NcYb6HdJs to authenticate against the staging API.", "kQ9vLm2Xw8RtZp4NcYb6HdJs"),
+    ("Set `OPENAI_API_KEY` to `kQ9vLm2Xw8RtZp4NcYb6HdJs` in your shell.", "kQ9vLm2Xw8RtZp4NcYb6HdJs"),
+    ("The box is up. Try logging in as root with Hk29qLmx7Vb4T and change it.", "Hk29qLmx7Vb4T"),
+    ("Staging services:\n\n- Postgres: `app` / `Hk29qLmx7Vb4T`\n- Redis: no auth\n", "Hk29qLmx7Vb4T"),
+    ("Use passphrase Hk29qLmx7Vb4T to unlock the deploy key.", "Hk29qLmx7Vb4T"),
 ];
 
 #[test]
@@ -158,6 +163,8 @@ fn sentences_and_calls_without_a_credential_stay_quiet() {
         "pulumi config set aws:region eu-west-1\nrclone config create nas sftp host nas.corp.io user deploy\niwconfig wlan0 key off",
         "cache_key = \"0f2d565fd49881752b59097ec5736a3a20f24bc1\"\nkey: 'SomeComponentListItemKey'\nds.setPassword(System.getenv(\"DB_PASSWORD\"));",
         "otpauth://totp/Example:alice@fsf.org?secret=JBSWY3DPEHPK3PXP&issuer=Example\noauth_token=\"ad180jjd733klru7\"",
+        "Use the token endpoint to exchange the code.\nLog in as root with sudo privileges.\nMap `src` / `dst` to the new names.",
+        "The passphrase protects the private key on disk.\nSet `OPENAI_API_KEY` to `sk-...` in your shell.",
     ] {
         let found = rules.scan(text);
         assert!(found.is_empty(), "{text:?}: {found:?}");
