@@ -112,6 +112,7 @@ const LEAKS: &[(&str, &str)] = &[
     ("The box is up. Try logging in as root with Hk29qLmx7Vb4T and change it.", "Hk29qLmx7Vb4T"),
     ("Staging services:\n\n- Postgres: `app` / `Hk29qLmx7Vb4T`\n- Redis: no auth\n", "Hk29qLmx7Vb4T"),
     ("Use passphrase Hk29qLmx7Vb4T to unlock the deploy key.", "Hk29qLmx7Vb4T"),
+    ("<appSettings>\n  <add key=\"StorageKey\" value=\"kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0mXyZkT3BaQo=\" />\n</appSettings>", "kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0mXyZkT3BaQo="),
 ];
 
 #[test]
@@ -165,6 +166,8 @@ fn sentences_and_calls_without_a_credential_stay_quiet() {
         "otpauth://totp/Example:alice@fsf.org?secret=JBSWY3DPEHPK3PXP&issuer=Example\noauth_token=\"ad180jjd733klru7\"",
         "Use the token endpoint to exchange the code.\nLog in as root with sudo privileges.\nMap `src` / `dst` to the new names.",
         "The passphrase protects the private key on disk.\nSet `OPENAI_API_KEY` to `sk-...` in your shell.",
+        "\"Sec-WebSocket-Key\": \"dGhlIHNhbXBsZSBub25jZQ==\",\nnew Redis(\"redis://:authpassword@127.0.0.1:6380/4\");\nsee vault/hvb.JGbZZaCkOSgsZ56uhGlTK2zyC1j2mwhy0VLp4",
+        "sqlcmd -S localhost -U sa -P 'yourStrong(!)Password' -Q \"SELECT 1\"\n$ git push upstream -u stable/5.2.x:stable/5.2.x",
     ] {
         let found = rules.scan(text);
         assert!(found.is_empty(), "{text:?}: {found:?}");
