@@ -112,6 +112,7 @@ const LEAKS: &[(&str, &str)] = &[
     ("The box is up. Try logging in as root with Hk29qLmx7Vb4T and change it.", "Hk29qLmx7Vb4T"),
     ("Staging services:\n\n- Postgres: `app` / `Hk29qLmx7Vb4T`\n- Redis: no auth\n", "Hk29qLmx7Vb4T"),
     ("Use passphrase Hk29qLmx7Vb4T to unlock the deploy key.", "Hk29qLmx7Vb4T"),
+    ("Set the `OPENAI_API_KEY` environment variable to `kQ9vLm2Xw8RtZp4NcYb6HdJs` and restart.", "kQ9vLm2Xw8RtZp4NcYb6HdJs"),
     ("Username and password: admin / Hk29qLmx7Vb4T", "Hk29qLmx7Vb4T"),
     ("Логин и пароль: admin / Hk29qLmx7Vb4T\nПароль сброшен на Hk29qLmx7Vb4T", "Hk29qLmx7Vb4T"),
     ("Доступ к базе: postgres / Hk29qLmx7Vb4T", "Hk29qLmx7Vb4T"),
@@ -172,7 +173,7 @@ fn sentences_and_calls_without_a_credential_stay_quiet() {
         "The passphrase protects the private key on disk.\nSet `OPENAI_API_KEY` to `sk-...` in your shell.",
         "\"Sec-WebSocket-Key\": \"dGhlIHNhbXBsZSBub25jZQ==\",\nnew Redis(\"redis://:authpassword@127.0.0.1:6380/4\");\nsee vault/hvb.JGbZZaCkOSgsZ56uhGlTK2zyC1j2mwhy0VLp4",
         "sqlcmd -S localhost -U sa -P 'yourStrong(!)Password' -Q \"SELECT 1\"\n$ git push upstream -u stable/5.2.x:stable/5.2.x",
-        "Username and password: see the vault.\nЛогин и пароль: выдаёт администратор.\nДоступ к базе: только из VPN.\nПароль сброшен на стандартный.",
+        "Set the `OPENAI_API_KEY` environment variable to your key.\nUsername and password: see the vault.\nЛогин и пароль: выдаёт администратор.\nДоступ к базе: только из VPN.\nПароль сброшен на стандартный.",
     ] {
         let found = rules.scan(text);
         assert!(found.is_empty(), "{text:?}: {found:?}");
