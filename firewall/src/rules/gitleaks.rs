@@ -159,6 +159,7 @@ fn convert(t: &Table, global: &Allow, notes: &mut Vec<ImportNote>) -> Result<Raw
         keywords: strings_of(t, "keywords").iter().map(|k| k.to_ascii_lowercase()).collect(),
         min_entropy: t.get("entropy").and_then(|v| v.as_float().or_else(|| v.as_integer().map(|i| i as f64))),
         judge: None,
+        allow_lists: Vec::new(),
         allow: allow.secret,
         allow_line: allow.line,
         tags: strings_of(t, "tags"),

@@ -159,11 +159,18 @@ pub struct Ruleset {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawFile {
+    /// Named lists of `allow` patterns that rules of any file in the folder take by
+    /// `allow_lists = [NAME, ...]`: the placeholder shapes most generic rules share.
+    #[serde(default)]
+    allow_lists: Option<toml::Spanned<toml::Table>>,
     #[serde(default)]
     rule: Vec<toml::Spanned<toml::Table>>,
     #[serde(default)]
     canary: Vec<toml::Spanned<toml::Table>>,
 }
+
+/// The folder's `[allow_lists]`, by name.
+type AllowLists = std::collections::HashMap<String, Vec<String>>;
 
 mod builtin {
     include!(concat!(env!("OUT_DIR"), "/builtin_rules.rs"));
@@ -249,8 +256,17 @@ impl Ruleset {
     ) -> Result<Ruleset, LoadErrors> {
         let mut all = Parsed::default();
         let mut allow = AllowCache::default();
+        // Lists first: a rule may name a list that a later file defines.
+        let mut read = Vec::new();
         for RuleSource { file, text } in sources {
-            let p = parse_file(file, text, &mut allow, opts.defer_regexes);
+            match read_file(file, text) {
+                Ok(raw) => read.push((file, text, raw)),
+                Err(e) => all.errors.push(e),
+            }
+        }
+        let lists = collect_allow_lists(&mut read, &mut all.errors);
+        for (file, text, raw) in read {
+            let p = parse_file(file, text, raw, &lists, &mut allow, opts.defer_regexes);
             all.rules.extend(p.rules);
             all.canaries.extend(p.canaries);
             all.errors.extend(p.errors);
@@ -409,29 +425,93 @@ impl<'t> Lines<'t> {
     }
 }
 
-fn parse_file(file: &str, text: &str, allow: &mut AllowCache, defer_regexes: bool) -> Parsed {
+/// A rule file's tables, or its TOML syntax error.
+fn read_file(file: &str, text: &str) -> Result<RawFile, LoadError> {
+    toml::from_str(text).map_err(|e| {
+        let line = e.span().map_or(0, |s| Lines::new(text).of(s.start));
+        LoadError { file: file.into(), line, rule_id: None, reason: syntax_reason(text, &e) }
+    })
+}
+
+/// Every file's `[allow_lists]`, checked: each a list of patterns that compile, each name
+/// defined once in the folder. A list that fails is left out, so the rules naming it fail
+/// too, each at its own `allow_lists` line.
+fn collect_allow_lists(read: &mut [(&String, &String, RawFile)], errors: &mut Vec<LoadError>) -> AllowLists {
+    let mut lists = AllowLists::new();
+    let mut defined_in: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    for (file, text, raw) in read.iter_mut() {
+        let Some(table) = raw.allow_lists.take() else { continue };
+        let lines = Lines::new(text);
+        let span = table.span();
+        for (name, value) in table.into_inner() {
+            let err = |reason: String| LoadError {
+                file: file.to_string(),
+                line: lines.key(&span, &name),
+                rule_id: None,
+                reason,
+            };
+            let patterns: Option<Vec<String>> =
+                value.as_array().and_then(|a| a.iter().map(|v| v.as_str().map(str::to_string)).collect());
+            let Some(patterns) = patterns else {
+                errors.push(err(format!("allow list `{name}` is not a list of strings")));
+                continue;
+            };
+            if let Some(first) = defined_in.get(&name) {
+                errors.push(err(format!("allow list `{name}` is defined twice (first in {first})")));
+                continue;
+            }
+            defined_in.insert(name.clone(), file.to_string());
+            let bad: Vec<String> =
+                patterns.iter().filter_map(|p| regex::Regex::new(p).err().map(|e| format!("{p:?}: {e}"))).collect();
+            if bad.is_empty() {
+                lists.insert(name, patterns);
+            } else {
+                errors.push(err(format!("allow list `{name}` has a bad pattern: {}", bad.join("; "))));
+            }
+        }
+    }
+    lists
+}
+
+fn parse_file(
+    file: &str,
+    text: &str,
+    raw: RawFile,
+    lists: &AllowLists,
+    allow: &mut AllowCache,
+    defer_regexes: bool,
+) -> Parsed {
     let mut out = Parsed::default();
     let lines = Lines::new(text);
-    let raw: RawFile = match toml::from_str(text) {
-        Ok(r) => r,
-        Err(e) => {
-            let line = e.span().map_or(0, |s| lines.of(s.start));
-            out.errors.push(LoadError { file: file.into(), line, rule_id: None, reason: syntax_reason(text, &e) });
-            return out;
-        }
-    };
     for table in raw.rule {
         let span = table.span();
         let t = table.into_inner();
         let id = t.get("id").and_then(|v| v.as_str()).map(str::to_string);
         let err = |line: usize, reason: String| LoadError { file: file.into(), line, rule_id: id.clone(), reason };
-        let parsed: RawRule = match toml::Value::Table(t.clone()).try_into() {
+        let mut parsed: RawRule = match toml::Value::Table(t.clone()).try_into() {
             Ok(r) => r,
             Err(e) => {
                 out.errors.push(err(lines.field_error(&span, &t, e.message()), e.message().trim().to_string()));
                 continue;
             }
         };
+        // The named lists' patterns join the rule's own `allow`.
+        let mut shared = Vec::new();
+        let mut unknown = Vec::new();
+        for name in std::mem::take(&mut parsed.allow_lists) {
+            match lists.get(&name) {
+                Some(patterns) => shared.extend(patterns.iter().cloned()),
+                None => unknown.push(name),
+            }
+        }
+        if !unknown.is_empty() {
+            let reason =
+                format!("allow_lists names {}, which no [allow_lists] table of the folder defines", unknown.join(", "));
+            out.errors.push(err(lines.key(&span, "allow_lists"), reason));
+            continue;
+        }
+        shared.append(&mut parsed.allow);
+        parsed.allow = shared;
         let origin = Origin {
             file: file.into(),
             line: lines.of(span.start),
@@ -540,7 +620,7 @@ strings = ["ACME-CANARY-7f3a9c"]
     #[test]
     fn unknown_key_names_its_line() {
         let e = errors(&GOOD.replace("keywords =", "colour = 1\nkeywords ="));
-        assert_eq!(e, ["a.toml:9: rule `demo-token`: unknown field `colour`, expected one of `id`, `description`, `severity`, `action`, `regex`, `secret_group`, `keywords`, `min_entropy`, `judge`, `allow`, `allow_line`, `tags`, `must_match`, `must_not_match`"]);
+        assert_eq!(e, ["a.toml:9: rule `demo-token`: unknown field `colour`, expected one of `id`, `description`, `severity`, `action`, `regex`, `secret_group`, `keywords`, `min_entropy`, `judge`, `allow_lists`, `allow`, `allow_line`, `tags`, `must_match`, `must_not_match`"]);
     }
 
     #[test]
@@ -549,7 +629,7 @@ strings = ["ACME-CANARY-7f3a9c"]
         assert_eq!(e.len(), 1);
         assert!(e[0].starts_with("a.toml:7: rule `demo-token`: bad regex:"), "{e:?}");
         let e = errors(&format!("{GOOD}\n[[rules2]]\nid = 'x'\n"));
-        assert_eq!(e, ["a.toml:18: unknown field `rules2`, expected `rule` or `canary`"]);
+        assert_eq!(e, ["a.toml:18: unknown field `rules2`, expected one of `allow_lists`, `rule`, `canary`"]);
     }
 
     #[test]
@@ -634,5 +714,56 @@ strings = ["ACME-CANARY-7f3a9c"]
         let _ = std::fs::write(dir.path().join("a.toml"), GOOD);
         let _ = std::fs::write(dir.path().join("README.md"), "not rules");
         assert!(matches!(Ruleset::load_dir(dir.path()), Ok(s) if s.len() == 1));
+    }
+
+    const NAMES_A_LIST: &str = r#"
+[[rule]]
+id = "tok"
+description = "d"
+severity = "high"
+action = "block"
+regex = 'tok_([a-z0-9]{8})'
+secret_group = 1
+keywords = ["tok_"]
+allow_lists = ["placeholders"]
+must_match = ["tok_q8w2e9r4"]
+must_not_match = ["tok_examples"]
+"#;
+
+    fn load_files(files: &[(&str, &str)]) -> Result<Ruleset, LoadErrors> {
+        let sources: Vec<RuleSource> = files.iter().map(|(name, text)| RuleSource::new(*name, *text)).collect();
+        Ruleset::load_sources(&sources, LoadOptions::default())
+    }
+
+    #[test]
+    fn a_rule_takes_the_patterns_of_a_list_that_another_file_defines() {
+        let lists = "[allow_lists]\nplaceholders = ['example']\n";
+        let set = load_files(&[("a.toml", NAMES_A_LIST), ("b.toml", lists)]);
+        let Ok(set) = set else { panic!("{set:?}") };
+        assert!(set.scan("tok_examples").is_empty());
+        assert_eq!(set.scan("tok_q8w2e9r4").len(), 1);
+    }
+
+    #[test]
+    fn a_list_that_no_file_defines_is_an_error_at_the_rules_allow_lists_line() {
+        let errors = load_files(&[("a.toml", NAMES_A_LIST)]).err().map(|e| e.errors).unwrap_or_default();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(
+            (errors[0].file.as_str(), errors[0].line, errors[0].rule_id.as_deref()),
+            ("a.toml", 10, Some("tok"))
+        );
+        assert!(errors[0].reason.contains("placeholders"), "{}", errors[0].reason);
+    }
+
+    #[test]
+    fn a_list_defined_twice_or_holding_a_bad_pattern_is_an_error_at_its_line() {
+        let first = "[allow_lists]\nplaceholders = ['example']\n";
+        let second = "[allow_lists]\nbroken = ['(']\nplaceholders = ['x']\n";
+        let errors = load_files(&[("a.toml", first), ("b.toml", second)]).err().map(|e| e.errors).unwrap_or_default();
+        let mut at: Vec<(&str, usize)> = errors.iter().map(|e| (e.file.as_str(), e.line)).collect();
+        at.sort();
+        assert_eq!(at, [("b.toml", 2), ("b.toml", 3)], "{errors:?}");
+        assert!(errors.iter().any(|e| e.reason.contains("defined twice (first in a.toml)")), "{errors:?}");
+        assert!(errors.iter().any(|e| e.reason.contains("`broken` has a bad pattern")), "{errors:?}");
     }
 }

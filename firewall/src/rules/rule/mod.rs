@@ -263,6 +263,7 @@ mod tests {
             keywords: vec!["Tok".into()],
             min_entropy: None,
             judge: None,
+            allow_lists: vec![],
             allow: vec![],
             allow_line: vec![],
             tags: vec![],

@@ -50,6 +50,10 @@ pub struct RawRule {
     /// The generic-secret judge's least score (0..1) for a match to count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub judge: Option<f64>,
+    /// Names of `[allow_lists]` (defined once in any file of the folder) whose patterns join
+    /// `allow`; the ruleset resolves them before the rule is compiled.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_lists: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
