@@ -169,8 +169,9 @@ struct RawFile {
     canary: Vec<toml::Spanned<toml::Table>>,
 }
 
-/// The folder's `[allow_lists]`, by name.
-type AllowLists = std::collections::HashMap<String, Vec<String>>;
+/// The folder's `[allow_lists]`, by name; `None` for a list defined with errors (reported at
+/// its own line), so that the rules naming it say so instead of calling it undefined.
+type AllowLists = std::collections::HashMap<String, Option<Vec<String>>>;
 
 mod builtin {
     include!(concat!(env!("OUT_DIR"), "/builtin_rules.rs"));
@@ -260,7 +261,7 @@ impl Ruleset {
         let mut read = Vec::new();
         for RuleSource { file, text } in sources {
             match read_file(file, text) {
-                Ok(raw) => read.push((file, text, raw)),
+                Ok(raw) => read.push((file.as_str(), text.as_str(), raw)),
                 Err(e) => all.errors.push(e),
             }
         }
@@ -434,9 +435,9 @@ fn read_file(file: &str, text: &str) -> Result<RawFile, LoadError> {
 }
 
 /// Every file's `[allow_lists]`, checked: each a list of patterns that compile, each name
-/// defined once in the folder. A list that fails is left out, so the rules naming it fail
-/// too, each at its own `allow_lists` line.
-fn collect_allow_lists(read: &mut [(&String, &String, RawFile)], errors: &mut Vec<LoadError>) -> AllowLists {
+/// defined once in the folder. A list that fails is kept as `None`, so the rules naming it
+/// fail too, each at its own `allow_lists` line.
+fn collect_allow_lists(read: &mut [(&str, &str, RawFile)], errors: &mut Vec<LoadError>) -> AllowLists {
     let mut lists = AllowLists::new();
     let mut defined_in: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     for (file, text, raw) in read.iter_mut() {
@@ -452,21 +453,23 @@ fn collect_allow_lists(read: &mut [(&String, &String, RawFile)], errors: &mut Ve
             };
             let patterns: Option<Vec<String>> =
                 value.as_array().and_then(|a| a.iter().map(|v| v.as_str().map(str::to_string)).collect());
-            let Some(patterns) = patterns else {
-                errors.push(err(format!("allow list `{name}` is not a list of strings")));
-                continue;
-            };
             if let Some(first) = defined_in.get(&name) {
                 errors.push(err(format!("allow list `{name}` is defined twice (first in {first})")));
                 continue;
             }
             defined_in.insert(name.clone(), file.to_string());
+            let Some(patterns) = patterns else {
+                errors.push(err(format!("allow list `{name}` is not a list of strings")));
+                lists.insert(name, None);
+                continue;
+            };
             let bad: Vec<String> =
                 patterns.iter().filter_map(|p| regex::Regex::new(p).err().map(|e| format!("{p:?}: {e}"))).collect();
             if bad.is_empty() {
-                lists.insert(name, patterns);
+                lists.insert(name, Some(patterns));
             } else {
                 errors.push(err(format!("allow list `{name}` has a bad pattern: {}", bad.join("; "))));
+                lists.insert(name, None);
             }
         }
     }
@@ -498,16 +501,23 @@ fn parse_file(
         // The named lists' patterns join the rule's own `allow`.
         let mut shared = Vec::new();
         let mut unknown = Vec::new();
+        let mut broken = Vec::new();
         for name in std::mem::take(&mut parsed.allow_lists) {
             match lists.get(&name) {
-                Some(patterns) => shared.extend(patterns.iter().cloned()),
+                Some(Some(patterns)) => shared.extend(patterns.iter().cloned()),
+                Some(None) => broken.push(name),
                 None => unknown.push(name),
             }
         }
-        if !unknown.is_empty() {
-            let reason =
-                format!("allow_lists names {}, which no [allow_lists] table of the folder defines", unknown.join(", "));
-            out.errors.push(err(lines.key(&span, "allow_lists"), reason));
+        if !unknown.is_empty() || !broken.is_empty() {
+            let mut reasons = Vec::new();
+            if !unknown.is_empty() {
+                reasons.push(format!("{}, which no [allow_lists] table of the folder defines", unknown.join(", ")));
+            }
+            if !broken.is_empty() {
+                reasons.push(format!("{}, whose list has errors", broken.join(", ")));
+            }
+            out.errors.push(err(lines.key(&span, "allow_lists"), format!("allow_lists names {}", reasons.join("; "))));
             continue;
         }
         shared.append(&mut parsed.allow);
@@ -759,10 +769,15 @@ must_not_match = ["tok_examples"]
     fn a_list_defined_twice_or_holding_a_bad_pattern_is_an_error_at_its_line() {
         let first = "[allow_lists]\nplaceholders = ['example']\n";
         let second = "[allow_lists]\nbroken = ['(']\nplaceholders = ['x']\n";
-        let errors = load_files(&[("a.toml", first), ("b.toml", second)]).err().map(|e| e.errors).unwrap_or_default();
+        let rule = NAMES_A_LIST.replace("\"placeholders\"", "\"broken\"");
+        let errors = load_files(&[("a.toml", first), ("b.toml", second), ("c.toml", &rule)])
+            .err()
+            .map(|e| e.errors)
+            .unwrap_or_default();
         let mut at: Vec<(&str, usize)> = errors.iter().map(|e| (e.file.as_str(), e.line)).collect();
         at.sort();
-        assert_eq!(at, [("b.toml", 2), ("b.toml", 3)], "{errors:?}");
+        assert_eq!(at, [("b.toml", 2), ("b.toml", 3), ("c.toml", 10)], "{errors:?}");
+        assert!(errors.iter().any(|e| e.reason.contains("broken, whose list has errors")), "{errors:?}");
         assert!(errors.iter().any(|e| e.reason.contains("defined twice (first in a.toml)")), "{errors:?}");
         assert!(errors.iter().any(|e| e.reason.contains("`broken` has a bad pattern")), "{errors:?}");
     }
