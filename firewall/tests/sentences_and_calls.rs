@@ -117,7 +117,14 @@ const LEAKS: &[(&str, &str)] = &[
     ("Логин и пароль: admin / Hk29qLmx7Vb4T\nПароль сброшен на Hk29qLmx7Vb4T", "Hk29qLmx7Vb4T"),
     ("Доступ к базе: postgres / Hk29qLmx7Vb4T", "Hk29qLmx7Vb4T"),
     ("Identifiant et mot de passe : admin / Hk29qLmx7Vb4T", "Hk29qLmx7Vb4T"),
-    ("<appSettings>\n  <add key=\"StorageKey\" value=\"kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0mXyZkT3BaQo=\" />\n</appSettings>", "kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0mXyZkT3BaQo="),
+    ("<appSettings>\n  <add key=\"StorageKey\" value=\"kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0mXyZkT3BaQo=\" />\n</appSettings>", "kQ9vLm2Xw8RtZp4NcYb6HdJs1GaEuQf0mXyZkT3BaQo="),    ("Your bot token is MTAyNTUzNTA4Mjg5OTYxMDM4Mw.S_xNH0.Kiw_zVhlocrSOtYOkesoidKTetQBuScSg3_Qat, keep it private.", "MTAyNTUzNTA4Mjg5OTYxMDM4Mw.S_xNH0.Kiw_zVhlocrSOtYOkesoidKTetQBuScSg3_Qat"),
+    ("Токен бота:\nNzkyNzE1NDU0MTk2MDg4ODQy.X-hvzA.Ovy4MCQywSkoMRRclStW4xAYK7I\n", "NzkyNzE1NDU0MTk2MDg4ODQy.X-hvzA.Ovy4MCQywSkoMRRclStW4xAYK7I"),
+    ("Datadog application key: a7daeef7d5c5661f80e7f8964c20f6233dd26106", "a7daeef7d5c5661f80e7f8964c20f6233dd26106"),
+    ("The VM is ready. Login with admin and FLCUwwgh430& to finish the setup.", "FLCUwwgh430&"),
+    ("I've updated the config with your key (JD0OAjZIyAKGfCUO7dWBKdhL2MU0TznT04Q3uBKX).", "JD0OAjZIyAKGfCUO7dWBKdhL2MU0TznT04Q3uBKX"),
+    ("KeyStore ks = KeyStore.getInstance(\"PKCS12\");\nks.load(in, \"WYWHotjd726*\".toCharArray());", "WYWHotjd726*"),
+    ("PBEKeySpec spec = new PBEKeySpec(\"Wq7Kz2Tv9Lx4\".toCharArray(), salt, 65536, 256);", "Wq7Kz2Tv9Lx4"),
+    ("Net::SMTP.start('smtp.corp.io', 587, 'corp.io', 'mailer', 'RHVFzjcd502&', :login) do |smtp|", "RHVFzjcd502&"),
 ];
 
 #[test]
@@ -174,8 +181,34 @@ fn sentences_and_calls_without_a_credential_stay_quiet() {
         "\"Sec-WebSocket-Key\": \"dGhlIHNhbXBsZSBub25jZQ==\",\nnew Redis(\"redis://:authpassword@127.0.0.1:6380/4\");\nsee vault/hvb.JGbZZaCkOSgsZ56uhGlTK2zyC1j2mwhy0VLp4",
         "sqlcmd -S localhost -U sa -P 'yourStrong(!)Password' -Q \"SELECT 1\"\n$ git push upstream -u stable/5.2.x:stable/5.2.x",
         "Set the `OPENAI_API_KEY` environment variable to your key.\nUsername and password: see the vault.\nЛогин и пароль: выдаёт администратор.\nДоступ к базе: только из VPN.\nПароль сброшен на стандартный.",
+        "Pick the index of the context; the syntax is the same today and on Monday.\nLog in with GitHub and authorize the app.\nSign in with your email and password.",
+        "private static final char[] HEX = \"0123456789abcdef\".toCharArray();\nks.load(in, password.toCharArray());\nPress your key (Ctrl+K) twice.",
+        "Net::SMTP.start(ENV['SMTP_HOST'], 587, 'corp.io', 'mailer', ENV['SMTP_PASSWORD'], :login)\nDatadog API key: see the Organization Settings page.",
+        // Base64 of a number, but no token after it.
+        "id: MTAzNDQ3MzU0OTc3NDAyNjc0OA==\nMTAzNDQ3MzU0OTc3NDAyNjc0OA.example.token",
     ] {
         let found = rules.scan(text);
         assert!(found.is_empty(), "{text:?}: {found:?}");
+    }
+}
+
+/// Bare Discord tokens on consecutive lines: the byte that ends one match must not be
+/// needed to begin the next, or every second token of a list would go out.
+#[test]
+fn bare_discord_tokens_on_consecutive_lines_all_block() {
+    let rules = builtin();
+    let tokens = [
+        "MTAzNDQ3MzU0OTc3NDAyNjc0OA.iDaEeL.wgaCjYRwnpwOtAa1RVv6-hC0i_B6b2YUF4_Hfb",
+        "MTEzODg4NDg0MTc5MTc0NTIxMg.iL86rW.AJcBCVaL45Q13jw4gWVDT8IQ8GhcwblDOJYGdq",
+        "ODk1NDcyMzEwNjU4ODk2NTk2.YVt1aQ.kP3xN7mR2vB9qL5wT8yF0gH4jZq",
+    ];
+    let text = tokens.join("\n");
+    let found = rules.scan(&text);
+    for token in tokens {
+        let at = text.find(token).unwrap_or(usize::MAX);
+        assert!(
+            found.iter().any(|f| f.start == at && f.end == at + token.len() && f.action == Action::Block),
+            "{token}: {found:?}"
+        );
     }
 }

@@ -280,8 +280,12 @@ async fn the_rules_page_shows_what_the_folder_watch_rejected() {
     assert!(rules_page().await.contains("No reload since start-up."));
     let before = rules_generation(&s.gw).await;
 
-    // Nobody presses a button: the folder watch (on by default) tries the file.
-    std::fs::write(s.rules.path().join("broken.toml"), "[[rule]]\nid = \"Not Kebab\"\n").expect("write broken rules");
+    // Nobody presses a button: the folder watch (on by default) tries the file. It is
+    // renamed into place whole: caught between `write`'s create and its bytes, an empty
+    // `broken.toml` loads fine, and that watch reload is not the one this test waits for.
+    let part = s.rules.path().join("broken.part");
+    std::fs::write(&part, "[[rule]]\nid = \"Not Kebab\"\n").expect("write broken rules");
+    std::fs::rename(&part, s.rules.path().join("broken.toml")).expect("move broken rules into place");
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let html = loop {
         let html = rules_page().await;
