@@ -184,6 +184,12 @@ fn sentences_and_calls_without_a_credential_stay_quiet() {
         "Pick the index of the context; the syntax is the same today and on Monday.\nLog in with GitHub and authorize the app.\nSign in with your email and password.",
         "private static final char[] HEX = \"0123456789abcdef\".toCharArray();\nks.load(in, password.toCharArray());\nPress your key (Ctrl+K) twice.",
         "Net::SMTP.start(ENV['SMTP_HOST'], 587, 'corp.io', 'mailer', ENV['SMTP_PASSWORD'], :login)\nDatadog API key: see the Organization Settings page.",
+        // Libraries' documented examples: requests-oauthlib's OAuth 1 callback, python-jose's
+        // JWT of `{"a":"b"}`, Twilio's abbreviated `private_key`, an LDAP hash in a test table.
+        "redirect_response = 'https://127.0.0.1/callback?oauth_token=kjerht2309uf&oauth_token_secret=lsdajfh923874&oauth_verifier=w34o8967345'",
+        "token = 'eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJhIjoiYiJ9.jiMyrsmD8AoHWeQgmxZ5yq8z0lXS67_QGs52AzC8Ru8'",
+        "For example, `-----BEGIN RSA PRIVATE KEY----- MIIEpQIBAAKCAQEAuyf/lNrH9ck8DmNyo3fGgvCI1l9s+cmBY3WIz+cUDqmxiieR. -----END RSA PRIVATE KEY-----`",
+        "(\"secret\", \"{SSHA}0H+zTv8o4MR4H43n03eCsvw1luG8LdB7\"),",
         // Base64 of a number, but no token after it.
         "id: MTAzNDQ3MzU0OTc3NDAyNjc0OA==\nMTAzNDQ3MzU0OTc3NDAyNjc0OA.example.token",
     ] {
