@@ -125,6 +125,10 @@ const LEAKS: &[(&str, &str)] = &[
     ("KeyStore ks = KeyStore.getInstance(\"PKCS12\");\nks.load(in, \"WYWHotjd726*\".toCharArray());", "WYWHotjd726*"),
     ("PBEKeySpec spec = new PBEKeySpec(\"Wq7Kz2Tv9Lx4\".toCharArray(), salt, 65536, 256);", "Wq7Kz2Tv9Lx4"),
     ("Net::SMTP.start('smtp.corp.io', 587, 'corp.io', 'mailer', 'RHVFzjcd502&', :login) do |smtp|", "RHVFzjcd502&"),
+    ("android {\n    signingConfigs {\n        release {\n            storePassword \"UKRwrhi262%td\"\n", "UKRwrhi262%td"),
+    ("$ds = ldap_connect(\"ldap.corp.io\");\nldap_bind($ds, \"cn=admin,dc=corp,dc=io\", \"NCMfger939%ix\");", "NCMfger939%ix"),
+    ("echo -e 'MBGiioo644@oi\\nMBGiioo644@oi' | passwd deploy", "MBGiioo644@oi"),
+    ("Свой пароль для входа в панель я поменял на OPXpcds052*wn", "OPXpcds052*wn"),
 ];
 
 #[test]
