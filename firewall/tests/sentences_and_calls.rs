@@ -129,6 +129,9 @@ const LEAKS: &[(&str, &str)] = &[
     ("$ds = ldap_connect(\"ldap.corp.io\");\nldap_bind($ds, \"cn=admin,dc=corp,dc=io\", \"NCMfger939%ix\");", "NCMfger939%ix"),
     ("echo -e 'MBGiioo644@oi\\nMBGiioo644@oi' | passwd deploy", "MBGiioo644@oi"),
     ("Свой пароль для входа в панель я поменял на OPXpcds052*wn", "OPXpcds052*wn"),
+    ("import boto3\n\nMY_S3_SK = \"EIMm+nzGVFax+raexyb+xCY+On8iRR8PlRsj6qW/\"\n", "EIMm+nzGVFax+raexyb+xCY+On8iRR8PlRsj6qW/"),
+    ("spawn ssh deploy@10.0.0.4\nexpect \"*assword*\"\nsend \"Hk29qLmx7Vb4T\\r\"\ninteract", "Hk29qLmx7Vb4T"),
+    ("CLOUDINARY_URL=cloudinary://309058300574703:g5Uvfv5LH_Nuct4vGcbyMOA6mvp@demo", "g5Uvfv5LH_Nuct4vGcbyMOA6mvp"),
 ];
 
 #[test]
@@ -194,6 +197,8 @@ fn sentences_and_calls_without_a_credential_stay_quiet() {
         "token = 'eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJhIjoiYiJ9.jiMyrsmD8AoHWeQgmxZ5yq8z0lXS67_QGs52AzC8Ru8'",
         "For example, `-----BEGIN RSA PRIVATE KEY----- MIIEpQIBAAKCAQEAuyf/lNrH9ck8DmNyo3fGgvCI1l9s+cmBY3WIz+cUDqmxiieR. -----END RSA PRIVATE KEY-----`",
         "(\"secret\", \"{SSHA}0H+zTv8o4MR4H43n03eCsvw1luG8LdB7\"),",
+        "s3_key = \"uploads/2024/march/reports/summary/final\"\naws_key_sha1 = \"0f2d565fd49881752b59097ec5736a3a20f24bc1\"",
+        "expect \"password:\"\nsend \"$password\\r\"\nexpect(screen.getByText(\"Password\")).toBeInTheDocument();",
         // Base64 of a number, but no token after it.
         "id: MTAzNDQ3MzU0OTc3NDAyNjc0OA==\nMTAzNDQ3MzU0OTc3NDAyNjc0OA.example.token",
     ] {
