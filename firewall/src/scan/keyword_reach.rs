@@ -17,6 +17,8 @@ use std::rc::Rc;
 
 use regex_syntax::hir::{Class, Hir, HirKind};
 
+use super::keyword_set::KeywordSet;
+
 /// An upper bound on where the first keyword of any match of `hir` starts, counted in
 /// bytes from the match's start; `None` when some match may hold no keyword within a
 /// bounded distance. `keywords` are lowercase ASCII-folded, as rules store them.
@@ -24,11 +26,23 @@ pub(crate) fn keyword_reach(hir: &Hir, keywords: &[String]) -> Option<usize> {
     if keywords.is_empty() || keywords.iter().any(String::is_empty) {
         return None;
     }
-    reach(hir, keywords, &mut Memo::default())
+    reach(hir, &KeywordSet::new(keywords), &mut Memo::default())
 }
 
 /// Most strings a small finite part may stand for before the analysis gives up on it.
 const MAX_STRINGS: usize = 256;
+
+/// Short strings may be more: up to this many while they total at most [`SHORT_BYTES`].
+/// `discord-bot-token-bare` opens with 900 of 4 bytes (the first group of every bot id in
+/// base64), each one of its keywords. Raising [`MAX_STRINGS`] itself to 1,024 cost 8 ms
+/// of every start (the products of other rules grew before they gave up).
+const MAX_SHORT_STRINGS: usize = 1024;
+const SHORT_BYTES: usize = 4096;
+
+/// Whether `count` strings of `bytes` in all are still a small finite part.
+fn small(count: usize, bytes: usize) -> bool {
+    count <= MAX_STRINGS || (count <= MAX_SHORT_STRINGS && bytes <= SHORT_BYTES)
+}
 
 /// What a part of a regex begins with: every match starts with one of `set` (lowercase,
 /// ASCII-folded); when `complete`, every match *is* one of them.
@@ -53,7 +67,7 @@ impl Starts {
 #[derive(Default)]
 struct Memo(HashMap<*const Hir, Rc<Starts>>);
 
-fn reach(hir: &Hir, keywords: &[String], memo: &mut Memo) -> Option<usize> {
+fn reach(hir: &Hir, keywords: &KeywordSet<'_>, memo: &mut Memo) -> Option<usize> {
     let starts = starts(hir, memo);
     let by_start = strings_reach(&starts.set, keywords);
     if starts.complete {
@@ -80,23 +94,8 @@ fn min_some(a: Option<usize>, b: Option<usize>) -> Option<usize> {
 }
 
 /// Every string holds a keyword: the latest first-keyword offset among them.
-fn strings_reach(strings: &[String], keywords: &[String]) -> Option<usize> {
-    strings
-        .iter()
-        .map(|s| keywords.iter().filter_map(|k| find_bytes(s.as_bytes(), k.as_bytes())).min())
-        .try_fold(0, |m, r| r.map(|r| m.max(r)))
-}
-
-/// `haystack.find(needle)` for the short strings here: a plain window compare, where
-/// `str::find` would first build a two-way searcher for every (string, keyword) pair
-/// (up to 256 strings by 46 keywords per node; 4 % of loading the default rules). On
-/// UTF-8 a byte match of a whole UTF-8 needle starts at a character boundary, so the
-/// offsets are the same.
-fn find_bytes(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    if needle.is_empty() {
-        return Some(0);
-    }
-    haystack.windows(needle.len()).position(|w| w == needle)
+fn strings_reach(strings: &[String], keywords: &KeywordSet<'_>) -> Option<usize> {
+    strings.iter().map(|s| keywords.first_in(s.as_bytes())).try_fold(0, |m, r| r.map(|r| m.max(r)))
 }
 
 fn longest(strings: &[String]) -> usize {
@@ -107,7 +106,7 @@ fn longest(strings: &[String]) -> usize {
 /// Consecutive small finite parts are joined into one set of strings, and so is what the
 /// next part begins with, so `(?i:to)ken`, `sk-ant-o[ar]t01-`, `api[_-]?key` and the
 /// factored `r(?:azorpay|zp)` are searched for keywords whole.
-fn concat_reach(parts: &[Hir], keywords: &[String], memo: &mut Memo) -> Option<usize> {
+fn concat_reach(parts: &[Hir], keywords: &KeywordSet<'_>, memo: &mut Memo) -> Option<usize> {
     let mut best: Option<usize> = None;
     let mut prefix_max = 0usize;
     let mut run: Vec<String> = vec![String::new()];
@@ -139,9 +138,11 @@ fn concat_reach(parts: &[Hir], keywords: &[String], memo: &mut Memo) -> Option<u
     min_some(best, strings_reach(&run, keywords).map(|o| prefix_max + o))
 }
 
-/// Every pairing of `a` then `b`, unless there would be more than [`MAX_STRINGS`].
+/// Every pairing of `a` then `b`, unless there would be more than [`small`] allows.
 fn product(a: &[String], b: &[String]) -> Option<Vec<String>> {
-    if a.len().checked_mul(b.len())? > MAX_STRINGS {
+    let count = a.len().checked_mul(b.len())?;
+    let bytes = longest(a).saturating_add(longest(b)).saturating_mul(count);
+    if !small(count, bytes) {
         return None;
     }
     let mut out = Vec::with_capacity(a.len() * b.len());

@@ -24,6 +24,7 @@
 pub(crate) mod accept;
 pub(crate) mod judge;
 pub(crate) mod keyword_reach;
+pub(crate) mod keyword_set;
 pub(crate) mod keywords;
 pub(crate) mod near_keywords;
 pub(crate) mod secret_span;
@@ -42,6 +43,7 @@ use crate::detect::{self, Detectors, Encoding, Rewrite, ScanContext};
 use crate::rules::rule::{Canary, Rule};
 use crate::rules::ruleset::Ruleset;
 use crate::scan::accept::{accept, KeywordCheck};
+use crate::scan::keyword_set::KeywordSet;
 use crate::scan::keywords::KeywordFinder;
 use crate::scan::near_keywords::{found_in, CaptureScratch, RuleSearch, Verdict};
 use crate::scan::start_filter::StartFilter;
@@ -676,22 +678,7 @@ fn room_after(held: usize, held_before: usize, hits: &[Vec<(usize, usize)>], run
 /// Every occurrence of `rule`'s keywords in `text`, overlapping ones too, as `(start,
 /// end)`: what the keyword pass reports for the rule, found directly in a short text.
 fn own_keyword_hits(rule: &Rule, text: &str) -> Vec<(usize, usize)> {
-    let bytes = text.as_bytes();
-    let mut hits = Vec::new();
-    for (k, word) in rule.keywords.iter().enumerate() {
-        if word.is_empty() || rule.keywords[..k].contains(word) {
-            continue;
-        }
-        let n = word.len();
-        hits.extend(
-            bytes
-                .windows(n)
-                .enumerate()
-                .filter(|(_, w)| w.eq_ignore_ascii_case(word.as_bytes()))
-                .map(|(at, _)| (at, at + n)),
-        );
-    }
-    hits
+    KeywordSet::new(&rule.keywords).hits(text.as_bytes())
 }
 
 /// The position of the character after the one starting at `at`.
