@@ -32,7 +32,8 @@ pub(crate) fn keyword_reach(hir: &Hir, keywords: &[String]) -> Option<usize> {
 /// Most strings a small finite part may stand for before the analysis gives up on it.
 const MAX_STRINGS: usize = 256;
 
-/// Short strings may be more: up to this many while they total at most [`SHORT_BYTES`].
+/// A product of short strings may hold more: up to this many while they total at most
+/// [`SHORT_BYTES`] (alternations and repetitions keep [`MAX_STRINGS`]).
 /// `discord-bot-token-bare` opens with 900 of 4 bytes (the first group of every bot id in
 /// base64), each one of its keywords. Raising [`MAX_STRINGS`] itself to 1,024 cost 8 ms
 /// of every start (the products of other rules grew before they gave up).
