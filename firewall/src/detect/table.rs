@@ -652,14 +652,23 @@ fn box_ascii(text: &str) -> Cow<'_, str> {
         return Cow::Borrowed(text);
     }
     let mut ascii = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '│' | '┃' | '║' | '┆' | '┇' | '┊' | '┋' | '╎' | '╏' => ascii.push_str("|  "),
-            '─' | '━' | '═' | '┄' | '┅' | '┈' | '┉' | '╌' | '╍' => ascii.push_str("---"),
-            '\u{2500}'..='\u{257f}' => ascii.push_str("+  "),
-            c => ascii.push(c),
-        }
+    // Box-drawing characters all start with byte E2, which only ever starts a character: the
+    // text between them is copied whole (a file of source with one table in it is mostly
+    // such runs).
+    let mut copied = 0;
+    for at in memchr::memchr_iter(0xe2, text.as_bytes()) {
+        let Some(c) = text.get(at..).and_then(|rest| rest.chars().next()) else { continue };
+        let drawn = match c {
+            '│' | '┃' | '║' | '┆' | '┇' | '┊' | '┋' | '╎' | '╏' => "|  ",
+            '─' | '━' | '═' | '┄' | '┅' | '┈' | '┉' | '╌' | '╍' => "---",
+            '\u{2500}'..='\u{257f}' => "+  ",
+            _ => continue,
+        };
+        ascii.push_str(&text[copied..at]);
+        ascii.push_str(drawn);
+        copied = at + c.len_utf8();
     }
+    ascii.push_str(&text[copied..]);
     Cow::Owned(ascii)
 }
 
@@ -1004,6 +1013,8 @@ mod tests {
             assert!(ascii.is_ascii() || !text.is_ascii());
         }
         assert!(matches!(box_ascii("no boxes — “quoted”"), Cow::Borrowed(_)));
+        // Other characters, those that start with the same byte (— “ ”) among them, stay.
+        assert_eq!(box_ascii("é — │ “x” ┼ 日本 ═"), "é — |   “x” +   日本 ---");
     }
 
     #[test]

@@ -482,9 +482,8 @@ impl Ruleset {
         }
         // Rule by rule; within a rule, text by text. Each text still sees its rules in rule
         // order, so its findings come out in the order `pattern_findings` gives them.
-        work.sort_unstable_by_key(|&(r, t, _, _)| (r, t));
         let mut outs: Vec<Vec<Finding>> = texts.iter().map(|_| Vec::new()).collect();
-        for (r, t, from, to) in work {
+        for (r, t, from, to) in by_rule(work, self.rules.len()) {
             let (r, t) = (r as usize, t as usize);
             if let (Some(text), Some(own), Some(out)) = (texts.get(t), text_hits.get_mut(t), outs.get_mut(t)) {
                 if let Some(rule_hits) = own.get_mut(from..to) {
@@ -625,6 +624,26 @@ impl Ruleset {
     }
 }
 
+/// `work` (rule, text, hits' range), made text by text, ordered by rule: a counting sort,
+/// which keeps each rule's entries in text order (a comparison sort of the 100,000 entries
+/// of a batch of LLM-style records cost about 1 % of scanning them).
+fn by_rule(work: Vec<(u32, u32, usize, usize)>, rules: usize) -> Vec<(u32, u32, usize, usize)> {
+    let mut next = vec![0usize; rules + 1];
+    for &(r, ..) in &work {
+        next[r as usize + 1] += 1;
+    }
+    for i in 1..next.len() {
+        next[i] += next[i - 1];
+    }
+    let mut sorted = vec![(0, 0, 0, 0); work.len()];
+    for w in work {
+        let slot = &mut next[w.0 as usize];
+        sorted[*slot] = w;
+        *slot += 1;
+    }
+    sorted
+}
+
 /// The matches of one rule whose start lies in `[from, until)`, walked with one unanchored
 /// pass; see [`Ruleset::pattern_matches`] and the module docs for what counts.
 fn rule_matches(rule: &Rule, hay: &str, base: usize, from: usize, until: usize, out: &mut Vec<Finding>) -> usize {
@@ -705,6 +724,21 @@ mod tests {
 
     fn builtin() -> Option<Ruleset> {
         Ruleset::builtin().map_err(|e| eprintln!("{e}")).ok()
+    }
+
+    #[test]
+    fn batch_work_is_ordered_by_rule_then_text() {
+        // Made text by text, each text's rules ascending, as `pattern_findings_batch` does.
+        let mut work = Vec::new();
+        for t in 0..50u32 {
+            for r in (0..7u32).filter(|r| (t + r) % 3 != 0) {
+                work.push((r, t, t as usize, r as usize));
+            }
+        }
+        let mut expected = work.clone();
+        expected.sort_unstable_by_key(|&(r, t, _, _)| (r, t));
+        assert_eq!(by_rule(work, 9), expected);
+        assert_eq!(by_rule(Vec::new(), 0), Vec::new());
     }
 
     fn corpus_texts() -> Vec<String> {

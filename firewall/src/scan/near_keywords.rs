@@ -78,6 +78,8 @@ pub(crate) struct RuleSearch {
     /// rules that open with a class such as `(?:^|[\s>*(])`, whose newline would otherwise
     /// make the whole text one run.
     after_first: [bool; 256],
+    /// The bytes outside `inner` or `after_first`, the ones that can end a run, when few.
+    enders: RunEnders,
 }
 
 /// Anchored tries in one run before the rest of the run is searched in one unanchored pass
@@ -118,12 +120,13 @@ impl RuleSearch {
         // to the meta regex: too rare to build a search of its own for.
         let split = if group != 0 { split } else { None };
         let secret = if group != 0 && reach.is_some() && split.is_none() { SecretSearch::new(hir) } else { None };
-        RuleSearch { regex, group, reach, starts, inside, inner, after_first, split, secret }
+        let enders = RunEnders::of(&inner, &after_first);
+        RuleSearch { regex, group, reach, starts, inside, inner, after_first, enders, split, secret }
     }
 
     /// The byte sets that bound this rule's runs.
     fn run_bytes(&self) -> RunBytes<'_> {
-        RunBytes { inner: &self.inner, after_first: &self.after_first }
+        RunBytes { inner: &self.inner, after_first: &self.after_first, enders: &self.enders }
     }
 
     /// Whether the secret's span comes from the match alone ([`SecretSplit`]), always or
@@ -353,6 +356,31 @@ impl Run {
 struct RunBytes<'a> {
     inner: &'a [bool; 256],
     after_first: &'a [bool; 256],
+    enders: &'a RunEnders,
+}
+
+/// The bytes that can end a run, when there are at most three: those are looked for with
+/// `memchr` rather than a table look-up per byte. A rule whose matches hold every byte but
+/// a newline, or every byte, has runs as long as a file's lines or as the file: a byte at a
+/// time, those runs cost a fifth of a scan of one large source file.
+#[derive(Debug, Clone, PartialEq)]
+enum RunEnders {
+    /// No byte ends a run: it ends with the text.
+    None,
+    Few(Vec<u8>),
+    Many,
+}
+
+impl RunEnders {
+    fn of(inner: &[bool; 256], after_first: &[bool; 256]) -> RunEnders {
+        let enders: Vec<u8> =
+            (0..=u8::MAX).filter(|&b| !inner[usize::from(b)] || !after_first[usize::from(b)]).collect();
+        match enders.len() {
+            0 => RunEnders::None,
+            1..=3 => RunEnders::Few(enders),
+            _ => RunEnders::Many,
+        }
+    }
 }
 
 /// The end of the run holding `s`: just after the first byte at or after `s` outside
@@ -361,8 +389,27 @@ struct RunBytes<'a> {
 /// match starting in `[s, end)` reads past it.
 fn run_end(s: usize, bytes: &[u8], sets: RunBytes<'_>, text: &str) -> usize {
     let rest = bytes.get(s..).unwrap_or_default();
-    let ends = |(i, &b): (usize, &u8)| !sets.inner[usize::from(b)] || i > 0 && !sets.after_first[usize::from(b)];
-    match rest.iter().enumerate().position(ends) {
+    let ends = |i: usize, b: u8| !sets.inner[usize::from(b)] || i > 0 && !sets.after_first[usize::from(b)];
+    let first_end = match sets.enders {
+        RunEnders::None => None,
+        RunEnders::Many => rest.iter().enumerate().position(|(i, &b)| ends(i, b)),
+        // Every ender ends a run past its first byte; at the first, one that only
+        // `after_first` leaves out does not.
+        RunEnders::Few(enders) => {
+            let find = |from: usize| {
+                let hay = rest.get(from..).unwrap_or_default();
+                let found = match enders[..] {
+                    [a] => memchr::memchr(a, hay),
+                    [a, b] => memchr::memchr2(a, b, hay),
+                    [a, b, c, ..] => memchr::memchr3(a, b, c, hay),
+                    [] => None,
+                };
+                found.map(|i| from + i)
+            };
+            find(0).and_then(|i| if ends(i, rest[i]) { Some(i) } else { find(i + 1) })
+        }
+    };
+    match first_end {
         // A byte only a first byte can be is ASCII (`add_bytes_off_edge` keeps every byte
         // from 0x80), so its position is a character boundary; the run ends before it.
         Some(i) if i > 0 && !sets.after_first[usize::from(rest[i])] => s + i,
@@ -533,6 +580,32 @@ mod tests {
         assert!(pem.after_first[usize::from(b'\n')]);
         assert!(spans_lines(&regex_syntax::parse(r"variable[ \t]+\{[^}]*default").expect("parses")));
         assert!(!spans_lines(&regex_syntax::parse(r"(?:^|\n)login: ([^\s]{6,})").expect("parses")));
+    }
+
+    #[test]
+    fn runs_end_where_a_byte_at_a_time_would_end_them() {
+        let text = "key: a\r\nb é\tc\n\nopen \"quoted\" (x) / y\nlast";
+        for (pattern, enders) in [
+            (r"(?s)-----BEGIN PRIVATE KEY-----.{0,64}END", "none"),
+            (r"(?m)(?:^|[ \t])key:[^\n]*", "few"),
+            (r"(?:^|[\s>*(])(?i:key)[ \t]*:[ \t]*([^\s/]{6,})", "many"),
+            (r"\nkey[^\n]{0,8}", "few"),
+        ] {
+            let s = search(pattern, 8);
+            let kind = match s.enders {
+                RunEnders::None => "none",
+                RunEnders::Few(_) => "few",
+                RunEnders::Many => "many",
+            };
+            assert_eq!(kind, enders, "{pattern}");
+            let byte_at_a_time = RunEnders::Many;
+            let slow = RunBytes { enders: &byte_at_a_time, ..s.run_bytes() };
+            for at in (0..text.len()).filter(|&at| text.is_char_boundary(at)) {
+                let (fast, slow) =
+                    (run_end(at, text.as_bytes(), s.run_bytes(), text), run_end(at, text.as_bytes(), slow, text));
+                assert_eq!(fast, slow, "{pattern} from {at}");
+            }
+        }
     }
 
     #[test]
