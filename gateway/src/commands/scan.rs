@@ -210,9 +210,9 @@ struct Batch {
 impl Batch {
     // Each batch brings every rule's lazy DFA back into the caches once; on an AVX2-only
     // host, batches of 2,048 LLM-style records (about 4 MB) scanned the secret-dense corpus
-    // in 12 % less CPU time than batches of 256, and 8,192 (16 MB of text, past what the
-    // caches keep) gave half of that back. A pipe still gets each answer as soon as its
-    // input pauses (see `scan_jsonl`).
+    // in 12-16 % less CPU time than batches of 256, and 8,192 (16 MB of text, past what the
+    // caches keep) gave part of that back (BENCHMARKS.md, "Scan speed per host kind"). A
+    // pipe still gets each answer as soon as its input pauses (see `scan_jsonl`).
     const RECORDS: usize = 2048;
     const BYTES: usize = 16 << 20;
 
