@@ -25,8 +25,9 @@
 //! out += &s.finish().release;
 //! assert_eq!(out, "Hello, world");
 //! ```
-// `unsafe` is allowed in two places: the AVX2 and AVX-512 keyword filter loops (`scan::keywords::x86`)
-// and the wide check for text the canonical view may change (`canon::wide`).
+// `unsafe` is allowed in three places: the AVX2 and AVX-512 keyword filter loops
+// (`scan::keywords::x86`), the wide check for text the canonical view may change
+// (`canon::wide`) and a cache prefetch hint in one-shot batches (`scan::prefetch`).
 #![deny(unsafe_code)]
 
 mod canon;
