@@ -517,8 +517,9 @@ impl Ruleset {
         let mut outs: Vec<Vec<Finding>> = texts.iter().map(|_| Vec::new()).collect();
         for (r, batch) in by_rule.iter_mut().enumerate() {
             for (k, &(t, from, to)) in batch.texts.iter().enumerate() {
-                if let Some(&(next, hit, _)) = batch.texts.get(k + 1) {
-                    if let (Some(text), Some(&(at, _))) = (texts.get(next as usize), batch.hits.get(hit)) {
+                // The next text's first hit (an unkeyed rule's texts have none).
+                if let Some(&(next, first, _)) = batch.texts.get(k + 1).filter(|&&(_, first, end)| first < end) {
+                    if let (Some(text), Some(&(at, _))) = (texts.get(next as usize), batch.hits.get(first)) {
                         prefetch(text.as_bytes(), at);
                     }
                 }
