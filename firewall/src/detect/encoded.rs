@@ -770,6 +770,15 @@ fn base64_value(b: u8, url_safe: bool) -> Option<u32> {
     }
 }
 
+/// `s` read as base64 (standard or URL-safe, padded or not) when it decodes to text
+/// throughout, no control character in it: what a rule's `allow_decoded` patterns read.
+pub(crate) fn base64_text(s: &str) -> Option<String> {
+    match base64(s.as_bytes())? {
+        (_, bytes, _, true) => String::from_utf8(bytes).ok(),
+        _ => None,
+    }
+}
+
 /// Base64, standard or URL-safe (whichever the characters allow), padded or not.
 fn base64(chars: &[u8]) -> Option<Decoding> {
     let data = chars.strip_suffix(b"==").or_else(|| chars.strip_suffix(b"=")).unwrap_or(chars);

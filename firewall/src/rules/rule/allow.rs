@@ -11,6 +11,7 @@ use regex_syntax::hir::{Hir, Look};
 
 use super::compile::{compile_hir, compile_regex};
 use super::{field, FieldError, Rule};
+use crate::detect::encoded::base64_text;
 
 /// How far before a match `allow_line` patterns see, at most. Bounded so that a stream
 /// scanner keeps only this much released text to judge by the same context as a
@@ -39,8 +40,13 @@ impl Rule {
         hay.get(line_start(hay, start)..end).is_some_and(|line| self.allow_line.iter().any(|re| re.is_match(line)))
     }
 
-    /// Whether an `allow` pattern exempts `secret`.
+    /// Whether an `allow` pattern exempts `secret`, or an `allow_decoded` pattern what it
+    /// says in base64.
     pub fn is_allowed(&self, secret: &str) -> bool {
+        self.is_allowed_as_written(secret) || self.is_allowed_decoded(secret)
+    }
+
+    pub(crate) fn is_allowed_as_written(&self, secret: &str) -> bool {
         if self.allow.patterns.is_empty() {
             return false;
         }
@@ -49,6 +55,13 @@ impl Rule {
             Some(groups) => groups.iter().any(|re| re.is_match(secret)),
             None => compiled.each.iter().any(|a| a.is_match(secret)),
         }
+    }
+
+    fn is_allowed_decoded(&self, secret: &str) -> bool {
+        if self.allow_decoded.is_empty() {
+            return false;
+        }
+        base64_text(secret).is_some_and(|text| self.allow_decoded.iter().any(|re| re.is_match(&text)))
     }
 }
 

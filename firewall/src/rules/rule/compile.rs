@@ -148,6 +148,7 @@ impl RawRule {
         }
         let allow = cache.allow_list(&self.allow, defer_regex, &mut errs);
         let allow_line = cache.compile_all("allow_line", &self.allow_line, &mut errs);
+        let allow_decoded = cache.compile_all("allow_decoded", &self.allow_decoded, &mut errs);
         match (regex, hir, secret_group, keywords) {
             (Some(regex), Some(hir), Some(secret_group), Some(keywords)) if errs.is_empty() => {
                 let scan_group = if group_is_whole_match(&hir, secret_group) { 0 } else { secret_group };
@@ -166,6 +167,7 @@ impl RawRule {
                     judge: self.judge.map(|j| j as f32),
                     allow,
                     allow_line,
+                    allow_decoded,
                     tags: self.tags,
                     must_match: self.must_match,
                     must_not_match: self.must_not_match,

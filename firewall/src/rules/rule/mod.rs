@@ -80,6 +80,10 @@ pub struct Rule {
     /// match's end. They see what `allow` cannot: the name before a keyword
     /// (`NextToken` for a rule whose match starts at `token`), an ARN around it.
     pub allow_line: Vec<Regex>,
+    /// Exemptions by what a base64 secret says (`Authorization: Basic dXNlcjpwYXNz` is
+    /// `user:pass`): searched in the secret's decoding when it decodes to text throughout
+    /// (see [`Rule::is_allowed`]); a secret that does not is judged as written.
+    pub allow_decoded: Vec<Regex>,
     pub tags: Vec<String>,
     pub must_match: Vec<String>,
     pub must_not_match: Vec<String>,
@@ -208,7 +212,7 @@ mod tests {
             for sample in r.must_match.iter().chain(&r.must_not_match) {
                 let cuts = (0..=sample.len()).filter(|&i| sample.is_char_boundary(i));
                 for text in cuts.flat_map(|i| [&sample[i..], &sample[..i]]) {
-                    assert_eq!(r.is_allowed(text), one_by_one(&compiled.each, text), "{} on {text:?}", r.id);
+                    assert_eq!(r.is_allowed_as_written(text), one_by_one(&compiled.each, text), "{} on {text:?}", r.id);
                     judged += 1;
                 }
             }
@@ -266,10 +270,29 @@ mod tests {
             allow_lists: vec![],
             allow: vec![],
             allow_line: vec![],
+            allow_decoded: vec![],
             tags: vec![],
             must_match: vec![],
             must_not_match: vec![],
         }
+    }
+
+    #[test]
+    fn allow_decoded_reads_what_a_base64_secret_says() {
+        let mut r = raw(r"(?i:tok)=([A-Za-z0-9+/_=-]+)");
+        r.allow_decoded = vec!["^[^:]*:pass$".into()];
+        let rule = r.compile();
+        assert!(rule.is_ok(), "{rule:?}");
+        let Ok(rule) = rule else { return };
+        assert!(rule.is_allowed("dXNlcjpwYXNz"), "user:pass");
+        assert!(rule.is_allowed("bG9naW46cGFzcw=="), "login:pass, padded");
+        assert!(rule.is_allowed("bG9naW46cGFzcw"), "padding is optional");
+        assert!(!rule.is_allowed("dXNlcjpUcTlXejRLdjdMeDI="), "user:Tq9Wz4Kv7Lx2 says something else");
+        // Written, not decoded: the pattern reads only decodings.
+        assert!(!rule.is_allowed("user:pass"));
+        // What does not decode to text is judged as written: no exemption by accident.
+        assert!(!rule.is_allowed("3q2-7w"), "bytes, not text");
+        assert!(!rule.is_allowed("abcde"), "not base64 (5 characters)");
     }
 
     #[test]

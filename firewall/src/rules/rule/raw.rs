@@ -58,6 +58,9 @@ pub struct RawRule {
     pub allow: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_line: Vec<String>,
+    /// Exemptions by what a base64 secret says: searched in its decoding.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_decoded: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
     #[serde(default)]
