@@ -176,9 +176,10 @@ pub(crate) struct TableState {
     line_start: usize,
     /// the line reached the limit and was read; the rest of it is skipped
     line_read: bool,
-    /// the line before, in each layout it can head a table with credential columns in
+    /// the line before, in each layout it can head a table in (with credential columns, or
+    /// any row of pipes)
     heads: Vec<Head>,
-    /// the table being read
+    /// the table being read; one without credential columns is read only to its end
     table: Option<Head>,
     /// which layouts a line is tried as a header in (a one-shot scan leaves out those the
     /// text cannot hold)
@@ -416,7 +417,8 @@ impl TableState {
             return None;
         }
         let pending = self.heads.iter().any(|h| h.layout != Layout::Pipes);
-        let waits = self.table.is_some() || pending || self.pairs.waits_on(&self.line) || self.html.is_some();
+        let credential_table = self.table.as_ref().is_some_and(|t| !t.columns.is_empty());
+        let waits = credential_table || pending || self.pairs.waits_on(&self.line) || self.html.is_some();
         let line = waits.then_some(self.line_start);
         line.into_iter().chain(self.pair_hold).chain(self.html_hold).min()
     }
@@ -581,8 +583,10 @@ impl TableState {
                 self.heads.push(head);
             }
         }
-        // A header right above the delimiter row is the table's, before one a line up.
+        // A header right above the delimiter row is the table's, before one a line up, and
+        // one that names a credential before a plain row (DuckDB's column types).
         self.heads.append(&mut waiting);
+        self.heads.sort_by_key(|h| h.columns.is_empty());
     }
 
     fn emit(&self, line: &str, spans: &[(usize, usize)], columns: &[Column], out: &mut impl FnMut(LabelledCell)) {
@@ -685,14 +689,19 @@ fn floor_boundary(s: &str, mut at: usize) -> usize {
     at
 }
 
-/// `line` as the header of a table laid out so, when it names a credential column.
+/// `line` as the header of a table laid out so, when it names a credential column; with
+/// pipes, any row of cells heads a table, read to its end without a credential column: a
+/// grid draws the same rule under each row as under its header (`+----+`), and a row of
+/// a table whose header names no credential (`| %w | password | plaintext password |`)
+/// heads nothing.
 fn head_of(line: &str, layout: Layout) -> Option<Head> {
     let spans = match layout {
         Layout::Pipes => cell_spans(line),
         Layout::Separated(sep) => header_names(line, sep)?,
     };
     let columns: Vec<Column> = spans.iter().enumerate().filter_map(|(i, &(s, e))| column_of(i, &line[s..e])).collect();
-    (!columns.is_empty()).then_some(Head { layout, cells: spans.len(), columns, waited: false })
+    let grid_row = layout == Layout::Pipes && spans.len() >= 2;
+    (!columns.is_empty() || grid_row).then_some(Head { layout, cells: spans.len(), columns, waited: false })
 }
 
 /// Column `i` under `header`, when the header names a credential.
@@ -707,8 +716,9 @@ pub(super) fn column_of(i: usize, header: &str) -> Option<Column> {
 }
 
 /// The fields of a CSV (or TSV) header line: at least two, each a few short words (a
-/// sentence with commas in it is none). Gives up at the first field that is not a name, so
-/// prose costs a look at its first words.
+/// sentence with commas in it is none) and none a number (a data line is no header:
+/// `ATTRIBUTE\tAuth-Server-Secret\t54\tstring` in a RADIUS dictionary). Gives up at the
+/// first field that is not a name, so prose costs a look at its first words.
 fn header_names(line: &str, sep: u8) -> Option<Vec<(usize, usize)>> {
     let mut spans = Vec::new();
     let mut at = 0;
@@ -722,7 +732,8 @@ fn header_names(line: &str, sep: u8) -> Option<Vec<(usize, usize)>> {
         let named = !name.is_empty()
             && name.len() <= 40
             && name.bytes().filter(|&b| b == b' ').count() <= 2
-            && name.chars().all(|c| c.is_alphanumeric() || matches!(c, ' ' | '_' | '-'));
+            && name.chars().all(|c| c.is_alphanumeric() || matches!(c, ' ' | '_' | '-'))
+            && !name.bytes().all(|b| b.is_ascii_digit());
         if !named {
             return None;
         }
@@ -1018,6 +1029,20 @@ mod tests {
     }
 
     #[test]
+    fn a_grid_row_under_a_header_without_credentials_heads_nothing() {
+        // Dovecot's documentation: a grid draws the same rule under each row as under the
+        // header, and a row that says `password` is a row, not a header.
+        let grid = "+----+----------+-------------+\n| Variable | Long name | Description |\n+----+----------+-------------+\n| %w | password | plaintext password |\n+----+----------+-------------+\n|    | passdb:<name> | extra field |\n+----+----------+-------------+\n";
+        assert_eq!(cells_of(grid), vec![]);
+        // Under a header that names a credential, each row between the rules is read.
+        let creds = "+------+--------------+\n| user | password     |\n+------+--------------+\n| app  | Kq8Wz3Tv6Lx2 |\n+------+--------------+\n| ops  | Zt7Wq2Kv9Lx4 |\n+------+--------------+\n";
+        assert_eq!(cells_of(creds).len(), 2);
+        // A table ends at the first line without a pipe; the next one is read anew.
+        let two = "| a | b |\n|---|---|\n| 1 | 2 |\n\n| user | password |\n|---|---|\n| app | Kq8Wz3Tv6Lx2 |\n";
+        assert_eq!(cells_of(two), vec![("password: Kq8Wz3Tv6Lx2".to_string(), two.find("Kq8").unwrap_or(0))]);
+    }
+
+    #[test]
     fn one_line_may_come_between_a_header_and_its_delimiter_row_but_not_two() {
         let two = "| user | password |\n| text | text |\n| a | b |\n|---|---|\n| app | Kq8Wz3Tv6Lx2 |\n";
         assert_eq!(cells_of(two), vec![]);
@@ -1050,10 +1075,12 @@ mod tests {
         );
         let tsv = "Service\tAPI Key\nstripe\tsk_test_x9Kq2Wz7Tv4Lx8\n";
         assert_eq!(cells_of(tsv), vec![("API Key: sk_test_x9Kq2Wz7Tv4Lx8".to_string(), tsv.find("sk_").unwrap_or(0))]);
-        // Prose with commas heads no table, nor does a sentence naming a password.
+        // Prose with commas heads no table, nor does a sentence naming a password, nor a data
+        // line (a number among its fields) naming a secret.
         for text in [
             "Well, if you forget your password, reset it here, then log in.\nYes, I did, thanks, bye.\n",
             "Remember: user, password.\nadmin, hunter2.\n",
+            "ATTRIBUTE\tCVPN3000-User-Auth-Server-Secret\t54\tstring\nATTRIBUTE\tCVPN3000-IPSec-Split-Tunneling-Policy\t55\tinteger\n",
         ] {
             assert_eq!(cells_of(text), vec![], "{text:?}");
         }
