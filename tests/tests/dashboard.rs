@@ -44,11 +44,14 @@ must_match = ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>"]
 must_not_match = ["a < b and c > d", "<p>hello</p>"]
 "#;
 
-/// A rules folder: the shipped code-hosting rules (GitHub tokens) plus [`PAYLOAD_RULES`].
+/// A rules folder: the shipped code-hosting rules (GitHub tokens) and the shared lists they
+/// name, plus [`PAYLOAD_RULES`].
 fn rules_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("rules dir");
-    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../rules/code-hosting.toml");
-    std::fs::copy(shipped, dir.path().join("code-hosting.toml")).expect("copy shipped rules");
+    for file in ["code-hosting.toml", "allow-lists.toml"] {
+        let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../rules").join(file);
+        std::fs::copy(shipped, dir.path().join(file)).expect("copy shipped rules");
+    }
     std::fs::write(dir.path().join("payload.toml"), PAYLOAD_RULES).expect("write payload rules");
     dir
 }

@@ -176,8 +176,10 @@ async fn once_it_finishes(gw: &TestGateway, answer: &str, finish: &str) -> Strin
 async fn a_rule_file_dropped_into_the_watched_folder_stops_the_next_response() {
     let mock = MockUpstream::start().await;
     let rules = tempfile::tempdir().unwrap();
-    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../rules/code-hosting.toml");
-    std::fs::copy(shipped, rules.path().join("code-hosting.toml")).unwrap();
+    for file in ["code-hosting.toml", "allow-lists.toml"] {
+        let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../rules").join(file);
+        std::fs::copy(shipped, rules.path().join(file)).unwrap();
+    }
     let config = format!(
         "admin_token = \"{ADMIN}\"\n{}[firewall]\nrules_dir = \"{}\"\nwatch_interval_ms = 100\n",
         upstream_config(&mock.base_url(), ""),
