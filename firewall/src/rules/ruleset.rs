@@ -159,8 +159,9 @@ pub struct Ruleset {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawFile {
-    /// Named lists of `allow` patterns that rules of any file in the folder take by
-    /// `allow_lists = [NAME, ...]`: the placeholder shapes most generic rules share.
+    /// Named lists of patterns that rules of any file in the folder take by
+    /// `allow_lists = [NAME, ...]` into `allow` (the placeholder shapes most generic rules
+    /// share) and by `allow_decoded_lists` into `allow_decoded`.
     #[serde(default)]
     allow_lists: Option<toml::Spanned<toml::Table>>,
     #[serde(default)]
@@ -434,6 +435,31 @@ fn read_file(file: &str, text: &str) -> Result<RawFile, LoadError> {
     })
 }
 
+/// The patterns of the lists `names` names, in order; or what is wrong with the names: those
+/// no list defines and those whose list has errors.
+fn resolve_lists(lists: &AllowLists, names: Vec<String>) -> Result<Vec<String>, String> {
+    let mut patterns = Vec::new();
+    let (mut unknown, mut broken) = (Vec::new(), Vec::new());
+    for name in names {
+        match lists.get(&name) {
+            Some(Some(list)) => patterns.extend(list.iter().cloned()),
+            Some(None) => broken.push(name),
+            None => unknown.push(name),
+        }
+    }
+    let mut reasons = Vec::new();
+    if !unknown.is_empty() {
+        reasons.push(format!("{}, which no [allow_lists] table of the folder defines", unknown.join(", ")));
+    }
+    if !broken.is_empty() {
+        reasons.push(format!("{}, whose list has errors", broken.join(", ")));
+    }
+    match reasons.is_empty() {
+        true => Ok(patterns),
+        false => Err(reasons.join("; ")),
+    }
+}
+
 /// Every file's `[allow_lists]`, checked: each a list of patterns that compile, each name
 /// defined once in the folder. A list that fails is kept as `None`, so the rules naming it
 /// fail too, each at its own `allow_lists` line.
@@ -498,30 +524,19 @@ fn parse_file(
                 continue;
             }
         };
-        // The named lists' patterns join the rule's own `allow`.
-        let mut shared = Vec::new();
-        let mut unknown = Vec::new();
-        let mut broken = Vec::new();
-        for name in std::mem::take(&mut parsed.allow_lists) {
-            match lists.get(&name) {
-                Some(Some(patterns)) => shared.extend(patterns.iter().cloned()),
-                Some(None) => broken.push(name),
-                None => unknown.push(name),
+        // The named lists' patterns join the rule's own `allow` and `allow_decoded`.
+        let resolved_allow = resolve_lists(lists, std::mem::take(&mut parsed.allow_lists));
+        let resolved_decoded = resolve_lists(lists, std::mem::take(&mut parsed.allow_decoded_lists));
+        for (key, resolved) in [("allow_lists", &resolved_allow), ("allow_decoded_lists", &resolved_decoded)] {
+            if let Err(reason) = resolved {
+                out.errors.push(err(lines.key(&span, key), format!("{key} names {reason}")));
             }
         }
-        if !unknown.is_empty() || !broken.is_empty() {
-            let mut reasons = Vec::new();
-            if !unknown.is_empty() {
-                reasons.push(format!("{}, which no [allow_lists] table of the folder defines", unknown.join(", ")));
-            }
-            if !broken.is_empty() {
-                reasons.push(format!("{}, whose list has errors", broken.join(", ")));
-            }
-            out.errors.push(err(lines.key(&span, "allow_lists"), format!("allow_lists names {}", reasons.join("; "))));
-            continue;
-        }
+        let (Ok(mut shared), Ok(mut shared_decoded)) = (resolved_allow, resolved_decoded) else { continue };
         shared.append(&mut parsed.allow);
         parsed.allow = shared;
+        shared_decoded.append(&mut parsed.allow_decoded);
+        parsed.allow_decoded = shared_decoded;
         let origin = Origin {
             file: file.into(),
             line: lines.of(span.start),
@@ -630,7 +645,7 @@ strings = ["ACME-CANARY-7f3a9c"]
     #[test]
     fn unknown_key_names_its_line() {
         let e = errors(&GOOD.replace("keywords =", "colour = 1\nkeywords ="));
-        assert_eq!(e, ["a.toml:9: rule `demo-token`: unknown field `colour`, expected one of `id`, `description`, `severity`, `action`, `regex`, `secret_group`, `keywords`, `min_entropy`, `judge`, `allow_lists`, `allow`, `allow_line`, `allow_decoded`, `tags`, `must_match`, `must_not_match`"]);
+        assert_eq!(e, ["a.toml:9: rule `demo-token`: unknown field `colour`, expected one of `id`, `description`, `severity`, `action`, `regex`, `secret_group`, `keywords`, `min_entropy`, `judge`, `allow_lists`, `allow`, `allow_line`, `allow_decoded_lists`, `allow_decoded`, `tags`, `must_match`, `must_not_match`"]);
     }
 
     #[test]
@@ -752,6 +767,25 @@ must_not_match = ["tok_examples"]
         let Ok(set) = set else { panic!("{set:?}") };
         assert!(set.scan("tok_examples").is_empty());
         assert_eq!(set.scan("tok_q8w2e9r4").len(), 1);
+    }
+
+    #[test]
+    fn a_rule_takes_a_list_into_allow_decoded_and_an_unknown_one_is_an_error_at_its_line() {
+        // `tok_` then base64: `ZXhhbXBsZQ` is `example`, `cTh3MmU5cjQ` is `q8w2e9r4`.
+        let rule = NAMES_A_LIST
+            .replace("regex = 'tok_([a-z0-9]{8})'", "regex = 'tok_([A-Za-z0-9]{10,11})'")
+            .replace("allow_lists = [\"placeholders\"]", "allow_decoded_lists = [\"placeholders\"]")
+            .replace("must_match = [\"tok_q8w2e9r4\"]", "must_match = [\"tok_cTh3MmU5cjQ\"]")
+            .replace("must_not_match = [\"tok_examples\"]", "must_not_match = [\"tok_ZXhhbXBsZQ\"]");
+        let lists = "[allow_lists]\nplaceholders = ['example']\n";
+        let set = load_files(&[("a.toml", &rule), ("b.toml", lists)]);
+        let Ok(set) = set else { panic!("{set:?}") };
+        assert!(set.scan("tok_ZXhhbXBsZQ").is_empty(), "the list reads the decoding");
+        assert_eq!(set.scan("tok_cTh3MmU5cjQ").len(), 1);
+        assert_eq!(set.scan("tok_exampleXYZ").len(), 1, "not the value as written");
+        let errors = load_files(&[("a.toml", &rule)]).err().map(|e| e.errors).unwrap_or_default();
+        assert_eq!(errors.iter().map(|e| e.line).collect::<Vec<_>>(), [10], "{errors:?}");
+        assert!(errors[0].reason.starts_with("allow_decoded_lists names placeholders"), "{errors:?}");
     }
 
     #[test]

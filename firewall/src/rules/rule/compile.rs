@@ -91,9 +91,11 @@ impl RawRule {
     /// `defer_regex`, the pattern is parsed and checked but compiled by its first search.
     pub(crate) fn compile_sharing(self, cache: &mut AllowCache, defer_regex: bool) -> Result<Rule, Vec<FieldError>> {
         let mut errs = Vec::new();
-        if !self.allow_lists.is_empty() {
-            // Only a rules folder defines lists; a rule compiled on its own cannot name one.
-            errs.push(field("allow_lists", "allow_lists name lists of a rules folder; this rule is compiled alone"));
+        // Only a rules folder defines lists; a rule compiled on its own cannot name one.
+        for (key, names) in [("allow_lists", &self.allow_lists), ("allow_decoded_lists", &self.allow_decoded_lists)] {
+            if !names.is_empty() {
+                errs.push(field(key, format!("{key} name lists of a rules folder; this rule is compiled alone")));
+            }
         }
         if !is_kebab(&self.id) {
             errs.push(field("id", format!("id `{}` is not kebab-case (a-z, 0-9, single hyphens)", self.id)));

@@ -270,6 +270,7 @@ mod tests {
             allow_lists: vec![],
             allow: vec![],
             allow_line: vec![],
+            allow_decoded_lists: vec![],
             allow_decoded: vec![],
             tags: vec![],
             must_match: vec![],

@@ -58,6 +58,10 @@ pub struct RawRule {
     pub allow: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_line: Vec<String>,
+    /// Names of `[allow_lists]` whose patterns join `allow_decoded`, resolved as
+    /// `allow_lists` are.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_decoded_lists: Vec<String>,
     /// Exemptions by what a base64 secret says: searched in its decoding.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_decoded: Vec<String>,
