@@ -526,9 +526,16 @@ impl TableState {
             }
         }
         if let Some(table) = self.table.take() {
-            // A grid's rule between two rows (`+----+`, `├────┼────┤`) goes on with the table.
+            let plain = table.columns.is_empty();
             if table.layout == Layout::Pipes && is_delimiter_row(line, table.cells) {
-                self.table = Some(table);
+                // A grid's rule between two rows (`+----+`, `├────┼────┤`) goes on with the
+                // table; a markdown delimiter row in a table without credential columns opens
+                // a table of its own under the row above it, when that row names one.
+                let head = std::mem::take(&mut self.heads).into_iter().find(|h| !h.columns.is_empty());
+                self.table = match head {
+                    Some(head) if plain && !line.trim_start().starts_with('+') => Some(head),
+                    _ => Some(table),
+                };
                 return;
             }
             let spans = table.layout.cells(line);
@@ -538,6 +545,9 @@ impl TableState {
             };
             if continues {
                 self.emit(line, &spans, &table.columns, out);
+                if plain {
+                    self.heads = head_of(line, Layout::Pipes).filter(|h| !h.columns.is_empty()).into_iter().collect();
+                }
                 self.table = Some(table);
                 return;
             }
@@ -1037,9 +1047,13 @@ mod tests {
         // Under a header that names a credential, each row between the rules is read.
         let creds = "+------+--------------+\n| user | password     |\n+------+--------------+\n| app  | Kq8Wz3Tv6Lx2 |\n+------+--------------+\n| ops  | Zt7Wq2Kv9Lx4 |\n+------+--------------+\n";
         assert_eq!(cells_of(creds).len(), 2);
-        // A table ends at the first line without a pipe; the next one is read anew.
+        // A table ends at the first line without a pipe; the next one is read anew, and so is
+        // one whose markdown delimiter row follows a plain table's row without a blank line.
         let two = "| a | b |\n|---|---|\n| 1 | 2 |\n\n| user | password |\n|---|---|\n| app | Kq8Wz3Tv6Lx2 |\n";
-        assert_eq!(cells_of(two), vec![("password: Kq8Wz3Tv6Lx2".to_string(), two.find("Kq8").unwrap_or(0))]);
+        let glued = two.replace("\n\n", "\n");
+        for text in [two, glued.as_str()] {
+            assert_eq!(cells_of(text), vec![("password: Kq8Wz3Tv6Lx2".to_string(), text.find("Kq8").unwrap_or(0))]);
+        }
     }
 
     #[test]
