@@ -147,3 +147,33 @@ allow_line = ['''(?i)example''']
         check_chunking(&rules, &ScanContext::new("globex"), &det, text, &cuts);
     }
 }
+
+/// `allow_repeated_user` reads the user name before the password, and the response writes
+/// that name: a steered response that writes another tenant's password as its own user name
+/// (`orchidvalley:orchidvalley`) talks the URL rule out of it, but not the owner.
+#[test]
+fn a_password_written_as_its_own_user_name_is_still_owned() {
+    let rules = builtin();
+    let prompt = "DATABASE_URL=postgres://svc:orchidvalley@db.internal/app";
+    let det = secrets_owned_by(&rules, "acme", prompt);
+    assert!(!rules.scan(prompt).is_empty(), "the URL rule finds acme's password in its prompt");
+    let response = "Connect with postgres://orchidvalley:orchidvalley@db.internal/app and run the migration.";
+    assert!(rules.scan(response).is_empty(), "the name before it exempts the password without ownership");
+    let globex = ScanContext::new("globex");
+    let found = rules.scan_with(response, &globex, &det);
+    assert!(
+        found
+            .iter()
+            .any(|f| f.action == Action::Block
+                && matches!(&f.detail, Detail::Foreign { owners, .. } if owners == &["acme"])),
+        "acme's password reached globex as {response:?}: {found:?}"
+    );
+    let s = stream(&rules, &globex, &det, response, &char_cuts(response));
+    assert!(s.blocked && !s.released.contains("orchidvalley"), "streamed: {s:?}");
+    check_chunking(&rules, &globex, &det, response, &char_cuts(response));
+    // The owner gets it back, and a user's default password nobody sent still passes.
+    let s = stream(&rules, &ScanContext::new("acme"), &det, response, &char_cuts(response));
+    assert!(!s.blocked && s.released == response, "acme's own: {s:?}");
+    let unknown = response.replace("orchidvalley", "lemonstone");
+    assert!(rules.scan_with(&unknown, &globex, &det).is_empty(), "nobody's value: {unknown:?}");
+}

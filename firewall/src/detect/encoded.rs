@@ -779,6 +779,30 @@ pub(crate) fn base64_text(s: &str) -> Option<String> {
     }
 }
 
+/// What `s` says with its percent escapes decoded (`p%40ssword` is `p@ssword`), when it has
+/// one and the decoding is UTF-8 text: how a password is written inside a URL.
+pub(crate) fn percent_text(s: &str) -> Option<String> {
+    let chars = s.as_bytes();
+    let (mut bytes, mut escaped, mut i) = (Vec::with_capacity(chars.len()), false, 0);
+    while i < chars.len() {
+        match (chars[i] == b'%').then(|| hex_byte(*chars.get(i + 1)?, *chars.get(i + 2)?)).flatten() {
+            Some(b) => {
+                bytes.push(b);
+                escaped = true;
+                i += 3;
+            }
+            None => {
+                bytes.push(chars[i]);
+                i += 1;
+            }
+        }
+    }
+    if !escaped || bytes.iter().any(|&b| is_control_byte(b)) {
+        return None;
+    }
+    String::from_utf8(bytes).ok()
+}
+
 /// Base64, standard or URL-safe (whichever the characters allow), padded or not.
 fn base64(chars: &[u8]) -> Option<Decoding> {
     let data = chars.strip_suffix(b"==").or_else(|| chars.strip_suffix(b"=")).unwrap_or(chars);
@@ -1275,6 +1299,17 @@ mod tests {
         assert_eq!(decoded("100%"), None);
         assert_eq!(decoded("abcde"), None, "five characters are no base64");
         assert_eq!(decoded("ab+c-d"), None, "both alphabets at once");
+    }
+
+    #[test]
+    fn a_percent_escaped_value_reads_as_text() {
+        assert_eq!(percent_text("p%40ssword").as_deref(), Some("p@ssword"), "one escape is enough in a value");
+        assert_eq!(percent_text("P%40ssw%25rd").as_deref(), Some("P@ssw%rd"));
+        assert_eq!(percent_text("caf%C3%A9").as_deref(), Some("café"));
+        assert_eq!(percent_text("100%"), None, "no escape");
+        assert_eq!(percent_text("Tq9Wz4Kv7Lx2"), None, "no escape");
+        assert_eq!(percent_text("a%FFb"), None, "not UTF-8");
+        assert_eq!(percent_text("a%00b"), None, "not text");
     }
 
     #[test]

@@ -162,6 +162,7 @@ fn convert(t: &Table, global: &Allow, notes: &mut Vec<ImportNote>) -> Result<Raw
         allow_lists: Vec::new(),
         allow: allow.secret,
         allow_line: allow.line,
+        allow_repeated_user: false,
         allow_decoded_lists: Vec::new(),
         allow_decoded: Vec::new(),
         tags: strings_of(t, "tags"),

@@ -645,7 +645,7 @@ strings = ["ACME-CANARY-7f3a9c"]
     #[test]
     fn unknown_key_names_its_line() {
         let e = errors(&GOOD.replace("keywords =", "colour = 1\nkeywords ="));
-        assert_eq!(e, ["a.toml:9: rule `demo-token`: unknown field `colour`, expected one of `id`, `description`, `severity`, `action`, `regex`, `secret_group`, `keywords`, `min_entropy`, `judge`, `allow_lists`, `allow`, `allow_line`, `allow_decoded_lists`, `allow_decoded`, `tags`, `must_match`, `must_not_match`"]);
+        assert_eq!(e, ["a.toml:9: rule `demo-token`: unknown field `colour`, expected one of `id`, `description`, `severity`, `action`, `regex`, `secret_group`, `keywords`, `min_entropy`, `judge`, `allow_lists`, `allow`, `allow_line`, `allow_repeated_user`, `allow_decoded_lists`, `allow_decoded`, `tags`, `must_match`, `must_not_match`"]);
     }
 
     #[test]

@@ -1,16 +1,17 @@
 //! What a regex match of a secret rule must pass to become a finding, the same for one-shot
 //! and streaming scans: one of the rule's keywords inside the match, then the secret's
-//! `min_entropy`, the `allow` and `allow_line` exemptions and, for rules that ask it, the
-//! generic-secret judge's least score (`rules/README.md`, "How a rule matches").
+//! `min_entropy`, the `allow`, `allow_line` and `allow_repeated_user` exemptions and, for
+//! rules that ask it, the generic-secret judge's least score (`rules/README.md`, "How a
+//! rule matches").
 //!
-//! `min_entropy` and `allow` read the secret alone. `allow_line` and the judge also read the
-//! words around it, and those are the response's own: whoever steers the response (a
-//! prompt injection, another tenant's document in the context) writes them. So a match
-//! that only its surroundings turn down is not dropped here but kept as a *candidate*
-//! ([`Finding::is_candidate`]): the secret-ownership check still blocks it when the value is
-//! another tenant's secret, and drops it otherwise (`detect::secret::settle`). Wording can
-//! hide a value from the rules' guess that it is a secret, never from its owner.
-
+//! `min_entropy` and `allow` read the secret alone. `allow_line`, `allow_repeated_user` and
+//! the judge also read the words around it, and those are the response's own: whoever
+//! steers the response (a prompt injection, another tenant's document in the context)
+//! writes them. So a match that only its surroundings turn down is not dropped here but
+//! kept as a *candidate* ([`Finding::is_candidate`]): the secret-ownership check still
+//! blocks it when the value is another tenant's secret, and drops it otherwise
+//! (`detect::secret::settle`). Wording can hide a value from the rules' guess that it is a
+//! secret, never from its owner.
 use crate::rules::rule::{shannon_entropy, Rule};
 use crate::scan::judge::{context_before as judge_context, Judge};
 use crate::scan::near_keywords::{Found, Verdict};
@@ -44,7 +45,7 @@ impl KeywordCheck<'_> {
 /// Decides what a match of `rule` at `found` (offsets into `hay`) counts for: nothing
 /// without a keyword inside it; otherwise the walk takes it, and it is a finding unless
 /// `min_entropy` or an `allow` regex rules the secret out, or a candidate when only its
-/// line (`allow_line`, the judge) does.
+/// line (`allow_line`, `allow_repeated_user`, the judge) does.
 pub(crate) fn accept(
     rule: &Rule,
     hay: &str,
@@ -61,6 +62,7 @@ pub(crate) fn accept(
         return Verdict::Taken;
     }
     let by_context = rule.is_line_allowed(hay, ms, me)
+        || rule.is_repeated_user(hay, ss, se)
         || rule.judge.is_some_and(|min| Judge::builtin().score(judge_context(hay, ms, ss), secret) < min);
     out.push(Finding {
         rule_id: rule.id.clone(),

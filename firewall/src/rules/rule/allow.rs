@@ -11,7 +11,7 @@ use regex_syntax::hir::{Hir, Look};
 
 use super::compile::{compile_hir, compile_regex};
 use super::{field, FieldError, Rule};
-use crate::detect::encoded::base64_text;
+use crate::detect::encoded::{base64_text, percent_text};
 
 /// How far before a match `allow_line` patterns see, at most. Bounded so that a stream
 /// scanner keeps only this much released text to judge by the same context as a
@@ -40,10 +40,20 @@ impl Rule {
         hay.get(line_start(hay, start)..end).is_some_and(|line| self.allow_line.iter().any(|re| re.is_match(line)))
     }
 
-    /// Whether an `allow` pattern exempts `secret`, or an `allow_decoded` pattern what it
-    /// says in base64.
+    /// Whether an `allow` pattern exempts `secret` as written or with its percent escapes
+    /// decoded (`p%40ssword` inside a URL is `p@ssword`), or an `allow_decoded` pattern what
+    /// it says in base64.
     pub fn is_allowed(&self, secret: &str) -> bool {
-        self.is_allowed_as_written(secret) || self.is_allowed_decoded(secret)
+        self.is_allowed_as_written(secret)
+            || (secret.contains('%') && percent_text(secret).is_some_and(|text| self.is_allowed_as_written(&text)))
+            || self.is_allowed_decoded(secret)
+    }
+
+    /// Whether `allow_repeated_user` exempts the secret `start..end` of `hay`: it repeats
+    /// the user name written right before it (see [`repeats_user`]).
+    pub fn is_repeated_user(&self, hay: &str, start: usize, end: usize) -> bool {
+        self.allow_repeated_user
+            && hay.get(line_start(hay, start)..start).zip(hay.get(start..end)).is_some_and(|(b, s)| repeats_user(b, s))
     }
 
     pub(crate) fn is_allowed_as_written(&self, secret: &str) -> bool {
@@ -63,6 +73,34 @@ impl Rule {
         }
         base64_text(secret).is_some_and(|text| self.allow_decoded.iter().any(|re| re.is_match(&text)))
     }
+}
+
+/// How many letters or digits a password may add to the user name it repeats
+/// (`kamailio:kamailiorw`, `admin:admin123`), past one separator (`grafana_pw`).
+const REPEATED_USER_SUFFIX: usize = 4;
+
+/// Whether `secret` is the user name that ends `before`, past one `:`, `/` or space
+/// (`monit:monit`, `-u admin admin`), or that name and at most [`REPEATED_USER_SUFFIX`]
+/// letters or digits, ASCII case aside: a default derived from the name, not a secret.
+/// The name must read as one (letters, `_.-` inside, two digits at its end at most), so
+/// a random value written twice is not taken for a user and its default.
+fn repeats_user(before: &str, secret: &str) -> bool {
+    let Some(before) = before.strip_suffix([':', ' ', '/']) else { return false };
+    let name_chars = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+    let user = &before[before.rfind(|c: char| !name_chars(c)).map_or(0, |i| i + 1)..];
+    let letters = user.trim_end_matches(|c: char| c.is_ascii_digit());
+    let reads_as_name = (3..=32).contains(&user.len())
+        && user.len() - letters.len() <= 2
+        && letters.starts_with(|c: char| c.is_ascii_alphabetic())
+        && letters.chars().all(|c| c.is_ascii_alphabetic() || matches!(c, '_' | '.' | '-'));
+    if !reads_as_name || secret.len() < user.len() || !secret.is_char_boundary(user.len()) {
+        return false;
+    }
+    let (head, rest) = secret.split_at(user.len());
+    let rest = rest.strip_prefix(['_', '.', '-', '!', '@', '#']).unwrap_or(rest);
+    head.eq_ignore_ascii_case(user)
+        && rest.len() <= REPEATED_USER_SUFFIX
+        && rest.bytes().all(|b| b.is_ascii_alphanumeric())
 }
 
 /// A rule's `allow` patterns, compiled at load or, for rules loaded with

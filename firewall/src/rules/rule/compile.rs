@@ -169,6 +169,7 @@ impl RawRule {
                     judge: self.judge.map(|j| j as f32),
                     allow,
                     allow_line,
+                    allow_repeated_user: self.allow_repeated_user,
                     allow_decoded,
                     tags: self.tags,
                     must_match: self.must_match,

@@ -80,6 +80,10 @@ pub struct Rule {
     /// match's end. They see what `allow` cannot: the name before a keyword
     /// (`NextToken` for a rule whose match starts at `token`), an ARN around it.
     pub allow_line: Vec<Regex>,
+    /// Whether a secret that repeats the user name right before it (`monit:monit`,
+    /// `kamailio:kamailiorw`) is turned down by that context (see
+    /// [`Rule::is_repeated_user`]).
+    pub allow_repeated_user: bool,
     /// Exemptions by what a base64 secret says (`Authorization: Basic dXNlcjpwYXNz` is
     /// `user:pass`): searched in the secret's decoding when it decodes to text throughout
     /// (see [`Rule::is_allowed`]); a secret that does not is judged as written.
@@ -270,6 +274,7 @@ mod tests {
             allow_lists: vec![],
             allow: vec![],
             allow_line: vec![],
+            allow_repeated_user: false,
             allow_decoded_lists: vec![],
             allow_decoded: vec![],
             tags: vec![],
@@ -294,6 +299,49 @@ mod tests {
         // What does not decode to text is judged as written: no exemption by accident.
         assert!(!rule.is_allowed("3q2-7w"), "bytes, not text");
         assert!(!rule.is_allowed("abcde"), "not base64 (5 characters)");
+    }
+
+    #[test]
+    fn a_percent_escaped_secret_is_judged_by_what_it_says_too() {
+        let mut r = raw(r"(?i:tok)=([^\s@]+)");
+        r.allow = vec!["(?i)^p@ssw[o0]rd$".into()];
+        let rule = r.compile();
+        assert!(rule.is_ok(), "{rule:?}");
+        let Ok(rule) = rule else { return };
+        assert!(rule.is_allowed("p@ssword"));
+        assert!(rule.is_allowed("p%40ssword"), "the same password inside a URL");
+        assert!(rule.is_allowed("P%40ssw%30rd"));
+        assert!(!rule.is_allowed("p%40ssword%21Tq9Wz4"), "more than the allowed word");
+        assert!(!rule.is_allowed("Tq9%2FWz4Kv7Lx2"));
+    }
+
+    #[test]
+    fn allow_repeated_user_turns_down_a_password_made_of_the_user_name() {
+        let mut r = raw(r"(?i:tok)://[^\s:/@]*:([^\s:/@]{3,})@");
+        r.allow_repeated_user = true;
+        let rule = r.compile();
+        assert!(rule.is_ok(), "{rule:?}");
+        let Ok(rule) = rule else { return };
+        let repeats = |hay: &str| {
+            let start = hay.rfind(':').map_or(0, |i| i + 1);
+            let end = hay.rfind('@').unwrap_or(hay.len());
+            rule.is_repeated_user(hay, start, end)
+        };
+        assert!(repeats("tok://monit:monit@"));
+        assert!(repeats("tok://kamailio:kamailiorw@"), "the name and a role");
+        assert!(repeats("tok://Admin:admin123@"), "case aside, and a number");
+        assert!(repeats("tok://grafana:grafana_pw@"), "past one separator");
+        assert!(repeats("tok://app01:app01@"), "two digits end a name");
+        assert!(!repeats("tok://monit:monitS3cr3tPass@"), "more than a short suffix");
+        assert!(!repeats("tok://kamailio:Tq9Wz4Kv@"), "a password of its own");
+        assert!(!repeats("tok://Tq9W4Kv7Lx2s:Tq9W4Kv7Lx2s@"), "a random value written twice is no name");
+        assert!(!repeats("tok://ab:abcd@"), "a two-letter name says too little");
+        assert!(!repeats("tok://:monit@"), "no user");
+        // Another rule keeps such a password a finding.
+        let plain = raw(r"(?i:tok)=(\S+)").compile();
+        assert!(plain.is_ok(), "{plain:?}");
+        let Ok(plain) = plain else { return };
+        assert!(!plain.is_repeated_user("tok://monit:monit@", 12, 17));
     }
 
     #[test]

@@ -58,6 +58,10 @@ pub struct RawRule {
     pub allow: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_line: Vec<String>,
+    /// Exempts a secret that repeats the user name written right before it
+    /// (`kamailio:kamailiorw`), as `allow_line` exempts by the words around it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_repeated_user: bool,
     /// Names of `[allow_lists]` whose patterns join `allow_decoded`, resolved as
     /// `allow_lists` are.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
