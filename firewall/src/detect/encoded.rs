@@ -779,9 +779,46 @@ pub(crate) fn base64_text(s: &str) -> Option<String> {
     }
 }
 
+/// What a value says with its escapes undone, when it has some: percent escapes inside a
+/// URL (`p%40ssword`), or JSON's `\uXXXX` (`"password": "Contrase\u00f1a"`, as Python's
+/// `json.dumps` writes any text outside ASCII).
+pub(crate) fn unescaped_text(s: &str) -> Option<String> {
+    if s.contains('%') {
+        percent_text(s)
+    } else if s.contains("\\u") {
+        json_unicode_text(s)
+    } else {
+        None
+    }
+}
+
+/// What `s` says with its JSON `\uXXXX` escapes decoded (a surrogate pair as one
+/// character), when it has one and every one decodes.
+fn json_unicode_text(s: &str) -> Option<String> {
+    let (mut out, mut rest, mut escaped) = (String::with_capacity(s.len()), s, false);
+    while let Some(at) = rest.find("\\u") {
+        out.push_str(&rest[..at]);
+        let unit = |r: &str| r.get(2..6).and_then(|h| u16::from_str_radix(h, 16).ok());
+        let high = unit(&rest[at..])?;
+        rest = &rest[at + 6..];
+        let c = match high {
+            0xD800..=0xDBFF => {
+                let low = rest.strip_prefix("\\u").and(unit(rest)).filter(|l| (0xDC00..=0xDFFF).contains(l))?;
+                rest = &rest[6..];
+                char::decode_utf16([high, low]).next()?.ok()?
+            }
+            _ => char::from_u32(u32::from(high))?,
+        };
+        out.push(c);
+        escaped = true;
+    }
+    out.push_str(rest);
+    (escaped && !out.chars().any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r'))).then_some(out)
+}
+
 /// What `s` says with its percent escapes decoded (`p%40ssword` is `p@ssword`), when it has
 /// one and the decoding is UTF-8 text: how a password is written inside a URL.
-pub(crate) fn percent_text(s: &str) -> Option<String> {
+fn percent_text(s: &str) -> Option<String> {
     let chars = s.as_bytes();
     let (mut bytes, mut escaped, mut i) = (Vec::with_capacity(chars.len()), false, 0);
     while i < chars.len() {
@@ -1302,14 +1339,26 @@ mod tests {
     }
 
     #[test]
+    fn a_json_escaped_value_reads_as_text() {
+        assert_eq!(unescaped_text("Contrase\\u00f1a").as_deref(), Some("Contraseña"));
+        assert_eq!(unescaped_text("\\u5bc6\\u7801").as_deref(), Some("密码"));
+        assert_eq!(unescaped_text("\\ud83d\\udd11 key").as_deref(), Some("🔑 key"), "a surrogate pair");
+        assert_eq!(unescaped_text("\\ud83d alone"), None, "half a pair");
+        assert_eq!(unescaped_text("C:\\users\\x"), None, "no escape");
+        assert_eq!(unescaped_text("\\u00zz"), None, "not hex");
+        assert_eq!(unescaped_text("a\\u0000b"), None, "not text");
+        assert_eq!(unescaped_text("Tq9Wz4Kv7Lx2"), None);
+    }
+
+    #[test]
     fn a_percent_escaped_value_reads_as_text() {
-        assert_eq!(percent_text("p%40ssword").as_deref(), Some("p@ssword"), "one escape is enough in a value");
-        assert_eq!(percent_text("P%40ssw%25rd").as_deref(), Some("P@ssw%rd"));
-        assert_eq!(percent_text("caf%C3%A9").as_deref(), Some("café"));
-        assert_eq!(percent_text("100%"), None, "no escape");
-        assert_eq!(percent_text("Tq9Wz4Kv7Lx2"), None, "no escape");
-        assert_eq!(percent_text("a%FFb"), None, "not UTF-8");
-        assert_eq!(percent_text("a%00b"), None, "not text");
+        assert_eq!(unescaped_text("p%40ssword").as_deref(), Some("p@ssword"), "one escape is enough in a value");
+        assert_eq!(unescaped_text("P%40ssw%25rd").as_deref(), Some("P@ssw%rd"));
+        assert_eq!(unescaped_text("caf%C3%A9").as_deref(), Some("café"));
+        assert_eq!(unescaped_text("100%"), None, "no escape");
+        assert_eq!(unescaped_text("Tq9Wz4Kv7Lx2"), None, "no escape");
+        assert_eq!(unescaped_text("a%FFb"), None, "not UTF-8");
+        assert_eq!(unescaped_text("a%00b"), None, "not text");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use regex_syntax::hir::{Hir, Look};
 
 use super::compile::{compile_hir, compile_regex};
 use super::{field, FieldError, Rule};
-use crate::detect::encoded::{base64_text, percent_text};
+use crate::detect::encoded::{base64_text, unescaped_text};
 
 /// How far before a match `allow_line` patterns see, at most. Bounded so that a stream
 /// scanner keeps only this much released text to judge by the same context as a
@@ -40,12 +40,12 @@ impl Rule {
         hay.get(line_start(hay, start)..end).is_some_and(|line| self.allow_line.iter().any(|re| re.is_match(line)))
     }
 
-    /// Whether an `allow` pattern exempts `secret` as written or with its percent escapes
-    /// decoded (`p%40ssword` inside a URL is `p@ssword`), or an `allow_decoded` pattern what
-    /// it says in base64.
+    /// Whether an `allow` pattern exempts `secret` as written or with its escapes undone
+    /// (`p%40ssword` inside a URL is `p@ssword`, JSON's `Contrase\u00f1a` is `Contraseña`),
+    /// or an `allow_decoded` pattern what it says in base64.
     pub fn is_allowed(&self, secret: &str) -> bool {
         self.is_allowed_as_written(secret)
-            || (secret.contains('%') && percent_text(secret).is_some_and(|text| self.is_allowed_as_written(&text)))
+            || unescaped_text(secret).is_some_and(|text| self.is_allowed_as_written(&text))
             || self.is_allowed_decoded(secret)
     }
 

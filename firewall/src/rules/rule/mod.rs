@@ -302,7 +302,7 @@ mod tests {
     }
 
     #[test]
-    fn a_percent_escaped_secret_is_judged_by_what_it_says_too() {
+    fn an_escaped_secret_is_judged_by_what_it_says_too() {
         let mut r = raw(r"(?i:tok)=([^\s@]+)");
         r.allow = vec!["(?i)^p@ssw[o0]rd$".into()];
         let rule = r.compile();
@@ -311,6 +311,7 @@ mod tests {
         assert!(rule.is_allowed("p@ssword"));
         assert!(rule.is_allowed("p%40ssword"), "the same password inside a URL");
         assert!(rule.is_allowed("P%40ssw%30rd"));
+        assert!(rule.is_allowed("p\\u0040ssword"), "the same password in JSON's escapes");
         assert!(!rule.is_allowed("p%40ssword%21Tq9Wz4"), "more than the allowed word");
         assert!(!rule.is_allowed("Tq9%2FWz4Kv7Lx2"));
     }
