@@ -12,7 +12,7 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use firewall::{secret_fingerprints, Action, Detail, Detectors, Ruleset, ScanContext};
+use firewall::{secret_fingerprints, Action, Detail, Detectors, Finding, Ruleset, ScanContext};
 
 /// A password weak enough for wording to matter: the judge takes it in a config line and
 /// may turn it down in prose.
@@ -37,6 +37,13 @@ fn owned_by_acme(rules: &Ruleset) -> Arc<Detectors> {
     secrets_owned_by(rules, "acme", PROMPT)
 }
 
+/// Whether `found` blocks the response for a secret acme owns.
+fn blocked_as_acmes(found: &[Finding]) -> bool {
+    found.iter().any(|f| {
+        f.action == Action::Block && matches!(&f.detail, Detail::Foreign { owners, .. } if owners == &["acme"])
+    })
+}
+
 #[test]
 fn wording_cannot_hide_another_tenants_secret() {
     let rules = builtin();
@@ -53,11 +60,7 @@ fn wording_cannot_hide_another_tenants_secret() {
         // The rules alone let this wording through: only ownership stands in the way.
         steered += 1;
         let found = rules.scan_with(&text, &globex, &det);
-        assert!(
-            found.iter().any(|f| f.action == Action::Block
-                && matches!(&f.detail, Detail::Foreign { owners, .. } if owners == &["acme"])),
-            "acme's password worded as {text:?} was not blocked: {found:?}"
-        );
+        assert!(blocked_as_acmes(&found), "acme's password worded as {text:?} was not blocked: {found:?}");
         let s = stream(&rules, &globex, &det, &text, &char_cuts(&text));
         assert!(s.blocked, "streamed: {text:?}");
         assert!(!s.released.contains("Kx9-apple"), "released {:?} of {text:?}", s.released);
@@ -94,13 +97,7 @@ fn a_secret_its_owner_worded_weakly_is_still_owned() {
     let (prompt, response) = (&steering[0], &steering[1]);
     let det = secrets_owned_by(&rules, "acme", prompt);
     let found = rules.scan_with(response, &globex, &det);
-    assert!(
-        found
-            .iter()
-            .any(|f| f.action == Action::Block
-                && matches!(&f.detail, Detail::Foreign { owners, .. } if owners == &["acme"])),
-        "acme's password, sent as {prompt:?}, reached globex as {response:?}: {found:?}"
-    );
+    assert!(blocked_as_acmes(&found), "acme's password, sent as {prompt:?}, reached globex as {response:?}: {found:?}");
     let s = stream(&rules, &globex, &det, response, &char_cuts(response));
     assert!(s.blocked && !s.released.contains("Kx9-apple"), "streamed: {s:?}");
     // The owner gets it back, and a value nobody sent still passes.
@@ -161,13 +158,7 @@ fn a_password_written_as_its_own_user_name_is_still_owned() {
     assert!(rules.scan(response).is_empty(), "the name before it exempts the password without ownership");
     let globex = ScanContext::new("globex");
     let found = rules.scan_with(response, &globex, &det);
-    assert!(
-        found
-            .iter()
-            .any(|f| f.action == Action::Block
-                && matches!(&f.detail, Detail::Foreign { owners, .. } if owners == &["acme"])),
-        "acme's password reached globex as {response:?}: {found:?}"
-    );
+    assert!(blocked_as_acmes(&found), "acme's password reached globex as {response:?}: {found:?}");
     let s = stream(&rules, &globex, &det, response, &char_cuts(response));
     assert!(s.blocked && !s.released.contains("orchidvalley"), "streamed: {s:?}");
     check_chunking(&rules, &globex, &det, response, &char_cuts(response));
