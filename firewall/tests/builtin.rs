@@ -98,6 +98,20 @@ proptest::proptest! {
         cuts.dedup();
         check_chunking(&builtin(), &ScanContext::new("acme"), &Arc::new(Detectors::default()), text, &cuts);
     }
+
+    /// Any characters in the user part before a password the rules read against it
+    /// (`allow_repeated_user`): scanning never panics, streams as it scans whole, and a
+    /// password that repeats the name after a `+` stays exempt.
+    #[test]
+    fn any_user_name_before_a_url_password_scans(before in "\\PC{0,12}", name in "[a-z]{3,10}") {
+        let rules = builtin();
+        let text = format!("mysql://{before}+{name}:{name}rw@db/app and postgres://{before}:{before}1@db/x");
+        let found = rules.scan(&text);
+        let at = text.find(&format!(":{name}rw@")).map_or(0, |i| i + 1);
+        proptest::prop_assert!(!found.iter().any(|f| f.start == at), "{text:?}: {found:?}");
+        let bounds: Vec<usize> = text.char_indices().map(|(i, _)| i).filter(|&i| i > 0).collect();
+        check_chunking(&rules, &ScanContext::new("acme"), &Arc::new(Detectors::default()), &text, &bounds);
+    }
 }
 
 /// Every text a batch holds, each read alone and then all together (in batches of every

@@ -798,7 +798,11 @@ fn json_unicode_text(s: &str) -> Option<String> {
     let (mut out, mut rest, mut escaped) = (String::with_capacity(s.len()), s, false);
     while let Some(at) = rest.find("\\u") {
         out.push_str(&rest[..at]);
-        let unit = |r: &str| r.get(2..6).and_then(|h| u16::from_str_radix(h, 16).ok());
+        let unit = |r: &str| {
+            r.get(2..6)
+                .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+                .and_then(|h| u16::from_str_radix(h, 16).ok())
+        };
         let high = unit(&rest[at..])?;
         rest = &rest[at + 6..];
         let c = match high {
@@ -1346,6 +1350,7 @@ mod tests {
         assert_eq!(unescaped_text("\\ud83d alone"), None, "half a pair");
         assert_eq!(unescaped_text("C:\\users\\x"), None, "no escape");
         assert_eq!(unescaped_text("\\u00zz"), None, "not hex");
+        assert_eq!(unescaped_text("\\u+041"), None, "not hex either");
         assert_eq!(unescaped_text("a\\u0000b"), None, "not text");
         assert_eq!(unescaped_text("Tq9Wz4Kv7Lx2"), None);
     }

@@ -12,6 +12,7 @@
 //! blocks it when the value is another tenant's secret, and drops it otherwise
 //! (`detect::secret::settle`). Wording can hide a value from the rules' guess that it is a
 //! secret, never from its owner.
+
 use crate::rules::rule::{shannon_entropy, Rule};
 use crate::scan::judge::{context_before as judge_context, Judge};
 use crate::scan::near_keywords::{Found, Verdict};

@@ -87,7 +87,7 @@ const REPEATED_USER_SUFFIX: usize = 4;
 fn repeats_user(before: &str, secret: &str) -> bool {
     let Some(before) = before.strip_suffix([':', ' ', '/']) else { return false };
     let name_chars = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
-    let user = &before[before.rfind(|c: char| !name_chars(c)).map_or(0, |i| i + 1)..];
+    let user = &before[before.trim_end_matches(name_chars).len()..];
     let letters = user.trim_end_matches(|c: char| c.is_ascii_digit());
     let reads_as_name = (3..=32).contains(&user.len())
         && user.len() - letters.len() <= 2

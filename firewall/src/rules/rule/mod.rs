@@ -338,6 +338,8 @@ mod tests {
         assert!(!repeats("tok://Tq9W4Kv7Lx2s:Tq9W4Kv7Lx2s@"), "a random value written twice is no name");
         assert!(!repeats("tok://ab:abcd@"), "a two-letter name says too little");
         assert!(!repeats("tok://:monit@"), "no user");
+        assert!(repeats("tok://ñmonit:monit@"), "a letter outside ASCII ends the name");
+        assert!(!repeats("tok://пароль:пароль@"), "a name outside ASCII is none");
         // Another rule keeps such a password a finding.
         let plain = raw(r"(?i:tok)=(\S+)").compile();
         assert!(plain.is_ok(), "{plain:?}");
