@@ -260,6 +260,13 @@ mod tests {
         }
     }
 
+    /// `r` compiled; a rule that does not compile fails the test.
+    fn compiled(r: RawRule) -> Option<Rule> {
+        let rule = r.compile();
+        assert!(rule.is_ok(), "{rule:?}");
+        rule.ok()
+    }
+
     fn raw(regex: &str) -> RawRule {
         RawRule {
             id: "test-rule".into(),
@@ -287,9 +294,7 @@ mod tests {
     fn allow_decoded_reads_what_a_base64_secret_says() {
         let mut r = raw(r"(?i:tok)=([A-Za-z0-9+/_=-]+)");
         r.allow_decoded = vec!["^[^:]*:pass$".into()];
-        let rule = r.compile();
-        assert!(rule.is_ok(), "{rule:?}");
-        let Ok(rule) = rule else { return };
+        let Some(rule) = compiled(r) else { return };
         assert!(rule.is_allowed("dXNlcjpwYXNz"), "user:pass");
         assert!(rule.is_allowed("bG9naW46cGFzcw=="), "login:pass, padded");
         assert!(rule.is_allowed("bG9naW46cGFzcw"), "padding is optional");
@@ -305,9 +310,7 @@ mod tests {
     fn an_escaped_secret_is_judged_by_what_it_says_too() {
         let mut r = raw(r"(?i:tok)=([^\s@]+)");
         r.allow = vec!["(?i)^p@ssw[o0]rd$".into()];
-        let rule = r.compile();
-        assert!(rule.is_ok(), "{rule:?}");
-        let Ok(rule) = rule else { return };
+        let Some(rule) = compiled(r) else { return };
         assert!(rule.is_allowed("p@ssword"));
         assert!(rule.is_allowed("p%40ssword"), "the same password inside a URL");
         assert!(rule.is_allowed("P%40ssw%30rd"));
@@ -320,9 +323,7 @@ mod tests {
     fn allow_repeated_user_turns_down_a_password_made_of_the_user_name() {
         let mut r = raw(r"(?i:tok)://[^\s:/@]*:([^\s:/@]{3,})@");
         r.allow_repeated_user = true;
-        let rule = r.compile();
-        assert!(rule.is_ok(), "{rule:?}");
-        let Ok(rule) = rule else { return };
+        let Some(rule) = compiled(r) else { return };
         let repeats = |hay: &str| {
             let start = hay.rfind(':').map_or(0, |i| i + 1);
             let end = hay.rfind('@').unwrap_or(hay.len());
@@ -341,9 +342,7 @@ mod tests {
         assert!(repeats("tok://ñmonit:monit@"), "a letter outside ASCII ends the name");
         assert!(!repeats("tok://пароль:пароль@"), "a name outside ASCII is none");
         // Another rule keeps such a password a finding.
-        let plain = raw(r"(?i:tok)=(\S+)").compile();
-        assert!(plain.is_ok(), "{plain:?}");
-        let Ok(plain) = plain else { return };
+        let Some(plain) = compiled(raw(r"(?i:tok)=(\S+)")) else { return };
         assert!(!plain.is_repeated_user("tok://monit:monit@", 12, 17));
     }
 
@@ -351,9 +350,7 @@ mod tests {
     fn allow_line_sees_the_line_up_to_the_match_end_within_the_lookback() {
         let mut r = raw(r"(?i:tok)=([a-z]+)");
         r.allow_line = vec!["(?i)next".into(), "qq$".into(), "ж".into()];
-        let rule = r.compile();
-        assert!(rule.is_ok(), "{rule:?}");
-        let Ok(rule) = rule else { return };
+        let Some(rule) = compiled(r) else { return };
         let at = |hay: &str| hay.find("Tok=").map(|s| (s, s + "Tok=abcqq".len())).unwrap_or((0, 0));
         let judged = |hay: &str| {
             let (s, e) = at(hay);
@@ -433,9 +430,7 @@ mod tests {
     fn word_boundaries_become_ascii_and_groups_survive() {
         let mut r = raw(r"\btok_(?P<s>[a-z]{4})\b");
         r.secret_group = Some(SecretGroup::Name("s".into()));
-        let compiled = r.compile();
-        assert!(compiled.is_ok(), "{compiled:?}");
-        let Ok(rule) = compiled else { return };
+        let Some(rule) = compiled(r) else { return };
         assert_eq!(rule.secret_group, 1);
         // A Cyrillic letter is not an ASCII word character, so it is a boundary.
         assert!(rule.regex.get().is_some_and(|re| re.is_match("ключtok_abcd")));
