@@ -80,12 +80,15 @@ impl Rule {
 const REPEATED_USER_SUFFIX: usize = 4;
 
 /// Whether `secret` is the user name that ends `before`, past one `:`, `/` or space
-/// (`monit:monit`, `-u admin admin`), or that name and at most [`REPEATED_USER_SUFFIX`]
-/// letters or digits, ASCII case aside: a default derived from the name, not a secret.
-/// The name must read as one (letters, `_.-` inside, two digits at its end at most), so
-/// a random value written twice is not taken for a user and its default.
+/// (`monit:monit`, `-u admin admin`) or past a connection string's password field
+/// (`user=sequel_test;password=sequel_test`), or that name and at most
+/// [`REPEATED_USER_SUFFIX`] letters or digits, ASCII case aside: a default derived from the
+/// name, not a secret. The name must read as one (letters, `_.-` inside, two digits at its
+/// end at most), so a random value written twice is not taken for a user and its default.
 fn repeats_user(before: &str, secret: &str) -> bool {
-    let Some(before) = before.strip_suffix([':', ' ', '/']) else { return false };
+    let Some(before) = before_password_field(before).or_else(|| before.strip_suffix([':', ' ', '/'])) else {
+        return false;
+    };
     let name_chars = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
     let user = &before[before.trim_end_matches(name_chars).len()..];
     let letters = user.trim_end_matches(|c: char| c.is_ascii_digit());
@@ -101,6 +104,17 @@ fn repeats_user(before: &str, secret: &str) -> bool {
     head.eq_ignore_ascii_case(user)
         && rest.len() <= REPEATED_USER_SUFFIX
         && rest.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+/// The text before a connection string's or query's password field that `before` ends with
+/// (`…;user=app;password=`, `…&user=app&pwd = `), the field's separator left out: where a
+/// field holding the user ends.
+fn before_password_field(before: &str) -> Option<&str> {
+    let key = before.trim_end_matches(' ').strip_suffix('=')?.trim_end_matches(' ');
+    let name_at = key.trim_end_matches(|c: char| c.is_ascii_alphabetic()).len();
+    let is_password = ["password", "passwd", "pwd", "pass"].iter().any(|k| key[name_at..].eq_ignore_ascii_case(k));
+    let rest = key[..name_at].trim_end_matches(' ');
+    (is_password && rest.ends_with([';', '&'])).then(|| rest[..rest.len() - 1].trim_end_matches(' '))
 }
 
 /// A rule's `allow` patterns, compiled at load or, for rules loaded with

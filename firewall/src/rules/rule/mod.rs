@@ -341,6 +341,18 @@ mod tests {
         assert!(!repeats("tok://:monit@"), "no user");
         assert!(repeats("tok://ñmonit:monit@"), "a letter outside ASCII ends the name");
         assert!(!repeats("tok://пароль:пароль@"), "a name outside ASCII is none");
+        // A connection string's fields.
+        let field = |hay: &str| {
+            let start = hay.rfind(['=', ' ']).map_or(0, |i| i + 1);
+            rule.is_repeated_user(hay, start, hay.len())
+        };
+        assert!(field("tok://db;user=sequel_test;password=sequel_test"));
+        assert!(field("tok://db?user=root&PWD = root1"), "case and spaces aside");
+        assert!(field("tok://db;User ID=app_rw; Password=app_rw"));
+        assert!(!field("tok://db;user=sequel_test;password=Tq9Wz4Kv7Lx2"), "a password of its own");
+        assert!(!field("tok://db;user=sequel_test;secret=sequel_test"), "no password field");
+        assert!(!field("tok://db;user=sequel_test password=sequel_test"), "no field separator");
+        assert!(!field("password=sequel_test"), "no field before");
         // Another rule keeps such a password a finding.
         let Some(plain) = compiled(raw(r"(?i:tok)=(\S+)")) else { return };
         assert!(!plain.is_repeated_user("tok://monit:monit@", 12, 17));
