@@ -34,10 +34,8 @@ impl Rule {
     /// the line before it (see [`Rule::allow_line`]); `hay` must hold the
     /// `ALLOW_LINE_LOOKBACK` bytes before `start` where the text has them.
     pub fn is_line_allowed(&self, hay: &str, start: usize, end: usize) -> bool {
-        if self.allow_line.is_empty() {
-            return false;
-        }
-        hay.get(line_start(hay, start)..end).is_some_and(|line| self.allow_line.iter().any(|re| re.is_match(line)))
+        !self.allow_line.patterns.is_empty()
+            && hay.get(line_start(hay, start)..end).is_some_and(|line| self.allow_line.is_match(line))
     }
 
     /// Whether an `allow` pattern exempts `secret` as written or with its escapes undone
@@ -57,21 +55,12 @@ impl Rule {
     }
 
     pub(crate) fn is_allowed_as_written(&self, secret: &str) -> bool {
-        if self.allow.patterns.is_empty() {
-            return false;
-        }
-        let compiled = self.allow.compiled();
-        match &compiled.groups {
-            Some(groups) => groups.iter().any(|re| re.is_match(secret)),
-            None => compiled.each.iter().any(|a| a.is_match(secret)),
-        }
+        self.allow.is_match(secret)
     }
 
     fn is_allowed_decoded(&self, secret: &str) -> bool {
-        if self.allow_decoded.is_empty() {
-            return false;
-        }
-        base64_text(secret).is_some_and(|text| self.allow_decoded.iter().any(|re| re.is_match(&text)))
+        !self.allow_decoded.patterns.is_empty()
+            && base64_text(secret).is_some_and(|text| self.allow_decoded.is_match(&text))
     }
 }
 
@@ -136,6 +125,18 @@ pub(crate) struct AllowCompiled {
 }
 
 impl AllowList {
+    /// Whether one of the patterns matches `hay` (compiling them first, if put off).
+    pub(crate) fn is_match(&self, hay: &str) -> bool {
+        if self.patterns.is_empty() {
+            return false;
+        }
+        let compiled = self.compiled();
+        match &compiled.groups {
+            Some(groups) => groups.iter().any(|re| re.is_match(hay)),
+            None => compiled.each.iter().any(|a| a.is_match(hay)),
+        }
+    }
+
     pub(crate) fn compiled(&self) -> &AllowCompiled {
         self.compiled.get_or_init(|| {
             let groups = allow_groups(&self.patterns).map(Arc::from);
@@ -187,10 +188,12 @@ impl AllowCache {
         out
     }
 
-    /// A rule's `allow` list: compiled now (each pattern that does not compile is an
-    /// error), or, with `defer`, when it first judges a secret.
+    /// A rule's `allow`, `allow_line` or `allow_decoded` list (the field `key`): compiled
+    /// now (each pattern that does not compile is an error), or, with `defer`, when it
+    /// first judges a secret.
     pub(super) fn allow_list(
         &mut self,
+        key: &'static str,
         patterns: &[String],
         defer: bool,
         errs: &mut Vec<FieldError>,
@@ -200,7 +203,7 @@ impl AllowCache {
             return self.deferred.entry(patterns.to_vec()).or_insert_with(|| Arc::new(list)).clone();
         }
         let errors_before = errs.len();
-        let each = self.compile_all("allow", patterns, errs);
+        let each = self.compile_all(key, patterns, errs);
         let groups = if errs.len() == errors_before { self.compile_set(patterns) } else { None };
         Arc::new(AllowList { patterns: patterns.to_vec(), compiled: OnceLock::from(AllowCompiled { each, groups }) })
     }

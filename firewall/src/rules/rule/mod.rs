@@ -21,7 +21,6 @@ mod raw;
 
 use std::sync::Arc;
 
-use regex::Regex;
 use regex_syntax::hir::Hir;
 
 use crate::scan::secret_span::SecretSplit;
@@ -79,7 +78,7 @@ pub struct Rule {
     /// the match's line (at most `ALLOW_LINE_LOOKBACK` bytes before the match) to the
     /// match's end. They see what `allow` cannot: the name before a keyword
     /// (`NextToken` for a rule whose match starts at `token`), an ARN around it.
-    pub allow_line: Vec<Regex>,
+    pub(crate) allow_line: Arc<AllowList>,
     /// Whether a secret that repeats the user name right before it (`monit:monit`,
     /// `kamailio:kamailiorw`) is turned down by that context (see
     /// [`Rule::is_repeated_user`]).
@@ -87,7 +86,7 @@ pub struct Rule {
     /// Exemptions by what a base64 secret says (`Authorization: Basic dXNlcjpwYXNz` is
     /// `user:pass`): searched in the secret's decoding when it decodes to text throughout
     /// (see [`Rule::is_allowed`]); a secret that does not is judged as written.
-    pub allow_decoded: Vec<Regex>,
+    pub(crate) allow_decoded: Arc<AllowList>,
     pub tags: Vec<String>,
     pub must_match: Vec<String>,
     pub must_not_match: Vec<String>,
@@ -193,6 +192,7 @@ pub fn shannon_entropy(s: &str) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use regex::Regex;
 
     /// The alternations judge every candidate as the patterns one by one do: on the
     /// default rules' samples (each whole, and each of its suffixes and prefixes), with
