@@ -1,6 +1,8 @@
-//! The exemptions: `allow` patterns that a secret matches (compiled once per load and
-//! searched as at most two alternations) and `allow_line` patterns that the line before a
-//! match matches, within a bounded look-back that streaming keeps.
+//! The exemptions: `allow` patterns that a secret matches, `allow_line` patterns that the
+//! line before a match matches (within a bounded look-back that streaming keeps) and
+//! `allow_decoded` patterns that a base64 secret's decoding matches. Each field is an
+//! [`AllowList`]: compiled once per load (or at first use) and searched as at most two
+//! alternations.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -106,9 +108,9 @@ fn before_password_field(before: &str) -> Option<&str> {
     (is_password && rest.ends_with([';', '&'])).then(|| rest[..rest.len() - 1].trim_end_matches(' '))
 }
 
-/// A rule's `allow` patterns, compiled at load or, for rules loaded with
-/// [`crate::LoadOptions::defer_regexes`], by the first secret they judge (then shared by
-/// every rule with the same list).
+/// A rule's `allow`, `allow_line` or `allow_decoded` patterns, compiled at load or, for
+/// rules loaded with [`crate::LoadOptions::defer_regexes`], by the first text they judge
+/// (then shared by every rule with the same list).
 #[derive(Debug)]
 pub(crate) struct AllowList {
     pub(crate) patterns: Vec<String>,

@@ -13,7 +13,7 @@
 //! a finding depend only on the text around it, so streaming agrees with one-shot scanning.
 //!
 //! The file's shape is in `raw`, validation and compiling in `compile`, the exemptions
-//! (`allow`, `allow_line`) in `allow`.
+//! (`allow`, `allow_line`, `allow_decoded`, `allow_repeated_user`) in `allow`.
 
 mod allow;
 mod compile;
