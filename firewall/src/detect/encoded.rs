@@ -780,10 +780,12 @@ pub(crate) fn base64_text(s: &str) -> Option<String> {
 }
 
 /// What a value says with its escapes undone, when it has some: percent escapes inside a
-/// URL (`p%40ssword`), or JSON's `\uXXXX` (`"password": "Contrase\u00f1a"`, as Python's
-/// `json.dumps` writes any text outside ASCII).
+/// URL (`p%40ssword`), JSON's `\uXXXX` (`"password": "Contrase\u00f1a"`, as Python's
+/// `json.dumps` writes any text outside ASCII), or Jetty's obfuscation (`OBF:…`).
 pub(crate) fn unescaped_text(s: &str) -> Option<String> {
-    if s.contains('%') {
+    if let Some(obfuscated) = s.strip_prefix("OBF:") {
+        jetty_obfuscated_text(obfuscated)
+    } else if s.contains('%') {
         percent_text(s)
     } else if s.contains("\\u") {
         json_unicode_text(s)
@@ -818,6 +820,40 @@ fn json_unicode_text(s: &str) -> Option<String> {
     }
     out.push_str(rest);
     (escaped && !out.chars().any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r'))).then_some(out)
+}
+
+/// What the body of a Jetty `OBF:` password says. Jetty's `Password.obfuscate` writes each
+/// byte `b` with its mirror `m` (the byte as far from the end) as four base-36 digits of
+/// `(127 + b + m) * 256 + (127 + b - m)`, or, where either is outside ASCII, as `U` and four
+/// digits of `b * 256 + m`; anyone can undo it, so the value is the password itself.
+fn jetty_obfuscated_text(body: &str) -> Option<String> {
+    let digits = |group: &[u8]| -> Option<u32> {
+        if !group.iter().all(|c| c.is_ascii_digit() || c.is_ascii_lowercase()) {
+            return None;
+        }
+        u32::from_str_radix(std::str::from_utf8(group).ok()?, 36).ok()
+    };
+    let (mut bytes, mut rest) = (Vec::with_capacity(body.len() / 4), body.as_bytes());
+    while !rest.is_empty() {
+        let byte = match rest {
+            [b'U', group @ ..] if group.len() >= 4 => {
+                rest = &group[4..];
+                digits(&group[..4])? / 256
+            }
+            _ if rest.len() >= 4 => {
+                let value = digits(&rest[..4])?;
+                rest = &rest[4..];
+                let (high, low) = (value / 256, value % 256);
+                (high + low).checked_sub(254)? / 2
+            }
+            _ => return None,
+        };
+        bytes.push(u8::try_from(byte).ok()?);
+    }
+    if bytes.is_empty() || bytes.iter().any(|&b| is_control_byte(b)) {
+        return None;
+    }
+    String::from_utf8(bytes).ok()
 }
 
 /// What `s` says with its percent escapes decoded (`p%40ssword` is `p@ssword`), when it has
@@ -1353,6 +1389,19 @@ mod tests {
         assert_eq!(unescaped_text("\\u+041"), None, "not hex either");
         assert_eq!(unescaped_text("a\\u0000b"), None, "not text");
         assert_eq!(unescaped_text("Tq9Wz4Kv7Lx2"), None);
+    }
+
+    #[test]
+    fn a_jetty_obfuscated_password_reads_as_text() {
+        // Jetty's documented keystore and key passwords, and a password outside ASCII.
+        assert_eq!(unescaped_text("OBF:1vny1zlo1x8e1vnw1vn61x8g1zlu1vn4").as_deref(), Some("storepwd"));
+        assert_eq!(unescaped_text("OBF:1u2u1wml1z7s1z7a1wnl1u2g").as_deref(), Some("keypwd"));
+        assert_eq!(unescaped_text("OBF:1xmk1w261z0f1w1c1xmq").as_deref(), Some("otter"));
+        assert_eq!(unescaped_text("OBF:U12ndU0xj7").as_deref(), Some("é"), "bytes outside ASCII");
+        assert_eq!(unescaped_text("OBF:1vny1zl"), None, "a cut group");
+        assert_eq!(unescaped_text("OBF:1VNY1ZLO"), None, "Jetty writes lower case");
+        assert_eq!(unescaped_text("OBF:"), None, "nothing");
+        assert_eq!(unescaped_text("OBF:0000"), None, "no byte");
     }
 
     #[test]
