@@ -41,8 +41,9 @@ impl Rule {
     }
 
     /// Whether an `allow` pattern exempts `secret` as written or with its escapes undone
-    /// (`p%40ssword` inside a URL is `p@ssword`, JSON's `Contrase\u00f1a` is `Contraseña`),
-    /// or an `allow_decoded` pattern what it says in base64.
+    /// (`p%40ssword` inside a URL is `p@ssword`, JSON's `Contrase\u00f1a` is `Contraseña`,
+    /// Jetty's `OBF:1u2u1wml1z7s1z7a1wnl1u2g` is `keypwd`), or an `allow_decoded` pattern
+    /// what it says in base64.
     pub fn is_allowed(&self, secret: &str) -> bool {
         self.is_allowed_as_written(secret)
             || unescaped_text(secret).is_some_and(|text| self.is_allowed_as_written(&text))
