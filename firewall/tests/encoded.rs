@@ -1,6 +1,6 @@
 //! Encoded leaks: another tenant's secret, canary, token or paragraph written in base64,
-//! hex, binary, percent-encoding, character codes, Morse code, in groups or lines, spelled
-//! out, backwards or in ROT13 is blocked as if written plainly, through two layers; the
+//! hex, binary, percent-encoding, character codes, Morse code, Jetty's OBF, in groups or
+//! lines, spelled out, backwards or in ROT13 is blocked as if written plainly, through two layers; the
 //! responding tenant's own data comes back; keys, hashes and binary blobs in honest answers
 //! stay quiet; and a stream holds an encoded run until it is judged, agreeing with one-shot
 //! scanning for any chunking.
@@ -79,6 +79,25 @@ fn percent(s: &str) -> String {
     s.bytes().map(|b| format!("%{b:02X}")).collect()
 }
 
+/// ASCII `plain` as Jetty's `Password.obfuscate` writes it (without its `OBF:`): each byte `b`
+/// with its mirror `m` as four base-36 digits of `(127 + b + m) * 256 + (127 + b - m)`.
+fn jetty_obf(plain: &str) -> String {
+    let b = plain.as_bytes();
+    let mut out = String::new();
+    for (i, &c) in b.iter().enumerate() {
+        let m = u32::from(b[b.len() - 1 - i]);
+        let mut n = (127 + u32::from(c) + m) * 256 + (127 + u32::from(c) - m);
+        let mut digits = Vec::new();
+        while n > 0 {
+            digits.push(char::from_digit(n % 36, 36).unwrap_or('0'));
+            n /= 36;
+        }
+        digits.resize(4, '0');
+        out.extend(digits.iter().rev());
+    }
+    out
+}
+
 /// Every way a response may write `plain`, named.
 fn encodings(plain: &str) -> Vec<(&'static str, String)> {
     let mut forms = vec![
@@ -106,6 +125,7 @@ fn encodings(plain: &str) -> Vec<(&'static str, String)> {
         ("hex bytes joined by dashes", plain.bytes().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join("-")),
         ("binary", plain.bytes().map(|b| format!("{b:08b}")).collect::<Vec<_>>().join(" ")),
         ("binary run", plain.bytes().map(|b| format!("{b:08b}")).collect()),
+        ("Jetty's OBF", format!("OBF:{}", jetty_obf(plain))),
     ];
     // A list of quoted characters, or characters joined by a separator, cannot hold a quote,
     // a space or the separator unambiguously.

@@ -9,8 +9,10 @@
 //!   digits, `+ / = - _ %`) of at least [`DecodeConfig::min_chars`]. One holding `%XX`
 //!   escapes is percent-decoded; one of `0` and `1` only, of a length a multiple of eight,
 //!   is binary if that reads as text; one of hex digits only, of even length, is hex if that
-//!   does; any other is base64, standard or URL-safe, padded or not. A run is cut after `=` that something
-//!   follows (`token=SGVsbG8…`: padding ends a base64 value), each part decoded on its own.
+//!   does; any other is base64, standard or URL-safe, padded or not, or, where that is no
+//!   text, Jetty's `OBF:` obfuscation (lower-case base-36, four digits a character). A run
+//!   is cut after `=` that something follows (`token=SGVsbG8…`: padding ends a base64
+//!   value), each part decoded on its own.
 //! * **Unit lists**: at least [`MIN_UNITS`] whitespace-separated words in a row that are
 //!   each one character (`7 H q 2 …`, `['7', 'H', …]`, or joined by one separator:
 //!   `7-H-q-2`, `7.H.q.2`), or each a byte in hex (`48 65 6c`,
@@ -80,6 +82,8 @@ pub enum Encoding {
     Atbash,
     /// Letters turned 3 places (see `rewrite`).
     Caesar,
+    /// Jetty's `OBF:` obfuscation of a password, four base-36 digits a character.
+    JettyObf,
 }
 
 impl Encoding {
@@ -96,6 +100,7 @@ impl Encoding {
             Encoding::Rot13 => "ROT13",
             Encoding::Atbash => "Atbash",
             Encoding::Caesar => "Caesar's cipher",
+            Encoding::JettyObf => "Jetty's OBF obfuscation",
         }
     }
 }
@@ -626,10 +631,16 @@ fn decode_run(chars: &[u8], span: impl Fn(usize) -> (usize, usize), min: usize) 
     } else {
         let bits = chars.len().is_multiple_of(8) && chars.iter().all(|&c| c == b'0' || c == b'1');
         let hex = (chars.len().is_multiple_of(2) && chars.iter().all(u8::is_ascii_hexdigit)).then(|| hex(chars));
+        let reads = |d: &Decoding| text_prefix(&d.1, d.3).is_some();
         match (bits.then(|| binary(chars)), hex.flatten()) {
-            (Some(b), _) if text_prefix(&b.1, b.3).is_some() => b,
-            (_, Some(h)) if text_prefix(&h.1, h.3).is_some() => h,
-            _ => base64(chars)?,
+            (Some(b), _) if reads(&b) => b,
+            (_, Some(h)) if reads(&h) => h,
+            // Jetty's obfuscation is all lower-case digits and letters, which base64 reads as
+            // bytes that are no text.
+            _ => match base64(chars) {
+                Some(b) if reads(&b) => b,
+                b => jetty_obfuscated(chars).filter(reads).or(b)?,
+            },
         }
     };
     let mut end = text_prefix(&bytes, whole)?;
@@ -676,6 +687,8 @@ enum Sources {
     Base64,
     /// Byte `i` from characters `8i` to `8i + 7`.
     Binary,
+    /// Byte `i` from characters `4i` to `4i + 3`.
+    Jetty,
     Listed(Vec<(usize, usize)>),
 }
 
@@ -685,6 +698,7 @@ impl Sources {
             Sources::Hex => (2 * i, 2 * i + 1),
             Sources::Base64 => (4 * (i / 3) + i % 3, 4 * (i / 3) + i % 3 + 1),
             Sources::Binary => (8 * i, 8 * i + 7),
+            Sources::Jetty => (4 * i, 4 * i + 3),
             Sources::Listed(from) => from.get(i).copied().unwrap_or_default(),
         }
     }
@@ -827,24 +841,17 @@ fn json_unicode_text(s: &str) -> Option<String> {
 /// `(127 + b + m) * 256 + (127 + b - m)`, or, where either is outside ASCII, as `U` and four
 /// digits of `b * 256 + m`; anyone can undo it, so the value is the password itself.
 fn jetty_obfuscated_text(body: &str) -> Option<String> {
-    let digits = |group: &[u8]| -> Option<u32> {
-        if !group.iter().all(|c| c.is_ascii_digit() || c.is_ascii_lowercase()) {
-            return None;
-        }
-        u32::from_str_radix(std::str::from_utf8(group).ok()?, 36).ok()
-    };
     let (mut bytes, mut rest) = (Vec::with_capacity(body.len() / 4), body.as_bytes());
     while !rest.is_empty() {
         let byte = match rest {
             [b'U', group @ ..] if group.len() >= 4 => {
                 rest = &group[4..];
-                digits(&group[..4])? / 256
+                base36(&group[..4])? / 256
             }
             _ if rest.len() >= 4 => {
-                let value = digits(&rest[..4])?;
+                let group = &rest[..4];
                 rest = &rest[4..];
-                let (high, low) = (value / 256, value % 256);
-                (high + low).checked_sub(254)? / 2
+                u32::from(jetty_ascii_byte(group)?)
             }
             _ => return None,
         };
@@ -854,6 +861,36 @@ fn jetty_obfuscated_text(body: &str) -> Option<String> {
         return None;
     }
     String::from_utf8(bytes).ok()
+}
+
+/// Four lower-case base-36 digits as a number.
+fn base36(group: &[u8]) -> Option<u32> {
+    if !group.iter().all(|c| c.is_ascii_digit() || c.is_ascii_lowercase()) {
+        return None;
+    }
+    u32::from_str_radix(std::str::from_utf8(group).ok()?, 36).ok()
+}
+
+/// The byte of one four-digit group of Jetty's obfuscation of ASCII text.
+fn jetty_ascii_byte(group: &[u8]) -> Option<u8> {
+    let value = base36(group)?;
+    let (high, low) = (value / 256, value % 256);
+    u8::try_from((high + low).checked_sub(254)? / 2).ok()
+}
+
+/// A run read as Jetty's obfuscation of ASCII text (the body after `OBF:`, which a run does
+/// not hold): four lower-case base-36 digits a byte.
+fn jetty_obfuscated(chars: &[u8]) -> Option<Decoding> {
+    if !chars.len().is_multiple_of(4) {
+        return None;
+    }
+    let bytes: Vec<u8> = chars
+        .chunks_exact(4)
+        .map(jetty_ascii_byte)
+        .take_while(|b| b.is_some_and(|b| !is_control_byte(b)))
+        .collect::<Option<_>>()?;
+    let whole = bytes.len() == chars.len() / 4;
+    Some((Encoding::JettyObf, bytes, Sources::Jetty, whole))
 }
 
 /// What `s` says with its percent escapes decoded (`p%40ssword` is `p@ssword`), when it has
@@ -1373,6 +1410,9 @@ mod tests {
         assert_eq!(decoded("48656c6c6f2c20776f726c6421"), Some((Encoding::Hex, "Hello, world!".into())));
         assert_eq!(decoded("Hello%2C%20world%21"), Some((Encoding::Percent, "Hello, world!".into())));
         assert_eq!(decoded("0100100001101001001000010010000100100001"), Some((Encoding::Binary, "Hi!!!".into())));
+        let jetty = "19ye1sw01vun1x151x1b1lbo11tr1lfu1x1b1x1h1vun1svy19w8";
+        assert_eq!(decoded(jetty), Some((Encoding::JettyObf, "Hello, world!".into())));
+        assert_eq!(decoded("0123456789abcdefghijklmnopqrstuv"), None, "base-36 digits that say nothing");
         assert_eq!(decoded("100%"), None);
         assert_eq!(decoded("abcde"), None, "five characters are no base64");
         assert_eq!(decoded("ab+c-d"), None, "both alphabets at once");
