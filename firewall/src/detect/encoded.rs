@@ -793,14 +793,30 @@ pub(crate) fn base64_text(s: &str) -> Option<String> {
     }
 }
 
+/// `s` read as hex (an even number of hex digits) when it decodes to text throughout: what
+/// `allow_decoded` patterns read of a hex value (`6368616e676520…` is `change this password
+/// to a secret`). A random key decodes to bytes no text holds within a few of them.
+pub(crate) fn hex_text(s: &str) -> Option<String> {
+    if s.is_empty() || !s.len().is_multiple_of(2) || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    match hex(s.as_bytes())? {
+        (_, bytes, _, true) => String::from_utf8(bytes).ok(),
+        _ => None,
+    }
+}
+
 /// What a value says with its escapes undone, when it has some: percent escapes inside a
-/// URL (`p%40ssword`), JSON's `\uXXXX` (`"password": "Contrase\u00f1a"`, as Python's
-/// `json.dumps` writes any text outside ASCII), or Jetty's obfuscation (`OBF:…`).
+/// URL (`p%40ssword`), a string's byte escapes (`r\xe4ksm\xf6rg\xe5s`), JSON's `\uXXXX`
+/// (`"password": "Contrase\u00f1a"`, as Python's `json.dumps` writes any text outside
+/// ASCII), or Jetty's obfuscation (`OBF:…`).
 pub(crate) fn unescaped_text(s: &str) -> Option<String> {
     if let Some(obfuscated) = s.strip_prefix("OBF:") {
         jetty_obfuscated_text(obfuscated)
     } else if s.contains('%') {
-        percent_text(s)
+        byte_escaped_text(s, "%")
+    } else if s.contains("\\x") {
+        byte_escaped_text(s, "\\x")
     } else if s.contains("\\u") {
         json_unicode_text(s)
     } else {
@@ -893,28 +909,38 @@ fn jetty_obfuscated(chars: &[u8]) -> Option<Decoding> {
     Some((Encoding::JettyObf, bytes, Sources::Jetty, whole))
 }
 
-/// What `s` says with its percent escapes decoded (`p%40ssword` is `p@ssword`), when it has
-/// one and the decoding is UTF-8 text: how a password is written inside a URL.
-fn percent_text(s: &str) -> Option<String> {
-    let chars = s.as_bytes();
-    let (mut bytes, mut escaped, mut i) = (Vec::with_capacity(chars.len()), false, 0);
-    while i < chars.len() {
-        match (chars[i] == b'%').then(|| hex_byte(*chars.get(i + 1)?, *chars.get(i + 2)?)).flatten() {
+/// What `s` says with its byte escapes decoded, `marker` and two hex digits each (`%40` in
+/// a URL: `p%40ssword` is `p@ssword`; `\xe4` in a C, Go or Python string), when it has one:
+/// UTF-8 text where the bytes are, else each escaped byte read as Latin-1 (Go's test of an
+/// ISO-8859-1 password, `r\xe4ksm\xf6rg\xe5s`, is `räksmörgås`).
+fn byte_escaped_text(s: &str, marker: &str) -> Option<String> {
+    let (mut bytes, mut latin1) = (Vec::with_capacity(s.len()), String::with_capacity(s.len()));
+    let (mut escaped, mut rest) = (false, s);
+    while let Some(at) = rest.find(marker) {
+        let (before, from) = rest.split_at(at);
+        bytes.extend_from_slice(before.as_bytes());
+        latin1.push_str(before);
+        let digits = from.as_bytes().get(marker.len()..marker.len() + 2);
+        match digits.and_then(|d| hex_byte(d[0], d[1])) {
             Some(b) => {
                 bytes.push(b);
+                latin1.push(char::from(b));
                 escaped = true;
-                i += 3;
+                rest = &from[marker.len() + 2..];
             }
             None => {
-                bytes.push(chars[i]);
-                i += 1;
+                bytes.extend_from_slice(marker.as_bytes());
+                latin1.push_str(marker);
+                rest = &from[marker.len()..];
             }
         }
     }
+    bytes.extend_from_slice(rest.as_bytes());
+    latin1.push_str(rest);
     if !escaped || bytes.iter().any(|&b| is_control_byte(b)) {
         return None;
     }
-    String::from_utf8(bytes).ok()
+    Some(String::from_utf8(bytes).unwrap_or(latin1))
 }
 
 /// Base64, standard or URL-safe (whichever the characters allow), padded or not.
@@ -1432,6 +1458,28 @@ mod tests {
     }
 
     #[test]
+    fn a_byte_escaped_value_reads_as_text() {
+        assert_eq!(
+            unescaped_text("r\\xc3\\xa4ksm\\xc3\\xb6rg\\xc3\\xa5s").as_deref(),
+            Some("räksmörgås"),
+            "UTF-8 bytes"
+        );
+        assert_eq!(unescaped_text("r\\xe4ksm\\xf6rg\\xe5s").as_deref(), Some("räksmörgås"), "Latin-1 bytes");
+        assert_eq!(unescaped_text("caf%E9").as_deref(), Some("café"), "Latin-1 in a URL");
+        assert_eq!(unescaped_text("a\\x00b"), None, "not text");
+        assert_eq!(unescaped_text("\\xzz"), None, "not hex");
+    }
+
+    #[test]
+    fn a_hex_value_reads_as_text_only_when_it_is_text() {
+        assert_eq!(hex_text("48656c6c6f2c20776f726c6421").as_deref(), Some("Hello, world!"));
+        assert_eq!(hex_text("6d7920736563726574").as_deref(), Some("my secret"));
+        assert_eq!(hex_text("9f86d081884c7d659a2feaa0c55ad015"), None, "a digest is no text");
+        assert_eq!(hex_text("48656c6c6f2"), None, "an odd number of digits");
+        assert_eq!(hex_text("Hello"), None);
+    }
+
+    #[test]
     fn a_jetty_obfuscated_password_reads_as_text() {
         // Jetty's documented keystore and key passwords, and a password outside ASCII.
         assert_eq!(unescaped_text("OBF:1vny1zlo1x8e1vnw1vn61x8g1zlu1vn4").as_deref(), Some("storepwd"));
@@ -1451,7 +1499,7 @@ mod tests {
         assert_eq!(unescaped_text("caf%C3%A9").as_deref(), Some("café"));
         assert_eq!(unescaped_text("100%"), None, "no escape");
         assert_eq!(unescaped_text("Tq9Wz4Kv7Lx2"), None, "no escape");
-        assert_eq!(unescaped_text("a%FFb"), None, "not UTF-8");
+        assert_eq!(unescaped_text("a%FFb").as_deref(), Some("aÿb"), "Latin-1 where the bytes are no UTF-8");
         assert_eq!(unescaped_text("a%00b"), None, "not text");
     }
 

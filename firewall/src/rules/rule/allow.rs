@@ -1,6 +1,6 @@
 //! The exemptions: `allow` patterns that a secret matches, `allow_line` patterns that the
 //! line before a match matches (within a bounded look-back that streaming keeps) and
-//! `allow_decoded` patterns that a base64 secret's decoding matches. Each field is an
+//! `allow_decoded` patterns that a base64 or hex secret's decoding matches. Each field is an
 //! [`AllowList`]: compiled once per load (or at first use) and searched as at most two
 //! alternations.
 
@@ -13,7 +13,7 @@ use regex_syntax::hir::{Hir, Look};
 
 use super::compile::{compile_hir, compile_regex};
 use super::{field, FieldError, Rule};
-use crate::detect::encoded::{base64_text, unescaped_text};
+use crate::detect::encoded::{base64_text, hex_text, unescaped_text};
 
 /// How far before a match `allow_line` patterns see, at most. Bounded so that a stream
 /// scanner keeps only this much released text to judge by the same context as a
@@ -43,7 +43,7 @@ impl Rule {
     /// Whether an `allow` pattern exempts `secret` as written or with its escapes undone
     /// (`p%40ssword` inside a URL is `p@ssword`, JSON's `Contrase\u00f1a` is `Contraseña`,
     /// Jetty's `OBF:1u2u1wml1z7s1z7a1wnl1u2g` is `keypwd`), or an `allow_decoded` pattern
-    /// what it says in base64.
+    /// what it says in base64 or in hex.
     pub fn is_allowed(&self, secret: &str) -> bool {
         self.is_allowed_as_written(secret)
             || unescaped_text(secret).is_some_and(|text| self.is_allowed_as_written(&text))
@@ -63,7 +63,9 @@ impl Rule {
 
     fn is_allowed_decoded(&self, secret: &str) -> bool {
         !self.allow_decoded.patterns.is_empty()
-            && base64_text(secret).is_some_and(|text| self.allow_decoded.is_match(&text))
+            && [base64_text, hex_text]
+                .iter()
+                .any(|decode| decode(secret).is_some_and(|text| self.allow_decoded.is_match(&text)))
     }
 }
 
