@@ -65,6 +65,10 @@ pub(crate) struct RuleSearch {
     pub(crate) reach: Option<usize>,
     /// Where a match can start (a superset), to skip tries that cannot match.
     starts: StartFilter,
+    /// Every match starts at a line's start (`(?m)^…`): a region is the line starts before
+    /// its hit, not every byte between (most hits have one, and the rest would each be
+    /// looked up in `starts` to be turned down).
+    line_starts_only: bool,
     /// Every byte that can occur inside a match (a superset): a match that starts before a
     /// keyword hit holds every byte between, so a region ends, going back from its hit, at
     /// the first byte outside this set (a newline, for most generic rules).
@@ -121,7 +125,8 @@ impl RuleSearch {
         let split = if group != 0 { split } else { None };
         let secret = if group != 0 && reach.is_some() && split.is_none() { SecretSearch::new(hir) } else { None };
         let enders = RunEnders::of(&inner, &after_first);
-        RuleSearch { regex, group, reach, starts, inside, inner, after_first, enders, split, secret }
+        let line_starts_only = starts.at_line_starts_only();
+        RuleSearch { regex, group, reach, starts, line_starts_only, inside, inner, after_first, enders, split, secret }
     }
 
     /// The byte sets that bound this rule's runs.
@@ -138,7 +143,8 @@ impl RuleSearch {
 
     /// Merges the start regions of the keyword hits in `text`, `(start, end)` sorted by
     /// start: `[start - reach, start]`, cut after the last byte before the hit that no
-    /// match can hold. Sets `out` to inclusive `(first, last)` start positions; empty
+    /// match can hold, and for a rule whose matches start at lines only, just the line
+    /// starts in it. Sets `out` to inclusive `(first, last)` start positions; empty
     /// without a bounded reach.
     pub(crate) fn regions(&self, text: &[u8], hits: &[(usize, usize)], out: &mut Vec<(usize, usize)>) {
         out.clear();
@@ -147,9 +153,14 @@ impl RuleSearch {
             let furthest = h.saturating_sub(reach);
             let before = text.get(furthest..h).unwrap_or(&[]);
             let a = before.iter().rposition(|&b| !self.inside[usize::from(b)]).map_or(furthest, |i| furthest + i + 1);
-            match out.last_mut() {
-                Some(last) if a <= last.1 + 1 => last.1 = last.1.max(h),
-                _ => out.push((a, h)),
+            if self.line_starts_only {
+                let line_start = |s: usize| s == 0 || matches!(text.get(s - 1), Some(b'\n' | b'\r'));
+                let breaks = memchr::memchr2_iter(b'\n', b'\r', text.get(a..h).unwrap_or(&[])).map(|i| a + i + 1);
+                for s in std::iter::once(a).filter(|&s| line_start(s)).chain(breaks) {
+                    push_region(out, (s, s));
+                }
+            } else {
+                push_region(out, (a, h));
             }
         }
     }
@@ -297,6 +308,14 @@ impl RuleSearch {
         }
         regex.search_captures(&Input::new(text).span(s..end).anchored(Anchored::Yes), meta);
         found_in(meta, self.group)
+    }
+}
+
+/// Adds `(first, last)` to sorted regions, merged with the last one where they touch.
+fn push_region(out: &mut Vec<(usize, usize)>, (first, last): (usize, usize)) {
+    match out.last_mut() {
+        Some(prev) if first <= prev.1 + 1 => prev.1 = prev.1.max(last),
+        _ => out.push((first, last)),
     }
 }
 
@@ -630,5 +649,30 @@ mod tests {
         // Without a byte outside the set, the reach alone bounds the region.
         assert_eq!(regions(&s, &text[6..], &[(hit - 6, hit + 2)]), vec![(0, hit - 6)]);
         assert_eq!(regions(&search("a[^\n]*password", 4), text, &[(hit, hit + 8)]), vec![(hit - 4, hit)]);
+    }
+
+    #[test]
+    fn a_rule_that_starts_at_lines_tries_only_the_line_starts_before_its_hits() {
+        let s = search(r"(?m)^[ \t]{0,16}(?:[a-z]{1,24}[ \t._-]?)?secret[ \t]+[A-Za-z0-9]{8,}\r?$", 48);
+        assert!(s.line_starts_only);
+        let text = b"x\n  app secret Tq9Wz4Kv7Lx2\r\nsecret Wq7Kz2Tv9Lx4\nno secret here";
+        let hits: Vec<(usize, usize)> =
+            (0..text.len() - 6).filter(|&i| &text[i..i + 6] == b"secret").map(|i| (i, i + 6)).collect();
+        let mut out = Vec::new();
+        s.regions(text, &hits, &mut out);
+        // The line of each hit, once each; a line that starts past the reach has none.
+        assert_eq!(out, vec![(2, 2), (29, 29), (49, 49)]);
+        let mut found = Vec::new();
+        s.walk_regions(std::str::from_utf8(text).unwrap_or(""), &out, &mut None, |f| {
+            found.push(f.0);
+            Verdict::Taken
+        });
+        assert_eq!(found, vec![(2, 28), (29, 48)]);
+        // At the text's start, and past the reach: nothing before the line's start is tried.
+        s.regions(b"secret Tq9Wz4Kv7Lx2", &[(0, 6)], &mut out);
+        assert_eq!(out, vec![(0, 0)]);
+        let far = [b"x".repeat(60), b" secret Tq9Wz4Kv7Lx2".to_vec()].concat();
+        s.regions(&far, &[(61, 67)], &mut out);
+        assert_eq!(out, vec![]);
     }
 }

@@ -151,6 +151,14 @@ impl StartFilter {
         openings.hold(before, at)
     }
 
+    /// Whether every match starts at a line's start (the pattern opens with `(?m)^` or
+    /// `\A` on every branch): then only the line starts near a keyword hit are worth a look.
+    pub(crate) fn at_line_starts_only(&self) -> bool {
+        let line_start = 1u8 << 1;
+        debug_assert_eq!(Opening::ALL[1], Opening::LineStart);
+        self.by_byte.iter().any(|&o| o != 0) && self.by_byte.iter().all(|&o| o == 0 || o == line_start)
+    }
+
     /// The openings under which a match may begin with the byte `at`.
     #[inline]
     pub(crate) fn openings(&self, at: u8) -> Openings {
@@ -248,6 +256,16 @@ mod tests {
         let p = r"(?m)(?:^|[ \t;])[A-Za-z0-9_.-]{0,40}password";
         assert_eq!(starts(p, "ab cd\nef;gh"), [0, 2, 6, 8]);
         assert_eq!(starts(p, "\r\nx y"), [2, 3]);
+    }
+
+    #[test]
+    fn only_patterns_that_open_with_a_line_start_on_every_branch_start_at_lines_only() {
+        assert!(filter(r"(?m)^[ \t]{0,16}[a-z]+ secret").at_line_starts_only());
+        assert!(filter(r"(?m)^(?:a|b)").at_line_starts_only());
+        assert!(!filter(r"(?m)(?:^|[ \t;])password").at_line_starts_only());
+        assert!(!filter(r"(?m)^a|b").at_line_starts_only());
+        assert!(!filter(r"\bsecret").at_line_starts_only());
+        assert!(!filter(r"secret").at_line_starts_only());
     }
 
     #[test]
