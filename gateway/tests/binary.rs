@@ -130,7 +130,9 @@ fn scan_jsonl_answers_each_piped_record_before_the_next_arrives() {
     std::thread::spawn(move || stdout.lines().map_while(Result::ok).try_for_each(|l| lines.send(l)));
     for (id, key) in [(1, "ghp_R8vTq2LmZx9WcY4bN7kP1sD3fG6hJ0aQe5Ui"), (2, "ghp_Q3wTq2LmZx9WcY4bN7kP1sD3fG6hJ0aQe5Zk")]
     {
-        let record = format!("{{\"id\":{id},\"text\":\"token {key}\"}}\n");
+        // The key alone on its line: one finding per record (`token KEY` would also be a
+        // directive-secret finding, and a second line would answer for the next record).
+        let record = format!("{{\"id\":{id},\"text\":\"{key}\"}}\n");
         std::io::Write::write_all(&mut stdin, record.as_bytes()).expect("write stdin");
         let Ok(line) = answers.recv_timeout(Duration::from_secs(30)) else {
             let _ = child.kill();
