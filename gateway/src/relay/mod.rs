@@ -124,6 +124,11 @@ impl<F: Framing> StreamState<F> {
                     self.framing.events(released, &mut out);
                 }
                 Some(Err(error)) => {
+                    // What the backend sent before failing is judged as a text's end, as
+                    // when it ends cleanly, and relayed before the error: text the firewall
+                    // held only because a match might have gone on is not lost with it.
+                    let rest = self.guard.finish_all();
+                    self.framing.events(rest, &mut out);
                     self.guard.backend_failed(&error);
                     self.end();
                     self.framing.fail(&error, &mut out);
@@ -300,7 +305,11 @@ mod tests {
     }
 
     fn open_guard(n: u32) -> ResponseGuard {
-        let rules = std::sync::Arc::new(firewall::Ruleset::empty());
+        guard_with(n, firewall::Ruleset::empty())
+    }
+
+    fn guard_with(n: u32, rules: firewall::Ruleset) -> ResponseGuard {
+        let rules = std::sync::Arc::new(rules);
         let settings = crate::response_guard::GuardSettings::new(
             rules,
             firewall::ScanContext::new("t"),
@@ -374,6 +383,33 @@ mod tests {
         let f = frames(vec![text(0, "a"), Err(ApiError::BadGateway("cut".into())), text(0, "never")], false).await;
         assert_eq!(f.len(), 2);
         assert!(f[1].contains("\"error\"") && f[1].contains("cut"));
+    }
+
+    /// Frames of one choice's stream under the built-in rules.
+    async fn guarded_frames(events: Vec<Result<BackendEvent, ApiError>>) -> Vec<String> {
+        let rules = firewall::Ruleset::builtin().unwrap_or_else(|_| firewall::Ruleset::empty());
+        assert!(rules.len() > 400, "the built-in rules load");
+        let body: Vec<_> =
+            sse_body(ChunkFraming::new(meta(false)), backend(events), guard_with(1, rules), Box::new(|_| {}))
+                .collect()
+                .await;
+        let joined: String = body.into_iter().map(|b| String::from_utf8(b.unwrap().to_vec()).unwrap()).collect();
+        joined.split("\n\n").filter(|f| !f.is_empty()).map(|f| f.trim_start_matches("data: ").to_owned()).collect()
+    }
+
+    #[tokio::test]
+    async fn text_held_when_the_backend_fails_is_judged_and_relayed_before_the_error() {
+        // A line's first word could open `name secret VALUE`: the firewall holds it until
+        // the next word, which a failing backend never sends.
+        let f = guarded_frames(vec![text(0, "partial "), Err(ApiError::BadGateway("cut".into()))]).await;
+        assert!(f.iter().any(|c| c.contains("partial")), "{f:?}");
+        assert!(f.last().is_some_and(|c| c.contains("\"error\"") && c.contains("cut")), "{f:?}");
+        assert!(!f.iter().any(|c| c == "[DONE]"));
+        // A key cut by the failure is judged at the text's end like any other: never relayed.
+        let key = "ghp_R8vTq2LmZx9WcY4bN7kP1sD3fG6hJ0aQe5Ui";
+        let f = guarded_frames(vec![text(0, "token: "), text(0, key), Err(ApiError::BadGateway("cut".into()))]).await;
+        assert!(!f.iter().any(|c| c.contains("ghp_R8vT")), "{f:?}");
+        assert!(f.last().is_some_and(|c| c.contains("\"error\"")), "{f:?}");
     }
 
     #[tokio::test]
