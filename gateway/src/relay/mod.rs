@@ -319,10 +319,16 @@ mod tests {
     }
 
     async fn frames(events: Vec<Result<BackendEvent, ApiError>>, include_usage: bool) -> Vec<String> {
+        frames_under(open_guard(2), events, include_usage).await
+    }
+
+    async fn frames_under(
+        guard: ResponseGuard,
+        events: Vec<Result<BackendEvent, ApiError>>,
+        include_usage: bool,
+    ) -> Vec<String> {
         let body: Vec<_> =
-            sse_body(ChunkFraming::new(meta(include_usage)), backend(events), open_guard(2), Box::new(|_| {}))
-                .collect()
-                .await;
+            sse_body(ChunkFraming::new(meta(include_usage)), backend(events), guard, Box::new(|_| {})).collect().await;
         let joined: String = body.into_iter().map(|b| String::from_utf8(b.unwrap().to_vec()).unwrap()).collect();
         joined.split("\n\n").filter(|f| !f.is_empty()).map(|f| f.trim_start_matches("data: ").to_owned()).collect()
     }
@@ -389,12 +395,7 @@ mod tests {
     async fn guarded_frames(events: Vec<Result<BackendEvent, ApiError>>) -> Vec<String> {
         let rules = firewall::Ruleset::builtin().unwrap_or_else(|_| firewall::Ruleset::empty());
         assert!(rules.len() > 400, "the built-in rules load");
-        let body: Vec<_> =
-            sse_body(ChunkFraming::new(meta(false)), backend(events), guard_with(1, rules), Box::new(|_| {}))
-                .collect()
-                .await;
-        let joined: String = body.into_iter().map(|b| String::from_utf8(b.unwrap().to_vec()).unwrap()).collect();
-        joined.split("\n\n").filter(|f| !f.is_empty()).map(|f| f.trim_start_matches("data: ").to_owned()).collect()
+        frames_under(guard_with(1, rules), events, false).await
     }
 
     #[tokio::test]
