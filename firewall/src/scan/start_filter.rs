@@ -45,6 +45,11 @@ impl Opening {
         }
     }
 
+    /// The condition's bit in an [`Openings`] set.
+    fn bit(self) -> u8 {
+        1u8 << Opening::ALL.iter().position(|&o| o == self).unwrap_or(0)
+    }
+
     /// Both conditions must hold: keeping either one is sound; keep the first.
     fn and(self, other: Opening) -> Opening {
         if self == Opening::Anywhere {
@@ -154,8 +159,7 @@ impl StartFilter {
     /// Whether every match starts at a line's start (the pattern opens with `(?m)^` or
     /// `\A` on every branch): then only the line starts near a keyword hit are worth a look.
     pub(crate) fn at_line_starts_only(&self) -> bool {
-        let line_start = 1u8 << 1;
-        debug_assert_eq!(Opening::ALL[1], Opening::LineStart);
+        let line_start = Opening::LineStart.bit();
         self.by_byte.iter().any(|&o| o != 0) && self.by_byte.iter().all(|&o| o == 0 || o == line_start)
     }
 
@@ -178,7 +182,7 @@ impl StartFilter {
     }
 
     fn add_range(&mut self, opening: Opening, lo: u8, hi: u8) {
-        let bit = 1u8 << Opening::ALL.iter().position(|&o| o == opening).unwrap_or(0);
+        let bit = opening.bit();
         self.by_byte[usize::from(lo)..=usize::from(hi)].iter_mut().for_each(|b| *b |= bit);
     }
 
