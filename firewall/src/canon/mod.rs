@@ -504,6 +504,15 @@ mod tests {
     }
 
     #[test]
+    fn ascii_text_is_its_own_rules_string() {
+        // The table reader turns down ASCII headers on this (`detect::table`'s
+        // `credential_header`).
+        for text in ["Password", "API-KEY (prod)", "a\\u0070wd", "p&#97;ss", "x%41y", " tab\tend ", "|", ""] {
+            assert_eq!(rules_string(text, false), text);
+        }
+    }
+
+    #[test]
     fn the_quick_check_finds_every_difference_at_block_edges() {
         for at in [0, 1, 126, 127, 128, 129, 255, 256, 300] {
             let mut text = "x".repeat(at);

@@ -352,6 +352,7 @@ impl TableState {
         // so too.
         let mut core: Option<usize> = None;
         let mut cores_left = self.pairs_on;
+        let mut cores = self.pairs_on.then(|| pairs::CoreStarts::of(bytes));
         let mut html: Option<usize> = None;
         let mut html_left = self.html_on;
         loop {
@@ -368,7 +369,7 @@ impl TableState {
                 }
                 if cores_left {
                     if core.is_none_or(|at| at < start) {
-                        core = pairs::next_core(bytes, start);
+                        core = cores.as_mut().and_then(|c| c.next_from(start));
                         cores_left = core.is_some();
                     }
                     next = earliest(next, core);
@@ -856,10 +857,27 @@ fn credential_header(header: &str) -> Option<(bool, &'static str)> {
     if header.is_empty() || header.len() > 64 {
         return None;
     }
+    // ASCII is its own rules view: one automaton pass turns down the many cells that name
+    // no credential (code between pipes or commas, a tenth of a scan of the cargo
+    // registry's text) before the view and its lowercase are built.
+    if header.is_ascii() && ascii_credential_words().is_some_and(|words| !words.is_match(header)) {
+        return None;
+    }
     let lower = crate::canon::rules_string(header, false).to_lowercase();
     let word = CREDENTIAL_WORDS.iter().find(|w| lower.contains(*w))?;
     let about = lower.split(|c: char| !c.is_alphanumeric()).any(|word| ABOUT_WORDS.iter().any(|a| word.starts_with(a)));
     Some((about, word))
+}
+
+/// The ASCII words of [`CREDENTIAL_WORDS`], any case, in one automaton.
+fn ascii_credential_words() -> Option<&'static aho_corasick::AhoCorasick> {
+    static WORDS: std::sync::OnceLock<Option<aho_corasick::AhoCorasick>> = std::sync::OnceLock::new();
+    WORDS
+        .get_or_init(|| {
+            let ascii = CREDENTIAL_WORDS.iter().filter(|w| w.is_ascii());
+            aho_corasick::AhoCorasick::builder().ascii_case_insensitive(true).build(ascii).ok()
+        })
+        .as_ref()
 }
 
 /// Whether some line of `text` is a delimiter row (`|---|:--:|`) as the reader reads it:
