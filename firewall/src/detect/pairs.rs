@@ -264,41 +264,77 @@ fn core_automaton() -> Option<&'static aho_corasick::AhoCorasick> {
 }
 
 /// Every place of a whole text that may name a credential (each start of one of
-/// [`NAME_CORES`], ASCII any case), found in one pass: what a one-shot read asks of
-/// [`next_core`] line after line. The automaton walks every byte of source code (its words'
-/// first letters are everywhere: `key`, `pass`, `auth`), 13 to 14 instructions a byte, a
-/// tenth of a scan of the cargo registry's text; the keyword filter's SIMD loop reads the
-/// same text in one or two.
+/// [`NAME_CORES`], ASCII any case), read in order: what a one-shot read asks of [`next_core`]
+/// line after line. The automaton walks every byte of source code (its words' first letters
+/// are everywhere: `key`, `pass`, `auth`), 13 to 14 instructions a byte, a tenth of a scan of
+/// the cargo registry's text; the keyword filter's SIMD loop reads the same text in one or
+/// two. It searches [`CORE_WINDOW`] bytes at a time, so that a text of nothing but such
+/// words keeps a window's places, not the whole text's.
 #[derive(Debug)]
-pub(crate) struct CoreStarts {
-    /// ascending; None where no finder could be built (every place may then name one)
-    starts: Option<Vec<usize>>,
+pub(crate) struct CoreStarts<'t> {
+    bytes: &'t [u8],
+    /// the places found in the last window searched, ascending
+    starts: Vec<usize>,
     /// the first of `starts` not yet passed
     next: usize,
+    /// where the windows searched so far end
+    searched: usize,
 }
 
-impl CoreStarts {
-    pub(crate) fn of(bytes: &[u8]) -> CoreStarts {
-        static FINDER: std::sync::OnceLock<Option<KeywordFinder>> = std::sync::OnceLock::new();
-        let finder = FINDER.get_or_init(|| KeywordFinder::build(&NAME_CORES).filter(KeywordFinder::is_accelerated));
-        let mut starts = Vec::new();
-        match (finder, core_automaton()) {
-            (Some(finder), _) => finder.for_each(bytes, |_, at| starts.push(at)),
-            (None, Some(ac)) => starts.extend(ac.find_overlapping_iter(bytes).map(|m| m.start())),
-            (None, None) => return CoreStarts { starts: None, next: 0 },
-        }
-        starts.sort_unstable();
-        starts.dedup();
-        CoreStarts { starts: Some(starts), next: 0 }
+/// Bytes searched for [`CoreStarts`] at a time.
+const CORE_WINDOW: usize = 64 << 10;
+
+impl<'t> CoreStarts<'t> {
+    pub(crate) fn of(bytes: &'t [u8]) -> CoreStarts<'t> {
+        CoreStarts { bytes, starts: Vec::new(), next: 0, searched: 0 }
     }
 
     /// The first place at or after `from`; `from` never goes back between calls.
     pub(crate) fn next_from(&mut self, from: usize) -> Option<usize> {
-        let Some(starts) = &self.starts else { return Some(from) };
-        while starts.get(self.next).is_some_and(|&at| at < from) {
-            self.next += 1;
+        loop {
+            while self.starts.get(self.next).is_some_and(|&at| at < from) {
+                self.next += 1;
+            }
+            if let Some(&at) = self.starts.get(self.next) {
+                return Some(at);
+            }
+            if self.searched >= self.bytes.len() {
+                return None;
+            }
+            if !self.search_window(from) {
+                // No finder could be built: every place may name one.
+                return Some(from);
+            }
         }
-        starts.get(self.next).copied()
+    }
+
+    /// Finds the places that start in the window from `from` (or from where the last one
+    /// ended); false where no finder could be built.
+    fn search_window(&mut self, from: usize) -> bool {
+        static FINDER: std::sync::OnceLock<Option<KeywordFinder>> = std::sync::OnceLock::new();
+        let finder = FINDER.get_or_init(|| KeywordFinder::build(&NAME_CORES).filter(KeywordFinder::is_accelerated));
+        let low = from.max(self.searched);
+        let end = low.saturating_add(CORE_WINDOW).min(self.bytes.len());
+        // A word that starts before `end` may run past it.
+        let longest = NAME_CORES.iter().map(|w| w.len()).max().unwrap_or(1);
+        let bytes = self.bytes;
+        let window = &bytes[low..end.saturating_add(longest.saturating_sub(1)).min(bytes.len())];
+        self.starts.clear();
+        self.next = 0;
+        self.searched = end;
+        let mut keep = |at: usize| {
+            if low + at < end {
+                self.starts.push(low + at);
+            }
+        };
+        match (finder, core_automaton()) {
+            (Some(finder), _) => finder.for_each(window, |_, at| keep(at)),
+            (None, Some(ac)) => ac.find_overlapping_iter(window).for_each(|m| keep(m.start())),
+            (None, None) => return false,
+        }
+        self.starts.sort_unstable();
+        self.starts.dedup();
+        true
     }
 }
 
@@ -497,6 +533,30 @@ mod tests {
             }
         }
         assert_eq!(CoreStarts::of(b"no such word").next_from(0), None);
+    }
+
+    #[test]
+    fn core_places_across_search_windows_are_every_place() {
+        // Words across each window's end, and a stretch of them only (a start every three
+        // bytes), over three windows.
+        let mut text = "x".repeat(CORE_WINDOW - 4) + "CREDENTIAL y";
+        text += &"z".repeat(CORE_WINDOW - text.len() % CORE_WINDOW - 1);
+        text += "token ";
+        text += &"key".repeat(CORE_WINDOW / 3);
+        text += "pw";
+        let lower = text.to_ascii_lowercase();
+        let every: Vec<usize> = (0..text.len())
+            .filter(|&at| NAME_CORES.iter().any(|w| lower.as_bytes()[at..].starts_with(w.as_bytes())))
+            .collect();
+        let mut cores = CoreStarts::of(text.as_bytes());
+        let mut found = Vec::new();
+        let mut from = 0;
+        while let Some(at) = cores.next_from(from) {
+            found.push(at);
+            from = at + 1;
+        }
+        assert_eq!(found, every);
+        assert!(cores.starts.len() <= CORE_WINDOW / 3 + 1);
     }
 
     #[test]
