@@ -7,13 +7,6 @@ use gateway::cli::{Cli, Command, RulesCommand};
 use gateway::commands;
 use gateway::config::Config;
 
-/// mimalloc rather than the system allocator: a one-shot scan of the secret-dense corpus
-/// spent about 9 % of its CPU time in glibc's malloc and free (compiling regexes at first
-/// use, two strings per finding, growing JSON buffers), and mimalloc takes 12 % of the
-/// instructions off a 10 MB scan (BENCHMARKS.md, "Scan speed per host kind").
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     gateway::logging::init();
