@@ -272,7 +272,7 @@ mod tests {
     fn reach_of(pattern: &str, keywords: &[&str]) -> Option<usize> {
         let hir = regex_syntax::parse(pattern).map_err(|e| e.to_string());
         let kws: Vec<String> = keywords.iter().map(|k| k.to_string()).collect();
-        hir.ok().and_then(|h| keyword_reach(&crate::rules::rule::ascii_twin(&h), &kws))
+        hir.ok().and_then(|h| keyword_reach(&crate::rules::rule::ascii_twin(h), &kws))
     }
 
     #[test]

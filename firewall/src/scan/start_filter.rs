@@ -246,7 +246,7 @@ mod tests {
     fn filter(pattern: &str) -> StartFilter {
         let hir = regex_syntax::parse(pattern).map_err(|e| e.to_string());
         assert!(hir.is_ok(), "{hir:?}");
-        hir.map(|h| StartFilter::of(&crate::rules::rule::ascii_twin(&h)))
+        hir.map(|h| StartFilter::of(&crate::rules::rule::ascii_twin(h)))
             .unwrap_or_else(|_| StartFilter::of(&Hir::empty()))
     }
 

@@ -498,7 +498,7 @@ mod tests {
         let hirs = patterns
             .iter()
             .filter_map(|p| regex_syntax::parse(p).ok())
-            .map(|h| crate::rules::rule::ascii_twin(&h))
+            .map(crate::rules::rule::ascii_twin)
             .collect::<Vec<_>>();
         assert_eq!(hirs.len(), patterns.len());
         let built = Live::build(&hirs).map_err(|e| format!("{e:?}"));

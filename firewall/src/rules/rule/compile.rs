@@ -103,7 +103,7 @@ impl RawRule {
         if self.description.trim().is_empty() {
             errs.push(field("description", "description is empty"));
         }
-        let hir = regex_syntax::ParserBuilder::new().build().parse(&self.regex).ok().map(|h| ascii_twin(&h));
+        let hir = regex_syntax::ParserBuilder::new().build().parse(&self.regex).ok().map(ascii_twin);
         let keywords = check_keywords(&self.keywords).map_err(|e| errs.push(e)).ok();
         let reach = match (&hir, &keywords) {
             (Some(h), Some(k)) => keyword_reach(h, k),
@@ -208,9 +208,11 @@ fn group_is_whole_match(hir: &Hir, group: usize) -> bool {
 ///   its two ASCII cases. Keywords are ASCII case-insensitive, so a match spelled with the
 ///   Kelvin sign or the long s could never count through that word anyway; without them a
 ///   `(?i)` word is a plain keyword, which is what lets `keyword_reach` bound where matches start.
-pub(crate) fn ascii_twin(hir: &Hir) -> Hir {
-    use regex_syntax::hir::{HirKind, Look};
-    match hir.kind() {
+pub(crate) fn ascii_twin(hir: Hir) -> Hir {
+    use regex_syntax::hir::{Class, HirKind, Look};
+    // Taken apart by value: the tree is rebuilt around its own leaves, not copies of them
+    // (copying every class and literal was most of what this cost at each start).
+    match hir.into_kind() {
         HirKind::Look(l) => Hir::look(match l {
             Look::WordUnicode => Look::WordAscii,
             Look::WordUnicodeNegate => Look::WordAsciiNegate,
@@ -218,20 +220,18 @@ pub(crate) fn ascii_twin(hir: &Hir) -> Hir {
             Look::WordEndUnicode => Look::WordEndAscii,
             Look::WordStartHalfUnicode => Look::WordStartHalfAscii,
             Look::WordEndHalfUnicode => Look::WordEndHalfAscii,
-            other => *other,
+            other => other,
         }),
-        HirKind::Class(regex_syntax::hir::Class::Unicode(c)) => {
-            ascii_letter_pair(c).map_or_else(|| hir.clone(), |pair| Hir::class(regex_syntax::hir::Class::Unicode(pair)))
-        }
-        HirKind::Empty | HirKind::Literal(_) | HirKind::Class(_) => hir.clone(),
+        HirKind::Class(Class::Unicode(c)) => Hir::class(Class::Unicode(ascii_letter_pair(&c).unwrap_or(c))),
+        HirKind::Class(c) => Hir::class(c),
+        HirKind::Empty => Hir::empty(),
+        HirKind::Literal(l) => Hir::literal(l.0),
         HirKind::Repetition(r) => {
-            Hir::repetition(regex_syntax::hir::Repetition { sub: Box::new(ascii_twin(&r.sub)), ..r.clone() })
+            Hir::repetition(regex_syntax::hir::Repetition { sub: Box::new(ascii_twin(*r.sub)), ..r })
         }
-        HirKind::Capture(c) => {
-            Hir::capture(regex_syntax::hir::Capture { sub: Box::new(ascii_twin(&c.sub)), ..c.clone() })
-        }
-        HirKind::Concat(v) => Hir::concat(v.iter().map(ascii_twin).collect()),
-        HirKind::Alternation(v) => Hir::alternation(v.iter().map(ascii_twin).collect()),
+        HirKind::Capture(c) => Hir::capture(regex_syntax::hir::Capture { sub: Box::new(ascii_twin(*c.sub)), ..c }),
+        HirKind::Concat(v) => Hir::concat(v.into_iter().map(ascii_twin).collect()),
+        HirKind::Alternation(v) => Hir::alternation(v.into_iter().map(ascii_twin).collect()),
     }
 }
 
