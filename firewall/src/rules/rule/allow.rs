@@ -8,11 +8,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use regex::Regex;
-use regex_automata::meta::Regex as MetaRegex;
+use regex_automata::hybrid::dfa::{Cache as DfaCache, DFA};
+use regex_automata::nfa::thompson::pikevm::{Cache as PikeCache, PikeVM};
+use regex_automata::nfa::thompson::{self, NFA};
+use regex_automata::util::pool::Pool;
+use regex_automata::{Anchored, Input};
 use regex_syntax::hir::{Hir, Look};
 
-use super::compile::{compile_hir, compile_regex};
-use super::{field, FieldError, Rule};
+use super::compile::compile_regex;
+use super::{field, FieldError, Rule, REGEX_SIZE_LIMIT};
 use crate::detect::encoded::{base64_text, hex_text, unescaped_text};
 
 /// How far before a match `allow_line` patterns see, at most. Bounded so that a stream
@@ -126,7 +130,7 @@ pub(crate) struct AllowCompiled {
     /// A deferred compile that has the alternations leaves it empty.
     pub(crate) each: Vec<Regex>,
     /// [`allow_groups`]; None where they outgrow the size limit that each pattern kept.
-    pub(crate) groups: Option<Arc<[MetaRegex]>>,
+    pub(crate) groups: Option<Arc<[AllowGroup]>>,
 }
 
 impl AllowList {
@@ -161,7 +165,7 @@ impl AllowList {
 pub(crate) struct AllowCache {
     patterns: HashMap<String, Regex>,
     /// [`allow_groups`] by the list's patterns; None where they outgrow the size limit.
-    sets: HashMap<Vec<String>, Option<Arc<[MetaRegex]>>>,
+    sets: HashMap<Vec<String>, Option<Arc<[AllowGroup]>>>,
     /// Lists whose compiling is put off, by their patterns.
     deferred: HashMap<Vec<String>, Arc<AllowList>>,
 }
@@ -214,7 +218,7 @@ impl AllowCache {
     }
 
     /// The alternations of `patterns` (each compiled alone already), built once per list.
-    fn compile_set(&mut self, patterns: &[String]) -> Option<Arc<[MetaRegex]>> {
+    fn compile_set(&mut self, patterns: &[String]) -> Option<Arc<[AllowGroup]>> {
         if patterns.is_empty() {
             return None;
         }
@@ -229,18 +233,67 @@ impl AllowCache {
 
 /// An `allow` list as alternations that match wherever one of its patterns matches: one
 /// of the patterns anchored at the text's start (`^…`, which fail after a byte or two)
-/// and one of the rest (whose literals the regex engine then finds with one prefilter).
-/// A list of a dozen patterns is judged in two searches instead of twelve; one
-/// alternation of all twelve cost more than the twelve on long secrets (a lazy DFA over
-/// every byte instead of prefilters that skip them). Parsed as `regex::Regex` parses,
-/// so each alternative matches what its pattern matches (flags stay inside it).
-pub(super) fn allow_groups(patterns: &[String]) -> Option<Vec<MetaRegex>> {
+/// and one of the rest. A list of a dozen patterns is judged in two searches instead of
+/// twelve. Parsed as `regex::Regex` parses, so each alternative matches what its pattern
+/// matches (flags stay inside it).
+pub(super) fn allow_groups(patterns: &[String]) -> Option<Vec<AllowGroup>> {
     let hirs = patterns.iter().map(|p| regex_syntax::parse(p).ok()).collect::<Option<Vec<Hir>>>()?;
     let (anchored, other): (Vec<Hir>, Vec<Hir>) =
         hirs.into_iter().partition(|h| h.properties().look_set_prefix().contains(Look::Start));
-    [anchored, other]
-        .into_iter()
-        .filter(|g| !g.is_empty())
-        .map(|g| compile_hir(&Hir::alternation(g), true).ok())
-        .collect()
+    [anchored, other].into_iter().filter(|g| !g.is_empty()).map(|g| AllowGroup::new(&Hir::alternation(g))).collect()
+}
+
+/// One alternation of `allow` patterns, built to answer whether it matches and nothing
+/// else: a forward lazy DFA, and the NFA's PikeVM where the DFA gives up (a Unicode word
+/// boundary next to a non-ASCII byte). A full regex would also build a reverse NFA (to
+/// find where a match starts), a one-pass DFA (for captures) and a literal prefilter, none
+/// of which a yes-or-no answer on a short secret uses; they were half of what compiling
+/// the lists cost a scan.
+pub(crate) struct AllowGroup {
+    engines: Arc<(DFA, PikeVM)>,
+    /// Whether every pattern starts with `^`: then a search tries the text's start only.
+    anchored: bool,
+    caches: Pool<
+        AllowCaches,
+        Box<dyn Fn() -> AllowCaches + Send + Sync + std::panic::UnwindSafe + std::panic::RefUnwindSafe>,
+    >,
+}
+
+type AllowCaches = (DfaCache, PikeCache);
+
+impl AllowGroup {
+    fn new(hir: &Hir) -> Option<AllowGroup> {
+        let config = thompson::Config::new()
+            .nfa_size_limit(Some(REGEX_SIZE_LIMIT))
+            .which_captures(thompson::WhichCaptures::None);
+        let nfa: NFA = thompson::Compiler::new().configure(config).build_from_hir(hir).ok()?;
+        // Give up (to the PikeVM) as the meta regex does when a text keeps clearing the cache.
+        let dfa_config = DFA::config().minimum_cache_clear_count(Some(3)).minimum_bytes_per_state(Some(10));
+        let dfa = DFA::builder().configure(dfa_config).build_from_nfa(nfa.clone()).ok()?;
+        let pikevm = PikeVM::new_from_nfa(nfa).ok()?;
+        let engines = Arc::new((dfa, pikevm));
+        let for_caches = Arc::clone(&engines);
+        let create: Box<dyn Fn() -> AllowCaches + Send + Sync + std::panic::UnwindSafe + std::panic::RefUnwindSafe> =
+            Box::new(move || (for_caches.0.create_cache(), for_caches.1.create_cache()));
+        let anchored = hir.properties().look_set_prefix().contains(Look::Start);
+        Some(AllowGroup { engines, anchored, caches: Pool::new(create) })
+    }
+
+    /// Whether one of the group's patterns matches somewhere in `hay`.
+    pub(crate) fn is_match(&self, hay: &str) -> bool {
+        let (dfa, pikevm) = &*self.engines;
+        let mode = if self.anchored { Anchored::Yes } else { Anchored::No };
+        let input = Input::new(hay).anchored(mode).earliest(true);
+        let mut caches = self.caches.get();
+        match dfa.try_search_fwd(&mut caches.0, &input) {
+            Ok(found) => found.is_some(),
+            Err(_) => pikevm.search_slots(&mut caches.1, &input, &mut []).is_some(),
+        }
+    }
+}
+
+impl std::fmt::Debug for AllowGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AllowGroup").field("anchored", &self.anchored).finish_non_exhaustive()
+    }
 }
