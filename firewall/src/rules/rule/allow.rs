@@ -267,8 +267,12 @@ impl AllowGroup {
             .nfa_size_limit(Some(REGEX_SIZE_LIMIT))
             .which_captures(thompson::WhichCaptures::None);
         let nfa: NFA = thompson::Compiler::new().configure(config).build_from_hir(hir).ok()?;
-        // Give up (to the PikeVM) as the meta regex does when a text keeps clearing the cache.
-        let dfa_config = DFA::config().minimum_cache_clear_count(Some(3)).minimum_bytes_per_state(Some(10));
+        // Give up (to the PikeVM) as the meta regex does: at a non-ASCII byte where a Unicode
+        // word boundary is asked, and when a text keeps clearing the cache.
+        let dfa_config = DFA::config()
+            .unicode_word_boundary(true)
+            .minimum_cache_clear_count(Some(3))
+            .minimum_bytes_per_state(Some(10));
         let dfa = DFA::builder().configure(dfa_config).build_from_nfa(nfa.clone()).ok()?;
         let pikevm = PikeVM::new_from_nfa(nfa).ok()?;
         let engines = Arc::new((dfa, pikevm));
