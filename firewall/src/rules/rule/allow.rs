@@ -5,6 +5,7 @@
 //! alternations.
 
 use std::collections::HashMap;
+use std::panic::{RefUnwindSafe, UnwindSafe};
 use std::sync::{Arc, OnceLock};
 
 use regex::Regex;
@@ -253,13 +254,12 @@ pub(crate) struct AllowGroup {
     engines: Arc<(DFA, PikeVM)>,
     /// Whether every pattern starts with `^`: then a search tries the text's start only.
     anchored: bool,
-    caches: Pool<
-        AllowCaches,
-        Box<dyn Fn() -> AllowCaches + Send + Sync + std::panic::UnwindSafe + std::panic::RefUnwindSafe>,
-    >,
+    caches: Pool<AllowCaches, MakeCaches>,
 }
 
 type AllowCaches = (DfaCache, PikeCache);
+/// What makes a thread's caches, as the pool keeps it.
+type MakeCaches = Box<dyn Fn() -> AllowCaches + Send + Sync + UnwindSafe + RefUnwindSafe>;
 
 impl AllowGroup {
     fn new(hir: &Hir) -> Option<AllowGroup> {
@@ -277,8 +277,7 @@ impl AllowGroup {
         let pikevm = PikeVM::new_from_nfa(nfa).ok()?;
         let engines = Arc::new((dfa, pikevm));
         let for_caches = Arc::clone(&engines);
-        let create: Box<dyn Fn() -> AllowCaches + Send + Sync + std::panic::UnwindSafe + std::panic::RefUnwindSafe> =
-            Box::new(move || (for_caches.0.create_cache(), for_caches.1.create_cache()));
+        let create: MakeCaches = Box::new(move || (for_caches.0.create_cache(), for_caches.1.create_cache()));
         let anchored = hir.properties().look_set_prefix().contains(Look::Start);
         Some(AllowGroup { engines, anchored, caches: Pool::new(create) })
     }
