@@ -32,7 +32,6 @@
 //! `scan` check it on the labelled corpus with every default rule, and on texts built from
 //! every rule's samples to make the walk read as much as it can.
 
-use regex_automata::meta::Regex as MetaRegex;
 use regex_automata::util::captures::Captures;
 use regex_automata::{Anchored, Input};
 use regex_syntax::hir::{Class, Hir, HirKind};
@@ -165,14 +164,10 @@ impl RuleSearch {
         }
     }
 
-    /// Captures for [`RuleSearch::walk_regions`]; None when the secret is the whole match
-    /// (or the regex does not compile).
+    /// Captures for [`RuleSearch::walk_regions`]; None when the secret is the whole match.
     fn captures(&self) -> Option<CaptureScratch> {
-        let regex = self.regex.get()?;
-        (self.group != 0).then(|| CaptureScratch {
-            meta: regex.create_captures(),
-            secret: self.secret.as_ref().map(SecretSearch::scratch),
-        })
+        (self.group != 0)
+            .then(|| CaptureScratch { meta: None, secret: self.secret.as_ref().map(SecretSearch::scratch) })
     }
 
     /// Walks the start positions of `regions` (sorted, disjoint) in `text`, trying the
@@ -186,7 +181,6 @@ impl RuleSearch {
         caps: &mut Option<CaptureScratch>,
         mut take: impl FnMut(Found) -> Verdict,
     ) {
-        let Some(regex) = self.regex.get() else { return };
         if caps.is_none() {
             *caps = self.captures();
         }
@@ -204,7 +198,7 @@ impl RuleSearch {
                     Some(Ahead { from, until, next: Some(found) }) if from <= s && s == until => Next::Match(found),
                     _ => match run.pass_end(s, bytes, self.run_bytes(), text) {
                         Some(end) => {
-                            let ahead = self.leftmost_in(regex, text, (s, end), caps.as_mut());
+                            let ahead = self.leftmost_in(text, (s, end), caps.as_mut());
                             run.ahead = Some(ahead);
                             match ahead.next {
                                 Some(found) if found.0 .0 == s => Next::Match(found),
@@ -219,7 +213,7 @@ impl RuleSearch {
                             run.tried(s);
                             #[cfg(test)]
                             may_read(run_end(s, bytes, self.run_bytes(), text) - s);
-                            match self.anchored_at(regex, text, s, caps.as_mut()) {
+                            match self.anchored_at(text, s, caps.as_mut()) {
                                 Some(found) => Next::Match(found),
                                 None => Next::From(s + 1),
                             }
@@ -248,14 +242,9 @@ impl RuleSearch {
     /// span, `end` the end of the run that holds `s` (no match starting there reads past
     /// it). A match that starts inside a character is skipped, as the walk skips such
     /// positions.
-    fn leftmost_in(
-        &self,
-        regex: &MetaRegex,
-        text: &str,
-        (mut s, end): (usize, usize),
-        mut caps: Option<&mut CaptureScratch>,
-    ) -> Ahead {
+    fn leftmost_in(&self, text: &str, (mut s, end): (usize, usize), mut caps: Option<&mut CaptureScratch>) -> Ahead {
         let from = s;
+        let Some(regex) = self.regex.get() else { return Ahead { from, until: end, next: None } };
         while s < end {
             let input = Input::new(text).span(s..end);
             let Some(m) = regex.search(&input) else {
@@ -267,7 +256,7 @@ impl RuleSearch {
             }
             #[cfg(test)]
             may_read(m.end() - from);
-            let found = self.secret_of(regex, text, (m.start(), m.end()), caps.as_deref_mut());
+            let found = self.secret_of(text, (m.start(), m.end()), caps.as_deref_mut());
             return Ahead { from, until: m.start(), next: found };
         }
         #[cfg(test)]
@@ -276,27 +265,16 @@ impl RuleSearch {
     }
 
     /// The leftmost-first match starting exactly at `s`, seeing the whole text around it.
-    fn anchored_at(&self, regex: &MetaRegex, text: &str, s: usize, caps: Option<&mut CaptureScratch>) -> Option<Found> {
-        let input = Input::new(text).span(s..text.len()).anchored(Anchored::Yes);
-        if caps.is_none() {
-            return regex.search(&input).map(|m| ((m.start(), m.end()), (m.start(), m.end())));
-        }
-        // The lazy DFA rules out most tries; captures run on the match it found (an
-        // anchored capture search of the whole rest would go by the slower one-pass
-        // engine, failures included).
-        let end = regex.search_half(&input)?.offset();
-        self.secret_of(regex, text, (s, end), caps)
+    fn anchored_at(&self, text: &str, s: usize, caps: Option<&mut CaptureScratch>) -> Option<Found> {
+        // The forward search rules out most tries; captures, where the match alone does not
+        // tell the secret, run on the match it found.
+        let end = self.regex.anchored_end(&Input::new(text).span(s..text.len()).anchored(Anchored::Yes))?;
+        self.secret_of(text, (s, end), caps)
     }
 
     /// The match `(s, end)` with its secret's span: the whole match, or the group read
     /// from the match alone ([`SecretSplit`]), or by a capture search of just the match.
-    fn secret_of(
-        &self,
-        regex: &MetaRegex,
-        text: &str,
-        (s, end): (usize, usize),
-        caps: Option<&mut CaptureScratch>,
-    ) -> Option<Found> {
+    fn secret_of(&self, text: &str, (s, end): (usize, usize), caps: Option<&mut CaptureScratch>) -> Option<Found> {
         let Some(CaptureScratch { meta, secret }) = caps else { return Some(((s, end), (s, end))) };
         if let Some(secret) = self.split.as_ref().and_then(|split| split.secret(text, (s, end))) {
             return Some(((s, end), secret));
@@ -306,6 +284,8 @@ impl RuleSearch {
                 return found_in(caps, self.group);
             }
         }
+        let regex = self.regex.get()?;
+        let meta = meta.get_or_insert_with(|| regex.create_captures());
         regex.search_captures(&Input::new(text).span(s..end).anchored(Anchored::Yes), meta);
         found_in(meta, self.group)
     }
@@ -440,7 +420,8 @@ fn run_end(s: usize, bytes: &[u8], sets: RunBytes<'_>, text: &str) -> usize {
 /// What a thread keeps between the capture searches of one rule.
 #[derive(Debug, Clone)]
 pub(crate) struct CaptureScratch {
-    meta: Captures,
+    /// Made by the first capture search of the meta regex (most rules never run one).
+    meta: Option<Captures>,
     secret: Option<SecretScratch>,
 }
 
@@ -544,8 +525,8 @@ mod tests {
 
     fn search(pattern: &str, reach: usize) -> RuleSearch {
         let hir = regex_syntax::parse(pattern).expect("pattern parses");
-        let regex = crate::rules::rule::compile_hir(&hir, false).expect("pattern compiles");
-        RuleSearch::new(RuleRegex::compiled(regex), &hir, 0, None, Some(reach), StartFilter::of(&hir))
+        let regex = RuleRegex::new(hir.clone(), false, false).expect("pattern compiles");
+        RuleSearch::new(regex, &hir, 0, None, Some(reach), StartFilter::of(&hir))
     }
 
     /// A pass searches only its run, `[s, end)`, and must find there what a search of the

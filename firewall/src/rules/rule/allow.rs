@@ -5,19 +5,15 @@
 //! alternations.
 
 use std::collections::HashMap;
-use std::panic::{RefUnwindSafe, UnwindSafe};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use regex::Regex;
-use regex_automata::hybrid::dfa::{Cache as DfaCache, DFA};
-use regex_automata::nfa::thompson::pikevm::{Cache as PikeCache, PikeVM};
-use regex_automata::nfa::thompson::{self, NFA};
-use regex_automata::util::pool::Pool;
 use regex_automata::{Anchored, Input};
 use regex_syntax::hir::{Hir, Look};
 
 use super::compile::compile_regex;
-use super::{field, FieldError, Rule, REGEX_SIZE_LIMIT};
+use super::forward::ForwardRegex;
+use super::{field, FieldError, Rule};
 use crate::detect::encoded::{base64_text, hex_text, unescaped_text};
 
 /// How far before a match `allow_line` patterns see, at most. Bounded so that a stream
@@ -123,6 +119,8 @@ fn before_password_field(before: &str) -> Option<&str> {
 pub(crate) struct AllowList {
     pub(crate) patterns: Vec<String>,
     compiled: OnceLock<AllowCompiled>,
+    /// The load's parsed patterns, for a compile put off.
+    parsed: Arc<ParsedPatterns>,
 }
 
 #[derive(Debug)]
@@ -149,7 +147,7 @@ impl AllowList {
 
     pub(crate) fn compiled(&self) -> &AllowCompiled {
         self.compiled.get_or_init(|| {
-            let groups = allow_groups(&self.patterns).map(Arc::from);
+            let groups = allow_groups(&self.patterns, &self.parsed).map(Arc::from);
             let each = match groups {
                 Some(_) => Vec::new(),
                 None => self.patterns.iter().filter_map(|p| compile_regex(p).ok()).collect(),
@@ -159,11 +157,31 @@ impl AllowList {
     }
 }
 
+/// Parsed `allow` patterns by their source, shared by one load's lists: the built-in rules'
+/// 131 distinct lists repeat 368 patterns 1,692 times (the named lists in most of them), and
+/// parsing a pattern (its case folds most of all) cost more than all the searches a scan of
+/// a few MB makes with it.
+#[derive(Debug, Default)]
+pub(crate) struct ParsedPatterns(Mutex<HashMap<String, Hir>>);
+
+impl ParsedPatterns {
+    fn parse(&self, pattern: &str) -> Option<Hir> {
+        let mut parsed = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(hir) = parsed.get(pattern) {
+            return Some(hir.clone());
+        }
+        let hir = regex_syntax::parse(pattern).ok()?;
+        parsed.insert(pattern.to_string(), hir.clone());
+        Some(hir)
+    }
+}
+
 /// Compiled `allow` patterns by their source, for one load: the default rules repeat a few
 /// lists (58 distinct patterns among 269, 21 distinct lists among 38 rules), and a clone
 /// shares the compiled program.
 #[derive(Debug, Default)]
 pub(crate) struct AllowCache {
+    parsed: Arc<ParsedPatterns>,
     patterns: HashMap<String, Regex>,
     /// [`allow_groups`] by the list's patterns; None where they outgrow the size limit.
     sets: HashMap<Vec<String>, Option<Arc<[AllowGroup]>>>,
@@ -209,13 +227,15 @@ impl AllowCache {
         errs: &mut Vec<FieldError>,
     ) -> Arc<AllowList> {
         if defer {
-            let list = AllowList { patterns: patterns.to_vec(), compiled: OnceLock::new() };
+            let list =
+                AllowList { patterns: patterns.to_vec(), compiled: OnceLock::new(), parsed: self.parsed.clone() };
             return self.deferred.entry(patterns.to_vec()).or_insert_with(|| Arc::new(list)).clone();
         }
         let errors_before = errs.len();
         let each = self.compile_all(key, patterns, errs);
         let groups = if errs.len() == errors_before { self.compile_set(patterns) } else { None };
-        Arc::new(AllowList { patterns: patterns.to_vec(), compiled: OnceLock::from(AllowCompiled { each, groups }) })
+        let compiled = OnceLock::from(AllowCompiled { each, groups });
+        Arc::new(AllowList { patterns: patterns.to_vec(), compiled, parsed: self.parsed.clone() })
     }
 
     /// The alternations of `patterns` (each compiled alone already), built once per list.
@@ -226,7 +246,7 @@ impl AllowCache {
         if let Some(set) = self.sets.get(patterns) {
             return set.clone();
         }
-        let set = allow_groups(patterns).map(Arc::from);
+        let set = allow_groups(patterns, &self.parsed).map(Arc::from);
         self.sets.insert(patterns.to_vec(), set.clone());
         set
     }
@@ -237,61 +257,33 @@ impl AllowCache {
 /// and one of the rest. A list of a dozen patterns is judged in two searches instead of
 /// twelve. Parsed as `regex::Regex` parses, so each alternative matches what its pattern
 /// matches (flags stay inside it).
-pub(super) fn allow_groups(patterns: &[String]) -> Option<Vec<AllowGroup>> {
-    let hirs = patterns.iter().map(|p| regex_syntax::parse(p).ok()).collect::<Option<Vec<Hir>>>()?;
+pub(super) fn allow_groups(patterns: &[String], parsed: &ParsedPatterns) -> Option<Vec<AllowGroup>> {
+    let hirs = patterns.iter().map(|p| parsed.parse(p)).collect::<Option<Vec<Hir>>>()?;
     let (anchored, other): (Vec<Hir>, Vec<Hir>) =
         hirs.into_iter().partition(|h| h.properties().look_set_prefix().contains(Look::Start));
     [anchored, other].into_iter().filter(|g| !g.is_empty()).map(|g| AllowGroup::new(&Hir::alternation(g))).collect()
 }
 
 /// One alternation of `allow` patterns, built to answer whether it matches and nothing
-/// else: a forward lazy DFA, and the NFA's PikeVM where the DFA gives up (a Unicode word
-/// boundary next to a non-ASCII byte). A full regex would also build a reverse NFA (to
-/// find where a match starts), a one-pass DFA (for captures) and a literal prefilter, none
-/// of which a yes-or-no answer on a short secret uses; they were half of what compiling
-/// the lists cost a scan.
+/// else (see [`ForwardRegex`]): a full regex's reverse NFA, one-pass DFA and literal
+/// prefilter, none of which a yes-or-no answer on a short secret uses, were half of what
+/// compiling the lists cost a scan.
 pub(crate) struct AllowGroup {
-    engines: Arc<(DFA, PikeVM)>,
+    regex: ForwardRegex,
     /// Whether every pattern starts with `^`: then a search tries the text's start only.
     anchored: bool,
-    caches: Pool<AllowCaches, MakeCaches>,
 }
-
-type AllowCaches = (DfaCache, PikeCache);
-/// What makes a thread's caches, as the pool keeps it.
-type MakeCaches = Box<dyn Fn() -> AllowCaches + Send + Sync + UnwindSafe + RefUnwindSafe>;
 
 impl AllowGroup {
     fn new(hir: &Hir) -> Option<AllowGroup> {
-        let config = thompson::Config::new()
-            .nfa_size_limit(Some(REGEX_SIZE_LIMIT))
-            .which_captures(thompson::WhichCaptures::None);
-        let nfa: NFA = thompson::Compiler::new().configure(config).build_from_hir(hir).ok()?;
-        // Give up (to the PikeVM) as the meta regex does: at a non-ASCII byte where a Unicode
-        // word boundary is asked, and when a text keeps clearing the cache.
-        let dfa_config = DFA::config()
-            .unicode_word_boundary(true)
-            .minimum_cache_clear_count(Some(3))
-            .minimum_bytes_per_state(Some(10));
-        let dfa = DFA::builder().configure(dfa_config).build_from_nfa(nfa.clone()).ok()?;
-        let pikevm = PikeVM::new_from_nfa(nfa).ok()?;
-        let engines = Arc::new((dfa, pikevm));
-        let for_caches = Arc::clone(&engines);
-        let create: MakeCaches = Box::new(move || (for_caches.0.create_cache(), for_caches.1.create_cache()));
         let anchored = hir.properties().look_set_prefix().contains(Look::Start);
-        Some(AllowGroup { engines, anchored, caches: Pool::new(create) })
+        Some(AllowGroup { regex: ForwardRegex::new(hir)?, anchored })
     }
 
     /// Whether one of the group's patterns matches somewhere in `hay`.
     pub(crate) fn is_match(&self, hay: &str) -> bool {
-        let (dfa, pikevm) = &*self.engines;
         let mode = if self.anchored { Anchored::Yes } else { Anchored::No };
-        let input = Input::new(hay).anchored(mode).earliest(true);
-        let mut caches = self.caches.get();
-        match dfa.try_search_fwd(&mut caches.0, &input) {
-            Ok(found) => found.is_some(),
-            Err(_) => pikevm.search_slots(&mut caches.1, &input, &mut []).is_some(),
-        }
+        self.regex.match_end(&Input::new(hay).anchored(mode).earliest(true)).is_some()
     }
 }
 

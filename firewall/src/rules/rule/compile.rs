@@ -6,9 +6,11 @@ use std::sync::{Arc, OnceLock};
 
 use regex::{Regex, RegexBuilder};
 use regex_automata::meta::Regex as MetaRegex;
+use regex_automata::Input;
 use regex_syntax::hir::{Hir, HirKind};
 
 use super::allow::AllowCache;
+use super::forward::ForwardRegex;
 use super::{
     field, is_kebab, Canary, FieldError, RawCanary, RawRule, Rule, SecretGroup, MIN_CANARY_LEN, REGEX_SIZE_LIMIT,
 };
@@ -37,39 +39,55 @@ pub(crate) fn compile_hir(hir: &Hir, prefilter: bool) -> Result<MetaRegex, Strin
 }
 
 /// A rule's compiled pattern, shared by every search of the rule (and with it the lazy
-/// DFA's caches): compiled at load, or, for rules loaded with
-/// [`crate::LoadOptions::defer_regexes`], by the first search that needs it.
+/// DFAs' caches). Two engines, each built by the first search that needs it: the meta
+/// regex (unanchored searches, captures; compiled at load unless the rules were loaded
+/// with [`crate::LoadOptions::defer_regexes`]), and a [`ForwardRegex`] for the tries
+/// anchored near keyword hits, which most rules need alone.
 #[derive(Clone)]
 pub struct RuleRegex(Arc<RegexCell>);
 
 struct RegexCell {
-    compiled: OnceLock<Option<MetaRegex>>,
-    /// What a deferred compile builds: the pattern, and whether with a prefilter.
-    deferred: Option<(Hir, bool)>,
+    hir: Hir,
+    /// Whether the meta regex gets a literal prefilter (see [`compile_hir`]).
+    prefilter: bool,
+    /// None only for a deferred pattern that does not compile (which loading would have
+    /// refused), whose rule then finds nothing.
+    meta: OnceLock<Option<MetaRegex>>,
+    /// None where the forward engine does not build; the meta regex answers instead.
+    forward: OnceLock<Option<ForwardRegex>>,
 }
 
 impl RuleRegex {
-    pub(crate) fn compiled(regex: MetaRegex) -> RuleRegex {
-        RuleRegex(Arc::new(RegexCell { compiled: OnceLock::from(Some(regex)), deferred: None }))
+    /// `hir`'s meta regex compiled now (an error is the regex crate's message, on one
+    /// line), or with `defer`, by its first search.
+    pub(crate) fn new(hir: Hir, prefilter: bool, defer: bool) -> Result<RuleRegex, String> {
+        let meta = match defer {
+            true => OnceLock::new(),
+            false => OnceLock::from(Some(compile_hir(&hir, prefilter)?)),
+        };
+        Ok(RuleRegex(Arc::new(RegexCell { hir, prefilter, meta, forward: OnceLock::new() })))
     }
 
-    fn deferred(hir: Hir, prefilter: bool) -> RuleRegex {
-        RuleRegex(Arc::new(RegexCell { compiled: OnceLock::new(), deferred: Some((hir, prefilter)) }))
-    }
-
-    /// The compiled regex; None only for a deferred pattern that does not compile (which
-    /// loading would have refused), whose rule then finds nothing.
+    /// The meta regex; None only for a deferred pattern that does not compile.
     pub fn get(&self) -> Option<&MetaRegex> {
         let cell = &*self.0;
-        cell.compiled
-            .get_or_init(|| cell.deferred.as_ref().and_then(|(hir, prefilter)| compile_hir(hir, *prefilter).ok()))
-            .as_ref()
+        cell.meta.get_or_init(|| compile_hir(&cell.hir, cell.prefilter).ok()).as_ref()
+    }
+
+    /// Where the leftmost-first match of the anchored `input` ends: what the meta regex's
+    /// `search_half` reports, by the forward engine where it builds.
+    pub(crate) fn anchored_end(&self, input: &Input<'_>) -> Option<usize> {
+        let cell = &*self.0;
+        match cell.forward.get_or_init(|| ForwardRegex::new(&cell.hir)) {
+            Some(forward) => forward.match_end(input),
+            None => self.get()?.search_half(input).map(|m| m.offset()),
+        }
     }
 }
 
 impl fmt::Debug for RuleRegex {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0.compiled.get() {
+        match self.0.meta.get() {
             Some(Some(re)) => f.debug_tuple("RuleRegex").field(re).finish(),
             Some(None) => f.write_str("RuleRegex(does not compile)"),
             None => f.write_str("RuleRegex(deferred)"),
@@ -113,10 +131,7 @@ impl RawRule {
         // never larger), so only the twin is compiled; the one written is compiled when
         // the twin fails, to word the error in terms of what the author wrote.
         let prefilter = reach.is_none() || hir.as_ref().is_some_and(spans_lines);
-        let regex = match hir.as_ref().map(|h| match defer_regex {
-            true => Ok(RuleRegex::deferred(h.clone(), prefilter)),
-            false => compile_hir(h, prefilter).map(RuleRegex::compiled),
-        }) {
+        let regex = match hir.as_ref().map(|h| RuleRegex::new(h.clone(), prefilter, defer_regex)) {
             Some(Ok(re)) => Some(re),
             twin => {
                 let twin_error = twin.and_then(Result::err);

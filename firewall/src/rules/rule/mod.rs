@@ -17,6 +17,7 @@
 
 mod allow;
 mod compile;
+mod forward;
 mod raw;
 
 use std::sync::Arc;
@@ -210,7 +211,7 @@ mod tests {
             r"\bfoo\b".to_string(),
         ];
         let compiled: Vec<Regex> = own.iter().filter_map(|p| compile_regex(p).ok()).collect();
-        let groups = allow_groups(&own).unwrap_or_default();
+        let groups = allow_groups(&own, &Default::default()).unwrap_or_default();
         assert_eq!(groups.len(), 2);
         for text in
             ["ABCd", "dabc", "xyz", "aXYZ", "XYZa", "q\nx-1", "a${b}", "${", "", "é${", "éfoo", "é foo é", "a foo"]
