@@ -32,6 +32,8 @@
 //! `scan` check it on the labelled corpus with every default rule, and on texts built from
 //! every rule's samples to make the walk read as much as it can.
 
+use std::sync::OnceLock;
+
 use regex_automata::util::captures::Captures;
 use regex_automata::{Anchored, Input};
 use regex_syntax::hir::{Class, Hir, HirKind};
@@ -58,8 +60,9 @@ pub(crate) struct RuleSearch {
     group: usize,
     /// Where the group lies when the match alone tells (most rules; see `secret_span`).
     split: Option<SecretSplit>,
-    /// The capture search for the group, where the meta regex's would cost more.
-    secret: Option<SecretSearch>,
+    /// The capture search for the group where the match alone does not tell it, built by
+    /// the first such match; None where it does not build (the meta regex captures then).
+    secret: OnceLock<Option<SecretSearch>>,
     /// Upper bound on the offset of the first keyword in any match; `None`: unbounded.
     pub(crate) reach: Option<usize>,
     /// Where a match can start (a superset), to skip tries that cannot match.
@@ -118,11 +121,8 @@ impl RuleSearch {
         add_match_bytes(hir, &mut inside);
         add_bytes_off_edge(hir, Edge::Last, &mut inner);
         add_bytes_off_edge(hir, Edge::First, &mut after_first);
-        // Only walks with a bounded reach run capture searches here. A split that cannot
-        // tell where its secret starts (under 3 % of such matches on the corpus) leaves it
-        // to the meta regex: too rare to build a search of its own for.
         let split = if group != 0 { split } else { None };
-        let secret = if group != 0 && reach.is_some() && split.is_none() { SecretSearch::new(hir) } else { None };
+        let secret = OnceLock::new();
         let enders = RunEnders::of(&inner, &after_first);
         let line_starts_only = starts.at_line_starts_only();
         RuleSearch { regex, group, reach, starts, line_starts_only, inside, inner, after_first, enders, split, secret }
@@ -166,8 +166,7 @@ impl RuleSearch {
 
     /// Captures for [`RuleSearch::walk_regions`]; None when the secret is the whole match.
     fn captures(&self) -> Option<CaptureScratch> {
-        (self.group != 0)
-            .then(|| CaptureScratch { meta: None, secret: self.secret.as_ref().map(SecretSearch::scratch) })
+        (self.group != 0).then_some(CaptureScratch { meta: None, secret: None })
     }
 
     /// Walks the start positions of `regions` (sorted, disjoint) in `text`, trying the
@@ -279,7 +278,8 @@ impl RuleSearch {
         if let Some(secret) = self.split.as_ref().and_then(|split| split.secret(text, (s, end))) {
             return Some(((s, end), secret));
         }
-        if let (Some(search), Some(scratch)) = (&self.secret, secret.as_mut()) {
+        if let Some(search) = self.secret.get_or_init(|| SecretSearch::new(self.regex.hir())) {
+            let scratch = secret.get_or_insert_with(|| search.scratch());
             if let Some(caps) = search.captures(text, (s, end), scratch) {
                 return found_in(caps, self.group);
             }
@@ -422,6 +422,7 @@ fn run_end(s: usize, bytes: &[u8], sets: RunBytes<'_>, text: &str) -> usize {
 pub(crate) struct CaptureScratch {
     /// Made by the first capture search of the meta regex (most rules never run one).
     meta: Option<Captures>,
+    /// Made with the rule's [`SecretSearch`].
     secret: Option<SecretScratch>,
 }
 

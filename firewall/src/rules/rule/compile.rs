@@ -68,6 +68,11 @@ impl RuleRegex {
         Ok(RuleRegex(Arc::new(RegexCell { hir, prefilter, meta, forward: OnceLock::new() })))
     }
 
+    /// The pattern that runs, parsed.
+    pub(crate) fn hir(&self) -> &Hir {
+        &self.0.hir
+    }
+
     /// The meta regex; None only for a deferred pattern that does not compile.
     pub fn get(&self) -> Option<&MetaRegex> {
         let cell = &*self.0;
