@@ -4,8 +4,6 @@
 //! [`mask`], which keeps at most a short prefix and the length, so findings can be logged,
 //! audited and shown in a dashboard without re-leaking the secret they describe.
 
-use std::fmt::Write as _;
-
 use serde::{Deserialize, Serialize};
 
 use crate::detect::encoded::Encoding;
@@ -166,7 +164,21 @@ pub fn mask(secret: &str) -> String {
     let mut out = String::with_capacity(prefix.len() + stars + 20);
     out.push_str(prefix);
     out.extend(std::iter::repeat_n('*', stars));
-    let _ = write!(out, " ({len} chars)");
+    // By hand: `write!` took half of this function's time.
+    out.push_str(" (");
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = len;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    out.extend(digits[at..].iter().map(|&d| char::from(d)));
+    out.push_str(" chars)");
     out
 }
 

@@ -310,12 +310,12 @@ fn name_words(name: &str) -> [bool; 4] {
 
 fn value_features(v: &str, pairs: &[f32], context: &str) -> [f32; N] {
     let mut x = [0.0f32; N];
-    let n = v.chars().count().max(1) as f32;
-    let b = v.as_bytes();
-    let (mut lower, mut upper, mut digit, mut symbol) = (0f32, 0f32, 0f32, 0f32);
-    let mut changes = 0f32;
+    let (mut chars, mut lower, mut upper, mut digit, mut symbol) = (0usize, 0f32, 0f32, 0f32, 0f32);
+    let (mut changes, mut whitespace) = (0f32, false);
     let mut last_class = 0u8;
     for c in v.chars() {
+        chars += 1;
+        whitespace |= c.is_whitespace();
         let class = if c.is_lowercase() {
             lower += 1.0;
             1
@@ -334,15 +334,8 @@ fn value_features(v: &str, pairs: &[f32], context: &str) -> [f32; N] {
         }
         last_class = class;
     }
-    let (mut logp, mut rare, mut npairs) = (0f32, 0f32, 0f32);
-    for w in b.windows(2) {
-        if let (Some(a), Some(c)) = (letter(w[0]), letter(w[1])) {
-            let p = pairs.get(a * 26 + c).copied().unwrap_or(0.0);
-            logp += p;
-            rare += f32::from(u8::from(p < RARE_PAIR));
-            npairs += 1.0;
-        }
-    }
+    let n = chars.max(1) as f32;
+    let shape = ByteShape::of(v.as_bytes(), pairs);
     let [name_password, name_secret, name_token, name_key] = name_words(context);
     x[0] = n.ln();
     x[1] = shannon_entropy(v) as f32;
@@ -352,29 +345,25 @@ fn value_features(v: &str, pairs: &[f32], context: &str) -> [f32; N] {
     x[5] = symbol / n;
     x[6] = f32::from(u8::from(lower > 0.0 && upper > 0.0 && digit > 0.0));
     x[7] = changes / n;
-    x[8] = if npairs > 0.0 { logp / npairs } else { 0.0 };
-    x[9] = if npairs > 0.0 { rare / npairs } else { 0.0 };
-    x[10] = longest_run(b, |p, c| c.is_ascii_alphanumeric() && (c == p + 1 || c + 1 == p)) as f32 / n;
-    x[11] = longest_run(b, |p, c| c == p) as f32 / n;
-    x[12] = longest_run(b, keyboard_neighbours) as f32 / n;
+    x[8] = if shape.npairs > 0.0 { shape.logp / shape.npairs } else { 0.0 };
+    x[9] = if shape.npairs > 0.0 { shape.rare / shape.npairs } else { 0.0 };
+    let [counting, repeated, keyboard] = shape.runs.map(|run| run.longest as f32 / n);
+    (x[10], x[11], x[12]) = (counting, repeated, keyboard);
     x[13] = f32::from(u8::from(word_finders().placeholder.as_ref().is_some_and(|words| words.is_match(v))));
-    x[14] = f32::from(u8::from(v.contains(['(', ')', '[', ']', '{', '}', ',', ';'])));
-    x[15] = f32::from(u8::from(member_access(b)));
+    x[14] = f32::from(u8::from(shape.code_punctuation));
+    x[15] = f32::from(u8::from(shape.member_access));
     x[16] = f32::from(u8::from(identifier_shape(v)));
-    x[17] =
-        f32::from(u8::from(v.starts_with(['$', '%', '@', '<', ':', '&', '*']) || v.contains("${") || v.contains("{{")));
-    x[18] = f32::from(u8::from(v.contains("://") || v.starts_with(['/', '.', '~']) || v.matches('/').count() >= 2));
-    x[19] = f32::from(u8::from(b.iter().all(u8::is_ascii_hexdigit) && !b.iter().all(u8::is_ascii_digit)));
-    x[20] = f32::from(u8::from(b.iter().all(u8::is_ascii_digit)));
-    x[21] = f32::from(u8::from(v.contains(char::is_whitespace)));
+    x[17] = f32::from(u8::from(v.starts_with(['$', '%', '@', '<', ':', '&', '*']) || shape.template));
+    x[18] = f32::from(u8::from(shape.scheme || v.starts_with(['/', '.', '~']) || shape.slashes >= 2));
+    x[19] = f32::from(u8::from(shape.all_hex && !shape.all_digits));
+    x[20] = f32::from(u8::from(shape.all_digits));
+    x[21] = f32::from(u8::from(whitespace));
     x[22] = f32::from(u8::from(name_password));
     x[23] = f32::from(u8::from(name_secret));
     x[24] = f32::from(u8::from(name_token));
     x[25] = f32::from(u8::from(name_key));
     x[26] = f32::from(u8::from(name_has_harmless_word(context)));
-    let letters = b.iter().filter(|c| c.is_ascii_alphabetic()).count();
-    let vowels = b.iter().filter(|c| matches!(c.to_ascii_lowercase(), b'a' | b'e' | b'i' | b'o' | b'u')).count();
-    x[27] = if letters > 0 { vowels as f32 / letters as f32 } else { 0.0 };
+    x[27] = if shape.letters > 0 { shape.vowels as f32 / shape.letters as f32 } else { 0.0 };
     x[28] = f32::from(u8::from(context.split_whitespace().filter(|w| w.chars().all(char::is_alphabetic)).count() >= 4));
     x[29] = f32::from(u8::from(context.trim_end_matches(['"', '\'', '`', ' ', '\t']).ends_with(':')));
     // Hex is a hash's alphabet as often as a key's: the name tells which (a linear model
@@ -383,25 +372,82 @@ fn value_features(v: &str, pairs: &[f32], context: &str) -> [f32; N] {
     x
 }
 
-/// The longest run of bytes where each follows the one before by `step`.
-fn longest_run(b: &[u8], step: impl Fn(u8, u8) -> bool) -> usize {
-    let (mut best, mut run) = (usize::from(!b.is_empty()), 1);
-    for w in b.windows(2) {
-        run = if step(w[0], w[1]) { run + 1 } else { 1 };
-        best = best.max(run);
+/// What a value's bytes and their neighbours say, read in one pass instead of one per
+/// feature.
+#[derive(Debug, Default, PartialEq)]
+struct ByteShape {
+    /// The letter pairs' summed log-probabilities, how many are rare, how many there are.
+    logp: f32,
+    rare: f32,
+    npairs: f32,
+    /// Counting (`abc`, `321`), one byte repeated, neighbours on a keyboard row.
+    runs: [Run; 3],
+    /// One of `()[]{},;`.
+    code_punctuation: bool,
+    /// A letter, `.` or `:`, a letter: `name.attr`, `name::item`.
+    member_access: bool,
+    /// `${` or `{{`.
+    template: bool,
+    /// `://`.
+    scheme: bool,
+    slashes: usize,
+    all_hex: bool,
+    all_digits: bool,
+    letters: usize,
+    vowels: usize,
+}
+
+/// The longest run of bytes so far where each follows the one before by some rule.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Run {
+    longest: usize,
+    current: usize,
+}
+
+impl Run {
+    fn step(&mut self, follows: bool) {
+        self.current = if follows { self.current + 1 } else { 1 };
+        self.longest = self.longest.max(self.current);
     }
-    best
+}
+
+impl ByteShape {
+    fn of(b: &[u8], pairs: &[f32]) -> ByteShape {
+        let first = Run { longest: usize::from(!b.is_empty()), current: 1 };
+        let mut shape = ByteShape { runs: [first; 3], all_hex: true, all_digits: true, ..ByteShape::default() };
+        for (i, &c) in b.iter().enumerate() {
+            shape.code_punctuation |= matches!(c, b'(' | b')' | b'[' | b']' | b'{' | b'}' | b',' | b';');
+            shape.slashes += usize::from(c == b'/');
+            shape.all_hex &= c.is_ascii_hexdigit();
+            shape.all_digits &= c.is_ascii_digit();
+            if c.is_ascii_alphabetic() {
+                shape.letters += 1;
+                shape.vowels += usize::from(matches!(c.to_ascii_lowercase(), b'a' | b'e' | b'i' | b'o' | b'u'));
+            }
+            let Some(&p) = i.checked_sub(1).and_then(|j| b.get(j)) else { continue };
+            if let (Some(a), Some(l)) = (letter(p), letter(c)) {
+                let logp = pairs.get(a * 26 + l).copied().unwrap_or(0.0);
+                shape.logp += logp;
+                shape.rare += f32::from(u8::from(logp < RARE_PAIR));
+                shape.npairs += 1.0;
+            }
+            let [counting, repeated, keyboard] = &mut shape.runs;
+            counting.step(c.is_ascii_alphanumeric() && (c == p.wrapping_add(1) || c.wrapping_add(1) == p));
+            repeated.step(c == p);
+            keyboard.step(keyboard_neighbours(p, c));
+            shape.template |= (p == b'$' || p == b'{') && c == b'{';
+            let Some(&q) = i.checked_sub(2).and_then(|j| b.get(j)) else { continue };
+            shape.member_access |= q.is_ascii_alphabetic() && (p == b'.' || p == b':') && c.is_ascii_alphabetic();
+            shape.scheme |= q == b':' && p == b'/' && c == b'/';
+        }
+        shape
+    }
 }
 
 /// Whether `c` is next to `p` on one row of a QWERTY keyboard, in either case.
 fn keyboard_neighbours(p: u8, c: u8) -> bool {
     let (p, c) = (KEY_PLACES[usize::from(p)], KEY_PLACES[usize::from(c)]);
     p != OFF_THE_ROWS && c != OFF_THE_ROWS && p >> 4 == c >> 4 && (p & 15).abs_diff(c & 15) == 1
-}
-
-/// `name.attr` or `name::item`: a letter, then `.` or `::`, then a letter.
-fn member_access(b: &[u8]) -> bool {
-    b.windows(3).any(|w| w[0].is_ascii_alphabetic() && (w[1] == b'.' || w[1] == b':') && w[2].is_ascii_alphabetic())
 }
 
 /// Letters and underscores only, or camelCase / snake_case words with at most a trailing
@@ -539,9 +585,18 @@ mod tests {
 
     #[test]
     fn runs_are_measured() {
-        assert_eq!(longest_run(b"xabcdy", |p, c| c == p + 1), 4);
-        assert_eq!(longest_run(b"qwerty", keyboard_neighbours), 6);
-        assert_eq!(longest_run(b"", |_, _| true), 0);
+        let longest = |b: &[u8]| ByteShape::of(b, &[]).runs.map(|r| r.longest);
+        assert_eq!(longest(b"xabcdy"), [4, 1, 1]);
+        assert_eq!(longest(b"qwerty"), [1, 1, 6]);
+        assert_eq!(longest(b"a9876aaa"), [4, 3, 4]);
+        assert_eq!(longest(b""), [0, 0, 0]);
+        let shape = |b: &[u8]| ByteShape::of(b, &[]);
+        assert!(shape(b"os.environ").member_access && shape(b"a:b").member_access && !shape(b"1.5").member_access);
+        assert!(shape(b"s3://b/k").scheme && shape(b"s3://b/k").slashes == 3 && !shape(b":/ /").scheme);
+        assert!(shape(b"${X}").template && shape(b"{{x}}").template && !shape(b"{x}").template);
+        assert!(shape(b"f(x)").code_punctuation && !shape(b"fx").code_punctuation);
+        assert!(shape(b"").all_hex && shape(b"").all_digits && shape(b"beef").all_hex && !shape(b"beef").all_digits);
+        assert_eq!((shape(b"Queue9").letters, shape(b"Queue9").vowels), (5, 4));
         assert!(identifier_shape("get_password") && !identifier_shape("a8Fk29dLq") && !identifier_shape("9abc"));
     }
 }
