@@ -50,8 +50,9 @@ struct RegexCell {
     hir: Hir,
     /// Whether the meta regex gets a literal prefilter (see [`compile_hir`]).
     prefilter: bool,
-    /// None only for a deferred pattern that does not compile (which loading would have
-    /// refused), whose rule then finds nothing.
+    /// None only for a deferred pattern that does not compile (the built-in rules, the only
+    /// ones deferred, all compile: their tests load them in full); its unanchored searches
+    /// then find nothing.
     meta: OnceLock<Option<MetaRegex>>,
     /// None where the forward engine does not build; the meta regex answers instead.
     forward: OnceLock<Option<ForwardRegex>>,
