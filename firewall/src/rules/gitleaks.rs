@@ -171,7 +171,7 @@ fn convert(t: &Table, global: &Allow, notes: &mut Vec<ImportNote>) -> Result<Raw
     };
     match raw.clone().compile() {
         Ok(rule) => {
-            if let Err(e) = crate::stream::liveness::LiveDfa::build(&rule.hir) {
+            if let Err(e) = crate::stream::liveness::LiveDfa::build(rule.hir()) {
                 return Err(skip(e));
             }
             notes.push(ImportNote { rule_id: Some(id), message: "no samples: add must_match / must_not_match".into() });

@@ -40,19 +40,35 @@ use regex_syntax::hir::Hir;
 
 use crate::canon;
 use crate::detect::{self, Detectors, Encoding, Rewrite, ScanContext};
-use crate::rules::rule::{Canary, Rule};
+use crate::rules::rule::{Canary, Rule, RuleRegex};
 use crate::rules::ruleset::Ruleset;
 use crate::scan::accept::{accept, KeywordCheck};
 use crate::scan::keyword_set::KeywordSet;
 use crate::scan::keywords::KeywordFinder;
 use crate::scan::near_keywords::{found_in, CaptureScratch, RuleSearch, Verdict};
-use crate::scan::start_filter::StartFilter;
 use crate::stream::liveness::Live;
 use crate::stream::pass::merge_findings;
 use crate::verdict::{mask, Action, Detail, DetectorKind, Finding, Severity};
 
 /// Size limit of the compiled canary alternation (bytes); canary tables can be long.
 const CANARY_REGEX_LIMIT: usize = 16 << 20;
+
+/// What a liveness automaton is built from: a rule's pattern (its regex's, shared, not
+/// copied) or the canary alternation's.
+#[derive(Debug)]
+enum LivePattern {
+    Rule(RuleRegex),
+    Canary(Hir),
+}
+
+impl std::borrow::Borrow<Hir> for LivePattern {
+    fn borrow(&self) -> &Hir {
+        match self {
+            LivePattern::Rule(regex) => regex.hir(),
+            LivePattern::Canary(hir) => hir,
+        }
+    }
+}
 
 /// What a pattern id stands for: a rule (by index) or the canary alternation.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -86,12 +102,15 @@ pub(crate) struct Engine {
     keyword_rules: Vec<Vec<u32>>,
     /// prefilter pattern id -> the keyword's length in bytes
     keyword_lens: Vec<usize>,
-    /// [rules] anchored searches for one-shot scanning near keyword hits
-    searches: Vec<RuleSearch>,
+    /// [rules] anchored searches for one-shot scanning near keyword hits, each made by the
+    /// first text that runs its rule: most rules never run on a given input, and making
+    /// one works out the rule's keyword reach and byte tables (a third of loading the
+    /// built-in rules, when every search was made at load).
+    searches: Vec<OnceLock<RuleSearch>>,
     /// Rules without keywords, which every one-shot scan runs (ascending).
     unkeyed: Vec<u32>,
     /// [patterns] the syntax the liveness automata are built from
-    live_patterns: Vec<Hir>,
+    live_patterns: Vec<LivePattern>,
     /// The streaming liveness automata: determinising them is most of a ruleset's build
     /// time, and one-shot scanning never uses them, so they may be built on first use.
     live: OnceLock<Live>,
@@ -204,13 +223,13 @@ impl Engine {
     pub(crate) fn build(rules: &[Rule], canaries: &[Canary], when: LiveBuild) -> Result<Engine, EngineErrors> {
         let mut errors = Vec::new();
         let mut patterns: Vec<PatternKind> = (0..rules.len()).map(PatternKind::Rule).collect();
-        let mut live_patterns: Vec<Hir> = rules.iter().map(|r| r.hir.clone()).collect();
+        let mut live_patterns: Vec<LivePattern> = rules.iter().map(|r| LivePattern::Rule(r.regex.clone())).collect();
         let canary = if canaries.is_empty() {
             None
         } else {
             match build_canaries(canaries) {
                 Ok((m, hir)) => {
-                    live_patterns.push(hir);
+                    live_patterns.push(LivePattern::Canary(hir));
                     patterns.push(PatternKind::Canary);
                     Some(m)
                 }
@@ -233,19 +252,7 @@ impl Engine {
             return Err(errors);
         }
         let (prefilter, keyword_rules, keyword_lens) = build_prefilter(rules).map_err(|e| vec![(None, e)])?;
-        let searches = rules
-            .iter()
-            .map(|r| {
-                RuleSearch::new(
-                    r.regex.clone(),
-                    &r.hir,
-                    r.scan_group,
-                    r.split.clone(),
-                    r.reach,
-                    StartFilter::of(&r.hir),
-                )
-            })
-            .collect();
+        let searches = rules.iter().map(|_| OnceLock::new()).collect();
         let unkeyed = (0..rules.len()).filter(|&i| rules[i].keywords.is_empty()).map(|i| i as u32).collect();
         Ok(Engine {
             patterns,
@@ -259,6 +266,11 @@ impl Engine {
             live,
             scratch: Mutex::default(),
         })
+    }
+
+    /// Rule `i`'s search near keyword hits (`rule` is rule `i`), made on first use.
+    fn search(&self, i: usize, rule: &Rule) -> Option<&RuleSearch> {
+        self.searches.get(i).map(|search| search.get_or_init(|| RuleSearch::for_rule(rule)))
     }
 
     fn take_scratch(&self) -> Scratch {
@@ -551,10 +563,11 @@ impl Ruleset {
         caps: &mut Option<CaptureScratch>,
         out: &mut Vec<Finding>,
     ) {
-        let (Some(rule), Some(search)) = (self.rules.get(i), self.engine.searches.get(i)) else { return };
+        let Some(rule) = self.rules.get(i) else { return };
         if hits.is_empty() && !rule.keywords.is_empty() {
             return;
         }
+        let Some(search) = self.engine.search(i, rule) else { return };
         if search.reach.is_none() {
             rule_matches(rule, text, 0, 0, usize::MAX, out);
             return;
@@ -746,6 +759,11 @@ mod tests {
         Ruleset::builtin().map_err(|e| eprintln!("{e}")).ok()
     }
 
+    /// Every rule's search near keywords, made now where no scan made it yet.
+    fn every_search(rules: &Ruleset) -> impl Iterator<Item = &RuleSearch> {
+        rules.rules.iter().enumerate().filter_map(|(i, r)| rules.engine.search(i, r))
+    }
+
     fn corpus_texts() -> Vec<String> {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus");
         let mut texts = Vec::new();
@@ -767,7 +785,8 @@ mod tests {
     #[test]
     fn every_builtin_rule_is_searched_near_its_keywords() {
         let Some(rules) = builtin() else { panic!("built-in rules do not load") };
-        let unbounded: Vec<&str> = rules.rules().iter().filter(|r| r.reach.is_none()).map(|r| r.id.as_str()).collect();
+        let unbounded: Vec<&str> =
+            rules.rules().iter().filter(|r| r.regex.keyword_reach().is_none()).map(|r| r.id.as_str()).collect();
         assert_eq!(unbounded, Vec::<&str>::new());
     }
 
@@ -838,7 +857,7 @@ mod tests {
     #[test]
     fn most_provider_rules_read_their_secret_from_the_match() {
         let Some(rules) = builtin() else { return };
-        let splits: Vec<(bool, bool)> = rules.engine.searches.iter().map(RuleSearch::splits).collect();
+        let splits: Vec<(bool, bool)> = every_search(&rules).map(RuleSearch::splits).collect();
         let always = splits.iter().filter(|s| s.0).count();
         let mostly = splits.iter().filter(|s| s.1).count();
         eprintln!("{always} of {} rules always split, {mostly} mostly", rules.rules.len());
@@ -918,7 +937,7 @@ mod tests {
         let rules = builtin();
         assert!(rules.is_some(), "built-in rules do not load");
         let Some(rules) = rules else { return };
-        let bounded = rules.engine.searches.iter().filter(|s| s.reach.is_some()).count();
+        let bounded = every_search(&rules).filter(|s| s.reach.is_some()).count();
         eprintln!("{bounded} of {} rules have a bounded keyword reach", rules.len());
         let texts = corpus_texts();
         assert!(texts.iter().all(|t| t.len() > 100_000), "corpus files missing");

@@ -38,7 +38,7 @@ use regex_automata::util::captures::Captures;
 use regex_automata::{Anchored, Input};
 use regex_syntax::hir::{Class, Hir, HirKind};
 
-use crate::rules::rule::RuleRegex;
+use crate::rules::rule::{Rule, RuleRegex};
 use crate::scan::secret_span::{SecretScratch, SecretSearch, SecretSplit};
 use crate::scan::start_filter::StartFilter;
 
@@ -126,6 +126,13 @@ impl RuleSearch {
         let enders = RunEnders::of(&inner, &after_first);
         let line_starts_only = starts.at_line_starts_only();
         RuleSearch { regex, group, reach, starts, line_starts_only, inside, inner, after_first, enders, split, secret }
+    }
+
+    /// `rule`'s search: its regex, secret group and split, keyword reach and start filter.
+    pub(crate) fn for_rule(rule: &Rule) -> RuleSearch {
+        let hir = rule.hir();
+        let reach = rule.regex.keyword_reach();
+        RuleSearch::new(rule.regex.clone(), hir, rule.scan_group, rule.split.clone(), reach, StartFilter::of(hir))
     }
 
     /// The byte sets that bound this rule's runs.
@@ -526,7 +533,7 @@ mod tests {
 
     fn search(pattern: &str, reach: usize) -> RuleSearch {
         let hir = regex_syntax::parse(pattern).expect("pattern parses");
-        let regex = RuleRegex::new(hir.clone(), false, false).expect("pattern compiles");
+        let regex = RuleRegex::new(hir.clone(), &[], false).expect("pattern compiles");
         RuleSearch::new(regex, &hir, 0, None, Some(reach), StartFilter::of(&hir))
     }
 

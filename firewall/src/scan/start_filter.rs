@@ -303,7 +303,7 @@ mod tests {
         let Ok(rules) = rules else { return assert_eq!(rules.err(), None) };
         let mut admitted = 0;
         for r in &rules.rules {
-            let filter = StartFilter::of(&r.hir);
+            let filter = StartFilter::of(r.hir());
             for sample in r.must_match.iter().chain(&r.must_not_match) {
                 for text in [sample.clone(), format!("x{sample}"), format!("a;\n\t{sample} z")] {
                     for s in (0..text.len()).filter(|&s| text.is_char_boundary(s)) {

@@ -29,6 +29,8 @@
 //! A thread that passes through a match state reports `(pattern, start)`, which tells the
 //! scanner which patterns are worth confirming with the real regex.
 
+use std::borrow::Borrow;
+
 use regex_automata::dfa::{dense, Automaton, StartKind};
 use regex_automata::nfa::thompson::{self, WhichCaptures};
 use regex_automata::util::primitives::StateID;
@@ -172,11 +174,11 @@ struct SecondByte {
 impl Live {
     /// Determinises every pattern's automaton (the costly part of loading a ruleset); the
     /// errors name the pattern index.
-    pub(crate) fn build(patterns: &[Hir]) -> Result<Live, Vec<(usize, String)>> {
+    pub(crate) fn build<H: Borrow<Hir>>(patterns: &[H]) -> Result<Live, Vec<(usize, String)>> {
         let mut dfas = Vec::with_capacity(patterns.len());
         let mut errors = Vec::new();
         for (p, hir) in patterns.iter().enumerate() {
-            match LiveDfa::build(hir) {
+            match LiveDfa::build(hir.borrow()) {
                 Ok(d) => dfas.push(Some(d)),
                 Err(e) => errors.push((p, e)),
             }
@@ -191,16 +193,16 @@ impl Live {
     /// Like [`Live::build`], for patterns that were never checked: a pattern whose
     /// automaton cannot be built is followed as "in progress everywhere" (sound, only
     /// slower: its candidates wait for the holdback limit).
-    pub(crate) fn build_lenient(patterns: &[Hir]) -> Live {
-        Live::from_automata(patterns.iter().map(|hir| LiveDfa::build(hir).ok()).collect(), patterns)
+    pub(crate) fn build_lenient<H: Borrow<Hir>>(patterns: &[H]) -> Live {
+        Live::from_automata(patterns.iter().map(|hir| LiveDfa::build(hir.borrow()).ok()).collect(), patterns)
     }
 
     /// `dfas[p]` is the automaton of `patterns[p]`, if it could be built.
-    fn from_automata(dfas: Vec<Option<LiveDfa>>, patterns: &[Hir]) -> Live {
+    fn from_automata<H: Borrow<Hir>>(dfas: Vec<Option<LiveDfa>>, patterns: &[H]) -> Live {
         let mut first = vec![Vec::new(); 256];
         for (p, d) in dfas.iter().enumerate() {
             // Relaxing drops look-around; the opening ones are put back as spawn conditions.
-            let filter = patterns.get(p).map(StartFilter::of);
+            let filter = patterns.get(p).map(|hir| StartFilter::of(hir.borrow()));
             for b in 0..=255u8 {
                 if d.as_ref().is_none_or(|d| !d.dfa.is_dead_state(d.dfa.next_state(d.start, b))) {
                     // The filter's bytes are the automaton's (a test checks it); should they
@@ -503,7 +505,7 @@ mod tests {
         assert_eq!(hirs.len(), patterns.len());
         let built = Live::build(&hirs).map_err(|e| format!("{e:?}"));
         assert!(built.is_ok(), "{built:?}");
-        built.unwrap_or_else(|_| Live::build_lenient(&[]))
+        built.unwrap_or_else(|_| Live::build_lenient::<Hir>(&[]))
     }
 
     fn run(l: &Live, text: &str) -> (Option<usize>, Vec<(usize, usize)>) {
@@ -706,7 +708,7 @@ mod tests {
         let Ok(rules) = rules else { return assert_eq!(rules.err(), None) };
         let live = rules.engine.live();
         for (p, r) in rules.rules.iter().enumerate() {
-            assert_eq!(StartFilter::of(&r.hir).any_byte(), automaton_first_bytes(live, p), "{}", r.id);
+            assert_eq!(StartFilter::of(r.hir()).any_byte(), automaton_first_bytes(live, p), "{}", r.id);
         }
     }
 

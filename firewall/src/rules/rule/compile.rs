@@ -42,14 +42,18 @@ pub(crate) fn compile_hir(hir: &Hir, prefilter: bool) -> Result<MetaRegex, Strin
 /// DFAs' caches). Two engines, each built by the first search that needs it: the meta
 /// regex (unanchored searches, captures; compiled at load unless the rules were loaded
 /// with [`crate::LoadOptions::defer_regexes`]), and a [`ForwardRegex`] for the tries
-/// anchored near keyword hits, which most rules need alone.
+/// anchored near keyword hits, which most rules need alone. The pattern's keyword reach
+/// is worked out with them: a deferred rule that no text calls for never pays for it
+/// (it was over a quarter of loading the built-in rules).
 #[derive(Clone)]
 pub struct RuleRegex(Arc<RegexCell>);
 
 struct RegexCell {
     hir: Hir,
-    /// Whether the meta regex gets a literal prefilter (see [`compile_hir`]).
-    prefilter: bool,
+    /// The rule's keywords, ASCII-lowercased, for [`RuleRegex::keyword_reach`].
+    keywords: Box<[String]>,
+    /// [`keyword_reach`] of `hir` and `keywords`, worked out on first use.
+    reach: OnceLock<Option<usize>>,
     /// None only for a deferred pattern that does not compile (the built-in rules, the only
     /// ones deferred, all compile: their tests load them in full); its unanchored searches
     /// then find nothing.
@@ -60,13 +64,20 @@ struct RegexCell {
 
 impl RuleRegex {
     /// `hir`'s meta regex compiled now (an error is the regex crate's message, on one
-    /// line), or with `defer`, by its first search.
-    pub(crate) fn new(hir: Hir, prefilter: bool, defer: bool) -> Result<RuleRegex, String> {
-        let meta = match defer {
-            true => OnceLock::new(),
-            false => OnceLock::from(Some(compile_hir(&hir, prefilter)?)),
+    /// line), or with `defer`, by its first search. `keywords` are the rule's, checked.
+    pub(crate) fn new(hir: Hir, keywords: &[String], defer: bool) -> Result<RuleRegex, String> {
+        let cell = RegexCell {
+            hir,
+            keywords: keywords.into(),
+            reach: OnceLock::new(),
+            meta: OnceLock::new(),
+            forward: OnceLock::new(),
         };
-        Ok(RuleRegex(Arc::new(RegexCell { hir, prefilter, meta, forward: OnceLock::new() })))
+        if !defer {
+            let meta = compile_hir(&cell.hir, cell.prefilter())?;
+            let _ = cell.meta.set(Some(meta));
+        }
+        Ok(RuleRegex(Arc::new(cell)))
     }
 
     /// The pattern that runs, parsed.
@@ -74,10 +85,17 @@ impl RuleRegex {
         &self.0.hir
     }
 
+    /// How far past a match's start its first keyword can begin, at most (see
+    /// `scan/keyword_reach.rs`); `None` when unbounded (or without keywords): the rule is
+    /// searched over whole texts.
+    pub(crate) fn keyword_reach(&self) -> Option<usize> {
+        self.0.keyword_reach()
+    }
+
     /// The meta regex; None only for a deferred pattern that does not compile.
     pub fn get(&self) -> Option<&MetaRegex> {
         let cell = &*self.0;
-        cell.meta.get_or_init(|| compile_hir(&cell.hir, cell.prefilter).ok()).as_ref()
+        cell.meta.get_or_init(|| compile_hir(&cell.hir, cell.prefilter()).ok()).as_ref()
     }
 
     /// Where the leftmost-first match of the anchored `input` ends: what the meta regex's
@@ -88,6 +106,17 @@ impl RuleRegex {
             Some(forward) => forward.match_end(input),
             None => self.get()?.search_half(input).map(|m| m.offset()),
         }
+    }
+}
+
+impl RegexCell {
+    fn keyword_reach(&self) -> Option<usize> {
+        *self.reach.get_or_init(|| keyword_reach(&self.hir, &self.keywords))
+    }
+
+    /// Whether the meta regex gets a literal prefilter (see [`compile_hir`]).
+    fn prefilter(&self) -> bool {
+        self.keyword_reach().is_none() || spans_lines(&self.hir)
     }
 }
 
@@ -129,26 +158,7 @@ impl RawRule {
         }
         let hir = regex_syntax::ParserBuilder::new().build().parse(&self.regex).ok().map(ascii_twin);
         let keywords = check_keywords(&self.keywords).map_err(|e| errs.push(e)).ok();
-        let reach = match (&hir, &keywords) {
-            (Some(h), Some(k)) => keyword_reach(h, k),
-            _ => None,
-        };
-        // The regex that runs is the ASCII-boundary twin of the one written (same groups,
-        // never larger), so only the twin is compiled; the one written is compiled when
-        // the twin fails, to word the error in terms of what the author wrote.
-        let prefilter = reach.is_none() || hir.as_ref().is_some_and(spans_lines);
-        let regex = match hir.as_ref().map(|h| RuleRegex::new(h.clone(), prefilter, defer_regex)) {
-            Some(Ok(re)) => Some(re),
-            twin => {
-                let twin_error = twin.and_then(Result::err);
-                let e = compile_regex(&self.regex)
-                    .err()
-                    .or(twin_error)
-                    .unwrap_or_else(|| "the pattern does not parse".into());
-                errs.push(field("regex", format!("bad regex: {e}")));
-                None
-            }
-        };
+        let regex_errors_at = errs.len();
         if let Some(h) = &hir {
             if h.properties().minimum_len() == Some(0) {
                 errs.push(field("regex", "regex can match the empty string"));
@@ -156,6 +166,28 @@ impl RawRule {
         }
         let secret_group =
             hir.as_ref().and_then(|h| resolve_group(h, self.secret_group.as_ref()).map_err(|e| errs.push(e)).ok());
+        let secret_span = hir.as_ref().zip(secret_group).map(|(h, group)| {
+            let scan_group = if group_is_whole_match(h, group) { 0 } else { group };
+            (scan_group, if scan_group == 0 { None } else { SecretSplit::new(h, scan_group) })
+        });
+        // The regex that runs is the ASCII-boundary twin of the one written (same groups,
+        // never larger), so only the twin is compiled; the one written is compiled when
+        // the twin fails, to word the error in terms of what the author wrote. It takes
+        // the parsed pattern, the last to read it (copying a rule's tree was a tenth of
+        // what the rest of compiling it cost); its error is listed where it was found.
+        let regex_keywords = keywords.as_deref().unwrap_or_default();
+        let regex = match hir.map(|h| RuleRegex::new(h, regex_keywords, defer_regex)) {
+            Some(Ok(re)) => Some(re),
+            twin => {
+                let twin_error = twin.and_then(Result::err);
+                let e = compile_regex(&self.regex)
+                    .err()
+                    .or(twin_error)
+                    .unwrap_or_else(|| "the pattern does not parse".into());
+                errs.insert(regex_errors_at, field("regex", format!("bad regex: {e}")));
+                None
+            }
+        };
         if let Some(e) = self.min_entropy {
             if !(0.0..=8.0).contains(&e) {
                 errs.push(field(
@@ -175,9 +207,8 @@ impl RawRule {
         let allow = cache.allow_list("allow", &self.allow, defer_regex, &mut errs);
         let allow_line = cache.allow_list("allow_line", &self.allow_line, defer_regex, &mut errs);
         let allow_decoded = cache.allow_list("allow_decoded", &self.allow_decoded, defer_regex, &mut errs);
-        match (regex, hir, secret_group, keywords) {
-            (Some(regex), Some(hir), Some(secret_group), Some(keywords)) if errs.is_empty() => {
-                let scan_group = if group_is_whole_match(&hir, secret_group) { 0 } else { secret_group };
+        match (regex, secret_group, secret_span, keywords) {
+            (Some(regex), Some(secret_group), Some((scan_group, split)), Some(keywords)) if errs.is_empty() => {
                 Ok(Rule {
                     id: self.id,
                     description: self.description,
@@ -186,9 +217,8 @@ impl RawRule {
                     regex,
                     secret_group,
                     scan_group,
-                    split: if scan_group == 0 { None } else { SecretSplit::new(&hir, scan_group) },
+                    split,
                     keywords,
-                    reach,
                     min_entropy: self.min_entropy,
                     judge: self.judge.map(|j| j as f32),
                     allow,
@@ -198,7 +228,6 @@ impl RawRule {
                     tags: self.tags,
                     must_match: self.must_match,
                     must_not_match: self.must_not_match,
-                    hir,
                 })
             }
             _ => Err(errs),

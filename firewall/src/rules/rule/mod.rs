@@ -64,10 +64,6 @@ pub struct Rule {
     pub(crate) split: Option<SecretSplit>,
     /// ASCII-lowercased keywords; empty = the rule runs on every text.
     pub keywords: Vec<String>,
-    /// How far past a match's start its first keyword can begin, at most (see
-    /// `scan/keyword_reach.rs`); `None` when unbounded (or no keywords): the rule is searched over
-    /// whole texts.
-    pub(crate) reach: Option<usize>,
     pub min_entropy: Option<f64>,
     /// The least score of the generic-secret judge ([`crate::Judge`]) for a match to
     /// count; None: the rule does not ask the judge.
@@ -91,8 +87,14 @@ pub struct Rule {
     pub tags: Vec<String>,
     pub must_match: Vec<String>,
     pub must_not_match: Vec<String>,
-    /// The parsed pattern, kept for building the streaming automaton.
-    pub(crate) hir: Hir,
+}
+
+impl Rule {
+    /// The parsed pattern that runs (the regex's), for the streaming automaton and the
+    /// searches near keywords.
+    pub(crate) fn hir(&self) -> &Hir {
+        self.regex.hir()
+    }
 }
 
 /// A validated canary table.
