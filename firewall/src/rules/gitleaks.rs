@@ -160,6 +160,7 @@ fn convert(t: &Table, global: &Allow, notes: &mut Vec<ImportNote>) -> Result<Raw
         min_entropy: t.get("entropy").and_then(|v| v.as_float().or_else(|| v.as_integer().map(|i| i as f64))),
         judge: None,
         allow_lists: Vec::new(),
+        allow_line_lists: Vec::new(),
         allow: allow.secret,
         allow_line: allow.line,
         allow_repeated_user: false,

@@ -161,7 +161,8 @@ pub struct Ruleset {
 struct RawFile {
     /// Named lists of patterns that rules of any file in the folder take by
     /// `allow_lists = [NAME, ...]` into `allow` (the placeholder shapes most generic rules
-    /// share) and by `allow_decoded_lists` into `allow_decoded`.
+    /// share), by `allow_line_lists` into `allow_line` and by `allow_decoded_lists` into
+    /// `allow_decoded`.
     #[serde(default)]
     allow_lists: Option<toml::Spanned<toml::Table>>,
     #[serde(default)]
@@ -534,19 +535,25 @@ fn parse_file(
                 continue;
             }
         };
-        // The named lists' patterns join the rule's own `allow` and `allow_decoded`.
-        let resolved_allow = resolve_lists(lists, std::mem::take(&mut parsed.allow_lists));
-        let resolved_decoded = resolve_lists(lists, std::mem::take(&mut parsed.allow_decoded_lists));
-        for (key, resolved) in [("allow_lists", &resolved_allow), ("allow_decoded_lists", &resolved_decoded)] {
-            if let Err(reason) = resolved {
+        // The named lists' patterns join the rule's own `allow`, `allow_line` and
+        // `allow_decoded`, ahead of them.
+        let mut resolved = [
+            ("allow_lists", resolve_lists(lists, std::mem::take(&mut parsed.allow_lists))),
+            ("allow_line_lists", resolve_lists(lists, std::mem::take(&mut parsed.allow_line_lists))),
+            ("allow_decoded_lists", resolve_lists(lists, std::mem::take(&mut parsed.allow_decoded_lists))),
+        ];
+        for (key, result) in &resolved {
+            if let Err(reason) = result {
                 out.errors.push(err(lines.key(&span, key), format!("{key} names {reason}")));
             }
         }
-        let (Ok(mut shared), Ok(mut shared_decoded)) = (resolved_allow, resolved_decoded) else { continue };
+        let [(_, Ok(shared)), (_, Ok(shared_line)), (_, Ok(shared_decoded))] = &mut resolved else { continue };
         shared.append(&mut parsed.allow);
-        parsed.allow = shared;
+        parsed.allow = std::mem::take(shared);
+        shared_line.append(&mut parsed.allow_line);
+        parsed.allow_line = std::mem::take(shared_line);
         shared_decoded.append(&mut parsed.allow_decoded);
-        parsed.allow_decoded = shared_decoded;
+        parsed.allow_decoded = std::mem::take(shared_decoded);
         let origin = Origin {
             file: file.into(),
             line: lines.of(span.start),
@@ -655,7 +662,7 @@ strings = ["ACME-CANARY-7f3a9c"]
     #[test]
     fn unknown_key_names_its_line() {
         let e = errors(&GOOD.replace("keywords =", "colour = 1\nkeywords ="));
-        assert_eq!(e, ["a.toml:9: rule `demo-token`: unknown field `colour`, expected one of `id`, `description`, `severity`, `action`, `regex`, `secret_group`, `keywords`, `min_entropy`, `judge`, `allow_lists`, `allow`, `allow_line`, `allow_repeated_user`, `allow_decoded_lists`, `allow_decoded`, `tags`, `must_match`, `must_not_match`"]);
+        assert_eq!(e, ["a.toml:9: rule `demo-token`: unknown field `colour`, expected one of `id`, `description`, `severity`, `action`, `regex`, `secret_group`, `keywords`, `min_entropy`, `judge`, `allow_lists`, `allow`, `allow_line_lists`, `allow_line`, `allow_repeated_user`, `allow_decoded_lists`, `allow_decoded`, `tags`, `must_match`, `must_not_match`"]);
     }
 
     #[test]
@@ -777,6 +784,22 @@ must_not_match = ["tok_examples"]
         let Ok(set) = set else { panic!("{set:?}") };
         assert!(set.scan("tok_examples").is_empty());
         assert_eq!(set.scan("tok_q8w2e9r4").len(), 1);
+    }
+
+    #[test]
+    fn a_rule_takes_a_list_into_allow_line_ahead_of_its_own() {
+        let rule = NAMES_A_LIST
+            .replace("allow_lists = [\"placeholders\"]", "allow_line_lists = [\"quoted\"]\nallow_line = ['^own: ']")
+            .replace("must_not_match = [\"tok_examples\"]", "must_not_match = [\"sample: tok_q8w2e9r4\"]");
+        let lists = "[allow_lists]\nquoted = ['sample: tok_[a-z0-9]+$']\n";
+        let set = load_files(&[("a.toml", &rule), ("b.toml", lists)]);
+        let Ok(set) = set else { panic!("{set:?}") };
+        assert!(set.scan("sample: tok_q8w2e9r4").is_empty(), "the list reads the line");
+        assert!(set.scan("own: tok_q8w2e9r4").is_empty(), "the rule's own patterns still count");
+        assert_eq!(set.scan("tok_q8w2e9r4 sample: x").len(), 1, "the line up to the match only");
+        let errors = load_files(&[("a.toml", &rule)]).err().map(|e| e.errors).unwrap_or_default();
+        assert_eq!(errors.iter().map(|e| e.line).collect::<Vec<_>>(), [10], "{errors:?}");
+        assert!(errors[0].reason.starts_with("allow_line_lists names quoted"), "{errors:?}");
     }
 
     #[test]

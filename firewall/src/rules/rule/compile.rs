@@ -145,7 +145,12 @@ impl RawRule {
     pub(crate) fn compile_sharing(self, cache: &mut AllowCache, defer_regex: bool) -> Result<Rule, Vec<FieldError>> {
         let mut errs = Vec::new();
         // Only a rules folder defines lists; a rule compiled on its own cannot name one.
-        for (key, names) in [("allow_lists", &self.allow_lists), ("allow_decoded_lists", &self.allow_decoded_lists)] {
+        let named = [
+            ("allow_lists", &self.allow_lists),
+            ("allow_line_lists", &self.allow_line_lists),
+            ("allow_decoded_lists", &self.allow_decoded_lists),
+        ];
+        for (key, names) in named {
             if !names.is_empty() {
                 errs.push(field(key, format!("{key} name lists of a rules folder; this rule is compiled alone")));
             }

@@ -292,6 +292,7 @@ mod tests {
             min_entropy: None,
             judge: None,
             allow_lists: vec![],
+            allow_line_lists: vec![],
             allow: vec![],
             allow_line: vec![],
             allow_repeated_user: false,

@@ -56,6 +56,10 @@ pub struct RawRule {
     pub allow_lists: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow: Vec<String>,
+    /// Names of `[allow_lists]` whose patterns join `allow_line`, resolved as
+    /// `allow_lists` are: contexts that many rules share (an API description's example).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_line_lists: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_line: Vec<String>,
     /// Exempts a secret that repeats the user name written right before it
