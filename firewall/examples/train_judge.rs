@@ -71,7 +71,7 @@ fn candidates<'t>(rules: &Ruleset, text: &'t str) -> Vec<Candidate<'t>> {
     for r in rules.rules().iter().filter(|r| r.judge.is_some() || r.tags.iter().any(|t| t == "generic")) {
         let Some(regex) = r.regex.get() else { continue };
         for caps in regex.captures_iter(text) {
-            let (Some(m), Some(s)) = (caps.get_match(), caps.get_group(r.secret_group)) else { continue };
+            let (Some(m), Some(s)) = (caps.get_match(), caps.get_group(r.secret_group())) else { continue };
             out.push(Candidate { text, match_start: m.start(), value: (s.start, s.end) });
         }
     }

@@ -686,7 +686,7 @@ fn rule_matches(rule: &Rule, hay: &str, base: usize, from: usize, until: usize, 
     let mut caps = None;
     while at <= hay.len() {
         let input = Input::new(hay).span(at..hay.len());
-        let found = match (rule.scan_group, &rule.split) {
+        let found = match (rule.scan_group(), rule.split()) {
             (0, _) => regex.search(&input).map(|m| ((m.start(), m.end()), (m.start(), m.end()))),
             (_, Some(split)) => regex.search(&input).and_then(|m| {
                 let whole = (m.start(), m.end());
@@ -696,14 +696,14 @@ fn rule_matches(rule: &Rule, hay: &str, base: usize, from: usize, until: usize, 
                     None => {
                         let caps = caps.get_or_insert_with(|| regex.create_captures());
                         regex.search_captures(&input.clone().span(m.range()).anchored(Anchored::Yes), caps);
-                        found_in(caps, rule.scan_group)
+                        found_in(caps, rule.scan_group())
                     }
                 }
             }),
             (_, None) => {
                 let caps = caps.get_or_insert_with(|| regex.create_captures());
                 regex.search_captures(&input, caps);
-                found_in(caps, rule.scan_group)
+                found_in(caps, rule.scan_group())
             }
         };
         let Some(found) = found else { break };
@@ -832,11 +832,11 @@ mod tests {
         let mut checked = 0;
         let (mut after_text, mut left) = (0, 0);
         for r in &rules.rules {
-            let Some(split) = &r.split else { continue };
+            let Some(split) = r.split() else { continue };
             for text in corpus.iter().chain(&r.must_match) {
                 let Some(regex) = r.regex.get() else { panic!("{} does not compile", r.id) };
                 for caps in regex.captures_iter(text.as_str()) {
-                    let (Some(m), Some(g)) = (caps.get_match(), caps.get_group(r.scan_group)) else { continue };
+                    let (Some(m), Some(g)) = (caps.get_match(), caps.get_group(r.scan_group())) else { continue };
                     match split.secret(text, (m.start(), m.end())) {
                         Some(secret) => assert_eq!(secret, (g.start, g.end), "{}: {text:?}", r.id),
                         None => left += 1,

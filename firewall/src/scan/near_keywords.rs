@@ -132,7 +132,7 @@ impl RuleSearch {
     pub(crate) fn for_rule(rule: &Rule) -> RuleSearch {
         let hir = rule.hir();
         let reach = rule.regex.keyword_reach();
-        RuleSearch::new(rule.regex.clone(), hir, rule.scan_group, rule.split.clone(), reach, StartFilter::of(hir))
+        RuleSearch::new(rule.regex.clone(), hir, rule.scan_group(), rule.split().cloned(), reach, StartFilter::of(hir))
     }
 
     /// The byte sets that bound this rule's runs.
@@ -530,10 +530,11 @@ fn add_match_bytes(hir: &Hir, set: &mut [bool; 256]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rules::rule::Parsed;
 
     fn search(pattern: &str, reach: usize) -> RuleSearch {
         let hir = regex_syntax::parse(pattern).expect("pattern parses");
-        let regex = RuleRegex::new(hir.clone(), &[], false).expect("pattern compiles");
+        let regex = RuleRegex::compiled(Parsed::new(hir.clone(), 0), &[]).expect("pattern compiles");
         RuleSearch::new(regex, &hir, 0, None, Some(reach), StartFilter::of(&hir))
     }
 

@@ -2,7 +2,7 @@
 //! its ASCII twin, the secret group, keywords, entropy and judge bounds, the exemptions.
 
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 
 use regex::{Regex, RegexBuilder};
 use regex_automata::meta::Regex as MetaRegex;
@@ -43,46 +43,99 @@ pub(crate) fn compile_hir(hir: &Hir, prefilter: bool) -> Result<MetaRegex, Strin
 /// regex (unanchored searches, captures; compiled at load unless the rules were loaded
 /// with [`crate::LoadOptions::defer_regexes`]), and a [`ForwardRegex`] for the tries
 /// anchored near keyword hits, which most rules need alone. The pattern's keyword reach
-/// is worked out with them: a deferred rule that no text calls for never pays for it
-/// (it was over a quarter of loading the built-in rules).
+/// is worked out with them, and a deferred pattern is parsed by its first search too: a
+/// rule that no text calls for never pays for either (together they were two thirds of
+/// loading the built-in rules).
 #[derive(Clone)]
 pub struct RuleRegex(Arc<RegexCell>);
 
-struct RegexCell {
+/// What parsing a rule's pattern gives: the pattern that runs and where its secret lies.
+#[derive(Debug)]
+pub(crate) struct Parsed {
+    /// The ASCII twin of the pattern written (see [`ascii_twin`]).
     hir: Hir,
+    /// Capture index of the secret; 0 = the whole match.
+    secret_group: usize,
+    /// The group scans capture: `secret_group`, or 0 where that group always spans the
+    /// whole match (it holds all of the pattern but zero-width assertions, as in
+    /// `\b(eyJ…)`), so the match alone gives the secret and no capture search runs.
+    scan_group: usize,
+    /// Where the secret lies when the match alone tells: a pattern written
+    /// `\b(SECRET)(?:[^…]|$)` or `NAME = (VALUE)…`, read without a capture search (see
+    /// `scan::secret_span`).
+    split: Option<SecretSplit>,
+}
+
+impl Parsed {
+    /// `hir` (the twin) with its secret in capture group `secret_group`, which exists.
+    pub(crate) fn new(hir: Hir, secret_group: usize) -> Parsed {
+        let scan_group = if group_is_whole_match(&hir, secret_group) { 0 } else { secret_group };
+        let split = if scan_group == 0 { None } else { SecretSplit::new(&hir, scan_group) };
+        Parsed { hir, secret_group, scan_group, split }
+    }
+
+    /// `pattern` parsed, its twin made and `group` found in it; None where any of that
+    /// fails (what a load that checks reports as errors).
+    fn of(pattern: &str, group: Option<&SecretGroup>) -> Option<Parsed> {
+        let hir = parse_twin(pattern)?;
+        let secret_group = resolve_group(&hir, group).ok()?;
+        Some(Parsed::new(hir, secret_group))
+    }
+}
+
+struct RegexCell {
+    /// The pattern as written and its secret group, for a parse put off.
+    source: Box<str>,
+    group: Option<SecretGroup>,
+    /// None only for a deferred pattern that does not parse or has no such group (the
+    /// built-in rules, the only ones deferred, all do: their tests load them in full); it
+    /// then matches nothing.
+    parsed: OnceLock<Option<Parsed>>,
     /// The rule's keywords, ASCII-lowercased, for [`RuleRegex::keyword_reach`].
     keywords: Box<[String]>,
-    /// [`keyword_reach`] of `hir` and `keywords`, worked out on first use.
+    /// [`keyword_reach`] of the pattern and `keywords`, worked out on first use.
     reach: OnceLock<Option<usize>>,
-    /// None only for a deferred pattern that does not compile (the built-in rules, the only
-    /// ones deferred, all compile: their tests load them in full); its unanchored searches
-    /// then find nothing.
+    /// None only for a deferred pattern that does not compile; its unanchored searches then
+    /// find nothing.
     meta: OnceLock<Option<MetaRegex>>,
     /// None where the forward engine does not build; the meta regex answers instead.
     forward: OnceLock<Option<ForwardRegex>>,
 }
 
 impl RuleRegex {
-    /// `hir`'s meta regex compiled now (an error is the regex crate's message, on one
-    /// line), or with `defer`, by its first search. `keywords` are the rule's, checked.
-    pub(crate) fn new(hir: Hir, keywords: &[String], defer: bool) -> Result<RuleRegex, String> {
-        let cell = RegexCell {
-            hir,
-            keywords: keywords.into(),
-            reach: OnceLock::new(),
-            meta: OnceLock::new(),
-            forward: OnceLock::new(),
-        };
-        if !defer {
-            let meta = compile_hir(&cell.hir, cell.prefilter())?;
-            let _ = cell.meta.set(Some(meta));
-        }
+    /// `parsed`'s meta regex compiled now (an error is the regex crate's message, on one
+    /// line). `keywords` are the rule's, checked.
+    pub(crate) fn compiled(parsed: Parsed, keywords: &[String]) -> Result<RuleRegex, String> {
+        let cell = RegexCell::new("", None, OnceLock::from(Some(parsed)), keywords);
+        let meta = compile_hir(cell.hir(), cell.prefilter())?;
+        let _ = cell.meta.set(Some(meta));
         Ok(RuleRegex(Arc::new(cell)))
     }
 
-    /// The pattern that runs, parsed.
+    /// `pattern` (with its secret in `group`), parsed and compiled by its first search.
+    pub(crate) fn deferred(pattern: &str, group: Option<SecretGroup>, keywords: &[String]) -> RuleRegex {
+        RuleRegex(Arc::new(RegexCell::new(pattern, group, OnceLock::new(), keywords)))
+    }
+
+    /// The pattern that runs, parsed (a pattern that matches nothing where a deferred one
+    /// does not parse).
     pub(crate) fn hir(&self) -> &Hir {
-        &self.0.hir
+        self.0.hir()
+    }
+
+    /// Capture index of the secret; 0 = the whole match.
+    pub(crate) fn secret_group(&self) -> usize {
+        self.0.parsed().map_or(0, |p| p.secret_group)
+    }
+
+    /// The group scans capture (see [`Parsed`]).
+    pub(crate) fn scan_group(&self) -> usize {
+        self.0.parsed().map_or(0, |p| p.scan_group)
+    }
+
+    /// Where the secret lies when the match alone tells (see [`Parsed`]).
+    pub(crate) fn split(&self) -> Option<&SecretSplit> {
+        self.0.parsed().and_then(|p| p.split.as_ref())
     }
 
     /// How far past a match's start its first keyword can begin, at most (see
@@ -95,14 +148,14 @@ impl RuleRegex {
     /// The meta regex; None only for a deferred pattern that does not compile.
     pub fn get(&self) -> Option<&MetaRegex> {
         let cell = &*self.0;
-        cell.meta.get_or_init(|| compile_hir(&cell.hir, cell.prefilter()).ok()).as_ref()
+        cell.meta.get_or_init(|| compile_hir(cell.hir(), cell.prefilter()).ok()).as_ref()
     }
 
     /// Where the leftmost-first match of the anchored `input` ends: what the meta regex's
     /// `search_half` reports, by the forward engine where it builds.
     pub(crate) fn anchored_end(&self, input: &Input<'_>) -> Option<usize> {
         let cell = &*self.0;
-        match cell.forward.get_or_init(|| ForwardRegex::new(&cell.hir)) {
+        match cell.forward.get_or_init(|| ForwardRegex::new(cell.hir())) {
             Some(forward) => forward.match_end(input),
             None => self.get()?.search_half(input).map(|m| m.offset()),
         }
@@ -110,13 +163,34 @@ impl RuleRegex {
 }
 
 impl RegexCell {
+    fn new(source: &str, group: Option<SecretGroup>, parsed: OnceLock<Option<Parsed>>, keywords: &[String]) -> Self {
+        RegexCell {
+            source: source.into(),
+            group,
+            parsed,
+            keywords: keywords.into(),
+            reach: OnceLock::new(),
+            meta: OnceLock::new(),
+            forward: OnceLock::new(),
+        }
+    }
+
+    fn parsed(&self) -> Option<&Parsed> {
+        self.parsed.get_or_init(|| Parsed::of(&self.source, self.group.as_ref())).as_ref()
+    }
+
+    fn hir(&self) -> &Hir {
+        static NOTHING: LazyLock<Hir> = LazyLock::new(Hir::fail);
+        self.parsed().map_or(&NOTHING, |p| &p.hir)
+    }
+
     fn keyword_reach(&self) -> Option<usize> {
-        *self.reach.get_or_init(|| keyword_reach(&self.hir, &self.keywords))
+        *self.reach.get_or_init(|| keyword_reach(self.hir(), &self.keywords))
     }
 
     /// Whether the meta regex gets a literal prefilter (see [`compile_hir`]).
     fn prefilter(&self) -> bool {
-        self.keyword_reach().is_none() || spans_lines(&self.hir)
+        self.keyword_reach().is_none() || spans_lines(self.hir())
     }
 }
 
@@ -161,37 +235,13 @@ impl RawRule {
         if self.description.trim().is_empty() {
             errs.push(field("description", "description is empty"));
         }
-        let hir = regex_syntax::ParserBuilder::new().build().parse(&self.regex).ok().map(ascii_twin);
         let keywords = check_keywords(&self.keywords).map_err(|e| errs.push(e)).ok();
-        let regex_errors_at = errs.len();
-        if let Some(h) = &hir {
-            if h.properties().minimum_len() == Some(0) {
-                errs.push(field("regex", "regex can match the empty string"));
-            }
-        }
-        let secret_group =
-            hir.as_ref().and_then(|h| resolve_group(h, self.secret_group.as_ref()).map_err(|e| errs.push(e)).ok());
-        let secret_span = hir.as_ref().zip(secret_group).map(|(h, group)| {
-            let scan_group = if group_is_whole_match(h, group) { 0 } else { group };
-            (scan_group, if scan_group == 0 { None } else { SecretSplit::new(h, scan_group) })
-        });
-        // The regex that runs is the ASCII-boundary twin of the one written (same groups,
-        // never larger), so only the twin is compiled; the one written is compiled when
-        // the twin fails, to word the error in terms of what the author wrote. It takes
-        // the parsed pattern, the last to read it (copying a rule's tree was a tenth of
-        // what the rest of compiling it cost); its error is listed where it was found.
         let regex_keywords = keywords.as_deref().unwrap_or_default();
-        let regex = match hir.map(|h| RuleRegex::new(h, regex_keywords, defer_regex)) {
-            Some(Ok(re)) => Some(re),
-            twin => {
-                let twin_error = twin.and_then(Result::err);
-                let e = compile_regex(&self.regex)
-                    .err()
-                    .or(twin_error)
-                    .unwrap_or_else(|| "the pattern does not parse".into());
-                errs.insert(regex_errors_at, field("regex", format!("bad regex: {e}")));
-                None
-            }
+        let regex = match defer_regex {
+            // Parsed and compiled by the first text that runs the rule: the built-in rules,
+            // the only ones deferred, are loaded in full, every check made, by their tests.
+            true => Some(RuleRegex::deferred(&self.regex, self.secret_group.clone(), regex_keywords)),
+            false => self.regex_now(regex_keywords, &mut errs),
         };
         if let Some(e) = self.min_entropy {
             if !(0.0..=8.0).contains(&e) {
@@ -212,32 +262,66 @@ impl RawRule {
         let allow = cache.allow_list("allow", &self.allow, defer_regex, &mut errs);
         let allow_line = cache.allow_list("allow_line", &self.allow_line, defer_regex, &mut errs);
         let allow_decoded = cache.allow_list("allow_decoded", &self.allow_decoded, defer_regex, &mut errs);
-        match (regex, secret_group, secret_span, keywords) {
-            (Some(regex), Some(secret_group), Some((scan_group, split)), Some(keywords)) if errs.is_empty() => {
-                Ok(Rule {
-                    id: self.id,
-                    description: self.description,
-                    severity: self.severity,
-                    action: self.action.into(),
-                    regex,
-                    secret_group,
-                    scan_group,
-                    split,
-                    keywords,
-                    min_entropy: self.min_entropy,
-                    judge: self.judge.map(|j| j as f32),
-                    allow,
-                    allow_line,
-                    allow_repeated_user: self.allow_repeated_user,
-                    allow_decoded,
-                    tags: self.tags,
-                    must_match: self.must_match,
-                    must_not_match: self.must_not_match,
-                })
-            }
+        match (regex, keywords) {
+            (Some(regex), Some(keywords)) if errs.is_empty() => Ok(Rule {
+                id: self.id,
+                description: self.description,
+                severity: self.severity,
+                action: self.action.into(),
+                regex,
+                keywords,
+                min_entropy: self.min_entropy,
+                judge: self.judge.map(|j| j as f32),
+                allow,
+                allow_line,
+                allow_repeated_user: self.allow_repeated_user,
+                allow_decoded,
+                tags: self.tags,
+                must_match: self.must_match,
+                must_not_match: self.must_not_match,
+            }),
             _ => Err(errs),
         }
     }
+}
+
+impl RawRule {
+    /// The rule's pattern parsed, checked and compiled now; each problem is added to `errs`
+    /// (`regex` and `secret_group` keys, in that order).
+    fn regex_now(&self, keywords: &[String], errs: &mut Vec<FieldError>) -> Option<RuleRegex> {
+        let regex_errors_at = errs.len();
+        let hir = parse_twin(&self.regex);
+        if let Some(h) = &hir {
+            if h.properties().minimum_len() == Some(0) {
+                errs.push(field("regex", "regex can match the empty string"));
+            }
+        }
+        let secret_group =
+            hir.as_ref().and_then(|h| resolve_group(h, self.secret_group.as_ref()).map_err(|e| errs.push(e)).ok());
+        // The regex that runs is the ASCII-boundary twin of the one written (same groups,
+        // never larger), so only the twin is compiled; the one written is compiled when
+        // the twin fails, to word the error in terms of what the author wrote. Its error
+        // is listed first. A group that does not exist is an error already: the pattern
+        // still compiles, to report its own.
+        let twin = hir.map(|h| RuleRegex::compiled(Parsed::new(h, secret_group.unwrap_or(0)), keywords));
+        match twin {
+            Some(Ok(re)) => secret_group.map(|_| re),
+            twin => {
+                let twin_error = twin.and_then(Result::err);
+                let e = compile_regex(&self.regex)
+                    .err()
+                    .or(twin_error)
+                    .unwrap_or_else(|| "the pattern does not parse".into());
+                errs.insert(regex_errors_at, field("regex", format!("bad regex: {e}")));
+                None
+            }
+        }
+    }
+}
+
+/// `pattern` parsed as the `regex` crate parses it, in its ASCII twin (see [`ascii_twin`]).
+fn parse_twin(pattern: &str) -> Option<Hir> {
+    regex_syntax::ParserBuilder::new().build().parse(pattern).ok().map(ascii_twin)
 }
 
 /// Whether capture group `group` spans every match of `hir` whole: the pattern is that

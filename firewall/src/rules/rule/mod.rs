@@ -33,7 +33,7 @@ use allow::allow_groups;
 pub(crate) use allow::{line_start, AllowCache, AllowList, ALLOW_LINE_LOOKBACK};
 pub use compile::RuleRegex;
 #[cfg(test)]
-pub(crate) use compile::{ascii_twin, compile_hir, compile_regex};
+pub(crate) use compile::{ascii_twin, compile_hir, compile_regex, Parsed};
 pub use raw::{RawCanary, RawRule, RuleAction, SecretGroup, MIN_CANARY_LEN};
 
 /// Compiled-program size limit for every rule and allow regex (bytes).
@@ -52,16 +52,6 @@ pub struct Rule {
     /// lazy DFA states that checking the samples builds at load are worth keeping for
     /// the scans that follow.
     pub regex: RuleRegex,
-    /// Capture index of the secret; 0 = the whole match.
-    pub secret_group: usize,
-    /// The group scans capture: `secret_group`, or 0 where that group always spans the
-    /// whole match (it holds all of the pattern but zero-width assertions, as in
-    /// `\b(eyJ…)`), so the match alone gives the secret and no capture search runs.
-    pub(crate) scan_group: usize,
-    /// Where the secret lies when the match alone tells: a pattern written
-    /// `\b(SECRET)(?:[^…]|$)` or `NAME = (VALUE)…`, read without a capture search (see
-    /// `scan::secret_span`).
-    pub(crate) split: Option<SecretSplit>,
     /// ASCII-lowercased keywords; empty = the rule runs on every text.
     pub keywords: Vec<String>,
     pub min_entropy: Option<f64>,
@@ -94,6 +84,25 @@ impl Rule {
     /// searches near keywords.
     pub(crate) fn hir(&self) -> &Hir {
         self.regex.hir()
+    }
+
+    /// Capture index of the secret; 0 = the whole match.
+    pub fn secret_group(&self) -> usize {
+        self.regex.secret_group()
+    }
+
+    /// The group scans capture: `secret_group`, or 0 where that group always spans the
+    /// whole match (it holds all of the pattern but zero-width assertions, as in
+    /// `\b(eyJ…)`), so the match alone gives the secret and no capture search runs.
+    pub(crate) fn scan_group(&self) -> usize {
+        self.regex.scan_group()
+    }
+
+    /// Where the secret lies when the match alone tells: a pattern written
+    /// `\b(SECRET)(?:[^…]|$)` or `NAME = (VALUE)…`, read without a capture search (see
+    /// `scan::secret_span`).
+    pub(crate) fn split(&self) -> Option<&SecretSplit> {
+        self.regex.split()
     }
 }
 
@@ -403,7 +412,7 @@ mod tests {
     #[test]
     fn compiles_and_lowercases_keywords() {
         let r = raw(r"tok_[a-z]{8}").compile().map_err(|e| format!("{e:?}"));
-        assert!(matches!(&r, Ok(rule) if rule.keywords == ["tok"] && rule.secret_group == 0), "{r:?}");
+        assert!(matches!(&r, Ok(rule) if rule.keywords == ["tok"] && rule.secret_group() == 0), "{r:?}");
     }
 
     #[test]
@@ -425,7 +434,7 @@ mod tests {
         assert_eq!(r.compile().err().map(|e| e[0].key), Some("secret_group"));
         let mut r = raw("tok(?P<s>x)");
         r.secret_group = Some(SecretGroup::Name("s".into()));
-        assert!(matches!(r.compile(), Ok(rule) if rule.secret_group == 1));
+        assert!(matches!(r.compile(), Ok(rule) if rule.secret_group() == 1));
     }
 
     #[test]
@@ -433,7 +442,7 @@ mod tests {
         let scan_group = |pattern: &str| {
             let mut r = raw(pattern);
             r.secret_group = Some(SecretGroup::Index(1));
-            r.compile().map(|rule| (rule.secret_group, rule.scan_group)).map_err(|e| format!("{e:?}"))
+            r.compile().map(|rule| (rule.secret_group(), rule.scan_group())).map_err(|e| format!("{e:?}"))
         };
         // The group between zero-width assertions, or inside another group: the match.
         assert_eq!(scan_group(r"\b(tok_[a-z]{8})\b"), Ok((1, 0)));
@@ -457,7 +466,7 @@ mod tests {
         let mut r = raw(r"\btok_(?P<s>[a-z]{4})\b");
         r.secret_group = Some(SecretGroup::Name("s".into()));
         let Some(rule) = compiled(r) else { return };
-        assert_eq!(rule.secret_group, 1);
+        assert_eq!(rule.secret_group(), 1);
         // A Cyrillic letter is not an ASCII word character, so it is a boundary.
         assert!(rule.regex.get().is_some_and(|re| re.is_match("ключtok_abcd")));
         assert!(!rule.regex.get().is_some_and(|re| re.is_match("xtok_abcd")));
