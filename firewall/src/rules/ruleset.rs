@@ -71,13 +71,13 @@ pub struct LoadOptions {
     /// progress anywhere" (still sound, but held back up to the holdback limit). For
     /// one-shot tools such as `crossguard scan`; anything that streams should load eagerly.
     pub defer_streaming: bool,
-    /// Compile each rule's regex, and each `allow` list, when a scan first needs it, not
-    /// now: a scan runs only the rules its text's keywords hit, and compiling the others
-    /// was most of loading the built-in rules. Patterns are still parsed and checked, but
-    /// one that does not compile (past the size limit) is then not refused: its rule finds
-    /// nothing (an `allow` pattern, exempts nothing). So only for rules known to compile,
-    /// such as the built-in ones (the test suite compiles them), and not with
-    /// `check_samples`, whose samples compile every rule anyway.
+    /// Parse and compile each rule's regex, and compile each `allow` list, when a scan
+    /// first needs it, not now: a scan runs only the rules its text's keywords hit, and
+    /// parsing and compiling the others was most of loading the built-in rules. A pattern
+    /// that does not parse, names a secret group it lacks or does not compile (past the size
+    /// limit) is then not refused: its rule finds nothing (an `allow` pattern, exempts
+    /// nothing). So only for rules known to load, such as the built-in ones (the test suite
+    /// loads them in full), and not with `check_samples`, whose samples run every rule anyway.
     pub defer_regexes: bool,
 }
 

@@ -215,7 +215,7 @@ impl RawRule {
     }
 
     /// [`RawRule::compile`], taking `allow` patterns compiled already from `cache`; with
-    /// `defer_regex`, the pattern is parsed and checked but compiled by its first search.
+    /// `defer_regex`, the pattern is parsed and compiled by its first search, unchecked.
     pub(crate) fn compile_sharing(self, cache: &mut AllowCache, defer_regex: bool) -> Result<Rule, Vec<FieldError>> {
         let mut errs = Vec::new();
         // Only a rules folder defines lists; a rule compiled on its own cannot name one.
