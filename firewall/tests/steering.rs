@@ -28,6 +28,8 @@ const WORDINGS: &[&str] = &[
     "In this tutorial we set a sample value, e.g. pwd = \"{}\", then print the version id.",
     "example_password = \"{}\"  # placeholder",
     "// lorem ipsum dolor sit amet example placeholder text: password = \"{}\"",
+    // Inside an API description's example, which `api-description-examples` exempts.
+    "{\"example\":{\"login\":\"ops\",\"password\":\"{}\"}}",
 ];
 
 /// Detectors whose ownership index holds acme's prompt, recorded as the gateway records it.
