@@ -786,6 +786,14 @@ must_not_match = ["tok_examples"]
         assert_eq!(set.scan("tok_q8w2e9r4").len(), 1);
     }
 
+    /// `rule` (a.toml), loaded without the file that defines its list: one error, at line 10
+    /// (the key that names the list), whose reason starts with `reason`.
+    fn assert_unknown_list_is_an_error_at_its_line(rule: &str, reason: &str) {
+        let errors = load_files(&[("a.toml", rule)]).err().map(|e| e.errors).unwrap_or_default();
+        assert_eq!(errors.iter().map(|e| e.line).collect::<Vec<_>>(), [10], "{errors:?}");
+        assert!(errors[0].reason.starts_with(reason), "{errors:?}");
+    }
+
     #[test]
     fn a_rule_takes_a_list_into_allow_line_ahead_of_its_own() {
         let rule = NAMES_A_LIST
@@ -797,9 +805,7 @@ must_not_match = ["tok_examples"]
         assert!(set.scan("sample: tok_q8w2e9r4").is_empty(), "the list reads the line");
         assert!(set.scan("own: tok_q8w2e9r4").is_empty(), "the rule's own patterns still count");
         assert_eq!(set.scan("tok_q8w2e9r4 sample: x").len(), 1, "the line up to the match only");
-        let errors = load_files(&[("a.toml", &rule)]).err().map(|e| e.errors).unwrap_or_default();
-        assert_eq!(errors.iter().map(|e| e.line).collect::<Vec<_>>(), [10], "{errors:?}");
-        assert!(errors[0].reason.starts_with("allow_line_lists names quoted"), "{errors:?}");
+        assert_unknown_list_is_an_error_at_its_line(&rule, "allow_line_lists names quoted");
     }
 
     #[test]
@@ -816,9 +822,7 @@ must_not_match = ["tok_examples"]
         assert!(set.scan("tok_ZXhhbXBsZQ").is_empty(), "the list reads the decoding");
         assert_eq!(set.scan("tok_cTh3MmU5cjQ").len(), 1);
         assert_eq!(set.scan("tok_exampleXYZ").len(), 1, "not the value as written");
-        let errors = load_files(&[("a.toml", &rule)]).err().map(|e| e.errors).unwrap_or_default();
-        assert_eq!(errors.iter().map(|e| e.line).collect::<Vec<_>>(), [10], "{errors:?}");
-        assert!(errors[0].reason.starts_with("allow_decoded_lists names placeholders"), "{errors:?}");
+        assert_unknown_list_is_an_error_at_its_line(&rule, "allow_decoded_lists names placeholders");
     }
 
     #[test]
