@@ -45,7 +45,7 @@ use crate::rules::ruleset::Ruleset;
 use crate::scan::accept::{accept, KeywordCheck};
 use crate::scan::keyword_set::KeywordSet;
 use crate::scan::keywords::KeywordFinder;
-use crate::scan::near_keywords::{found_in, CaptureScratch, RuleSearch, Verdict};
+use crate::scan::near_keywords::{found_in, RuleScratch, RuleSearch, Verdict};
 use crate::stream::liveness::Live;
 use crate::stream::pass::merge_findings;
 use crate::verdict::{mask, Action, Detail, DetectorKind, Finding, Severity};
@@ -132,8 +132,8 @@ struct Scratch {
     held: usize,
     /// one rule's start regions at a time
     regions: Vec<(usize, usize)>,
-    /// [rules] captures of the anchored searches
-    captures: Vec<Option<CaptureScratch>>,
+    /// [rules] what each rule's searches keep between texts
+    rules: Vec<RuleScratch>,
 }
 
 /// Asks for the cache lines around `text[at]` ahead of their use: the rule pass reads the
@@ -277,7 +277,7 @@ impl Engine {
         let kept = self.scratch.lock().unwrap_or_else(PoisonError::into_inner).pop();
         kept.unwrap_or_else(|| Scratch {
             hits: vec![Vec::new(); self.searches.len()],
-            captures: self.searches.iter().map(|_| None).collect(),
+            rules: self.searches.iter().map(|_| RuleScratch::default()).collect(),
             ..Scratch::default()
         })
     }
@@ -477,11 +477,11 @@ impl Ruleset {
     fn pattern_findings(&self, text: &str, ctx: &ScanContext, out: &mut Vec<Finding>) {
         let e = &self.engine;
         let mut scratch = e.take_scratch();
-        let Scratch { hits, run, held, regions, captures } = &mut scratch;
+        let Scratch { hits, run, held, regions, rules } = &mut scratch;
         let held_before = self.rules_to_run(text, hits, run);
         for &i in run.iter() {
             let i = i as usize;
-            self.rule_one_shot(i, text, &mut hits[i], regions, &mut captures[i], out);
+            self.rule_one_shot(i, text, &mut hits[i], regions, &mut rules[i], out);
             hits[i].clear();
         }
         *held = room_after(*held, held_before, hits, run);
@@ -507,7 +507,7 @@ impl Ruleset {
     fn pattern_findings_batch(&self, texts: &[&str], ctx: &ScanContext) -> Vec<Vec<Finding>> {
         let e = &self.engine;
         let mut scratch = e.take_scratch();
-        let Scratch { hits, run, held, regions, captures } = &mut scratch;
+        let Scratch { hits, run, held, regions, rules } = &mut scratch;
         // Gathered rule by rule, the pass below reads each rule's hits in one sequence:
         // kept with their texts, loading them missed the caches in a third of the pass's
         // own time.
@@ -539,7 +539,7 @@ impl Ruleset {
                 if let (Some(text), Some(out), Some(hits)) =
                     (texts.get(t), outs.get_mut(t), batch.hits.get_mut(from..to))
                 {
-                    self.rule_one_shot(r, text, hits, regions, &mut captures[r], out);
+                    self.rule_one_shot(r, text, hits, regions, &mut rules[r], out);
                 }
             }
         }
@@ -553,14 +553,14 @@ impl Ruleset {
     }
 
     /// Rule `i`'s one-shot findings in `text`, given every hit of its keywords there
-    /// (`hits`, any order; sorted here). `regions` and `caps` are scratch.
+    /// (`hits`, any order; sorted here). `regions` and `scratch` are scratch.
     fn rule_one_shot(
         &self,
         i: usize,
         text: &str,
         hits: &mut [(usize, usize)],
         regions: &mut Vec<(usize, usize)>,
-        caps: &mut Option<CaptureScratch>,
+        scratch: &mut RuleScratch,
         out: &mut Vec<Finding>,
     ) {
         let Some(rule) = self.rules.get(i) else { return };
@@ -579,16 +579,16 @@ impl Ruleset {
             hits.sort_unstable_by_key(|&(start, _)| start);
         }
         search.regions(text.as_bytes(), hits, regions);
-        search.walk_regions(text, regions, caps, |found| accept(rule, text, 0, found, KeywordCheck::Hits(hits), out));
+        search
+            .walk_regions(text, regions, scratch, |found| accept(rule, text, 0, found, KeywordCheck::Hits(hits), out));
     }
 
     /// How many findings rule `i` alone makes in `text`, found the way one-shot scanning
-    /// finds them (and warming the same caches): what `rules test` counts per sample.
+    /// finds them: what `rules test` counts per sample.
     pub(crate) fn rule_finding_count(&self, i: usize, text: &str) -> usize {
         let Some(rule) = self.rules.get(i) else { return 0 };
         let (mut hits, mut regions, mut out) = (own_keyword_hits(rule, text), Vec::new(), Vec::new());
-        let mut caps = None;
-        self.rule_one_shot(i, text, &mut hits, &mut regions, &mut caps, &mut out);
+        self.rule_one_shot(i, text, &mut hits, &mut regions, &mut RuleScratch::default(), &mut out);
         out.iter().filter(|f| !f.is_candidate()).count()
     }
 

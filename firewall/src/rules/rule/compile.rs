@@ -10,7 +10,7 @@ use regex_automata::Input;
 use regex_syntax::hir::{Hir, HirKind};
 
 use super::allow::AllowCache;
-use super::forward::ForwardRegex;
+use super::forward::{ForwardCaches, ForwardRegex};
 use super::{
     field, is_kebab, Canary, FieldError, RawCanary, RawRule, Rule, SecretGroup, MIN_CANARY_LEN, REGEX_SIZE_LIMIT,
 };
@@ -152,11 +152,12 @@ impl RuleRegex {
     }
 
     /// Where the leftmost-first match of the anchored `input` ends: what the meta regex's
-    /// `search_half` reports, by the forward engine where it builds.
-    pub(crate) fn anchored_end(&self, input: &Input<'_>) -> Option<usize> {
+    /// `search_half` reports, by the forward engine where it builds, with the caller's
+    /// caches for it (made by the first search that has none).
+    pub(crate) fn anchored_end(&self, input: &Input<'_>, caches: &mut Option<ForwardCaches>) -> Option<usize> {
         let cell = &*self.0;
         match cell.forward.get_or_init(|| ForwardRegex::new(cell.hir())) {
-            Some(forward) => forward.match_end(input),
+            Some(forward) => forward.match_end_with(caches.get_or_insert_with(|| forward.create_caches()), input),
             None => self.get()?.search_half(input).map(|m| m.offset()),
         }
     }

@@ -28,7 +28,14 @@ pub(crate) struct ForwardRegex {
     caches: Pool<ForwardCaches, MakeCaches>,
 }
 
-type ForwardCaches = (DfaCache, PikeCache);
+/// What a search needs besides the regex: the lazy DFA's states and the PikeVM's threads.
+/// Searches take them from the regex's pool, or from a caller that keeps its own
+/// ([`ForwardRegex::match_end_with`]).
+#[derive(Debug, Clone)]
+pub(crate) struct ForwardCaches {
+    dfa: DfaCache,
+    pikevm: PikeCache,
+}
 
 /// The compiler of every forward NFA. A compiler allocates its UTF-8 caches (some 400 KB)
 /// when it first compiles a Unicode class and frees them when dropped: per pattern, a fifth
@@ -58,24 +65,38 @@ impl ForwardRegex {
         let pikevm = PikeVM::new_from_nfa(nfa).ok()?;
         let engines = Arc::new((dfa, pikevm));
         let for_caches = Arc::clone(&engines);
-        let create: MakeCaches = Box::new(move || (for_caches.0.create_cache(), for_caches.1.create_cache()));
+        let create: MakeCaches = Box::new(move || caches_for(&for_caches));
         Some(ForwardRegex { engines, caches: Pool::new(create) })
     }
 
     /// Where the leftmost-first match in `input` ends (with `input.get_earliest()`, where
     /// the first match seen ends: enough to say whether there is one).
     pub(crate) fn match_end(&self, input: &Input<'_>) -> Option<usize> {
+        self.match_end_with(&mut self.caches.get(), input)
+    }
+
+    /// [`ForwardRegex::match_end`] with caches the caller keeps (made by
+    /// [`ForwardRegex::create_caches`]): a scan that tries a rule at thousands of places
+    /// keeps them with its scratch rather than taking them from the pool at every try.
+    pub(crate) fn match_end_with(&self, caches: &mut ForwardCaches, input: &Input<'_>) -> Option<usize> {
         let (dfa, pikevm) = &*self.engines;
-        let mut caches = self.caches.get();
-        match dfa.try_search_fwd(&mut caches.0, input) {
+        match dfa.try_search_fwd(&mut caches.dfa, input) {
             Ok(found) => found.map(|m| m.offset()),
             Err(_) => {
                 let mut slots = [None, None];
-                pikevm.search_slots(&mut caches.1, input, &mut slots)?;
+                pikevm.search_slots(&mut caches.pikevm, input, &mut slots)?;
                 slots[1].map(|end| end.get())
             }
         }
     }
+
+    pub(crate) fn create_caches(&self) -> ForwardCaches {
+        caches_for(&self.engines)
+    }
+}
+
+fn caches_for((dfa, pikevm): &(DFA, PikeVM)) -> ForwardCaches {
+    ForwardCaches { dfa: dfa.create_cache(), pikevm: pikevm.create_cache() }
 }
 
 impl std::fmt::Debug for ForwardRegex {

@@ -34,6 +34,7 @@ pub(crate) use allow::{line_start, AllowCache, AllowList, ALLOW_LINE_LOOKBACK};
 pub use compile::RuleRegex;
 #[cfg(test)]
 pub(crate) use compile::{ascii_twin, compile_hir, compile_regex, Parsed};
+pub(crate) use forward::ForwardCaches;
 pub use raw::{RawCanary, RawRule, RuleAction, SecretGroup, MIN_CANARY_LEN};
 
 /// Compiled-program size limit for every rule and allow regex (bytes).
